@@ -1,0 +1,10 @@
+/* ferry: moves model weights from RL trainers to inference engines.
+ * Umbrella header; see docs/architecture.md. */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include "ferry/ctx.h"
+#include "ferry/layout.h"
+#include "ferry/status.h"
+
+#endif

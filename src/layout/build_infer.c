@@ -1,0 +1,285 @@
+/* vLLM/SGLang-style engine layouts. An engine instance has tp ranks; with
+ * dp > 1 (DP attention) attention runs tensor-parallel over tp/dp ranks and
+ * is replicated across the dp groups, while MLPs, experts and the LM head
+ * span all tp ranks. Experts: ep groups of tp/ep ranks; each group holds
+ * num_experts/ep experts, split (tp/ep)-ways along the intermediate size, as
+ * fused w13 [E_local, 2I', H] and w2 [E_local, H, I']. Fused qkv_proj is
+ * [q; k; v] per rank; KV heads are replicated when attention TP exceeds
+ * num_key_value_heads. Buffer names are the engine's parameter names. */
+#include <stdio.h>
+#include <string.h>
+
+#include "layout/build.h"
+
+typedef struct {
+    builder_t *b;
+    uint32_t local;   /* rank within the instance */
+    uint32_t attn_tp; /* ranks per attention group */
+    uint32_t a_rank;  /* rank within the attention group */
+    uint32_t moe_tp;  /* ranks per expert group */
+} infer_t;
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static void emit_vocab(infer_t *t, const char *buffer, const char *tensor, uint32_t split,
+                       uint32_t index) {
+    builder_t *b = t->b;
+    int64_t mult = b->p->vocab_multiple, lcm = mult / gcd64(mult, split) * split;
+    int64_t rows = round_up(b->a->vocab_size, lcm) / split, r0 = (int64_t)index * rows;
+    int64_t v = b->a->vocab_size, n = r0 + rows <= v ? rows : v - r0;
+    param_t q = param_open(b, b->a->dtype, 2, rows, b->a->hidden_size, 0, "%s", buffer);
+    place_rows(b, &q, build_tensor(b, "%s", tensor), r0, n, 0, 0);
+}
+
+static void emit_replicated(infer_t *t, const char *buffer, const char *tensor) {
+    builder_t *b = t->b;
+    uint32_t ti = build_tensor(b, "%s", tensor);
+    if (b->st != FERRY_OK) return;
+    const model_tensor_t *mt = &b->m->tensors[ti];
+    param_t q = param_open(b, mt->dtype, mt->ndim, mt->shape[0], mt->ndim > 1 ? mt->shape[1] : 0, 0,
+                           "%s", buffer);
+    place_whole(b, &q, ti);
+}
+
+static void emit_split_rows(infer_t *t, const char *buffer, const char *tensor, int64_t rows_total,
+                            int64_t cols, uint32_t split, uint32_t index) {
+    builder_t *b = t->b;
+    int64_t n = rows_total / split;
+    param_t q = param_open(b, b->a->dtype, cols ? 2 : 1, n, cols, 0, "%s", buffer);
+    place_rows(b, &q, build_tensor(b, "%s", tensor), (int64_t)index * n, n, 0, 0);
+}
+
+static void emit_split_cols(infer_t *t, const char *buffer, const char *tensor, int64_t rows,
+                            int64_t cols_total, uint32_t split, uint32_t index) {
+    builder_t *b = t->b;
+    int64_t n = cols_total / split;
+    param_t q = param_open(b, b->a->dtype, 2, rows, n, 0, "%s", buffer);
+    place_cols(b, &q, build_tensor(b, "%s", tensor), (int64_t)index * n, n, 0, 0);
+}
+
+static void emit_qkv(infer_t *t, const char *hf, const char *kind) {
+    builder_t *b = t->b;
+    const ferry_arch_t *a = b->a;
+    bool bias = strcmp(kind, "bias") == 0;
+    int64_t d = a->head_dim, nq = a->num_heads / t->attn_tp;
+    int64_t nkv, kv0;
+    if (t->attn_tp >= a->num_kv_heads) { /* each KV head replicated attn_tp/num_kv times */
+        nkv = 1;
+        kv0 = t->a_rank / (t->attn_tp / a->num_kv_heads);
+    } else {
+        nkv = a->num_kv_heads / t->attn_tp;
+        kv0 = (int64_t)t->a_rank * nkv;
+    }
+    param_t q = param_open(b, a->dtype, bias ? 1 : 2, (nq + 2 * nkv) * d, bias ? 0 : a->hidden_size, 0,
+                           "%s.self_attn.qkv_proj.%s", hf, kind);
+    place_rows(b, &q, build_tensor(b, "%s.self_attn.q_proj.%s", hf, kind), (int64_t)t->a_rank * nq * d,
+               nq * d, 0, 0);
+    place_rows(b, &q, build_tensor(b, "%s.self_attn.k_proj.%s", hf, kind), kv0 * d, nkv * d, 0, nq * d);
+    place_rows(b, &q, build_tensor(b, "%s.self_attn.v_proj.%s", hf, kind), kv0 * d, nkv * d, 0,
+               (nq + nkv) * d);
+}
+
+static void emit_gate_up(infer_t *t, const char *hf_mlp, int64_t inter, const char *kind) {
+    builder_t *b = t->b;
+    bool bias = strcmp(kind, "bias") == 0;
+    int64_t n = inter / b->p->tp, r0 = (int64_t)t->local * n;
+    param_t q = param_open(b, b->a->dtype, bias ? 1 : 2, 2 * n, bias ? 0 : b->a->hidden_size, 0,
+                           "%s.gate_up_proj.%s", hf_mlp, kind);
+    place_rows(b, &q, build_tensor(b, "%s.gate_proj.%s", hf_mlp, kind), r0, n, 0, 0);
+    place_rows(b, &q, build_tensor(b, "%s.up_proj.%s", hf_mlp, kind), r0, n, 0, n);
+}
+
+static void emit_mlp(infer_t *t, const char *hf_mlp, int64_t inter, bool bias) {
+    char buf[256], tn[256];
+    emit_gate_up(t, hf_mlp, inter, "weight");
+    if (bias) emit_gate_up(t, hf_mlp, inter, "bias");
+    snprintf(buf, sizeof buf, "%s.down_proj.weight", hf_mlp);
+    emit_split_cols(t, buf, buf, t->b->a->hidden_size, inter, t->b->p->tp, t->local);
+    if (bias) {
+        snprintf(tn, sizeof tn, "%s.down_proj.bias", hf_mlp);
+        emit_replicated(t, tn, tn);
+    }
+}
+
+static void emit_experts(infer_t *t, const char *hf) {
+    builder_t *b = t->b;
+    const ferry_arch_t *a = b->a;
+    int64_t el = a->num_experts / b->p->ep, ip = a->moe_intermediate_size / t->moe_tp;
+    int64_t e0 = (int64_t)(t->local / t->moe_tp) * el, i0 = (int64_t)(t->local % t->moe_tp) * ip;
+    int64_t h = a->hidden_size;
+    param_t w13 = param_open(b, a->dtype, 3, el, 2 * ip, h, "%s.mlp.experts.w13_weight", hf);
+    param_t w2 = param_open(b, a->dtype, 3, el, h, ip, "%s.mlp.experts.w2_weight", hf);
+    for (int64_t j = 0; j < el && b->st == FERRY_OK; j++) {
+        long long e = (long long)(e0 + j);
+        place_rows(b, &w13, build_tensor(b, "%s.mlp.experts.%lld.gate_proj.weight", hf, e), i0, ip, j, 0);
+        place_rows(b, &w13, build_tensor(b, "%s.mlp.experts.%lld.up_proj.weight", hf, e), i0, ip, j, ip);
+        place_cols(b, &w2, build_tensor(b, "%s.mlp.experts.%lld.down_proj.weight", hf, e), i0, ip, j, 0);
+    }
+}
+
+static void emit_mla(infer_t *t, const char *hf) {
+    builder_t *b = t->b;
+    const ferry_arch_t *a = b->a;
+    char buf[256];
+    int64_t nh = a->num_heads, qk = a->qk_nope_head_dim + a->qk_rope_head_dim, h = a->hidden_size;
+    int64_t kva = a->kv_lora_rank + a->qk_rope_head_dim;
+    if (a->q_lora_rank) {
+        /* q_a_proj and kv_a_proj_with_mqa fused into one replicated matrix */
+        param_t q = param_open(b, a->dtype, 2, a->q_lora_rank + kva, h, 0,
+                               "%s.self_attn.fused_qkv_a_proj.weight", hf);
+        place_whole(b, &q, build_tensor(b, "%s.self_attn.q_a_proj.weight", hf));
+        place_rows(b, &q, build_tensor(b, "%s.self_attn.kv_a_proj_with_mqa.weight", hf), 0, kva, 0,
+                   a->q_lora_rank);
+        snprintf(buf, sizeof buf, "%s.self_attn.q_a_layernorm.weight", hf);
+        emit_replicated(t, buf, buf);
+        snprintf(buf, sizeof buf, "%s.self_attn.q_b_proj.weight", hf);
+        emit_split_rows(t, buf, buf, nh * qk, a->q_lora_rank, t->attn_tp, t->a_rank);
+    } else {
+        snprintf(buf, sizeof buf, "%s.self_attn.q_proj.weight", hf);
+        emit_split_rows(t, buf, buf, nh * qk, h, t->attn_tp, t->a_rank);
+        snprintf(buf, sizeof buf, "%s.self_attn.kv_a_proj_with_mqa.weight", hf);
+        emit_replicated(t, buf, buf);
+    }
+    snprintf(buf, sizeof buf, "%s.self_attn.kv_a_layernorm.weight", hf);
+    emit_replicated(t, buf, buf);
+    snprintf(buf, sizeof buf, "%s.self_attn.kv_b_proj.weight", hf);
+    emit_split_rows(t, buf, buf, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank,
+                    t->attn_tp, t->a_rank);
+    snprintf(buf, sizeof buf, "%s.self_attn.o_proj.weight", hf);
+    emit_split_cols(t, buf, buf, h, nh * a->v_head_dim, t->attn_tp, t->a_rank);
+}
+
+static void emit_layer(infer_t *t, int64_t l) {
+    builder_t *b = t->b;
+    const ferry_arch_t *a = b->a;
+    char hf[64], buf[256];
+    snprintf(hf, sizeof hf, "model.layers.%lld", (long long)l);
+    snprintf(buf, sizeof buf, "%s.input_layernorm.weight", hf);
+    emit_replicated(t, buf, buf);
+    if (a->family == FERRY_FAMILY_DEEPSEEK) {
+        emit_mla(t, hf);
+    } else {
+        emit_qkv(t, hf, "weight");
+        if (a->qkv_bias) emit_qkv(t, hf, "bias");
+        if (a->qk_norm) {
+            snprintf(buf, sizeof buf, "%s.self_attn.q_norm.weight", hf);
+            emit_replicated(t, buf, buf);
+            snprintf(buf, sizeof buf, "%s.self_attn.k_norm.weight", hf);
+            emit_replicated(t, buf, buf);
+        }
+        snprintf(buf, sizeof buf, "%s.self_attn.o_proj.weight", hf);
+        emit_split_cols(t, buf, buf, a->hidden_size, a->num_heads * a->head_dim, t->attn_tp, t->a_rank);
+        if (a->o_bias) {
+            snprintf(buf, sizeof buf, "%s.self_attn.o_proj.bias", hf);
+            emit_replicated(t, buf, buf);
+        }
+    }
+    snprintf(buf, sizeof buf, "%s.post_attention_layernorm.weight", hf);
+    emit_replicated(t, buf, buf);
+    char mlp[128];
+    snprintf(mlp, sizeof mlp, "%s.mlp", hf);
+    if (!ferry_arch_layer_is_moe(a, l)) {
+        emit_mlp(t, mlp, a->intermediate_size, a->mlp_bias);
+        return;
+    }
+    snprintf(buf, sizeof buf, "%s.mlp.gate.weight", hf);
+    emit_replicated(t, buf, buf);
+    if (a->expert_bias) {
+        snprintf(buf, sizeof buf, "%s.mlp.gate.e_score_correction_bias", hf);
+        emit_replicated(t, buf, buf);
+    }
+    emit_experts(t, hf);
+    if (a->num_shared_experts) {
+        snprintf(mlp, sizeof mlp, "%s.mlp.shared_experts", hf);
+        emit_mlp(t, mlp, a->moe_intermediate_size * a->num_shared_experts, false);
+    }
+}
+
+/* DeepSeek MTP layer (vLLM's DeepSeekMTP keeps the checkpoint names). */
+static void emit_mtp(infer_t *t, int64_t l) {
+    builder_t *b = t->b;
+    char buf[256];
+    emit_layer(t, l);
+    snprintf(buf, sizeof buf, "model.layers.%lld.embed_tokens.weight", (long long)l);
+    emit_vocab(t, buf, buf, t->attn_tp, t->a_rank);
+    static const char *const repl[] = {"enorm.weight", "hnorm.weight", "eh_proj.weight",
+                                       "shared_head.norm.weight"};
+    for (size_t i = 0; i < sizeof repl / sizeof repl[0]; i++) {
+        snprintf(buf, sizeof buf, "model.layers.%lld.%s", (long long)l, repl[i]);
+        emit_replicated(t, buf, buf);
+    }
+    snprintf(buf, sizeof buf, "model.layers.%lld.shared_head.head.weight", (long long)l);
+    emit_vocab(t, buf, buf, b->p->tp, t->local);
+}
+
+static void check_sizes(builder_t *b, uint32_t attn_tp) {
+    const ferry_arch_t *a = b->a;
+    const ferry_parallel_t *p = b->p;
+    build_div(b, p->tp, "tp", p->dp, "dp (DP-attention groups)");
+    if (b->st != FERRY_OK) return;
+    build_div(b, a->num_heads, "num_attention_heads", attn_tp, "attention tp (tp/dp)");
+    if (a->family != FERRY_FAMILY_DEEPSEEK) {
+        if (attn_tp >= a->num_kv_heads)
+            build_div(b, attn_tp, "attention tp (tp/dp)", a->num_kv_heads, "num_key_value_heads");
+        else
+            build_div(b, a->num_kv_heads, "num_key_value_heads", attn_tp, "attention tp (tp/dp)");
+    }
+    bool any_dense = false, any_moe = false;
+    for (int64_t l = 0; l < a->num_layers + a->num_mtp_layers; l++) {
+        if (ferry_arch_layer_is_moe(a, l)) any_moe = true;
+        else any_dense = true;
+    }
+    if (any_dense) build_div(b, a->intermediate_size, "intermediate_size", p->tp, "tp");
+    if (any_moe) {
+        build_div(b, p->tp, "tp", p->ep, "ep");
+        build_div(b, a->num_experts, "num_experts", p->ep, "ep");
+        build_div(b, a->moe_intermediate_size, "moe_intermediate_size", p->tp / p->ep, "tp/ep");
+        if (a->num_shared_experts)
+            build_div(b, a->moe_intermediate_size * a->num_shared_experts,
+                      "moe_intermediate_size*n_shared_experts", p->tp, "tp");
+    } else if (p->ep > 1) {
+        build_fail(b, FERRY_ERR_INVALID_CONFIG, "model %s has no experts; ep must be 1", b->m->name);
+    }
+}
+
+ferry_status_t build_infer(builder_t *b) {
+    const ferry_parallel_t *p = b->p;
+    const ferry_arch_t *a = b->a;
+    uint32_t attn_tp = p->dp && p->tp % p->dp == 0 ? p->tp / p->dp : 1;
+    check_sizes(b, attn_tp);
+    if (b->st != FERRY_OK) return b->st;
+    infer_t t = {.b = b, .attn_tp = attn_tp, .moe_tp = p->tp / p->ep};
+    uint32_t world = ferry_parallel_world_size(p);
+    for (uint32_t r = 0; r < world && b->st == FERRY_OK; r++) {
+        t.local = r % p->tp;
+        t.a_rank = t.local % attn_tp;
+        ferry_rank_info_t *ri = &b->l->rank_info[r];
+        ri->replica = r / p->tp;
+        ri->tp = t.local;
+        ri->dp_attn = t.local / attn_tp;
+        ri->ep = t.local / t.moe_tp;
+        ri->etp = t.local % t.moe_tp;
+        ri->num_layers = (uint32_t)a->num_layers;
+        build_begin_rank(b, r);
+        emit_vocab(&t, "model.embed_tokens.weight", "model.embed_tokens.weight", attn_tp, t.a_rank);
+        for (int64_t l = 0; l < a->num_layers && b->st == FERRY_OK; l++) emit_layer(&t, l);
+        for (int64_t i = 0; i < a->num_mtp_layers && b->st == FERRY_OK; i++)
+            emit_mtp(&t, a->num_layers + i);
+        emit_replicated(&t, "model.norm.weight", "model.norm.weight");
+        /* tied embeddings share the embedding parameter, unless DP attention
+         * splits the embedding differently from the LM head */
+        if (!a->tie_embeddings)
+            emit_vocab(&t, "lm_head.weight", "lm_head.weight", p->tp, t.local);
+        else if (attn_tp != p->tp)
+            emit_vocab(&t, "lm_head.weight", "model.embed_tokens.weight", p->tp, t.local);
+        build_end_rank(b);
+    }
+    return b->st;
+}

@@ -1,0 +1,377 @@
+/* Layout validation.
+ * Coverage: per tensor, the distinct boxes (with how many pieces hold each)
+ * are accumulated on a grid compressed to the boxes' boundaries; every cell
+ * must be held at least once and all cells equally often, i.e. each replica
+ * of the tensor is complete and no region is held an extra time.
+ * Buffer bytes: per buffer, the byte spans of pieces are swept; where spans
+ * interleave (strided pieces) the pieces are expanded into contiguous runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout/layout_internal.h"
+
+#define MAX_GRID_CELLS (1u << 24)
+#define MAX_RUNS (1u << 26)
+
+/* qsort has no context argument; thread-local so layouts validate in parallel */
+static _Thread_local const ferry_layout_t *g_sort_layout;
+
+static int cmp_by_tensor_box(const void *x, const void *y) {
+    const ferry_piece_t *a = &g_sort_layout->pieces[*(const size_t *)x];
+    const ferry_piece_t *b = &g_sort_layout->pieces[*(const size_t *)y];
+    if (a->tensor != b->tensor) return a->tensor < b->tensor ? -1 : 1;
+    for (uint32_t d = 0; d < a->box.ndim; d++) {
+        if (a->box.offset[d] != b->box.offset[d]) return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+        if (a->box.extent[d] != b->box.extent[d]) return a->box.extent[d] < b->box.extent[d] ? -1 : 1;
+    }
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    return 0;
+}
+
+static int cmp_i64(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static size_t find_bound(const int64_t *b, size_t n, int64_t v) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (b[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+typedef struct {
+    ferry_box_t box;
+    uint32_t count;
+} dbox_t;
+
+/* Checks one tensor's distinct boxes; fills min/max multiplicity. */
+static ferry_status_t check_tensor(ferry_layout_t *l, uint32_t ti, const dbox_t *boxes, size_t nbox,
+                                   uint32_t *min_out, uint32_t *max_out) {
+    const ferry_model_t *m = l->model;
+    const model_tensor_t *t = &m->tensors[ti];
+    const char *name = model_tensor_name(m, ti);
+    uint32_t nd = t->ndim;
+    int64_t *bounds[FERRY_MAX_DIMS] = {0};
+    size_t nb[FERRY_MAX_DIMS] = {0};
+    int32_t *grid = NULL;
+    ferry_status_t st = FERRY_OK;
+    uint64_t cells = 1, gsize = 1;
+    for (uint32_t d = 0; d < nd; d++) {
+        bounds[d] = ferry_calloc(l->ctx, 2 * nbox + 2, sizeof(int64_t));
+        if (!bounds[d]) {
+            st = ferry_fail(&l->err, FERRY_ERR_NO_MEMORY, "out of memory validating %s", name);
+            goto out;
+        }
+        size_t n = 0;
+        bounds[d][n++] = 0;
+        bounds[d][n++] = t->shape[d];
+        for (size_t i = 0; i < nbox; i++) {
+            bounds[d][n++] = boxes[i].box.offset[d];
+            bounds[d][n++] = boxes[i].box.offset[d] + boxes[i].box.extent[d];
+        }
+        qsort(bounds[d], n, sizeof(int64_t), cmp_i64);
+        size_t u = 0;
+        for (size_t i = 0; i < n; i++)
+            if (u == 0 || bounds[d][i] != bounds[d][u - 1]) bounds[d][u++] = bounds[d][i];
+        nb[d] = u;
+        cells *= u - 1;
+        gsize *= u;
+        if (gsize > MAX_GRID_CELLS) {
+            st = ferry_fail(&l->err, FERRY_ERR_LIMIT,
+                            "tensor %s is split into too many distinct boxes to validate (%zu)", name,
+                            nbox);
+            goto out;
+        }
+    }
+    grid = ferry_calloc(l->ctx, (size_t)gsize, sizeof *grid);
+    if (!grid) {
+        st = ferry_fail(&l->err, FERRY_ERR_NO_MEMORY, "out of memory validating %s", name);
+        goto out;
+    }
+    size_t gstride[FERRY_MAX_DIMS];
+    size_t s = 1;
+    for (int d = (int)nd - 1; d >= 0; d--) {
+        gstride[d] = s;
+        s *= nb[d];
+    }
+    /* n-d difference array: +/- count at the 2^nd corners of each box */
+    for (size_t i = 0; i < nbox; i++) {
+        size_t lo[FERRY_MAX_DIMS], hi[FERRY_MAX_DIMS];
+        for (uint32_t d = 0; d < nd; d++) {
+            lo[d] = find_bound(bounds[d], nb[d], boxes[i].box.offset[d]);
+            hi[d] = find_bound(bounds[d], nb[d], boxes[i].box.offset[d] + boxes[i].box.extent[d]);
+        }
+        for (uint32_t corner = 0; corner < (1u << nd); corner++) {
+            size_t at = 0;
+            int sign = 1;
+            for (uint32_t d = 0; d < nd; d++) {
+                if (corner & (1u << d)) {
+                    at += hi[d] * gstride[d];
+                    sign = -sign;
+                } else {
+                    at += lo[d] * gstride[d];
+                }
+            }
+            grid[at] += sign * (int32_t)boxes[i].count;
+        }
+    }
+    for (uint32_t d = 0; d < nd; d++) { /* prefix sums along each dimension */
+        for (size_t at = 0; at < gsize; at++) {
+            size_t coord = (at / gstride[d]) % nb[d];
+            if (coord > 0) grid[at] += grid[at - gstride[d]];
+        }
+    }
+    /* walk the cells (coordinates < nb-1 in every dim) */
+    int32_t first = -1;
+    size_t first_at = 0;
+    for (size_t at = 0; at < gsize && st == FERRY_OK; at++) {
+        size_t coord[FERRY_MAX_DIMS];
+        bool is_cell = true;
+        for (uint32_t d = 0; d < nd; d++) {
+            coord[d] = (at / gstride[d]) % nb[d];
+            if (coord[d] + 1 >= nb[d]) is_cell = false;
+        }
+        if (!is_cell) continue;
+        int32_t v = grid[at];
+        ferry_box_t cell = {.ndim = nd};
+        for (uint32_t d = 0; d < nd; d++) {
+            cell.offset[d] = bounds[d][coord[d]];
+            cell.extent[d] = bounds[d][coord[d] + 1] - bounds[d][coord[d]];
+        }
+        char cb[256];
+        ferry_box_format(&cell, cb, sizeof cb);
+        if (v <= 0) {
+            st = ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                            "tensor %s: elements %s are held by no rank (a gap)", name, cb);
+        } else if (first < 0) {
+            first = v;
+            first_at = at;
+        } else if (v != first) {
+            ferry_box_t fc = {.ndim = nd};
+            for (uint32_t d = 0; d < nd; d++) {
+                size_t c0 = (first_at / gstride[d]) % nb[d];
+                fc.offset[d] = bounds[d][c0];
+                fc.extent[d] = bounds[d][c0 + 1] - bounds[d][c0];
+            }
+            char fb[256];
+            ferry_box_format(&fc, fb, sizeof fb);
+            st = ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                            "tensor %s: elements %s are held %d times but elements %s %d times "
+                            "(pieces overlap partially)",
+                            name, cb, v, fb, first);
+        }
+        if (v > 0) {
+            if ((uint32_t)v < *min_out) *min_out = (uint32_t)v;
+            if ((uint32_t)v > *max_out) *max_out = (uint32_t)v;
+        }
+    }
+    (void)cells;
+out:
+    for (uint32_t d = 0; d < nd; d++) ferry_free(l->ctx, bounds[d]);
+    ferry_free(l->ctx, grid);
+    return st;
+}
+
+static ferry_status_t check_coverage(ferry_layout_t *l, ferry_coverage_t *cov) {
+    const ferry_model_t *m = l->model;
+    size_t n = l->npieces;
+    size_t *idx = ferry_calloc(l->ctx, n ? n : 1, sizeof *idx);
+    dbox_t *boxes = ferry_calloc(l->ctx, n ? n : 1, sizeof *boxes);
+    ferry_status_t st = FERRY_OK;
+    if (!idx || !boxes) {
+        st = ferry_fail(&l->err, FERRY_ERR_NO_MEMORY, "out of memory validating %zu pieces", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    g_sort_layout = l;
+    qsort(idx, n, sizeof *idx, cmp_by_tensor_box);
+    size_t i = 0;
+    for (uint32_t ti = 0; ti < m->ntensors && st == FERRY_OK; ti++) {
+        size_t nbox = 0;
+        const ferry_piece_t *prev = NULL;
+        for (; i < n && l->pieces[idx[i]].tensor == ti; i++) {
+            const ferry_piece_t *p = &l->pieces[idx[i]];
+            if (prev && ferry_box_equal(&prev->box, &p->box)) {
+                if (prev->rank == p->rank) {
+                    char bx[256];
+                    ferry_box_format(&p->box, bx, sizeof bx);
+                    st = ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                                    "tensor %s: rank %u holds box %s twice (buffers %s and %s)",
+                                    model_tensor_name(m, ti), p->rank, bx,
+                                    layout_buffer_name(l, prev->buffer),
+                                    layout_buffer_name(l, p->buffer));
+                    goto out;
+                }
+                boxes[nbox - 1].count++;
+            } else {
+                boxes[nbox].box = p->box;
+                boxes[nbox].count = 1;
+                nbox++;
+            }
+            prev = p;
+        }
+        if (nbox == 0) {
+            const model_tensor_t *t = &m->tensors[ti];
+            ferry_box_t whole = ferry_box_of_shape(t->ndim, t->shape);
+            char bx[256];
+            ferry_box_format(&whole, bx, sizeof bx);
+            st = ferry_fail(&l->err, FERRY_ERR_COVERAGE, "tensor %s: elements %s are held by no rank",
+                            model_tensor_name(m, ti), bx);
+            break;
+        }
+        cov->distinct_boxes += nbox;
+        st = check_tensor(l, ti, boxes, nbox, &cov->min_replicas, &cov->max_replicas);
+        const model_tensor_t *t = &m->tensors[ti];
+        uint64_t e = 1;
+        for (uint32_t d = 0; d < t->ndim; d++) e *= (uint64_t)t->shape[d];
+        cov->elements += e;
+    }
+out:
+    ferry_free(l->ctx, idx);
+    ferry_free(l->ctx, boxes);
+    return st;
+}
+
+/* ---- buffer bytes ------------------------------------------------------ */
+
+typedef struct {
+    uint64_t lo, hi; /* byte span [lo, hi) */
+    size_t piece;
+} span_t;
+
+static int cmp_span(const void *x, const void *y) {
+    const span_t *a = x, *b = y;
+    const ferry_piece_t *pa = &g_sort_layout->pieces[a->piece], *pb = &g_sort_layout->pieces[b->piece];
+    if (pa->buffer != pb->buffer) return pa->buffer < pb->buffer ? -1 : 1;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    return a->hi < b->hi ? -1 : a->hi > b->hi;
+}
+
+static void piece_span(const ferry_layout_t *l, const ferry_piece_t *p, uint64_t *lo, uint64_t *hi) {
+    uint64_t esz = ferry_dtype_size(l->model->tensors[p->tensor].dtype), last = 0;
+    for (uint32_t d = 0; d < p->box.ndim; d++)
+        last += (uint64_t)(p->box.extent[d] - 1) * (uint64_t)p->strides[d];
+    *lo = p->byte_offset;
+    *hi = p->byte_offset + (last + 1) * esz;
+}
+
+/* Expands a piece into contiguous byte runs appended to *runs. */
+static ferry_status_t piece_runs(ferry_layout_t *l, size_t pi, span_t **runs, size_t *nruns,
+                                 size_t *cap) {
+    const ferry_piece_t *p = &l->pieces[pi];
+    uint64_t esz = ferry_dtype_size(l->model->tensors[p->tensor].dtype);
+    uint32_t nd = p->box.ndim;
+    uint32_t order[FERRY_MAX_DIMS];
+    for (uint32_t d = 0; d < nd; d++) order[d] = d;
+    for (uint32_t i = 1; i < nd; i++) /* insertion sort by stride, ascending */
+        for (uint32_t j = i; j > 0 && p->strides[order[j]] < p->strides[order[j - 1]]; j--) {
+            uint32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    /* merge the innermost dims that are contiguous */
+    uint64_t run = 1;
+    uint32_t k = 0;
+    while (k < nd && p->strides[order[k]] == (int64_t)run) {
+        run *= (uint64_t)p->box.extent[order[k]];
+        k++;
+    }
+    if (k == 0) {
+        while (k < nd && p->box.extent[order[k]] == 1) k++; /* size-1 dims add nothing */
+    }
+    uint64_t count = 1;
+    for (uint32_t d = k; d < nd; d++) count *= (uint64_t)p->box.extent[order[d]];
+    if (*nruns + count > MAX_RUNS)
+        return ferry_fail(&l->err, FERRY_ERR_LIMIT,
+                          "buffer %s: strided pieces expand to more than %u runs to check",
+                          layout_buffer_name(l, p->buffer), MAX_RUNS);
+    if (ferry_grow(l->ctx, (void **)runs, sizeof **runs, cap, *nruns + count))
+        return ferry_fail(&l->err, FERRY_ERR_NO_MEMORY, "out of memory validating buffers");
+    int64_t idx[FERRY_MAX_DIMS] = {0};
+    for (uint64_t c = 0; c < count; c++) {
+        uint64_t off = 0;
+        for (uint32_t d = k; d < nd; d++) off += (uint64_t)idx[order[d]] * (uint64_t)p->strides[order[d]];
+        span_t *r = &(*runs)[(*nruns)++];
+        r->lo = p->byte_offset + off * esz;
+        r->hi = r->lo + run * esz;
+        r->piece = pi;
+        for (uint32_t d = k; d < nd; d++) { /* odometer */
+            if (++idx[order[d]] < p->box.extent[order[d]]) break;
+            idx[order[d]] = 0;
+        }
+    }
+    return FERRY_OK;
+}
+
+static ferry_status_t report_overlap(ferry_layout_t *l, size_t a, size_t b) {
+    const ferry_piece_t *pa = &l->pieces[a], *pb = &l->pieces[b];
+    char ba[256], bb[256];
+    ferry_box_format(&pa->box, ba, sizeof ba);
+    ferry_box_format(&pb->box, bb, sizeof bb);
+    return ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                      "rank %u buffer %s: bytes of %s %s and %s %s overlap", pa->rank,
+                      layout_buffer_name(l, pa->buffer), model_tensor_name(l->model, pa->tensor), ba,
+                      model_tensor_name(l->model, pb->tensor), bb);
+}
+
+static ferry_status_t check_buffers(ferry_layout_t *l) {
+    size_t n = l->npieces;
+    span_t *spans = ferry_calloc(l->ctx, n ? n : 1, sizeof *spans);
+    span_t *runs = NULL;
+    size_t nruns = 0, cap = 0;
+    ferry_status_t st = FERRY_OK;
+    if (!spans) return ferry_fail(&l->err, FERRY_ERR_NO_MEMORY, "out of memory validating buffers");
+    for (size_t i = 0; i < n; i++) {
+        piece_span(l, &l->pieces[i], &spans[i].lo, &spans[i].hi);
+        spans[i].piece = i;
+    }
+    g_sort_layout = l;
+    qsort(spans, n, sizeof *spans, cmp_span);
+    for (size_t i = 0; i < n && st == FERRY_OK;) {
+        uint32_t buf = l->pieces[spans[i].piece].buffer;
+        size_t j = i;
+        bool interleaved = false;
+        uint64_t max_hi = 0;
+        for (; j < n && l->pieces[spans[j].piece].buffer == buf; j++) {
+            if (j > i && spans[j].lo < max_hi) interleaved = true;
+            if (spans[j].hi > max_hi) max_hi = spans[j].hi;
+        }
+        if (interleaved) { /* spans interleave: compare exact runs */
+            nruns = 0;
+            for (size_t k = i; k < j && st == FERRY_OK; k++)
+                st = piece_runs(l, spans[k].piece, &runs, &nruns, &cap);
+            if (st == FERRY_OK) {
+                qsort(runs, nruns, sizeof *runs, cmp_span);
+                for (size_t k = 1; k < nruns; k++) {
+                    if (runs[k].lo < runs[k - 1].hi) {
+                        st = report_overlap(l, runs[k - 1].piece, runs[k].piece);
+                        break;
+                    }
+                }
+            }
+        }
+        i = j;
+    }
+    ferry_free(l->ctx, spans);
+    ferry_free(l->ctx, runs);
+    return st;
+}
+
+ferry_status_t ferry_layout_validate(ferry_layout_t *l, ferry_coverage_t *out) {
+    if (!l) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_coverage_t cov;
+    memset(&cov, 0, sizeof cov);
+    cov.tensors = l->model->ntensors;
+    cov.pieces = l->npieces;
+    cov.min_replicas = UINT32_MAX;
+    ferry_status_t st = check_coverage(l, &cov);
+    if (st == FERRY_OK) st = check_buffers(l);
+    if (st != FERRY_OK) return st;
+    if (cov.min_replicas == UINT32_MAX) cov.min_replicas = 0;
+    if (out) *out = cov;
+    return FERRY_OK;
+}

@@ -1,0 +1,34 @@
+/* The ferry command-line tool: shared helpers. Tools use only the public API. */
+#ifndef FERRY_TOOLS_CLI_H
+#define FERRY_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry/ferry.h"
+
+/* Exit codes: 0 success, 1 the operation failed (e.g. validation), 2 usage
+ * or input error. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+int cmd_info(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+int cmd_layout(int argc, char **argv);
+
+/* Creates a context or prints why not; returns NULL on failure. */
+ferry_ctx_t *cli_ctx(void);
+
+/* Resolves --model: an existing path, else $FERRY_MODELS_DIR/NAME.json,
+ * else the source tree's models/NAME.json. Prints errors. */
+ferry_model_t *cli_load_model(ferry_ctx_t *ctx, const char *arg, bool mtp);
+
+/* "16.38 GiB"-style sizes into buf. */
+const char *cli_bytes(uint64_t bytes, char *buf, size_t size);
+/* "8.19 B"-style counts into buf. */
+const char *cli_count(uint64_t n, char *buf, size_t size);
+
+/* Value of "--name value" or "--name=value" at argv[*i]; advances *i. */
+bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
+
+#endif

@@ -1,0 +1,85 @@
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+ferry_ctx_t *cli_ctx(void) {
+    ferry_ctx_t *ctx = NULL;
+    char detail[512];
+    ferry_status_t st = ferry_ctx_create(NULL, &ctx, detail, sizeof detail);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry: %s (%s)\n", detail, ferry_status_name(st));
+        return NULL;
+    }
+    return ctx;
+}
+
+ferry_model_t *cli_load_model(ferry_ctx_t *ctx, const char *arg, bool mtp) {
+    ferry_model_options_t opts = {.field_mask = FERRY_MODEL_OPT_MTP, .include_mtp = mtp};
+    char path[4096];
+    const char *dirs[2] = {ferry_ctx_config_value(ctx, "FERRY_MODELS_DIR", NULL),
+                           FERRY_SOURCE_MODELS_DIR};
+    const char *use = arg;
+    if (access(arg, F_OK) != 0 && !strchr(arg, '/')) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(path, sizeof path, "%s/%s.json", dirs[i], arg);
+            if (access(path, F_OK) == 0) {
+                use = path;
+                break;
+            }
+        }
+        if (use == arg) {
+            fprintf(stderr,
+                    "ferry: model \"%s\" is neither a file nor NAME.json in %s or %s\n"
+                    "       (bundled: qwen3-0.6b qwen3-8b qwen3-30b-a3b deepseek-v3 kimi-k2)\n",
+                    arg, dirs[0], dirs[1]);
+            return NULL;
+        }
+    }
+    ferry_model_t *m = NULL;
+    ferry_status_t st = ferry_model_from_hf_config_file(ctx, use, &opts, &m);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
+        return NULL;
+    }
+    return m;
+}
+
+const char *cli_bytes(uint64_t b, char *buf, size_t size) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, size, "%llu B", (unsigned long long)b);
+    else snprintf(buf, size, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+const char *cli_count(uint64_t n, char *buf, size_t size) {
+    if (n >= 1000000000000ull) snprintf(buf, size, "%.3f T", (double)n / 1e12);
+    else if (n >= 1000000000ull) snprintf(buf, size, "%.2f B", (double)n / 1e9);
+    else if (n >= 1000000ull) snprintf(buf, size, "%.1f M", (double)n / 1e6);
+    else snprintf(buf, size, "%llu", (unsigned long long)n);
+    return buf;
+}
+
+bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0) return false;
+    if (argv[*i][n] == '=') {
+        *value = argv[*i] + n + 1;
+        return true;
+    }
+    if (argv[*i][n] != '\0') return false;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "ferry: %s needs a value\n", name);
+        *value = NULL;
+        return true;
+    }
+    *value = argv[++*i];
+    return true;
+}

@@ -1,0 +1,40 @@
+/* ferry — command-line entry point. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ferry COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  layout   pieces of a trainer or engine layout: per-rank bytes, fused tensors,\n"
+            "           padding, and a check that every element is covered exactly once\n"
+            "  model    a model spec from a Hugging Face config.json: tensors and parameters\n"
+            "  info     version, dependencies and (--config) the FERRY_* variables\n"
+            "\n"
+            "`ferry COMMAND --help` describes each command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "layout")) return cmd_layout(argc - 1, argv + 1);
+    if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("ferry %s\n", ferry_version_string());
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    fprintf(stderr, "ferry: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return CLI_USAGE;
+}
