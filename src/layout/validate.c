@@ -318,6 +318,68 @@ static ferry_status_t report_overlap(ferry_layout_t *l, size_t a, size_t b) {
                       model_tensor_name(l->model, pb->tensor), bb);
 }
 
+
+#define LATTICE_MAX_PIECES 4096
+
+/* Fast path for interleaved pieces that share one stride vector (a
+ * transposed or grouped parameter): with strides sorted ascending, s0 = 1 and
+ * each stride a multiple of the previous one, an element offset decomposes
+ * into unique mixed-radix coordinates, so every piece is a box on the storage
+ * grid and bytes overlap exactly when boxes intersect. Returns false when the
+ * pieces do not fit this shape (the caller then expands runs). */
+static bool same_lattice(ferry_layout_t *l, const span_t *sp, size_t n, ferry_status_t *st) {
+    if (n > LATTICE_MAX_PIECES) return false;
+    const ferry_piece_t *p0 = &l->pieces[sp[0].piece];
+    uint32_t nd = p0->box.ndim;
+    uint64_t esz = ferry_dtype_size(l->model->tensors[p0->tensor].dtype);
+    uint32_t order[FERRY_MAX_DIMS];
+    for (uint32_t d = 0; d < nd; d++) order[d] = d;
+    for (uint32_t i = 1; i < nd; i++)
+        for (uint32_t j = i; j > 0 && p0->strides[order[j]] < p0->strides[order[j - 1]]; j--) {
+            uint32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    if (nd == 0 || p0->strides[order[0]] != 1) return false;
+    for (uint32_t k = 0; k + 1 < nd; k++)
+        if (p0->strides[order[k]] <= 0 || p0->strides[order[k + 1]] % p0->strides[order[k]] != 0)
+            return false;
+    ferry_box_t *grid = ferry_calloc(l->ctx, n, sizeof *grid);
+    if (!grid) return false;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        const ferry_piece_t *p = &l->pieces[sp[i].piece];
+        if (p->box.ndim != nd || ferry_dtype_size(l->model->tensors[p->tensor].dtype) != esz ||
+            p->byte_offset % esz != 0) {
+            ok = false;
+            break;
+        }
+        for (uint32_t d = 0; d < nd; d++)
+            if (p->strides[d] != p0->strides[d]) ok = false;
+        uint64_t off = p->byte_offset / esz;
+        grid[i].ndim = nd;
+        for (int k = (int)nd - 1; k >= 0 && ok; k--) {
+            uint64_t s = (uint64_t)p0->strides[order[k]];
+            grid[i].offset[k] = (int64_t)(off / s);
+            off %= s;
+            grid[i].extent[k] = p->box.extent[order[k]];
+            /* a coordinate must stay below the radix, or the grid aliases */
+            if (k + 1 < (int)nd &&
+                (uint64_t)(grid[i].offset[k] + grid[i].extent[k]) * s > (uint64_t)p0->strides[order[k + 1]])
+                ok = false;
+        }
+    }
+    for (size_t i = 0; i < n && ok; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (ferry_box_intersect(&grid[i], &grid[j], NULL)) {
+                *st = report_overlap(l, sp[i].piece, sp[j].piece);
+                i = n;
+                break;
+            }
+    ferry_free(l->ctx, grid);
+    return ok;
+}
+
 static ferry_status_t check_buffers(ferry_layout_t *l) {
     size_t n = l->npieces;
     span_t *spans = ferry_calloc(l->ctx, n ? n : 1, sizeof *spans);
@@ -340,7 +402,9 @@ static ferry_status_t check_buffers(ferry_layout_t *l) {
             if (j > i && spans[j].lo < max_hi) interleaved = true;
             if (spans[j].hi > max_hi) max_hi = spans[j].hi;
         }
-        if (interleaved) { /* spans interleave: compare exact runs */
+        if (interleaved && same_lattice(l, spans + i, j - i, &st)) {
+            /* decided on the storage grid */
+        } else if (interleaved) { /* spans interleave: compare exact runs */
             nruns = 0;
             for (size_t k = i; k < j && st == FERRY_OK; k++)
                 st = piece_runs(l, spans[k].piece, &runs, &nruns, &cap);
