@@ -373,8 +373,10 @@ typedef struct ferry_coverage {
 
 /* Checks that the pieces cover every element of every tensor exactly once,
  * counting pieces with identical (tensor, box) as replicas of one another:
- * the distinct boxes of each tensor must tile it with no gap and no partial
- * overlap, and no rank may hold the same box twice. Also checks that no two
+ * every element must be held, and all elements of a tensor equally often
+ * (so the distinct boxes tile each copy with no gap and no partial overlap;
+ * a tensor that every holder keeps whole cannot reveal a missing holder).
+ * Also checks that no two
  * pieces of a rank write the same bytes of a buffer. On failure the detail
  * names the tensor and the uncovered or overlapping box. *out (if not NULL) is
  * written on success. Thread-safety: one thread at a time per layout. */

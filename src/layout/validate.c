@@ -196,16 +196,8 @@ static ferry_status_t check_coverage(ferry_layout_t *l, ferry_coverage_t *cov) {
         for (; i < n && l->pieces[idx[i]].tensor == ti; i++) {
             const ferry_piece_t *p = &l->pieces[idx[i]];
             if (prev && ferry_box_equal(&prev->box, &p->box)) {
-                if (prev->rank == p->rank) {
-                    char bx[256];
-                    ferry_box_format(&p->box, bx, sizeof bx);
-                    st = ferry_fail(&l->err, FERRY_ERR_COVERAGE,
-                                    "tensor %s: rank %u holds box %s twice (buffers %s and %s)",
-                                    model_tensor_name(m, ti), p->rank, bx,
-                                    layout_buffer_name(l, prev->buffer),
-                                    layout_buffer_name(l, p->buffer));
-                    goto out;
-                }
+                /* a second holder of the same box: a replica (possibly on the same
+                 * rank, e.g. tied embedding and LM head kept as two parameters) */
                 boxes[nbox - 1].count++;
             } else {
                 boxes[nbox].box = p->box;

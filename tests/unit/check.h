@@ -1,0 +1,95 @@
+/* Minimal test helpers: each test is a program that exits 0 on success and 1
+ * on the first failed check, printing where and why (liburing style). */
+#ifndef FERRY_TESTS_CHECK_H
+#define FERRY_TESTS_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/ferry.h"
+
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                      \
+    do {                                                                        \
+        long long a_ = (long long)(a), b_ = (long long)(b);                     \
+        if (a_ != b_) {                                                         \
+            fprintf(stderr, "%s:%d: %s = %lld, expected %s = %lld\n", __FILE__, __LINE__, #a, \
+                    a_, #b, b_);                                                \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+/* status must be OK; otherwise print the detail text from `where` */
+#define CHECK_OK(st, detail)                                                    \
+    do {                                                                        \
+        ferry_status_t s_ = (st);                                               \
+        if (s_ != FERRY_OK) {                                                   \
+            fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #st, \
+                    ferry_status_name(s_), (detail));                           \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+/* status must be `want` and the detail text must contain `needle` */
+#define CHECK_FAILS(st, want, detail_expr, needle)                              \
+    do {                                                                        \
+        ferry_status_t s_ = (st);                                               \
+        const char *d_ = (detail_expr);                                         \
+        if (s_ != (want) || !strstr(d_, (needle))) {                            \
+            fprintf(stderr, "%s:%d: %s gave %s \"%s\"; expected %s containing \"%s\"\n", __FILE__, \
+                    __LINE__, #st, ferry_status_name(s_), d_, ferry_status_name(want), (needle)); \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+static inline ferry_ctx_t *test_ctx(void) {
+    ferry_ctx_t *ctx = NULL;
+    char detail[512];
+    if (ferry_ctx_create(NULL, &ctx, detail, sizeof detail) != FERRY_OK) {
+        fprintf(stderr, "ferry_ctx_create: %s\n", detail);
+        exit(1);
+    }
+    return ctx;
+}
+
+/* Loads a bundled model by file name from FERRY_TEST_MODELS (set by ctest). */
+static inline ferry_model_t *test_model(ferry_ctx_t *ctx, const char *name,
+                                        const ferry_model_options_t *opts) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.json", FERRY_TEST_MODELS, name);
+    ferry_model_t *m = NULL;
+    ferry_status_t st = ferry_model_from_hf_config_file(ctx, path, opts, &m);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "loading %s: %s\n", path, ferry_ctx_error(ctx));
+        exit(1);
+    }
+    return m;
+}
+
+/* Builds a layout from a spec string or fails the test. */
+static inline ferry_layout_t *test_layout(ferry_ctx_t *ctx, const ferry_model_t *m,
+                                          ferry_side_t side, const char *spec) {
+    ferry_parallel_t p;
+    ferry_status_t st = ferry_parallel_parse(ctx, side, spec, &p);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "parse %s: %s\n", spec, ferry_ctx_error(ctx));
+        exit(1);
+    }
+    ferry_layout_t *l = NULL;
+    st = ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "build %s %s: %s\n", ferry_model_name(m), spec, ferry_ctx_error(ctx));
+        exit(1);
+    }
+    return l;
+}
+
+#endif
