@@ -38,6 +38,9 @@ static uint32_t f32_to_bits(float f) {
 
 static int bf16_is_nan(uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0; }
 
+/* The header promises a quiet NaN: the top mantissa bit is set. */
+static int bf16_is_quiet_nan(uint16_t b) { return (b & 0x7fc0u) == 0x7fc0u; }
+
 /* ---- sizes, names, parsing ---------------------------------------------- */
 
 static void test_size_name(void) {
@@ -179,8 +182,8 @@ static void test_bf16(void) {
                                     0x7f80ffffu, 0x7fffffffu, 0xffffffffu, 0x7fa00000u};
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
         uint16_t b = ferry_bf16_from_f32(f32_from_bits(nans[i]));
-        if (!bf16_is_nan(b)) {
-            fprintf(stderr, "bf16_from_f32(bits 0x%08x) = 0x%04x, not NaN\n", nans[i], b);
+        if (!bf16_is_nan(b) || !bf16_is_quiet_nan(b)) {
+            fprintf(stderr, "bf16_from_f32(bits 0x%08x) = 0x%04x, not a quiet NaN\n", nans[i], b);
             exit(1);
         }
     }
@@ -210,8 +213,9 @@ static void test_bf16(void) {
         float x = f32_from_bits(u);
         uint16_t got = ferry_bf16_from_f32(x);
         if (isnan(x)) {
-            if (!bf16_is_nan(got)) {
-                fprintf(stderr, "bf16_from_f32(NaN bits 0x%08x) = 0x%04x\n", u, got);
+            if (!bf16_is_nan(got) || !bf16_is_quiet_nan(got)) {
+                fprintf(stderr, "bf16_from_f32(NaN bits 0x%08x) = 0x%04x, not a quiet NaN\n", u,
+                        got);
                 exit(1);
             }
             continue;

@@ -1,0 +1,400 @@
+/* Layout builders against independent reference constructions: each test
+ * materialises a rank's buffer from the pieces (element ids of the logical
+ * tensors) and compares it with the buffer built the way Megatron or vLLM
+ * builds it from the Hugging Face tensors. */
+#include <stdint.h>
+
+#include "check.h"
+
+#define PAD (-1)
+
+static ferry_ctx_t *ctx;
+
+static ferry_model_t *model(const char *json) {
+    ferry_model_t *m = NULL;
+    CHECK_OK(ferry_model_from_hf_config(ctx, "tiny", json, strlen(json), NULL, &m), ferry_ctx_error(ctx));
+    return m;
+}
+
+/* id of element (row, col) of a tensor: distinct across tensors */
+static int64_t eid(const ferry_model_t *m, const char *tensor, int64_t row, int64_t col) {
+    uint32_t t;
+    if (!ferry_model_find(m, tensor, &t)) {
+        fprintf(stderr, "no tensor %s\n", tensor);
+        exit(1);
+    }
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(m, t, &ti);
+    int64_t cols = ti.ndim > 1 ? ti.shape[1] : 1;
+    CHECK(row < ti.shape[0] && col < cols);
+    return ((int64_t)t << 32) | (row * cols + col);
+}
+
+/* The buffer's element slots filled with element ids (PAD where no piece writes). */
+static int64_t *materialise(const ferry_layout_t *l, uint32_t rank, const char *buffer, size_t *n) {
+    const ferry_model_t *m = ferry_layout_model(l);
+    uint32_t b = UINT32_MAX;
+    ferry_buffer_info_t bi;
+    for (uint32_t i = 0; i < ferry_layout_buffer_count(l); i++) {
+        ferry_layout_buffer(l, i, &bi);
+        if (bi.rank == rank && strcmp(bi.name, buffer) == 0) {
+            b = i;
+            break;
+        }
+    }
+    if (b == UINT32_MAX) {
+        fprintf(stderr, "rank %u has no buffer %s\n", rank, buffer);
+        exit(1);
+    }
+    ferry_layout_buffer(l, b, &bi);
+    size_t esz = 2; /* every tensor in these tests is BF16 */
+    *n = bi.size / esz;
+    int64_t *slots = malloc(*n * sizeof *slots);
+    CHECK(slots);
+    for (size_t i = 0; i < *n; i++) slots[i] = PAD;
+    size_t first, count;
+    ferry_layout_rank_pieces(l, rank, &first, &count);
+    for (size_t i = first; i < first + count; i++) {
+        const ferry_piece_t *p = &ferry_layout_pieces(l)[i];
+        if (p->buffer != b) continue;
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(m, p->tensor, &ti);
+        CHECK(ti.dtype == FERRY_DTYPE_BF16 && p->byte_offset % esz == 0);
+        int64_t cols = ti.ndim > 1 ? ti.shape[1] : 1;
+        int64_t ec = ti.ndim > 1 ? p->box.extent[1] : 1, oc = ti.ndim > 1 ? p->box.offset[1] : 0;
+        for (int64_t r = 0; r < p->box.extent[0]; r++)
+            for (int64_t c = 0; c < ec; c++) {
+                size_t slot = p->byte_offset / esz + (size_t)(r * p->strides[0] + (ti.ndim > 1 ? c * p->strides[1] : 0));
+                CHECK(slot < *n && slots[slot] == PAD);
+                slots[slot] = ((int64_t)p->tensor << 32) | ((p->box.offset[0] + r) * cols + oc + c);
+            }
+    }
+    return slots;
+}
+
+static void expect_buffer(const ferry_layout_t *l, uint32_t rank, const char *buffer, const int64_t *want,
+                          size_t nwant) {
+    size_t n;
+    int64_t *got = materialise(l, rank, buffer, &n);
+    if (n != nwant) {
+        fprintf(stderr, "rank %u %s: %zu slots, expected %zu\n", rank, buffer, n, nwant);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] != want[i]) {
+            fprintf(stderr, "rank %u %s: slot %zu holds %llx, expected %llx\n", rank, buffer, i,
+                    (unsigned long long)got[i], (unsigned long long)want[i]);
+            exit(1);
+        }
+    }
+    free(got);
+}
+
+/* llama-like: 4 heads, 2 KV heads, head_dim 2, hidden 4, intermediate 8, vocab 10 */
+static const char *tiny_dense =
+    "{\"model_type\":\"qwen3\",\"hidden_size\":4,\"num_hidden_layers\":4,\"num_attention_heads\":4,"
+    "\"num_key_value_heads\":2,\"head_dim\":2,\"vocab_size\":10,\"intermediate_size\":8,"
+    "\"tie_word_embeddings\":true}";
+
+static void test_train_dense(void) {
+    ferry_model_t *m = model(tiny_dense);
+    ferry_layout_t *l = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=2,pp=2,vocab_multiple=4");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    int64_t want[64];
+    /* Megatron fused QKV: q_proj.view(kv=2, qpg*d=4, H), k/v.view(2, 2, H);
+     * group g = [q[g]; k[g]; v[g]], groups split over TP (rank r holds group r) */
+    for (uint32_t r = 0; r < 2; r++) {
+        size_t n = 0;
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.self_attn.q_proj.weight", r * 4 + i, c);
+        for (int64_t i = 0; i < 2; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.self_attn.k_proj.weight", r * 2 + i, c);
+        for (int64_t i = 0; i < 2; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.self_attn.v_proj.weight", r * 2 + i, c);
+        expect_buffer(l, r, "decoder.layers.0.self_attention.linear_qkv.weight", want, n);
+        /* fused fc1: [gate rows of rank; up rows of rank] */
+        n = 0;
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.mlp.gate_proj.weight", r * 4 + i, c);
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.mlp.up_proj.weight", r * 4 + i, c);
+        expect_buffer(l, r, "decoder.layers.0.mlp.linear_fc1.weight", want, n);
+        /* row-parallel o_proj: columns [r*4, r*4+4) */
+        n = 0;
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.self_attn.o_proj.weight", i, r * 4 + c);
+        expect_buffer(l, r, "decoder.layers.0.self_attention.linear_proj.weight", want, n);
+        /* vocab 10 padded to a multiple of 4*tp = 8 -> 16 rows, 8 per rank; rank 1 has
+         * rows 8, 9 and 6 padding rows */
+        n = 0;
+        for (int64_t i = 0; i < 8; i++)
+            for (int64_t c = 0; c < 4; c++)
+                want[n++] = r * 8 + i < 10 ? eid(m, "model.embed_tokens.weight", r * 8 + i, c) : PAD;
+        expect_buffer(l, r, "embedding.word_embeddings.weight", want, n);
+        /* tied embeddings with pp > 1: the last stage keeps its own copy as output layer */
+        expect_buffer(l, 2 + r, "output_layer.weight", want, n);
+    }
+    /* stage 0 holds layers 0-1, stage 1 layers 2-3 and the final norm */
+    ferry_rank_info_t ri;
+    CHECK(ferry_layout_rank_info(l, 2, &ri));
+    CHECK_EQ_INT(ri.pp, 1);
+    CHECK_EQ_INT(ri.first_layer, 2);
+    CHECK_EQ_INT(ri.num_layers, 2);
+    size_t n;
+    free(materialise(l, 3, "decoder.layers.3.self_attention.k_layernorm.weight", &n));
+    free(materialise(l, 3, "decoder.final_layernorm.weight", &n));
+    ferry_layout_destroy(l);
+
+    /* VPP: chunk c = v*pp + stage holds layers [c, c+1): stage 0 has layers 0 and 2 */
+    l = test_layout(ctx, m, FERRY_SIDE_TRAIN, "pp=2,vpp=2");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    free(materialise(l, 0, "decoder.layers.2.mlp.linear_fc2.weight", &n));
+    free(materialise(l, 1, "decoder.layers.3.mlp.linear_fc2.weight", &n));
+    CHECK(ferry_layout_rank_info(l, 0, &ri) && ri.num_layers == 2);
+    ferry_layout_destroy(l);
+
+    /* uneven pipeline: pp_layers=1+3 */
+    l = test_layout(ctx, m, FERRY_SIDE_TRAIN, "pp=2,pp_layers=1+3");
+    CHECK(ferry_layout_rank_info(l, 1, &ri) && ri.num_layers == 3 && ri.first_layer == 1);
+    free(materialise(l, 1, "decoder.layers.1.mlp.linear_fc2.weight", &n));
+    ferry_layout_destroy(l);
+
+    /* flat buffers: one buffer per rank, each parameter 256-byte aligned, same contents */
+    ferry_layout_t *per = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=2");
+    ferry_layout_t *flat = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=2,buffers=flat");
+    CHECK_OK(ferry_layout_validate(flat, NULL), ferry_layout_error(flat));
+    CHECK_EQ_INT(ferry_layout_buffer_count(flat), 2);
+    CHECK_EQ_INT(ferry_layout_piece_count(flat), ferry_layout_piece_count(per));
+    for (size_t i = 0; i < ferry_layout_piece_count(flat); i++) {
+        const ferry_piece_t *a = &ferry_layout_pieces(per)[i], *b = &ferry_layout_pieces(flat)[i];
+        CHECK(a->tensor == b->tensor && ferry_box_equal(&a->box, &b->box));
+        CHECK(memcmp(a->strides, b->strides, sizeof a->strides) == 0);
+        CHECK(b->byte_offset >= a->byte_offset);
+    }
+    ferry_layout_destroy(per);
+    ferry_layout_destroy(flat);
+    ferry_model_destroy(m);
+}
+
+/* 4 experts, hidden 4, moe intermediate 4 */
+static const char *tiny_moe =
+    "{\"model_type\":\"qwen3_moe\",\"hidden_size\":4,\"num_hidden_layers\":2,\"num_attention_heads\":2,"
+    "\"num_key_value_heads\":2,\"head_dim\":2,\"vocab_size\":16,\"intermediate_size\":8,"
+    "\"num_experts\":4,\"num_experts_per_tok\":2,\"moe_intermediate_size\":4}";
+
+static void test_train_experts(void) {
+    ferry_model_t *m = model(tiny_moe);
+    int64_t want[256];
+    char name[128];
+    /* ep=2 over tp=2: rank r holds experts 2r, 2r+1; fc1 [E_local, 2I, H] = gate then up */
+    ferry_layout_t *l = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=2,ep=2");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    for (uint32_t r = 0; r < 2; r++) {
+        size_t n = 0;
+        for (int64_t j = 0; j < 2; j++) {
+            int e = (int)(2 * r + j);
+            for (int part = 0; part < 2; part++) {
+                snprintf(name, sizeof name, "model.layers.1.mlp.experts.%d.%s_proj.weight", e, part ? "up" : "gate");
+                for (int64_t i = 0; i < 4; i++)
+                    for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, name, i, c);
+            }
+        }
+        expect_buffer(l, r, "decoder.layers.1.mlp.experts.linear_fc1.weight", want, n);
+        n = 0;
+        for (int64_t j = 0; j < 2; j++) {
+            snprintf(name, sizeof name, "model.layers.1.mlp.experts.%d.down_proj.weight", (int)(2 * r + j));
+            for (int64_t h = 0; h < 4; h++)
+                for (int64_t i = 0; i < 4; i++) want[n++] = eid(m, name, h, i);
+        }
+        expect_buffer(l, r, "decoder.layers.1.mlp.experts.linear_fc2.weight", want, n);
+    }
+    ferry_layout_destroy(l);
+
+    /* legacy GroupedMLP, etp=2: weight1 [H, E*2I'] with element (h, j*2I' + i) =
+     * gate_j[i0 + i][h] (then up), weight2 [E*I', H] with (j*I' + i, h) = down_j[h][i0 + i] */
+    l = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=2,etp=2,experts=grouped_t");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    for (uint32_t r = 0; r < 2; r++) {
+        size_t n = 0;
+        for (int64_t h = 0; h < 4; h++)
+            for (int64_t j = 0; j < 4; j++)
+                for (int part = 0; part < 2; part++)
+                    for (int64_t i = 0; i < 2; i++) {
+                        snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.%s_proj.weight", (int)j,
+                                 part ? "up" : "gate");
+                        want[n++] = eid(m, name, r * 2 + i, h);
+                    }
+        expect_buffer(l, r, "decoder.layers.0.mlp.experts.weight1", want, n);
+        n = 0;
+        for (int64_t j = 0; j < 4; j++)
+            for (int64_t i = 0; i < 2; i++)
+                for (int64_t h = 0; h < 4; h++) {
+                    snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.down_proj.weight", (int)j);
+                    want[n++] = eid(m, name, h, r * 2 + i);
+                }
+        expect_buffer(l, r, "decoder.layers.0.mlp.experts.weight2", want, n);
+    }
+    ferry_layout_destroy(l);
+    ferry_model_destroy(m);
+}
+
+static void test_infer(void) {
+    int64_t want[256];
+    char name[128];
+    /* vLLM qkv_proj [q; k; v] per rank; tp=4 > 2 KV heads: rank r holds KV head r/2 */
+    ferry_model_t *m = model(tiny_dense);
+    ferry_layout_t *l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=4,vocab_multiple=1");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    for (uint32_t r = 0; r < 4; r++) {
+        size_t n = 0;
+        for (int64_t i = 0; i < 2; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.1.self_attn.q_proj.weight", r * 2 + i, c);
+        for (int64_t i = 0; i < 2; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.1.self_attn.k_proj.weight", (r / 2) * 2 + i, c);
+        for (int64_t i = 0; i < 2; i++)
+            for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.1.self_attn.v_proj.weight", (r / 2) * 2 + i, c);
+        expect_buffer(l, r, "model.layers.1.self_attn.qkv_proj.weight", want, n);
+        n = 0;
+        for (int part = 0; part < 2; part++)
+            for (int64_t i = 0; i < 2; i++)
+                for (int64_t c = 0; c < 4; c++)
+                    want[n++] = eid(m, part ? "model.layers.1.mlp.up_proj.weight" : "model.layers.1.mlp.gate_proj.weight",
+                                    r * 2 + i, c);
+        expect_buffer(l, r, "model.layers.1.mlp.gate_up_proj.weight", want, n);
+    }
+    ferry_layout_destroy(l);
+
+    /* DP attention: tp=4, dp=2 -> attention over 2 ranks, replicated; MLP over 4.
+     * Tied embeddings split 2 ways for attention groups, LM head 4 ways. */
+    l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=4,dp=2,vocab_multiple=1");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    size_t n0, n2;
+    int64_t *a0 = materialise(l, 0, "model.layers.0.self_attn.qkv_proj.weight", &n0);
+    int64_t *a2 = materialise(l, 2, "model.layers.0.self_attn.qkv_proj.weight", &n2);
+    CHECK(n0 == n2 && memcmp(a0, a2, n0 * sizeof *a0) == 0);
+    free(a0);
+    free(a2);
+    size_t n = 0;
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t c = 0; c < 4; c++) want[n++] = 3 + i < 10 ? eid(m, "model.embed_tokens.weight", 3 + i, c) : PAD;
+    expect_buffer(l, 1, "lm_head.weight", want, n);
+    ferry_layout_destroy(l);
+
+    /* transposed storage: o_proj [4, 4] per rank stored [cols, rows]; tp=2 -> rank 1 has
+     * columns [4, 8); qkv_proj [8, 4] is stored [4, 8] */
+    l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2,transpose=*proj*");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    n = 0;
+    for (int64_t c = 0; c < 4; c++)
+        for (int64_t row = 0; row < 4; row++) want[n++] = eid(m, "model.layers.0.self_attn.o_proj.weight", row, 4 + c);
+    expect_buffer(l, 1, "model.layers.0.self_attn.o_proj.weight", want, n);
+    ferry_buffer_info_t bi;
+    for (uint32_t b = 0; b < ferry_layout_buffer_count(l); b++) {
+        ferry_layout_buffer(l, b, &bi);
+        if (!strcmp(bi.name, "model.layers.0.self_attn.qkv_proj.weight")) CHECK(bi.shape[0] == 4 && bi.shape[1] == 8);
+    }
+    ferry_layout_destroy(l);
+    ferry_model_destroy(m);
+
+    /* FusedMoE: ep=2 over tp=2 -> w13 [2 experts, 2I, H]; ep=1 -> all experts, I/2 each */
+    m = model(tiny_moe);
+    l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2,ep=1");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    n = 0;
+    for (int64_t e = 0; e < 4; e++)
+        for (int64_t h = 0; h < 4; h++)
+            for (int64_t i = 0; i < 2; i++) {
+                snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.down_proj.weight", (int)e);
+                want[n++] = eid(m, name, h, 2 + i);
+            }
+    expect_buffer(l, 1, "model.layers.0.mlp.experts.w2_weight", want, n);
+    ferry_layout_destroy(l);
+    l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2,ep=2");
+    n = 0;
+    for (int64_t e = 2; e < 4; e++)
+        for (int part = 0; part < 2; part++)
+            for (int64_t i = 0; i < 4; i++)
+                for (int64_t c = 0; c < 4; c++) {
+                    snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.%s_proj.weight", (int)e, part ? "up" : "gate");
+                    want[n++] = eid(m, name, i, c);
+                }
+    expect_buffer(l, 1, "model.layers.0.mlp.experts.w13_weight", want, n);
+    ferry_layout_destroy(l);
+    ferry_model_destroy(m);
+
+    /* MLA: fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa], replicated */
+    m = model("{\"model_type\":\"deepseek_v3\",\"hidden_size\":4,\"num_hidden_layers\":1,"
+              "\"num_attention_heads\":2,\"vocab_size\":8,\"intermediate_size\":4,\"q_lora_rank\":3,"
+              "\"kv_lora_rank\":2,\"qk_nope_head_dim\":2,\"qk_rope_head_dim\":1,\"v_head_dim\":2}");
+    l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    n = 0;
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.self_attn.q_a_proj.weight", i, c);
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t c = 0; c < 4; c++) want[n++] = eid(m, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", i, c);
+    expect_buffer(l, 1, "model.layers.0.self_attn.fused_qkv_a_proj.weight", want, n);
+    /* kv_b_proj per head [nope; v] = 4 rows per head; rank 1 holds head 1 */
+    n = 0;
+    for (int64_t i = 0; i < 4; i++)
+        for (int64_t c = 0; c < 2; c++) want[n++] = eid(m, "model.layers.0.self_attn.kv_b_proj.weight", 4 + i, c);
+    expect_buffer(l, 1, "model.layers.0.self_attn.kv_b_proj.weight", want, n);
+    ferry_layout_destroy(l);
+    ferry_model_destroy(m);
+}
+
+static void expect_refused(const char *json, ferry_side_t side, const char *spec, ferry_status_t want,
+                           const char *needle) {
+    ferry_model_t *m = model(json);
+    ferry_parallel_t p;
+    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
+    ferry_layout_t *l = NULL;
+    CHECK_FAILS(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), want, ferry_ctx_error(ctx), needle);
+    CHECK(l == NULL);
+    ferry_model_destroy(m);
+}
+
+static void test_errors(void) {
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "tp=3", FERRY_ERR_INVALID_CONFIG,
+                   "num_attention_heads = 4 is not divisible by tp = 3");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "tp=4", FERRY_ERR_INVALID_CONFIG,
+                   "num_key_value_heads = 2 is not divisible by tp = 4");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "pp=3", FERRY_ERR_INVALID_CONFIG,
+                   "num_hidden_layers = 4 is not divisible by pp*vpp = 3");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "pp=2,pp_layers=1+1", FERRY_ERR_INVALID_CONFIG,
+                   "pp_layers adds up to 2 layers");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "pp=2,pp_layers=1+1+2", FERRY_ERR_INVALID_CONFIG,
+                   "pp_layers lists 3 stages but pp = 2");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "pp=2,vpp=2,pp_first=1", FERRY_ERR_UNSUPPORTED,
+                   "uneven pipeline split");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "vpp=2", FERRY_ERR_INVALID_CONFIG, "vpp=2 needs pp > 1");
+    expect_refused(tiny_dense, FERRY_SIDE_TRAIN, "ep=2,dp=2", FERRY_ERR_INVALID_CONFIG, "has no experts");
+    expect_refused(tiny_dense, FERRY_SIDE_INFER, "tp=4,dp=3", FERRY_ERR_INVALID_CONFIG,
+                   "tp = 4 is not divisible by dp");
+    expect_refused(tiny_dense, FERRY_SIDE_INFER, "tp=3", FERRY_ERR_INVALID_CONFIG, "num_attention_heads");
+    expect_refused(tiny_moe, FERRY_SIDE_TRAIN, "ep=4", FERRY_ERR_INVALID_CONFIG,
+                   "tp*cp*dp = 1 is not divisible by ep*etp = 4");
+    expect_refused(tiny_moe, FERRY_SIDE_INFER, "tp=2,ep=3", FERRY_ERR_INVALID_CONFIG, "tp = 2 is not divisible by ep = 3");
+    /* a hand-made spec has no architecture to build from */
+    ferry_model_t *custom = NULL;
+    CHECK_OK(ferry_model_create(ctx, "custom", &custom), ferry_ctx_error(ctx));
+    ferry_parallel_t p = ferry_parallel_defaults(FERRY_SIDE_TRAIN);
+    ferry_layout_t *l = NULL;
+    CHECK_FAILS(ferry_layout_build(ctx, custom, &p, FERRY_ALL_RANKS, &l), FERRY_ERR_UNSUPPORTED,
+                ferry_ctx_error(ctx), "tensor by tensor");
+    ferry_model_destroy(custom);
+    ferry_model_t *m = model(tiny_dense);
+    CHECK_FAILS(ferry_layout_build(ctx, m, &p, 1, &l), FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(ctx),
+                "rank 1 is outside the world of 1 ranks");
+    ferry_model_destroy(m);
+}
+
+int main(void) {
+    ctx = test_ctx();
+    test_train_dense();
+    test_train_experts();
+    test_infer();
+    test_errors();
+    ferry_ctx_destroy(ctx);
+    return 0;
+}
