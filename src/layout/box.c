@@ -3,6 +3,13 @@
 
 #include "ferry/layout.h"
 
+/* offset + extent without signed overflow: boxes may come from untrusted input */
+static int64_t box_end(int64_t offset, int64_t extent) {
+    int64_t end;
+    if (__builtin_add_overflow(offset, extent, &end)) return extent > 0 ? INT64_MAX : INT64_MIN;
+    return end;
+}
+
 int64_t ferry_box_numel(const ferry_box_t *box) {
     int64_t n = 1;
     for (uint32_t d = 0; d < box->ndim && d < FERRY_MAX_DIMS; d++) {
@@ -19,7 +26,7 @@ bool ferry_box_intersect(const ferry_box_t *a, const ferry_box_t *b, ferry_box_t
     r.ndim = a->ndim;
     for (uint32_t d = 0; d < a->ndim; d++) {
         int64_t lo = a->offset[d] > b->offset[d] ? a->offset[d] : b->offset[d];
-        int64_t ea = a->offset[d] + a->extent[d], eb = b->offset[d] + b->extent[d];
+        int64_t ea = box_end(a->offset[d], a->extent[d]), eb = box_end(b->offset[d], b->extent[d]);
         int64_t hi = ea < eb ? ea : eb;
         if (hi <= lo) return false;
         r.offset[d] = lo;
@@ -34,7 +41,8 @@ bool ferry_box_contains(const ferry_box_t *outer, const ferry_box_t *inner) {
     if (ferry_box_numel(inner) == 0) return true;
     for (uint32_t d = 0; d < outer->ndim; d++) {
         if (inner->offset[d] < outer->offset[d]) return false;
-        if (inner->offset[d] + inner->extent[d] > outer->offset[d] + outer->extent[d]) return false;
+        if (box_end(inner->offset[d], inner->extent[d]) > box_end(outer->offset[d], outer->extent[d]))
+            return false;
     }
     return true;
 }
@@ -62,7 +70,7 @@ int ferry_box_format(const ferry_box_t *box, char *buf, size_t size) {
     used = (size_t)n < size ? (size_t)n : size;
     for (uint32_t d = 0; d < box->ndim && d < FERRY_MAX_DIMS; d++) {
         n = snprintf(buf + used, size - used, "%s%lld:%lld", d ? ", " : "",
-                     (long long)box->offset[d], (long long)(box->offset[d] + box->extent[d]));
+                     (long long)box->offset[d], (long long)box_end(box->offset[d], box->extent[d]));
         total += n;
         used = used + (size_t)n < size ? used + (size_t)n : size;
     }

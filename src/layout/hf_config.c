@@ -226,6 +226,12 @@ bool ferry_arch_layer_is_moe(const ferry_arch_t *a, int64_t l) {
 ferry_status_t ferry_arch_from_hf_config(const char *json, size_t len,
                                          const ferry_model_options_t *opts, ferry_arch_t *out,
                                          ferry_errbuf_t *err) {
+    /* JSON text never holds a raw NUL; refuse it rather than let the parser
+     * see a shorter document than the caller passed */
+    const char *nul = memchr(json, '\0', len);
+    if (nul)
+        return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "config.json: NUL byte at offset %zu",
+                          (size_t)(nul - json));
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)

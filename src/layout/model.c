@@ -25,7 +25,7 @@ static ferry_status_t model_new(ferry_ctx_t *ctx, const char *name, ferry_model_
 
 ferry_status_t ferry_model_create(ferry_ctx_t *ctx, const char *name, ferry_model_t **out) {
     ferry_model_t *m;
-    ferry_status_t st = model_new(ctx, name, &m);
+    ferry_status_t st = model_new(ctx, name, out ? &m : NULL);
     if (st != FERRY_OK) return st;
     m->arch.family = FERRY_FAMILY_CUSTOM;
     m->arch.dtype = FERRY_DTYPE_BF16;
@@ -36,7 +36,7 @@ ferry_status_t ferry_model_create(ferry_ctx_t *ctx, const char *name, ferry_mode
 ferry_status_t ferry_model_create_arch(ferry_ctx_t *ctx, const char *name, const ferry_arch_t *arch,
                                        ferry_model_t **out) {
     ferry_model_t *m;
-    ferry_status_t st = model_new(ctx, name, &m);
+    ferry_status_t st = model_new(ctx, name, out ? &m : NULL);
     if (st != FERRY_OK) return st;
     m->arch = *arch;
     *out = m;

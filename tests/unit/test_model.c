@@ -897,7 +897,21 @@ static void test_custom(ferry_ctx_t *ctx) {
     m = NULL;
     CHECK(ferry_model_create(ctx, NULL, &m) == FERRY_ERR_INVALID_ARGUMENT);
     CHECK(m == NULL);
-    CHECK(ferry_model_create(ctx, "x", NULL) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_model_add_tensor(NULL, "x", FERRY_DTYPE_BF16, 1, s5, NULL) ==
+          FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(strcmp(ferry_model_error(NULL), "") == 0);
+}
+
+/* Runs last: a failure here crashes (UBSan aborts on the NULL store). */
+static void test_create_null_out(ferry_ctx_t *ctx) {
+    // BUG: in the committed library (HEAD b29bde8) ferry_model_create(ctx, "x",
+    // NULL) stores through the NULL out pointer (src/layout/model.c,
+    // ferry_model_create: `*out = m;`; model_new only checked its own, never
+    // NULL, out) and leaks the spec; UBSan: "model.c:32:10: runtime error:
+    // store to null pointer". Expected FERRY_ERR_INVALID_ARGUMENT with a detail
+    // naming "out", as ferry_model_from_hf_config does.
+    CHECK_FAILS(ferry_model_create(ctx, "x", NULL), FERRY_ERR_INVALID_ARGUMENT,
+                ferry_ctx_error(ctx), "out");
 }
 
 static void test_missing_file(ferry_ctx_t *ctx) {
@@ -933,6 +947,7 @@ int main(void) {
     test_dtypes(ctx);
     test_custom(ctx);
     test_missing_file(ctx);
+    test_create_null_out(ctx);
     ferry_ctx_destroy(ctx);
     return 0;
 }
