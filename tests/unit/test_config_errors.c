@@ -155,7 +155,7 @@ static const bad_case_t cases[] = {
      J("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
        "\"num_attention_heads\": 4, \"vocab_size\": 1000}"),
      FERRY_ERR_INVALID_CONFIG, "intermediate_size"},
-    // BUG (latent; this GCC build cannot see it): get_int in
+    // BUG: latent (this GCC build cannot see it): get_int in
     // src/layout/hf_config.c evaluates `json_real_value(v) ==
     // (double)(int64_t)json_real_value(v)` before its +-9e15 range check, so
     // 1e30, -1e30 and 1e19 are converted to int64_t out of range, which is
@@ -440,7 +440,7 @@ static void test_truncations(ferry_ctx_t *ctx, const char *file, uint32_t want_t
     free(text);
 }
 
-// BUG (see nul_bug_cases): the full text with any one byte replaced by NUL
+// BUG: (see nul_bug_cases) the full text with any one byte replaced by NUL
 // must never load; the length says where input ends, and a NUL inside is not
 // a terminator. The committed library accepts it where the NUL lands right
 // after a number.
