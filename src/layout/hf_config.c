@@ -34,8 +34,9 @@ static ferry_status_t get_int(cfg_t *c, const char *key, bool required, int64_t 
     int64_t x;
     if (json_is_integer(v)) {
         x = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v) &&
-               json_real_value(v) >= -9e15 && json_real_value(v) <= 9e15) {
+    } else if (json_is_real(v) && json_real_value(v) >= -9e15 && json_real_value(v) <= 9e15 &&
+               json_real_value(v) == (double)(int64_t)json_real_value(v)) {
+        /* range first: converting an out-of-range double to int64 is undefined */
         x = (int64_t)json_real_value(v); /* 4096.0 is accepted as 4096 */
     } else {
         return ferry_fail(c->err, FERRY_ERR_INVALID_CONFIG,

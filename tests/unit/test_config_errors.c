@@ -155,8 +155,8 @@ static const bad_case_t cases[] = {
      J("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
        "\"num_attention_heads\": 4, \"vocab_size\": 1000}"),
      FERRY_ERR_INVALID_CONFIG, "intermediate_size"},
-    // BUG: latent (this GCC build cannot see it): get_int in
-    // src/layout/hf_config.c evaluates `json_real_value(v) ==
+    // Regression (fixed; GCC's UBSan cannot see it): get_int in
+    // src/layout/hf_config.c evaluated `json_real_value(v) ==
     // (double)(int64_t)json_real_value(v)` before its +-9e15 range check, so
     // 1e30, -1e30 and 1e19 are converted to int64_t out of range, which is
     // undefined behaviour. clang -fsanitize=float-cast-overflow reports
@@ -281,7 +281,7 @@ static const bad_case_t cases[] = {
      "topk_method"},
 };
 
-// BUG: in the committed library (HEAD b29bde8) a raw NUL byte right after a
+// Regression (fixed): before the fix, a raw NUL byte right after a
 // number or a true/false/null literal is silently skipped, so invalid JSON is
 // accepted and, where the NUL replaces a number's last digit, the value
 // silently changes: qwen3-0.6b.json with byte 155 (the last digit of
@@ -440,7 +440,7 @@ static void test_truncations(ferry_ctx_t *ctx, const char *file, uint32_t want_t
     free(text);
 }
 
-// BUG: (see nul_bug_cases) the full text with any one byte replaced by NUL
+// Regression (see nul_bug_cases): the full text with any one byte replaced by NUL
 // must never load; the length says where input ends, and a NUL inside is not
 // a terminator. The committed library accepts it where the NUL lands right
 // after a number.

@@ -904,7 +904,7 @@ static void test_custom(ferry_ctx_t *ctx) {
 
 /* Runs last: a failure here crashes (UBSan aborts on the NULL store). */
 static void test_create_null_out(ferry_ctx_t *ctx) {
-    // BUG: in the committed library (HEAD b29bde8) ferry_model_create(ctx, "x",
+    // Regression (fixed): before the fix, ferry_model_create(ctx, "x",
     // NULL) stores through the NULL out pointer (src/layout/model.c,
     // ferry_model_create: `*out = m;`; model_new only checked its own, never
     // NULL, out) and leaks the spec; UBSan: "model.c:32:10: runtime error:
