@@ -31,13 +31,14 @@ int cmd_info(int argc, char **argv) {
         ferry_ctx_destroy(ctx);
         return CLI_OK;
     }
-    printf("%-18s %-12s %-8s %s\n", "variable", "value", "from", "meaning");
+    printf("FERRY_* environment variables (value in force, and where it came from):\n");
     for (size_t i = 0; i < ferry_config_var_count(); i++) {
         const ferry_config_var_t *v = ferry_config_var(i);
         int from_env = 0;
         const char *val = ferry_ctx_config_value(ctx, v->name, &from_env);
-        printf("%-18s %-12s %-8s %s\n", v->name, val, from_env ? "env" : "default", v->description);
-        printf("%-18s %-12s %-8s (type %s, default %s)\n", "", "", "", v->type, v->default_value);
+        printf("\n  %s=%s  (%s)\n", v->name, val, from_env ? "from the environment" : "default");
+        printf("      %s\n", v->description);
+        printf("      type %s; default %s\n", v->type, v->default_value);
     }
     ferry_ctx_destroy(ctx);
     return CLI_OK;
