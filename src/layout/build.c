@@ -180,6 +180,37 @@ void place_whole(builder_t *b, const param_t *q, uint32_t t) {
     place(b, q, t, &box, origin, map);
 }
 
+void emit_replicated(builder_t *b, const char *buffer, const char *tensor) {
+    uint32_t ti = build_tensor(b, "%s", tensor);
+    if (b->st != FERRY_OK) return;
+    const model_tensor_t *mt = &b->m->tensors[ti];
+    param_t q = param_open(b, mt->dtype, mt->ndim, mt->shape[0], mt->ndim > 1 ? mt->shape[1] : 0, 0,
+                           "%s", buffer);
+    place_whole(b, &q, ti);
+}
+
+void emit_split_rows(builder_t *b, const char *buffer, const char *tensor, int64_t rows_total,
+                     int64_t cols, uint32_t split, uint32_t index) {
+    int64_t n = rows_total / split;
+    param_t q = param_open(b, b->a->dtype, cols ? 2 : 1, n, cols, 0, "%s", buffer);
+    place_rows(b, &q, build_tensor(b, "%s", tensor), (int64_t)index * n, n, 0, 0);
+}
+
+void emit_split_cols(builder_t *b, const char *buffer, const char *tensor, int64_t rows,
+                     int64_t cols_total, uint32_t split, uint32_t index) {
+    int64_t n = cols_total / split;
+    param_t q = param_open(b, b->a->dtype, 2, rows, n, 0, "%s", buffer);
+    place_cols(b, &q, build_tensor(b, "%s", tensor), (int64_t)index * n, n, 0, 0);
+}
+
+void emit_vocab_shard(builder_t *b, const char *buffer, const char *tensor, int64_t rows,
+                      uint32_t index) {
+    int64_t v = b->a->vocab_size, r0 = (int64_t)index * rows;
+    int64_t n = r0 + rows <= v ? rows : v - r0;
+    param_t q = param_open(b, b->a->dtype, 2, rows, b->a->hidden_size, 0, "%s", buffer);
+    place_rows(b, &q, build_tensor(b, "%s", tensor), r0, n, 0, 0);
+}
+
 ferry_status_t ferry_layout_build(ferry_ctx_t *ctx, const ferry_model_t *model,
                                   const ferry_parallel_t *parallel, uint32_t rank,
                                   ferry_layout_t **out) {

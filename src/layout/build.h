@@ -62,6 +62,19 @@ void place_cols(builder_t *b, const param_t *q, uint32_t t, int64_t col0, int64_
 /* the whole tensor t as the whole param (a replicated parameter). */
 void place_whole(builder_t *b, const param_t *q, uint32_t t);
 
+/* Parameters made of one tensor:
+ * a replicated copy of the whole tensor; */
+void emit_replicated(builder_t *b, const char *buffer, const char *tensor);
+/* rows [index*n, (index+1)*n) of a [rows_total, cols] tensor (cols 0: 1-d), n = rows_total/split; */
+void emit_split_rows(builder_t *b, const char *buffer, const char *tensor, int64_t rows_total,
+                     int64_t cols, uint32_t split, uint32_t index);
+/* columns [index*n, (index+1)*n) of a [rows, cols_total] tensor, n = cols_total/split; */
+void emit_split_cols(builder_t *b, const char *buffer, const char *tensor, int64_t rows,
+                     int64_t cols_total, uint32_t split, uint32_t index);
+/* a vocabulary shard of `rows` padded rows starting at index*rows; padding rows hold nothing. */
+void emit_vocab_shard(builder_t *b, const char *buffer, const char *tensor, int64_t rows,
+                      uint32_t index);
+
 /* Records a configuration failure (first one sticks). */
 void build_fail(builder_t *b, ferry_status_t st, const char *fmt, ...) FERRY_PRINTF(3, 4);
 

@@ -28,40 +28,12 @@ static int64_t gcd64(int64_t a, int64_t b) {
     return a;
 }
 
+/* vocabulary split `split` ways, padded to a multiple of lcm(vocab_multiple, split) */
 static void emit_vocab(infer_t *t, const char *buffer, const char *tensor, uint32_t split,
                        uint32_t index) {
     builder_t *b = t->b;
     int64_t mult = b->p->vocab_multiple, lcm = mult / gcd64(mult, split) * split;
-    int64_t rows = round_up(b->a->vocab_size, lcm) / split, r0 = (int64_t)index * rows;
-    int64_t v = b->a->vocab_size, n = r0 + rows <= v ? rows : v - r0;
-    param_t q = param_open(b, b->a->dtype, 2, rows, b->a->hidden_size, 0, "%s", buffer);
-    place_rows(b, &q, build_tensor(b, "%s", tensor), r0, n, 0, 0);
-}
-
-static void emit_replicated(infer_t *t, const char *buffer, const char *tensor) {
-    builder_t *b = t->b;
-    uint32_t ti = build_tensor(b, "%s", tensor);
-    if (b->st != FERRY_OK) return;
-    const model_tensor_t *mt = &b->m->tensors[ti];
-    param_t q = param_open(b, mt->dtype, mt->ndim, mt->shape[0], mt->ndim > 1 ? mt->shape[1] : 0, 0,
-                           "%s", buffer);
-    place_whole(b, &q, ti);
-}
-
-static void emit_split_rows(infer_t *t, const char *buffer, const char *tensor, int64_t rows_total,
-                            int64_t cols, uint32_t split, uint32_t index) {
-    builder_t *b = t->b;
-    int64_t n = rows_total / split;
-    param_t q = param_open(b, b->a->dtype, cols ? 2 : 1, n, cols, 0, "%s", buffer);
-    place_rows(b, &q, build_tensor(b, "%s", tensor), (int64_t)index * n, n, 0, 0);
-}
-
-static void emit_split_cols(infer_t *t, const char *buffer, const char *tensor, int64_t rows,
-                            int64_t cols_total, uint32_t split, uint32_t index) {
-    builder_t *b = t->b;
-    int64_t n = cols_total / split;
-    param_t q = param_open(b, b->a->dtype, 2, rows, n, 0, "%s", buffer);
-    place_cols(b, &q, build_tensor(b, "%s", tensor), (int64_t)index * n, n, 0, 0);
+    emit_vocab_shard(b, buffer, tensor, round_up(b->a->vocab_size, lcm) / split, index);
 }
 
 static void emit_qkv(infer_t *t, const char *hf, const char *kind) {
@@ -101,10 +73,10 @@ static void emit_mlp(infer_t *t, const char *hf_mlp, int64_t inter, bool bias) {
     emit_gate_up(t, hf_mlp, inter, "weight");
     if (bias) emit_gate_up(t, hf_mlp, inter, "bias");
     snprintf(buf, sizeof buf, "%s.down_proj.weight", hf_mlp);
-    emit_split_cols(t, buf, buf, t->b->a->hidden_size, inter, t->b->p->tp, t->local);
+    emit_split_cols(t->b, buf, buf, t->b->a->hidden_size, inter, t->b->p->tp, t->local);
     if (bias) {
         snprintf(tn, sizeof tn, "%s.down_proj.bias", hf_mlp);
-        emit_replicated(t, tn, tn);
+        emit_replicated(t->b, tn, tn);
     }
 }
 
@@ -138,22 +110,22 @@ static void emit_mla(infer_t *t, const char *hf) {
         place_rows(b, &q, build_tensor(b, "%s.self_attn.kv_a_proj_with_mqa.weight", hf), 0, kva, 0,
                    a->q_lora_rank);
         snprintf(buf, sizeof buf, "%s.self_attn.q_a_layernorm.weight", hf);
-        emit_replicated(t, buf, buf);
+        emit_replicated(t->b, buf, buf);
         snprintf(buf, sizeof buf, "%s.self_attn.q_b_proj.weight", hf);
-        emit_split_rows(t, buf, buf, nh * qk, a->q_lora_rank, t->attn_tp, t->a_rank);
+        emit_split_rows(t->b, buf, buf, nh * qk, a->q_lora_rank, t->attn_tp, t->a_rank);
     } else {
         snprintf(buf, sizeof buf, "%s.self_attn.q_proj.weight", hf);
-        emit_split_rows(t, buf, buf, nh * qk, h, t->attn_tp, t->a_rank);
+        emit_split_rows(t->b, buf, buf, nh * qk, h, t->attn_tp, t->a_rank);
         snprintf(buf, sizeof buf, "%s.self_attn.kv_a_proj_with_mqa.weight", hf);
-        emit_replicated(t, buf, buf);
+        emit_replicated(t->b, buf, buf);
     }
     snprintf(buf, sizeof buf, "%s.self_attn.kv_a_layernorm.weight", hf);
-    emit_replicated(t, buf, buf);
+    emit_replicated(t->b, buf, buf);
     snprintf(buf, sizeof buf, "%s.self_attn.kv_b_proj.weight", hf);
-    emit_split_rows(t, buf, buf, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank,
+    emit_split_rows(t->b, buf, buf, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank,
                     t->attn_tp, t->a_rank);
     snprintf(buf, sizeof buf, "%s.self_attn.o_proj.weight", hf);
-    emit_split_cols(t, buf, buf, h, nh * a->v_head_dim, t->attn_tp, t->a_rank);
+    emit_split_cols(t->b, buf, buf, h, nh * a->v_head_dim, t->attn_tp, t->a_rank);
 }
 
 static void emit_layer(infer_t *t, int64_t l) {
@@ -162,7 +134,7 @@ static void emit_layer(infer_t *t, int64_t l) {
     char hf[64], buf[256];
     snprintf(hf, sizeof hf, "model.layers.%lld", (long long)l);
     snprintf(buf, sizeof buf, "%s.input_layernorm.weight", hf);
-    emit_replicated(t, buf, buf);
+    emit_replicated(t->b, buf, buf);
     if (a->family == FERRY_FAMILY_DEEPSEEK) {
         emit_mla(t, hf);
     } else {
@@ -170,19 +142,19 @@ static void emit_layer(infer_t *t, int64_t l) {
         if (a->qkv_bias) emit_qkv(t, hf, "bias");
         if (a->qk_norm) {
             snprintf(buf, sizeof buf, "%s.self_attn.q_norm.weight", hf);
-            emit_replicated(t, buf, buf);
+            emit_replicated(t->b, buf, buf);
             snprintf(buf, sizeof buf, "%s.self_attn.k_norm.weight", hf);
-            emit_replicated(t, buf, buf);
+            emit_replicated(t->b, buf, buf);
         }
         snprintf(buf, sizeof buf, "%s.self_attn.o_proj.weight", hf);
-        emit_split_cols(t, buf, buf, a->hidden_size, a->num_heads * a->head_dim, t->attn_tp, t->a_rank);
+        emit_split_cols(t->b, buf, buf, a->hidden_size, a->num_heads * a->head_dim, t->attn_tp, t->a_rank);
         if (a->o_bias) {
             snprintf(buf, sizeof buf, "%s.self_attn.o_proj.bias", hf);
-            emit_replicated(t, buf, buf);
+            emit_replicated(t->b, buf, buf);
         }
     }
     snprintf(buf, sizeof buf, "%s.post_attention_layernorm.weight", hf);
-    emit_replicated(t, buf, buf);
+    emit_replicated(t->b, buf, buf);
     char mlp[128];
     snprintf(mlp, sizeof mlp, "%s.mlp", hf);
     if (!ferry_arch_layer_is_moe(a, l)) {
@@ -190,10 +162,10 @@ static void emit_layer(infer_t *t, int64_t l) {
         return;
     }
     snprintf(buf, sizeof buf, "%s.mlp.gate.weight", hf);
-    emit_replicated(t, buf, buf);
+    emit_replicated(t->b, buf, buf);
     if (a->expert_bias) {
         snprintf(buf, sizeof buf, "%s.mlp.gate.e_score_correction_bias", hf);
-        emit_replicated(t, buf, buf);
+        emit_replicated(t->b, buf, buf);
     }
     emit_experts(t, hf);
     if (a->num_shared_experts) {
@@ -213,7 +185,7 @@ static void emit_mtp(infer_t *t, int64_t l) {
                                        "shared_head.norm.weight"};
     for (size_t i = 0; i < sizeof repl / sizeof repl[0]; i++) {
         snprintf(buf, sizeof buf, "model.layers.%lld.%s", (long long)l, repl[i]);
-        emit_replicated(t, buf, buf);
+        emit_replicated(t->b, buf, buf);
     }
     snprintf(buf, sizeof buf, "model.layers.%lld.shared_head.head.weight", (long long)l);
     emit_vocab(t, buf, buf, b->p->tp, t->local);
@@ -272,7 +244,7 @@ ferry_status_t build_infer(builder_t *b) {
         for (int64_t l = 0; l < a->num_layers && b->st == FERRY_OK; l++) emit_layer(&t, l);
         for (int64_t i = 0; i < a->num_mtp_layers && b->st == FERRY_OK; i++)
             emit_mtp(&t, a->num_layers + i);
-        emit_replicated(&t, "model.norm.weight", "model.norm.weight");
+        emit_replicated(b, "model.norm.weight", "model.norm.weight");
         /* tied embeddings share the embedding parameter, unless DP attention
          * splits the embedding differently from the LM head */
         if (!a->tie_embeddings)

@@ -21,40 +21,19 @@ typedef struct {
 } train_t;
 
 static void emit_vocab_parallel(train_t *t, const char *buffer, const char *tensor) {
-    builder_t *b = t->b;
-    int64_t v = b->a->vocab_size, rows = t->vocab_rows;
-    param_t q = param_open(b, b->a->dtype, 2, rows, b->a->hidden_size, 0, "%s", buffer);
-    int64_t r0 = (int64_t)t->c.tp * rows;
-    int64_t n = r0 + rows <= v ? rows : v - r0; /* padding rows hold nothing */
-    place_rows(b, &q, build_tensor(b, "%s", tensor), r0, n, 0, 0);
+    emit_vocab_shard(t->b, buffer, tensor, t->vocab_rows, t->c.tp);
 }
 
-static void emit_replicated(train_t *t, const char *buffer, const char *tensor) {
-    builder_t *b = t->b;
-    uint32_t ti = build_tensor(b, "%s", tensor);
-    if (b->st != FERRY_OK) return;
-    const model_tensor_t *mt = &b->m->tensors[ti];
-    param_t q = param_open(b, mt->dtype, mt->ndim, mt->shape[0], mt->ndim > 1 ? mt->shape[1] : 0, 0,
-                           "%s", buffer);
-    place_whole(b, &q, ti);
-}
-
-/* column-parallel: rows [tp*n, (tp+1)*n) of one tensor */
+/* column-parallel: rows split over TP */
 static void emit_column(train_t *t, const char *buffer, const char *tensor, int64_t rows_total,
                         int64_t cols) {
-    builder_t *b = t->b;
-    int64_t n = rows_total / b->p->tp;
-    param_t q = param_open(b, b->a->dtype, cols ? 2 : 1, n, cols, 0, "%s", buffer);
-    place_rows(b, &q, build_tensor(b, "%s", tensor), (int64_t)t->c.tp * n, n, 0, 0);
+    emit_split_rows(t->b, buffer, tensor, rows_total, cols, t->b->p->tp, t->c.tp);
 }
 
-/* row-parallel: columns [tp*n, (tp+1)*n) */
+/* row-parallel: columns split over TP */
 static void emit_row(train_t *t, const char *buffer, const char *tensor, int64_t rows,
                      int64_t cols_total) {
-    builder_t *b = t->b;
-    int64_t n = cols_total / b->p->tp;
-    param_t q = param_open(b, b->a->dtype, 2, rows, n, 0, "%s", buffer);
-    place_cols(b, &q, build_tensor(b, "%s", tensor), (int64_t)t->c.tp * n, n, 0, 0);
+    emit_split_cols(t->b, buffer, tensor, rows, cols_total, t->b->p->tp, t->c.tp);
 }
 
 /* fused QKV: per KV group g, [q heads of g; k head g; v head g] */
@@ -104,7 +83,7 @@ static void emit_dense_mlp(train_t *t, const char *pre, const char *hf_mlp, int6
     if (bias) {
         snprintf(buf, sizeof buf, "%s.%s.linear_fc2.bias", pre, mcore);
         snprintf(tn, sizeof tn, "%s.down_proj.bias", hf_mlp);
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
     }
 }
 
@@ -156,9 +135,9 @@ static void emit_mla(train_t *t, const char *pre, const char *hf) {
      snprintf(tn, sizeof tn, "%s.self_attn.%s", hf, tname))
     if (a->q_lora_rank) {
         NAMES("linear_q_down_proj.weight", "q_a_proj.weight");
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
         NAMES("linear_q_up_proj.layer_norm_weight", "q_a_layernorm.weight");
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
         NAMES("linear_q_up_proj.weight", "q_b_proj.weight");
         emit_column(t, buf, tn, nh * qk, a->q_lora_rank);
     } else {
@@ -166,9 +145,9 @@ static void emit_mla(train_t *t, const char *pre, const char *hf) {
         emit_column(t, buf, tn, nh * qk, a->hidden_size);
     }
     NAMES("linear_kv_down_proj.weight", "kv_a_proj_with_mqa.weight");
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     NAMES("linear_kv_up_proj.layer_norm_weight", "kv_a_layernorm.weight");
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     NAMES("linear_kv_up_proj.weight", "kv_b_proj.weight");
     emit_column(t, buf, tn, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank);
     NAMES("linear_proj.weight", "o_proj.weight");
@@ -185,21 +164,21 @@ static void emit_layer(train_t *t, const char *pre, int64_t l) {
     if (a->family == FERRY_FAMILY_DEEPSEEK) {
         snprintf(buf, sizeof buf, "%s.input_layernorm.weight", pre);
         snprintf(tn, sizeof tn, "%s.input_layernorm.weight", hf);
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
         emit_mla(t, pre, hf);
     } else {
         snprintf(buf, sizeof buf, "%s.self_attention.linear_qkv.layer_norm_weight", pre);
         snprintf(tn, sizeof tn, "%s.input_layernorm.weight", hf);
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
         emit_qkv(t, pre, hf, "weight", false);
         if (a->qkv_bias) emit_qkv(t, pre, hf, "bias", true);
         if (a->qk_norm) {
             snprintf(buf, sizeof buf, "%s.self_attention.q_layernorm.weight", pre);
             snprintf(tn, sizeof tn, "%s.self_attn.q_norm.weight", hf);
-            emit_replicated(t, buf, tn);
+            emit_replicated(t->b, buf, tn);
             snprintf(buf, sizeof buf, "%s.self_attention.k_layernorm.weight", pre);
             snprintf(tn, sizeof tn, "%s.self_attn.k_norm.weight", hf);
-            emit_replicated(t, buf, tn);
+            emit_replicated(t->b, buf, tn);
         }
         snprintf(buf, sizeof buf, "%s.self_attention.linear_proj.weight", pre);
         snprintf(tn, sizeof tn, "%s.self_attn.o_proj.weight", hf);
@@ -207,7 +186,7 @@ static void emit_layer(train_t *t, const char *pre, int64_t l) {
         if (a->o_bias) {
             snprintf(buf, sizeof buf, "%s.self_attention.linear_proj.bias", pre);
             snprintf(tn, sizeof tn, "%s.self_attn.o_proj.bias", hf);
-            emit_replicated(t, buf, tn);
+            emit_replicated(t->b, buf, tn);
         }
     }
     snprintf(tn, sizeof tn, "%s.post_attention_layernorm.weight", hf);
@@ -215,19 +194,19 @@ static void emit_layer(train_t *t, const char *pre, int64_t l) {
     snprintf(mlp, sizeof mlp, "%s.mlp", hf);
     if (!moe) {
         snprintf(buf, sizeof buf, "%s.mlp.linear_fc1.layer_norm_weight", pre);
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
         emit_dense_mlp(t, pre, mlp, a->intermediate_size, a->mlp_bias, "mlp");
         return;
     }
     snprintf(buf, sizeof buf, "%s.pre_mlp_layernorm.weight", pre);
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     snprintf(buf, sizeof buf, "%s.mlp.router.weight", pre);
     snprintf(tn, sizeof tn, "%s.mlp.gate.weight", hf);
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     if (a->expert_bias) {
         snprintf(buf, sizeof buf, "%s.mlp.router.expert_bias", pre);
         snprintf(tn, sizeof tn, "%s.mlp.gate.e_score_correction_bias", hf);
-        emit_replicated(t, buf, tn);
+        emit_replicated(t->b, buf, tn);
     }
     emit_experts(t, pre, hf);
     if (a->num_shared_experts) {
@@ -248,13 +227,13 @@ static void emit_mtp(train_t *t, int64_t i) {
     (snprintf(buf, sizeof buf, "%s.%s", pre, bufname), \
      snprintf(tn, sizeof tn, "model.layers.%lld.%s", (long long)l, tname))
     MTP("enorm.weight", "enorm.weight");
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     MTP("hnorm.weight", "hnorm.weight");
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     MTP("eh_proj.weight", "eh_proj.weight");
     emit_column(t, buf, tn, a->hidden_size, 2 * a->hidden_size);
     MTP("final_layernorm.weight", "shared_head.norm.weight");
-    emit_replicated(t, buf, tn);
+    emit_replicated(t->b, buf, tn);
     MTP("embedding.word_embeddings.weight", "embed_tokens.weight");
     emit_vocab_parallel(t, buf, tn);
     MTP("output_layer.weight", "shared_head.head.weight");
@@ -420,7 +399,7 @@ ferry_status_t build_train(builder_t *b) {
         }
         if (c.pp == p->pp - 1) {
             for (int64_t i = 0; i < a->num_mtp_layers; i++) emit_mtp(&t, i);
-            emit_replicated(&t, "decoder.final_layernorm.weight", "model.norm.weight");
+            emit_replicated(b, "decoder.final_layernorm.weight", "model.norm.weight");
             /* Tied embeddings: with pp > 1 the last stage keeps its own copy as the
              * output layer (Megatron's shared embedding); with pp == 1 it is the same
              * parameter as the embedding and has no buffer of its own. */
