@@ -147,7 +147,7 @@ static ferry_status_t read_dense(cfg_t *c, ferry_arch_t *a) {
 static ferry_status_t read_qwen3_moe(cfg_t *c, ferry_arch_t *a) {
     a->family = FERRY_FAMILY_QWEN3_MOE;
     TRY(read_head_dim(c, a));
-    bool attention_bias;
+    bool attention_bias = false;
     TRY(get_bool(c, "attention_bias", false, &attention_bias));
     a->qkv_bias = a->o_bias = attention_bias;
     a->qk_norm = true;
@@ -181,7 +181,7 @@ static ferry_status_t read_qwen3_moe(cfg_t *c, ferry_arch_t *a) {
 
 static ferry_status_t read_deepseek(cfg_t *c, const ferry_model_options_t *opts, ferry_arch_t *a) {
     a->family = FERRY_FAMILY_DEEPSEEK;
-    bool attention_bias;
+    bool attention_bias = false;
     TRY(get_bool(c, "attention_bias", false, &attention_bias));
     if (attention_bias)
         return ferry_fail(c->err, FERRY_ERR_UNSUPPORTED,

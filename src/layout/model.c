@@ -24,7 +24,7 @@ static ferry_status_t model_new(ferry_ctx_t *ctx, const char *name, ferry_model_
 }
 
 ferry_status_t ferry_model_create(ferry_ctx_t *ctx, const char *name, ferry_model_t **out) {
-    ferry_model_t *m;
+    ferry_model_t *m = NULL;
     ferry_status_t st = model_new(ctx, name, out ? &m : NULL);
     if (st != FERRY_OK) return st;
     m->arch.family = FERRY_FAMILY_CUSTOM;
@@ -35,7 +35,7 @@ ferry_status_t ferry_model_create(ferry_ctx_t *ctx, const char *name, ferry_mode
 
 ferry_status_t ferry_model_create_arch(ferry_ctx_t *ctx, const char *name, const ferry_arch_t *arch,
                                        ferry_model_t **out) {
-    ferry_model_t *m;
+    ferry_model_t *m = NULL;
     ferry_status_t st = model_new(ctx, name, out ? &m : NULL);
     if (st != FERRY_OK) return st;
     m->arch = *arch;
