@@ -3,6 +3,7 @@
 #ifndef FERRY_TESTS_CHECK_H
 #define FERRY_TESTS_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,17 @@
             exit(1);                                                            \
         }                                                                       \
     } while (0)
+
+/* xorshift64*: a fixed seed, so every run checks the same inputs. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static inline uint64_t rng_next(void) {
+    uint64_t x = rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
 
 static inline ferry_ctx_t *test_ctx(void) {
     ferry_ctx_t *ctx = NULL;

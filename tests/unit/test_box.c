@@ -5,16 +5,6 @@
 
 #include "check.h"
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng_next(void) {
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
 
 static int rng_below(int n) { return (int)((rng_next() >> 33) % (uint64_t)n); }
 
@@ -347,6 +337,7 @@ static void test_property(void) {
 }
 
 int main(void) {
+    rng_state = 0x2545f4914f6cdd1dull;
     test_numel();
     test_intersect();
     test_contains();
