@@ -359,7 +359,7 @@ int cmd_layout(int argc, char **argv) {
         goto out;
     }
 
-    char b1[32], b2[32], b3[32], b4[32];
+    char b1[32], b2[32], b3[32];
     printf("%s on the %s side: %s, %u ranks\n", ferry_model_name(m), side_arg, spec, world);
     printf("model      %s, %u tensors, %s parameters, %s in %s\n", a->model_type,
            ferry_model_tensor_count(m), cli_count(ferry_model_param_count(m), b1, sizeof b1),
@@ -390,7 +390,6 @@ int cmd_layout(int argc, char **argv) {
     printf("\nper rank   bytes min %s, median %s, max %s; max/mean %.3f\n",
            cli_bytes(sorted_bytes[0], b1, sizeof b1), cli_bytes(sorted_bytes[world / 2], b2, sizeof b2),
            cli_bytes(sorted_bytes[world - 1], b3, sizeof b3), imbalance);
-    (void)b4;
     if (vst == FERRY_OK) {
         printf("coverage   ok: %llu pieces (%llu distinct boxes) cover all %llu elements of %llu "
                "tensors; every element is held by %u",

@@ -283,7 +283,7 @@ static void split_layers(builder_t *b, int64_t *first, int64_t *count) {
     if (uneven) {
         int64_t fixed = (int64_t)p->pp_first + p->pp_last;
         uint32_t middle = pp - (p->pp_first ? 1 : 0) - (p->pp_last ? 1 : 0);
-        if (pp < 2 || (p->pp_first && p->pp_last && pp < 2) || fixed > L) {
+        if (pp < 2 || fixed > L) {
             build_fail(b, FERRY_ERR_INVALID_CONFIG,
                        "pp_first=%u, pp_last=%u do not fit pp = %u stages and %lld layers",
                        p->pp_first, p->pp_last, pp, (long long)L);

@@ -59,7 +59,7 @@ static ferry_status_t check_tensor(ferry_layout_t *l, uint32_t ti, const dbox_t 
     size_t nb[FERRY_MAX_DIMS] = {0};
     int32_t *grid = NULL;
     ferry_status_t st = FERRY_OK;
-    uint64_t cells = 1, gsize = 1;
+    uint64_t gsize = 1;
     for (uint32_t d = 0; d < nd; d++) {
         bounds[d] = ferry_calloc(l->ctx, 2 * nbox + 2, sizeof(int64_t));
         if (!bounds[d]) {
@@ -78,7 +78,6 @@ static ferry_status_t check_tensor(ferry_layout_t *l, uint32_t ti, const dbox_t 
         for (size_t i = 0; i < n; i++)
             if (u == 0 || bounds[d][i] != bounds[d][u - 1]) bounds[d][u++] = bounds[d][i];
         nb[d] = u;
-        cells *= u - 1;
         gsize *= u;
         if (gsize > MAX_GRID_CELLS) {
             st = ferry_fail(&l->err, FERRY_ERR_LIMIT,
@@ -169,7 +168,6 @@ static ferry_status_t check_tensor(ferry_layout_t *l, uint32_t ti, const dbox_t 
             if ((uint32_t)v > *max_out) *max_out = (uint32_t)v;
         }
     }
-    (void)cells;
 out:
     for (uint32_t d = 0; d < nd; d++) ferry_free(l->ctx, bounds[d]);
     ferry_free(l->ctx, grid);
