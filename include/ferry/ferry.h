@@ -5,6 +5,7 @@
 
 #include "ferry/ctx.h"
 #include "ferry/layout.h"
+#include "ferry/plan.h"
 #include "ferry/status.h"
 
 #endif

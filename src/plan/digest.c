@@ -1,0 +1,89 @@
+/* The plan digest: xxh3 over what every rank must agree on. It covers the
+ * canonical inputs (tensors, destination boxes and their holder ranks,
+ * source cells and their holders' buffer addresses, the parameters) and the
+ * global decisions (routes, assignments, pack areas); never piece indices or
+ * anything a local plan leaves out, so local and global plans match. */
+#include <string.h>
+#include <xxhash.h>
+
+#include "plan/plan_internal.h"
+
+/* Words are gathered and hashed in blocks: xxh3's streaming update is slow
+ * for the many 8-byte inputs a plan has. */
+typedef struct {
+    XXH3_state_t *state;
+    uint64_t buf[512];
+    size_t n;
+} hasher_t;
+
+static void h_flush(hasher_t *h) {
+    XXH3_64bits_update(h->state, h->buf, h->n * sizeof h->buf[0]);
+    h->n = 0;
+}
+
+static void h_u64(hasher_t *h, uint64_t v) {
+    if (h->n == sizeof h->buf / sizeof h->buf[0]) h_flush(h);
+    h->buf[h->n++] = v;
+}
+
+static void h_bytes(hasher_t *h, const void *data, size_t len) {
+    h_flush(h);
+    XXH3_64bits_update(h->state, data, len);
+}
+
+static void h_box(hasher_t *h, const ferry_box_t *b) {
+    h_u64(h, b->ndim);
+    for (uint32_t d = 0; d < b->ndim; d++) {
+        h_u64(h, (uint64_t)b->offset[d]);
+        h_u64(h, (uint64_t)b->extent[d]);
+    }
+}
+
+void plan_digest(ferry_plan_t *p) {
+    hasher_t hs, *s = &hs;
+    hs.n = 0;
+    hs.state = XXH3_createState();
+    if (!hs.state) { /* no memory for 600 bytes of state: a digest nobody can match */
+        p->digest = 0;
+        return;
+    }
+    XXH3_64bits_reset(hs.state);
+    h_u64(s, 0x66657272792d706cull); /* format tag: bump when the plan's meaning changes */
+    h_u64(s, p->bucket_bytes);
+    h_u64(s, p->pack_below);
+    h_bytes(s, p->src_host, p->src.world * sizeof *p->src_host);
+    h_bytes(s, p->dst_host, p->dst.world * sizeof *p->dst_host);
+    uint32_t nt = ferry_model_tensor_count(p->dst_model);
+    for (uint32_t t = 0; t < nt; t++) {
+        if (p->dst.tensor_first[t] == p->dst.tensor_first[t + 1]) continue;
+        const char *name = plan_tensor_name(p, t);
+        h_u64(s, XXH3_64bits(name, strlen(name)));
+        for (uint32_t b = p->dst.tensor_first[t]; b < p->dst.tensor_first[t + 1]; b++) {
+            const plan_box_t *db = &p->dst.boxes[b];
+            h_box(s, db->box);
+            h_u64(s, db->set);
+        }
+        for (uint32_t c = p->src.tensor_first[t]; c < p->src.tensor_first[t + 1]; c++) {
+            const plan_box_t *cb = &p->src.boxes[c];
+            h_box(s, cb->box);
+            for (uint32_t h = 0; h < cb->holder_count; h++) {
+                const ferry_piece_t *q = &p->src.pieces[p->src.holders[cb->first_holder + h]];
+                h_u64(s, q->rank);
+                h_u64(s, q->buffer);
+                h_u64(s, q->byte_offset);
+                for (uint32_t d = 0; d < q->box.ndim; d++) h_u64(s, (uint64_t)q->strides[d]);
+            }
+        }
+    }
+    h_bytes(s, p->sets.first, (p->sets.count + 1) * sizeof *p->sets.first);
+    h_bytes(s, p->sets.items, p->sets.nitems * sizeof *p->sets.items);
+    for (size_t f = 0; f < p->nfrags; f++) {
+        h_u64(s, ((uint64_t)p->frags[f].cell << 32) | p->frags[f].dbox);
+        h_u64(s, p->frags[f].route);
+    }
+    h_bytes(s, p->assign, p->nassign * sizeof *p->assign);
+    h_bytes(s, p->pack_size, p->src.world * sizeof *p->pack_size);
+    h_flush(s);
+    p->digest = XXH3_64bits_digest(hs.state);
+    XXH3_freeState(hs.state);
+}

@@ -1,0 +1,232 @@
+/* Stage 6: ops, pairs and buckets, for the ranks asked for. A reader takes
+ * its own pieces, their fragments and the holders its routes assign; a
+ * writer walks only the routes on which it serves someone. Within a pair the
+ * packed ops come first in pack-area order, then the direct ones in source
+ * buffer order, so that neighbours on the source side meet in one bucket. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+static int push_op(ferry_plan_t *p, const plan_frag_t *fr, uint32_t f, uint32_t h, uint32_t dpiece) {
+    if (ferry_grow(p->ctx, (void **)&p->ops, sizeof *p->ops, &p->cap_ops, p->nops + 1)) return -1;
+    const plan_box_t *cell = &p->src.boxes[fr->cell];
+    const plan_box_t *db = &p->dst.boxes[fr->dbox];
+    uint32_t spiece = p->src.holders[cell->first_holder + h];
+    const ferry_piece_t *sq = &p->src.pieces[spiece], *dq = &p->dst.pieces[dpiece];
+    size_t esize = plan_tensor_esize(p, db->tensor);
+    ferry_copy_op_t *op = &p->ops[p->nops++];
+    memset(op, 0, sizeof *op);
+    op->tensor = db->tensor;
+    ferry_box_intersect(cell->box, db->box, &op->box);
+    op->src_rank = sq->rank;
+    op->src_buffer = sq->buffer;
+    op->src_piece = spiece;
+    op->src_offset = plan_piece_offset(sq, &op->box, esize);
+    memcpy(op->src_strides, sq->strides, sizeof op->src_strides);
+    op->dst_rank = dq->rank;
+    op->dst_buffer = dq->buffer;
+    op->dst_piece = dpiece;
+    op->dst_offset = plan_piece_offset(dq, &op->box, esize);
+    memcpy(op->dst_strides, dq->strides, sizeof op->dst_strides);
+    int64_t numel = ferry_box_numel(&op->box);
+    op->bytes = (uint64_t)numel * esize;
+    op->run_bytes = (uint64_t)plan_run_elems(&op->box, op->src_strides, op->dst_strides) * esize;
+    op->runs = op->bytes / op->run_bytes;
+    if (plan_run_elems(&op->box, op->dst_strides, NULL) != numel) op->flags |= FERRY_OP_SCATTER;
+    uint64_t slot = p->pack_slot[p->frag_pack_first[f] + h];
+    if (slot != UINT64_MAX) {
+        op->flags |= FERRY_OP_PACK;
+        op->pack_offset = slot;
+    }
+    return 0;
+}
+
+/* Order inside a pair: packed ops by slot, then direct ops by source bytes. */
+static int cmp_in_pair(const ferry_copy_op_t *a, const ferry_copy_op_t *b) {
+    bool pa = a->flags & FERRY_OP_PACK, pb = b->flags & FERRY_OP_PACK;
+    if (pa != pb) return pa ? -1 : 1;
+    if (pa) {
+        if (a->pack_offset != b->pack_offset) return a->pack_offset < b->pack_offset ? -1 : 1;
+    } else {
+        if (a->src_buffer != b->src_buffer) return a->src_buffer < b->src_buffer ? -1 : 1;
+        if (a->src_offset != b->src_offset) return a->src_offset < b->src_offset ? -1 : 1;
+    }
+    if (a->dst_buffer != b->dst_buffer) return a->dst_buffer < b->dst_buffer ? -1 : 1;
+    return a->dst_offset < b->dst_offset ? -1 : a->dst_offset > b->dst_offset;
+}
+
+static int cmp_reader(const void *x, const void *y) {
+    const ferry_copy_op_t *a = x, *b = y;
+    if (a->src_rank != b->src_rank) return a->src_rank < b->src_rank ? -1 : 1;
+    return cmp_in_pair(a, b);
+}
+
+static int cmp_writer(const void *x, const void *y) {
+    const ferry_copy_op_t *a = x, *b = y;
+    if (a->dst_rank != b->dst_rank) return a->dst_rank < b->dst_rank ? -1 : 1;
+    return cmp_in_pair(a, b);
+}
+
+static bool source_adjacent(const ferry_copy_op_t *prev, const ferry_copy_op_t *op) {
+    bool pp = prev->flags & FERRY_OP_PACK, po = op->flags & FERRY_OP_PACK;
+    if (pp != po) return false;
+    if (pp) return op->pack_offset == prev->pack_offset + prev->bytes;
+    return op->src_buffer == prev->src_buffer && op->src_offset == prev->src_offset + prev->bytes;
+}
+
+static bool dest_adjacent(const ferry_copy_op_t *prev, const ferry_copy_op_t *op) {
+    return !(op->flags & FERRY_OP_SCATTER) && op->dst_buffer == prev->dst_buffer &&
+           op->dst_offset == prev->dst_offset + prev->bytes;
+}
+
+/* Cuts the ops [start, nops) into pairs (runs of equal src/dst rank) and
+ * each pair into buckets. */
+static ferry_status_t make_pairs(ferry_plan_t *p, size_t start) {
+    for (size_t i = start; i < p->nops;) {
+        if (ferry_grow(p->ctx, (void **)&p->pairs, sizeof *p->pairs, &p->cap_pairs, p->npairs + 1))
+            return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory making pairs");
+        ferry_plan_pair_t *pair = &p->pairs[p->npairs++];
+        memset(pair, 0, sizeof *pair);
+        pair->src_rank = p->ops[i].src_rank;
+        pair->dst_rank = p->ops[i].dst_rank;
+        pair->first_op = i;
+        pair->first_bucket = p->nbuckets;
+        for (; i < p->nops && p->ops[i].src_rank == pair->src_rank &&
+               p->ops[i].dst_rank == pair->dst_rank;
+             i++) {
+            const ferry_copy_op_t *op = &p->ops[i];
+            pair->bytes += op->bytes;
+            ferry_plan_bucket_t *b = p->nbuckets > pair->first_bucket ? &p->buckets[p->nbuckets - 1] : NULL;
+            if (b && source_adjacent(&p->ops[i - 1], op) && b->bytes + op->bytes <= p->bucket_bytes) {
+                if (!(b->flags & FERRY_BUCKET_DIRECT) || !dest_adjacent(&p->ops[i - 1], op))
+                    b->flags &= ~(uint32_t)FERRY_BUCKET_DIRECT;
+                b->op_count++;
+                b->bytes += op->bytes;
+                continue;
+            }
+            if (ferry_grow(p->ctx, (void **)&p->buckets, sizeof *p->buckets, &p->cap_buckets,
+                           p->nbuckets + 1))
+                return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory making buckets");
+            b = &p->buckets[p->nbuckets++];
+            memset(b, 0, sizeof *b);
+            b->first_op = i;
+            b->op_count = 1;
+            b->bytes = op->bytes;
+            if (op->flags & FERRY_OP_PACK) {
+                b->flags |= FERRY_BUCKET_PACKED;
+                b->src_offset = op->pack_offset;
+            } else {
+                b->src_buffer = op->src_buffer;
+                b->src_offset = op->src_offset;
+            }
+            if (!(op->flags & FERRY_OP_SCATTER)) b->flags |= FERRY_BUCKET_DIRECT;
+            b->dst_buffer = op->dst_buffer;
+            b->dst_offset = op->dst_offset;
+        }
+        pair->op_count = i - pair->first_op;
+        pair->bucket_count = p->nbuckets - pair->first_bucket;
+    }
+    return FERRY_OK;
+}
+
+/* Rotates the source groups of one reader's sorted ops [start, nops) so the
+ * reader starts on source (rank mod number of sources): readers of one
+ * engine fan out over the trainer instead of queueing on its first rank. */
+static ferry_status_t stagger(ferry_plan_t *p, size_t start, uint32_t reader) {
+    size_t n = p->nops - start, ngroups = 0;
+    for (size_t i = start; i < p->nops; i++)
+        if (i == start || p->ops[i].src_rank != p->ops[i - 1].src_rank) ngroups++;
+    if (ngroups < 2) return FERRY_OK;
+    size_t first = reader % ngroups, g = 0, cut = start;
+    for (size_t i = start; i < p->nops; i++) {
+        if (i == start || p->ops[i].src_rank != p->ops[i - 1].src_rank) {
+            if (g == first) {
+                cut = i;
+                break;
+            }
+            g++;
+        }
+    }
+    if (cut == start) return FERRY_OK;
+    ferry_copy_op_t *tmp = ferry_alloc(p->ctx, n * sizeof *tmp);
+    if (!tmp) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory ordering ops");
+    size_t head = p->nops - cut;
+    memcpy(tmp, p->ops + cut, head * sizeof *tmp);
+    memcpy(tmp + head, p->ops + start, (cut - start) * sizeof *tmp);
+    memcpy(p->ops + start, tmp, n * sizeof *tmp);
+    ferry_free(p->ctx, tmp);
+    return FERRY_OK;
+}
+
+static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
+    size_t first, count, start = p->nops;
+    ferry_layout_rank_pieces(p->dst.layout, r, &first, &count);
+    for (size_t i = first; i < first + count; i++) {
+        uint32_t b = p->dst.piece_box[i];
+        if (b == PLAN_NONE) continue;
+        const plan_box_t *db = &p->dst.boxes[b];
+        uint32_t j = 0;
+        while (j < db->holder_count && p->dst.holders[db->first_holder + j] != i) j++;
+        for (uint32_t u = 0; u < db->frag_count; u++) {
+            uint32_t f = db->first_frag + u;
+            const plan_frag_t *fr = &p->frags[f];
+            uint32_t h = p->assign[p->routes[fr->route].first_assign + j];
+            if (push_op(p, fr, f, h, (uint32_t)i))
+                return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
+        }
+    }
+    qsort(p->ops + start, p->nops - start, sizeof *p->ops, cmp_reader);
+    ferry_status_t st = stagger(p, start, r);
+    return st ? st : make_pairs(p, start);
+}
+
+static ferry_status_t emit_writer(ferry_plan_t *p, uint32_t s) {
+    size_t i = 0;
+    while (i < p->nfrags) {
+        uint32_t route = p->frags[p->route_order[i]].route;
+        size_t end = i;
+        while (end < p->nfrags && p->frags[p->route_order[end]].route == route) end++;
+        const plan_route_t *rt = &p->routes[route];
+        uint32_t m = p->sets.first[rt->dst_set + 1] - p->sets.first[rt->dst_set];
+        const uint32_t *hold = p->sets.items + p->sets.first[rt->src_set];
+        bool serves = false;
+        for (uint32_t j = 0; j < m && !serves; j++) serves = hold[p->assign[rt->first_assign + j]] == s;
+        for (; serves && i < end; i++) {
+            uint32_t f = p->route_order[i];
+            const plan_frag_t *fr = &p->frags[f];
+            const plan_box_t *db = &p->dst.boxes[fr->dbox];
+            for (uint32_t j = 0; j < m; j++) {
+                uint32_t h = p->assign[rt->first_assign + j];
+                if (hold[h] != s) continue;
+                if (push_op(p, fr, f, h, p->dst.holders[db->first_holder + j]))
+                    return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
+            }
+        }
+        i = end;
+    }
+    qsort(p->ops, p->nops, sizeof *p->ops, cmp_writer);
+    return make_pairs(p, 0);
+}
+
+ferry_status_t plan_emit(ferry_plan_t *p) {
+    ferry_status_t st = FERRY_OK;
+    if (p->only && p->only_side == FERRY_SIDE_TRAIN) {
+        st = emit_writer(p, p->only_rank);
+    } else if (p->only) {
+        st = emit_reader(p, p->only_rank);
+    } else {
+        for (uint32_t r = 0; r < p->dst.world && st == FERRY_OK; r++) st = emit_reader(p, r);
+    }
+    if (st) return st;
+    ferry_plan_stats_t *s = &p->stats;
+    s->ops = p->nops;
+    s->buckets = p->nbuckets;
+    s->pairs = p->npairs;
+    for (size_t i = 0; i < p->nops; i++) {
+        s->runs += p->ops[i].runs;
+        s->op_bytes += p->ops[i].bytes;
+        if (p->ops[i].flags & FERRY_OP_PACK) s->packed_ops++;
+    }
+    return FERRY_OK;
+}

@@ -1,0 +1,335 @@
+/* Stage 1: pieces -> distinct (tensor, box) per side, with their holders in
+ * a canonical order (box, rank, buffer, offset), so that the plan does not
+ * depend on the order in which pieces were added. Tensors are matched by
+ * name; dtype and shape must agree. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+/* Pieces of one rank are contiguous and ranks are in order, so piece index
+ * order is rank order; ties within a rank (one box in two buffers) are put in
+ * (buffer, offset) order so the plan does not depend on insertion order. */
+static bool holder_before(const ferry_piece_t *a, const ferry_piece_t *b) {
+    if (a->rank != b->rank) return a->rank < b->rank;
+    if (a->buffer != b->buffer) return a->buffer < b->buffer;
+    return a->byte_offset < b->byte_offset;
+}
+
+/* Grouping sorts compact keys, read in one sequential pass over the pieces,
+ * instead of chasing 224-byte pieces. Boxes of up to two dimensions with
+ * coordinates below 2^32 (nearly all) are keyed exactly; others by a hash
+ * whose matches are checked against the boxes. */
+typedef struct {
+    uint64_t k0, k1;
+    uint32_t piece, rank;
+} keyed_t;
+
+static bool box_key(const ferry_box_t *b, uint64_t *k0, uint64_t *k1) {
+    bool exact = b->ndim <= 2;
+    for (uint32_t d = 0; d < b->ndim && exact; d++)
+        exact = (uint64_t)b->offset[d] < (1ull << 32) && (uint64_t)b->extent[d] < (1ull << 32);
+    if (exact) {
+        *k0 = b->ndim == 0 ? 0 : ((uint64_t)b->offset[0] << 32) | (uint64_t)b->extent[0];
+        *k1 = b->ndim < 2 ? (uint64_t)b->ndim << 62 : ((uint64_t)b->offset[1] << 32) | (uint64_t)b->extent[1];
+        return true;
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ b->ndim;
+    for (uint32_t d = 0; d < b->ndim; d++) {
+        h = (h ^ (uint64_t)b->offset[d]) * 0xff51afd7ed558ccdull;
+        h = (h ^ (uint64_t)b->extent[d]) * 0xc4ceb9fe1a85ec53ull;
+        h ^= h >> 29;
+    }
+    *k0 = h;
+    *k1 = UINT64_MAX; /* never an exact key: ndim < 2 there has its top bits clear */
+    return false;
+}
+
+static int cmp_keyed(const void *x, const void *y) {
+    const keyed_t *a = x, *b = y;
+    if (a->k0 != b->k0) return a->k0 < b->k0 ? -1 : 1;
+    if (a->k1 != b->k1) return a->k1 < b->k1 ? -1 : 1;
+    return a->piece < b->piece ? -1 : a->piece > b->piece;
+}
+
+static void sort_keyed(keyed_t *k, size_t n) {
+    if (n > 32) {
+        qsort(k, n, sizeof *k, cmp_keyed);
+        return;
+    }
+    for (size_t i = 1; i < n; i++) {
+        keyed_t v = k[i];
+        size_t m = i;
+        while (m > 0 && cmp_keyed(&k[m - 1], &v) > 0) k[m] = k[m - 1], m--;
+        k[m] = v;
+    }
+}
+
+static _Thread_local const plan_box_t *g_boxes;
+
+static int cmp_box_index(const void *x, const void *y) {
+    const plan_box_t *a = &g_boxes[*(const uint32_t *)x], *b = &g_boxes[*(const uint32_t *)y];
+    return plan_box_cmp(a->box, b->box);
+}
+
+/* Source tensor index -> destination tensor index (PLAN_NONE if the
+ * destination model has no tensor of that name). */
+static ferry_status_t map_tensors(ferry_plan_t *p, uint32_t **out) {
+    uint32_t ns = ferry_model_tensor_count(p->src_model);
+    uint32_t *map = ferry_alloc(p->ctx, (size_t)(ns ? ns : 1) * sizeof *map);
+    if (!map) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory mapping tensors");
+    bool same = p->src_model == p->dst_model;
+    for (uint32_t t = 0; t < ns; t++) {
+        ferry_tensor_info_t info;
+        uint32_t d = t;
+        if (!same && (!ferry_model_tensor(p->src_model, t, &info) ||
+                      !ferry_model_find(p->dst_model, info.name, &d)))
+            d = PLAN_NONE;
+        map[t] = d;
+    }
+    *out = map;
+    return FERRY_OK;
+}
+
+/* The destination tensor t exists in the source with the same dtype and shape. */
+static ferry_status_t check_tensor(ferry_plan_t *p, uint32_t t, uint32_t st, const uint32_t *has_src) {
+    ferry_tensor_info_t di, si;
+    ferry_model_tensor(p->dst_model, t, &di);
+    if (st == PLAN_NONE)
+        return ferry_fail(&p->err, FERRY_ERR_COVERAGE,
+                          "tensor %s: the destination holds it but the source model has no "
+                          "tensor of that name", di.name);
+    ferry_model_tensor(p->src_model, st, &si);
+    if (si.dtype != di.dtype)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                          "tensor %s: dtype %s in the source, %s in the destination (no "
+                          "conversion requested)", di.name, ferry_dtype_name(si.dtype),
+                          ferry_dtype_name(di.dtype));
+    bool shape_ok = si.ndim == di.ndim;
+    for (uint32_t d = 0; shape_ok && d < si.ndim; d++) shape_ok = si.shape[d] == di.shape[d];
+    if (!shape_ok) {
+        ferry_box_t a = ferry_box_of_shape(si.ndim, si.shape), b = ferry_box_of_shape(di.ndim, di.shape);
+        char sa[160], sb[160];
+        ferry_box_format(&a, sa, sizeof sa);
+        ferry_box_format(&b, sb, sizeof sb);
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                          "tensor %s: shape %s in the source, %s in the destination", di.name, sa,
+                          sb);
+    }
+    if (!has_src[t])
+        return ferry_fail(&p->err, FERRY_ERR_COVERAGE,
+                          "tensor %s: the destination holds it but no source rank does", di.name);
+    return FERRY_OK;
+}
+
+/* Builds side->boxes/holders: per tensor, pieces grouped by box (hash, then
+ * checked), boxes in canonical order, holders in rank order; the source side
+ * keeps one holder per rank. */
+static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src) {
+    uint32_t nt = ferry_model_tensor_count(p->dst_model);
+    size_t n = s->npieces;
+    s->tensor_first = ferry_calloc(p->ctx, (size_t)nt + 2, sizeof *s->tensor_first);
+    keyed_t *keyed = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *keyed);
+    uint32_t *count = ferry_calloc(p->ctx, (size_t)nt + 1, sizeof *count);
+    s->piece_box = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->piece_box);
+    s->holders = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->holders);
+    uint32_t *perm = NULL;
+    plan_box_t *tmp = NULL;
+    size_t cap_perm = 0, cap_tmp = 0, cap_boxes = 0;
+    ferry_status_t st = FERRY_OK;
+    if (!s->tensor_first || !keyed || !count || !s->piece_box || !s->holders) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
+        goto out;
+    }
+    /* counting sort by tensor; stable, so rank order within a tensor */
+    for (size_t i = 0; i < n; i++)
+        if (s->piece_tensor[i] != PLAN_NONE) count[s->piece_tensor[i]]++;
+    uint32_t sum = 0;
+    for (uint32_t t = 0; t < nt; t++) {
+        uint32_t c = count[t];
+        count[t] = sum;
+        sum += c;
+    }
+    for (size_t i = 0; i < n; i++) {
+        s->piece_box[i] = PLAN_NONE;
+        uint32_t t = s->piece_tensor[i];
+        if (t == PLAN_NONE) continue;
+        keyed_t *k = &keyed[count[t]++];
+        box_key(&s->pieces[i].box, &k->k0, &k->k1);
+        k->piece = (uint32_t)i;
+        k->rank = s->pieces[i].rank;
+    }
+    s->nboxes = 0;
+    s->nholders = 0;
+    s->holder_rank = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->holder_rank);
+    if (!s->holder_rank) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
+        goto out;
+    }
+    size_t g = 0;
+    for (uint32_t t = 0; t < nt; t++) { /* count[t] is now the end of tensor t's group */
+        size_t end = count[t], first_box = s->nboxes;
+        s->tensor_first[t] = (uint32_t)first_box;
+        sort_keyed(keyed + g, end - g);
+        for (size_t i = g; i < end;) {
+            /* a run of equal keys; with hashed keys a collision splits it */
+            size_t j = i + 1;
+            while (j < end && keyed[j].k0 == keyed[i].k0 && keyed[j].k1 == keyed[i].k1) j++;
+            bool exact = keyed[i].k1 != UINT64_MAX;
+            for (size_t a = i; a < j; a++) {
+                uint32_t pa = keyed[a].piece;
+                if (s->piece_box[pa] != PLAN_NONE) continue;
+                const ferry_box_t *box = &s->pieces[pa].box;
+                if (ferry_grow(p->ctx, (void **)&s->boxes, sizeof *s->boxes, &cap_boxes, s->nboxes + 1)) {
+                    st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing boxes");
+                    goto out;
+                }
+                plan_box_t *b = &s->boxes[s->nboxes];
+                memset(b, 0, sizeof *b);
+                b->box = box;
+                b->tensor = t;
+                b->first_holder = (uint32_t)s->nholders;
+                for (size_t c = a; c < j; c++) {
+                    uint32_t pc = keyed[c].piece;
+                    if (s->piece_box[pc] != PLAN_NONE) continue;
+                    if (!exact && !ferry_box_equal(&s->pieces[pc].box, box)) continue;
+                    s->piece_box[pc] = (uint32_t)s->nboxes;
+                    uint32_t *h = s->holders + b->first_holder, nh = (uint32_t)s->nholders - b->first_holder;
+                    uint32_t *hr = s->holder_rank + b->first_holder;
+                    if (nh && hr[nh - 1] == keyed[c].rank) {
+                        if (is_src) continue; /* one holder per rank */
+                        /* the same box twice on one rank: keep (buffer, offset) order */
+                        uint32_t m = nh;
+                        while (m > 0 && holder_before(&s->pieces[pc], &s->pieces[h[m - 1]])) {
+                            h[m] = h[m - 1];
+                            hr[m] = hr[m - 1];
+                            m--;
+                        }
+                        h[m] = pc;
+                        hr[m] = keyed[c].rank;
+                        s->nholders++;
+                        continue;
+                    }
+                    hr[nh] = keyed[c].rank;
+                    s->holders[s->nholders++] = pc;
+                }
+                b->holder_count = (uint32_t)(s->nholders - b->first_holder);
+                s->nboxes++;
+            }
+            i = j;
+        }
+        /* canonical box order inside the tensor (hash order is arbitrary) */
+        size_t nb = s->nboxes - first_box;
+        if (nb > 1) {
+            if (ferry_grow(p->ctx, (void **)&perm, sizeof *perm, &cap_perm, nb) ||
+                ferry_grow(p->ctx, (void **)&tmp, sizeof *tmp, &cap_tmp, nb)) {
+                st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory ordering boxes");
+                goto out;
+            }
+            for (size_t k = 0; k < nb; k++) perm[k] = (uint32_t)(first_box + k);
+            g_boxes = s->boxes;
+            qsort(perm, nb, sizeof *perm, cmp_box_index);
+            for (size_t k = 0; k < nb; k++) tmp[k] = s->boxes[perm[k]];
+            memcpy(s->boxes + first_box, tmp, nb * sizeof *tmp);
+            for (size_t k = 0; k < nb; k++) /* piece -> box follows the move */
+                for (uint32_t h = 0; h < tmp[k].holder_count; h++)
+                    s->piece_box[s->holders[tmp[k].first_holder + h]] = (uint32_t)(first_box + k);
+        }
+        g = end;
+    }
+    s->tensor_first[nt] = (uint32_t)s->nboxes;
+out:
+    ferry_free(p->ctx, keyed);
+    ferry_free(p->ctx, count);
+    ferry_free(p->ctx, perm);
+    ferry_free(p->ctx, tmp);
+    return st;
+}
+
+/* A destination rank may hold a box twice (two buffers) but never two
+ * different boxes of one tensor that overlap: that element would be asked for
+ * twice with no way to say which copy wins. */
+static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
+    plan_side_t *s = &p->dst;
+    uint32_t nt = ferry_model_tensor_count(p->dst_model);
+    const ferry_box_t **boxes = NULL;
+    uint32_t *scratch = NULL;
+    size_t cap = 0, cap2 = 0;
+    ferry_status_t st = FERRY_OK;
+    for (uint32_t t = 0; t < nt && st == FERRY_OK; t++) {
+        size_t first = s->tensor_first[t], n = s->tensor_first[t + 1] - first;
+        if (n < 2) continue;
+        if (ferry_grow(p->ctx, (void **)&boxes, sizeof *boxes, &cap, n) ||
+            ferry_grow(p->ctx, (void **)&scratch, sizeof *scratch, &cap2, n)) {
+            st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory checking overlaps");
+            break;
+        }
+        for (size_t k = 0; k < n; k++) boxes[k] = s->boxes[first + k].box;
+        size_t i, j;
+        if (!plan_boxes_overlap(boxes, n, scratch, &i, &j)) continue;
+        /* rare: boxes of different ranks overlap; look for a rank in both */
+        for (size_t a = 0; a < n && st == FERRY_OK; a++) {
+            for (size_t b = a + 1; b < n && st == FERRY_OK; b++) {
+                const plan_box_t *x = &s->boxes[first + a], *y = &s->boxes[first + b];
+                if (!ferry_box_intersect(x->box, y->box, NULL)) continue;
+                for (uint32_t u = 0; u < x->holder_count && st == FERRY_OK; u++) {
+                    const ferry_piece_t *px = &s->pieces[s->holders[x->first_holder + u]];
+                    for (uint32_t v = 0; v < y->holder_count; v++) {
+                        const ferry_piece_t *py = &s->pieces[s->holders[y->first_holder + v]];
+                        if (px->rank != py->rank) continue;
+                        char bx[160], by[160];
+                        ferry_box_format(x->box, bx, sizeof bx);
+                        ferry_box_format(y->box, by, sizeof by);
+                        st = ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,
+                                        "tensor %s: destination rank %u holds boxes %s and %s, "
+                                        "which overlap", plan_tensor_name(p, t), px->rank, bx, by);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    ferry_free(p->ctx, boxes);
+    ferry_free(p->ctx, scratch);
+    return st;
+}
+
+ferry_status_t plan_index(ferry_plan_t *p) {
+    uint32_t nt = ferry_model_tensor_count(p->dst_model);
+    uint32_t *map = NULL, *has_src = NULL;
+    ferry_status_t st = map_tensors(p, &map);
+    if (st) return st;
+    p->src.piece_tensor = ferry_alloc(p->ctx, (p->src.npieces ? p->src.npieces : 1) * sizeof(uint32_t));
+    p->dst.piece_tensor = ferry_alloc(p->ctx, (p->dst.npieces ? p->dst.npieces : 1) * sizeof(uint32_t));
+    has_src = ferry_calloc(p->ctx, (size_t)nt + 1, sizeof *has_src);
+    uint32_t *needed = ferry_calloc(p->ctx, (size_t)nt + 1, sizeof *needed);
+    uint32_t *inverse = ferry_alloc(p->ctx, ((size_t)nt + 1) * sizeof *inverse);
+    if (!p->src.piece_tensor || !p->dst.piece_tensor || !has_src || !needed || !inverse) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
+        goto out;
+    }
+    for (size_t i = 0; i < p->dst.npieces; i++) {
+        p->dst.piece_tensor[i] = p->dst.pieces[i].tensor;
+        needed[p->dst.pieces[i].tensor] = 1;
+    }
+    for (size_t i = 0; i < p->src.npieces; i++) {
+        uint32_t t = map[p->src.pieces[i].tensor];
+        if (t != PLAN_NONE && !needed[t]) t = PLAN_NONE; /* the destination does not want it */
+        p->src.piece_tensor[i] = t;
+        if (t != PLAN_NONE) has_src[t] = 1;
+    }
+    for (uint32_t t = 0; t < nt; t++) inverse[t] = PLAN_NONE;
+    for (uint32_t t = 0, ns = ferry_model_tensor_count(p->src_model); t < ns; t++)
+        if (map[t] != PLAN_NONE) inverse[map[t]] = t;
+    for (uint32_t t = 0; t < nt; t++)
+        if (needed[t] && (st = check_tensor(p, t, inverse[t], has_src)) != FERRY_OK) goto out;
+    if ((st = index_side(p, &p->src, true)) != FERRY_OK) goto out;
+    if ((st = index_side(p, &p->dst, false)) != FERRY_OK) goto out;
+    st = check_dst_overlaps(p);
+out:
+    ferry_free(p->ctx, map);
+    ferry_free(p->ctx, has_src);
+    ferry_free(p->ctx, needed);
+    ferry_free(p->ctx, inverse);
+    return st;
+}

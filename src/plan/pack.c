@@ -1,0 +1,84 @@
+/* Stage 5: the pack area of every source rank.
+ * A source rank packs a fragment it serves when the fragment is not one
+ * contiguous run of its buffer, or when it is small enough to travel in a
+ * bucket with others. Slots are laid out route by route, fragment by
+ * fragment, with no padding, so the fragments one reader takes from one
+ * source form one contiguous span, and all readers assigned to the same
+ * holder read the same slot (packing cost does not grow with replicas).
+ * Computed for all sources: a reader needs the offsets of its sources. */
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+ferry_status_t plan_pack(ferry_plan_t *p) {
+    size_t nf = p->nfrags, nr = p->nroutes;
+    uint32_t *count = ferry_calloc(p->ctx, nr + 1, sizeof *count);
+    p->route_order = ferry_alloc(p->ctx, (nf ? nf : 1) * sizeof *p->route_order);
+    p->frag_pack_first = ferry_alloc(p->ctx, (nf ? nf : 1) * sizeof *p->frag_pack_first);
+    uint8_t *used = NULL;
+    size_t cap_used = 0;
+    ferry_status_t st = FERRY_OK;
+    if (!count || !p->route_order || !p->frag_pack_first) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory laying out pack areas");
+        goto out;
+    }
+    /* route-major order of fragments (counting sort, stable) */
+    for (size_t f = 0; f < nf; f++) count[p->frags[f].route + 1]++;
+    for (size_t r = 0; r < nr; r++) count[r + 1] += count[r];
+    for (size_t f = 0; f < nf; f++) p->route_order[count[p->frags[f].route]++] = (uint32_t)f;
+    size_t nslots = 0;
+    for (size_t f = 0; f < nf; f++) {
+        p->frag_pack_first[f] = (uint32_t)nslots;
+        nslots += p->src.boxes[p->frags[f].cell].holder_count;
+        if (nslots > UINT32_MAX) {
+            st = ferry_fail(&p->err, FERRY_ERR_LIMIT, "too many (fragment, holder) pairs to pack");
+            goto out;
+        }
+    }
+    p->pack_slot = ferry_alloc(p->ctx, (nslots ? nslots : 1) * sizeof *p->pack_slot);
+    if (!p->pack_slot) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory laying out pack areas");
+        goto out;
+    }
+    uint32_t cur_route = PLAN_NONE;
+    for (size_t i = 0; i < nf; i++) {
+        uint32_t f = p->route_order[i];
+        const plan_frag_t *fr = &p->frags[f];
+        const plan_box_t *cell = &p->src.boxes[fr->cell];
+        const plan_route_t *rt = &p->routes[fr->route];
+        uint32_t k = cell->holder_count;
+        if (fr->route != cur_route) { /* which holders of this route serve anyone */
+            cur_route = fr->route;
+            if (ferry_grow(p->ctx, (void **)&used, 1, &cap_used, k)) {
+                st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory laying out pack areas");
+                goto out;
+            }
+            memset(used, 0, k);
+            uint32_t m = p->sets.first[rt->dst_set + 1] - p->sets.first[rt->dst_set];
+            for (uint32_t j = 0; j < m; j++) used[p->assign[rt->first_assign + j]] = 1;
+        }
+        ferry_box_t box;
+        ferry_box_intersect(cell->box, p->dst.boxes[fr->dbox].box, &box);
+        int64_t numel = ferry_box_numel(&box);
+        const int64_t *last_strides = NULL; /* replicas mostly share strides: check once */
+        bool contiguous = false;
+        for (uint32_t h = 0; h < k; h++) {
+            uint64_t *slot = &p->pack_slot[p->frag_pack_first[f] + h];
+            *slot = UINT64_MAX;
+            if (!used[h]) continue;
+            const ferry_piece_t *q = &p->src.pieces[p->src.holders[cell->first_holder + h]];
+            if (!last_strides || memcmp(last_strides, q->strides, box.ndim * sizeof *q->strides) != 0) {
+                contiguous = plan_run_elems(&box, q->strides, NULL) == numel;
+                last_strides = q->strides;
+            }
+            if (contiguous && fr->bytes >= p->pack_below) continue;
+            *slot = p->pack_size[q->rank];
+            p->pack_size[q->rank] += fr->bytes;
+        }
+    }
+    for (uint32_t s = 0; s < p->src.world; s++) p->stats.pack_bytes += p->pack_size[s];
+out:
+    ferry_free(p->ctx, count);
+    ferry_free(p->ctx, used);
+    return st;
+}

@@ -1,0 +1,153 @@
+/* Internal state of the planner, shared by its stages:
+ *   index.c     pieces -> distinct boxes per tensor, with their holders
+ *   cells.c     source boxes -> disjoint source cells (refines overlaps)
+ *   fragment.c  destination box x source cells -> fragments (sweep)
+ *   assign.c    fragments -> routes -> which source holder serves each reader
+ *   pack.c      the pack area of every source rank
+ *   emit.c      ops, pairs and buckets for the ranks asked for
+ *   digest.c    the plan digest
+ *   verify.c    the independent check of a finished plan
+ * Everything before emit.c is global (every rank computes it identically and
+ * cheaply); emit.c is where a local plan does only its own work. */
+#ifndef FERRY_PLAN_PLAN_INTERNAL_H
+#define FERRY_PLAN_PLAN_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "common/internal.h"
+#include "ferry/plan.h"
+
+#define PLAN_NONE UINT32_MAX
+/* Refining overlapping source boxes of one tensor makes at most this many cells. */
+#define PLAN_MAX_CELLS_PER_TENSOR (1u << 20)
+
+/* A distinct (tensor, box) of one side and the pieces that hold it. */
+typedef struct plan_box {
+    const ferry_box_t *box;   /* points into a piece or into the refined-box arena */
+    uint32_t tensor;          /* destination model index */
+    uint32_t first_holder;    /* into side.holders: piece indices, canonical order */
+    uint32_t holder_count;
+    uint32_t set;             /* interned rank-list id (routes are keyed on it) */
+    uint32_t first_frag;      /* fragments of this box: [first_frag, +frag_count) of side.frag_index */
+    uint32_t frag_count;
+} plan_box_t;
+
+typedef struct plan_side {
+    const ferry_layout_t *layout;
+    const ferry_piece_t *pieces;
+    size_t npieces;
+    uint32_t world;
+    uint32_t *piece_tensor;   /* destination-model tensor of each piece, PLAN_NONE if unused */
+    uint32_t *piece_box;      /* distinct box (dst) or source box (src) of each piece */
+    uint32_t *holders;        /* piece indices grouped by box */
+    uint32_t *holder_rank;    /* rank of each holder (saves touching the piece) */
+    size_t nholders;
+    plan_box_t *boxes;
+    size_t nboxes;
+    uint32_t *tensor_first;   /* boxes of tensor t: [tensor_first[t], tensor_first[t+1]) */
+    uint32_t *frag_index;     /* fragments grouped by box (for the source side: by cell) */
+} plan_side_t;
+
+typedef struct plan_frag {
+    uint32_t cell;            /* source cell */
+    uint32_t dbox;            /* destination box */
+    uint32_t route;
+    uint32_t pad;
+    uint64_t bytes;
+} plan_frag_t;
+
+typedef struct plan_route {
+    uint32_t src_set, dst_set;
+    uint32_t src_cell;        /* a cell and a box of the route: their holder lists */
+    uint32_t dst_box;
+    uint64_t weight;          /* bytes one reader receives over this route */
+    uint32_t first_assign;    /* assign[first_assign + j] = holder index serving reader j */
+} plan_route_t;
+
+/* Interned lists of ranks (holder sets). */
+typedef struct plan_sets {
+    uint32_t *items;
+    size_t nitems, cap_items;
+    uint32_t *first;          /* list i: items[first[i] .. first[i+1]) */
+    size_t count, cap;
+    uint32_t *slots;          /* open addressing: list id + 1 */
+    size_t nslots;
+} plan_sets_t;
+
+struct ferry_plan {
+    ferry_ctx_t *ctx;
+    ferry_errbuf_t err;
+    /* params in force */
+    uint64_t bucket_bytes, pack_below;
+    bool only;
+    ferry_side_t only_side;
+    uint32_t only_rank;
+    const uint32_t *src_hosts_in, *dst_hosts_in; /* only during build */
+    uint32_t *src_host;       /* dense host id per source rank */
+    uint32_t nhosts;
+    uint32_t *dst_host;       /* dense host id per destination rank, PLAN_NONE if not a source host */
+    const ferry_model_t *dst_model, *src_model;
+
+    plan_side_t src, dst;     /* src.boxes are the source cells */
+    ferry_box_t *cell_boxes;  /* refined cells' boxes */
+    size_t ncell_boxes, cap_cell_boxes;
+    uint32_t *cell_holders;   /* extra holder lists of refined cells */
+
+    plan_frag_t *frags;
+    size_t nfrags, cap_frags;
+    plan_sets_t sets;
+    plan_route_t *routes;
+    size_t nroutes;
+    uint32_t *assign;
+    size_t nassign;
+    uint32_t *route_order;    /* fragments, route-major (pack order) */
+
+    /* pack slot of (fragment, holder): pack_slot[frag_pack_first[f] + h] */
+    uint32_t *frag_pack_first;
+    uint64_t *pack_slot;      /* UINT64_MAX: not packed */
+    uint64_t *pack_size;      /* per source rank */
+
+    uint64_t *src_load, *dst_load, *host_load;
+
+    ferry_copy_op_t *ops;
+    size_t nops, cap_ops;
+    ferry_plan_bucket_t *buckets;
+    size_t nbuckets, cap_buckets;
+    ferry_plan_pair_t *pairs;
+    size_t npairs, cap_pairs;
+
+    ferry_plan_stats_t stats;
+    uint64_t digest;
+};
+
+/* stages, in order; each returns FERRY_OK or fails with detail on plan->err */
+ferry_status_t plan_index(ferry_plan_t *p);
+ferry_status_t plan_cells(ferry_plan_t *p);
+ferry_status_t plan_fragments(ferry_plan_t *p);
+ferry_status_t plan_assign(ferry_plan_t *p);
+ferry_status_t plan_pack(ferry_plan_t *p);
+ferry_status_t plan_emit(ferry_plan_t *p);
+void plan_digest(ferry_plan_t *p);
+
+/* helpers */
+const char *plan_tensor_name(const ferry_plan_t *p, uint32_t tensor);
+size_t plan_tensor_esize(const ferry_plan_t *p, uint32_t tensor);
+int plan_box_cmp(const ferry_box_t *a, const ferry_box_t *b);
+/* Byte offset of sub-box `box` inside piece q (box must lie inside q->box). */
+uint64_t plan_piece_offset(const ferry_piece_t *q, const ferry_box_t *box, size_t esize);
+/* Elements in the longest row-major run of `box` that is contiguous under
+ * strides a (and b, if not NULL). */
+int64_t plan_run_elems(const ferry_box_t *box, const int64_t *a, const int64_t *b);
+/* Interns a list of ranks; returns its id or PLAN_NONE on no memory. */
+uint32_t plan_sets_intern(ferry_ctx_t *ctx, plan_sets_t *s, const uint32_t *items, size_t n);
+void plan_sets_free(ferry_ctx_t *ctx, plan_sets_t *s);
+/* Writes into *out the first part of `box` not covered by the n boxes
+ * (given inside it); false if they cover it. */
+bool plan_box_uncovered(const ferry_box_t *box, const ferry_box_t *const *parts, size_t n,
+                        ferry_box_t *out);
+/* Indices of two overlapping boxes among n (sweep on the dimension with the
+ * most distinct offsets); false if all are disjoint. scratch holds n entries. */
+bool plan_boxes_overlap(const ferry_box_t *const *boxes, size_t n, uint32_t *scratch, size_t *i,
+                        size_t *j);
+
+#endif

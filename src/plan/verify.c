@@ -1,0 +1,109 @@
+/* An independent check of a finished plan against its layouts: it uses only
+ * the pieces and box arithmetic, none of the planner's indexes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+static ferry_status_t check_side(ferry_plan_t *p, const ferry_layout_t *l, const ferry_copy_op_t *op,
+                                 size_t op_index, bool is_src, const char *tname) {
+    size_t piece = is_src ? op->src_piece : op->dst_piece;
+    uint32_t rank = is_src ? op->src_rank : op->dst_rank, buffer = is_src ? op->src_buffer : op->dst_buffer;
+    uint64_t offset = is_src ? op->src_offset : op->dst_offset;
+    const int64_t *strides = is_src ? op->src_strides : op->dst_strides;
+    const char *side = is_src ? "source" : "destination";
+    char b[200];
+    ferry_box_format(&op->box, b, sizeof b);
+    if (piece >= ferry_layout_piece_count(l))
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s %s): %s piece %zu does not exist",
+                          op_index, tname, b, side, piece);
+    const ferry_piece_t *q = &ferry_layout_pieces(l)[piece];
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(l), q->tensor, &ti);
+    if (strcmp(ti.name, tname) != 0)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s %s): %s piece %zu holds %s",
+                          op_index, tname, b, side, piece, ti.name);
+    if (q->rank != rank || q->buffer != buffer)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                          "op %zu (%s %s): %s piece %zu is in rank %u buffer %u, the op says rank %u "
+                          "buffer %u", op_index, tname, b, side, piece, q->rank, q->buffer, rank, buffer);
+    if (!ferry_box_contains(&q->box, &op->box))
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s %s): outside %s piece %zu",
+                          op_index, tname, b, side, piece);
+    size_t esize = ferry_dtype_size(ti.dtype);
+    if (offset != plan_piece_offset(q, &op->box, esize) ||
+        memcmp(strides, q->strides, sizeof q->strides) != 0 ||
+        op->bytes != (uint64_t)ferry_box_numel(&op->box) * esize)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                          "op %zu (%s %s): offset, strides or size disagree with %s piece %zu",
+                          op_index, tname, b, side, piece);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, const ferry_layout_t *dst) {
+    if (!src || !dst) return ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT, "verify: NULL layout");
+    const ferry_model_t *dm = ferry_layout_model(dst);
+    size_t nd = ferry_layout_piece_count(dst);
+    for (size_t i = 0; i < p->nops; i++) {
+        const ferry_copy_op_t *op = &p->ops[i];
+        ferry_tensor_info_t ti;
+        if (!ferry_model_tensor(dm, op->tensor, &ti))
+            return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu: no tensor %u", i, op->tensor);
+        ferry_status_t st = check_side(p, src, op, i, true, ti.name);
+        if (st == FERRY_OK) st = check_side(p, dst, op, i, false, ti.name);
+        if (st) return st;
+    }
+    if (p->only && p->only_side == FERRY_SIDE_TRAIN) return FERRY_OK; /* a writer sees part of each piece */
+    /* the ops of each destination piece must tile it: sizes add up, no two overlap */
+    size_t *first = ferry_calloc(p->ctx, nd + 1, sizeof *first);
+    size_t *order = ferry_alloc(p->ctx, (p->nops ? p->nops : 1) * sizeof *order);
+    const ferry_box_t **boxes = NULL;
+    uint32_t *scratch = NULL;
+    size_t cap = 0, cap2 = 0;
+    ferry_status_t st = FERRY_OK;
+    if (!first || !order) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory verifying");
+        goto out;
+    }
+    for (size_t i = 0; i < p->nops; i++) first[p->ops[i].dst_piece + 1]++;
+    for (size_t i = 0; i < nd; i++) first[i + 1] += first[i];
+    for (size_t i = 0; i < p->nops; i++) order[first[p->ops[i].dst_piece]++] = i;
+    for (size_t i = nd; i > 0; i--) first[i] = first[i - 1];
+    first[0] = 0;
+    const ferry_piece_t *pieces = ferry_layout_pieces(dst);
+    for (size_t i = 0; i < nd && st == FERRY_OK; i++) {
+        const ferry_piece_t *q = &pieces[i];
+        if (p->only && q->rank != p->only_rank) continue;
+        size_t n = first[i + 1] - first[i];
+        int64_t sum = 0;
+        if (ferry_grow(p->ctx, (void **)&boxes, sizeof *boxes, &cap, n + 1) ||
+            ferry_grow(p->ctx, (void **)&scratch, sizeof *scratch, &cap2, n + 1)) {
+            st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory verifying");
+            break;
+        }
+        for (size_t k = 0; k < n; k++) {
+            boxes[k] = &p->ops[order[first[i] + k]].box;
+            sum += ferry_box_numel(boxes[k]);
+        }
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(dm, q->tensor, &ti);
+        char b[200];
+        ferry_box_format(&q->box, b, sizeof b);
+        size_t x, y;
+        if (plan_boxes_overlap(boxes, n, scratch, &x, &y))
+            st = ferry_fail(&p->err, FERRY_ERR_COVERAGE,
+                            "destination piece %zu (%s %s on rank %u) is written twice", i, ti.name,
+                            b, q->rank);
+        else if (sum != ferry_box_numel(&q->box))
+            st = ferry_fail(&p->err, FERRY_ERR_COVERAGE,
+                            "destination piece %zu (%s %s on rank %u): ops write %lld of its %lld "
+                            "elements", i, ti.name, b, q->rank, (long long)sum,
+                            (long long)ferry_box_numel(&q->box));
+    }
+out:
+    ferry_free(p->ctx, first);
+    ferry_free(p->ctx, order);
+    ferry_free(p->ctx, boxes);
+    ferry_free(p->ctx, scratch);
+    return st;
+}
