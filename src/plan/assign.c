@@ -48,14 +48,6 @@ static ferry_status_t intern_sets(ferry_plan_t *p) {
     return st;
 }
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 /* Groups fragments into routes, numbered by first appearance. */
 static ferry_status_t make_routes(ferry_plan_t *p) {
     size_t nslots = 1024;
@@ -67,7 +59,7 @@ static ferry_status_t make_routes(ferry_plan_t *p) {
     for (size_t f = 0; f < p->nfrags; f++) {
         plan_frag_t *fr = &p->frags[f];
         uint32_t ss = p->src.boxes[fr->cell].set, ds = p->dst.boxes[fr->dbox].set;
-        size_t k = (size_t)mix64(((uint64_t)ss << 32) | ds) & (nslots - 1);
+        size_t k = (size_t)plan_mix64(((uint64_t)ss << 32) | ds) & (nslots - 1);
         for (; slots[k]; k = (k + 1) & (nslots - 1)) {
             plan_route_t *r = &p->routes[slots[k] - 1];
             if (r->src_set == ss && r->dst_set == ds) break;

@@ -116,6 +116,7 @@ static ferry_status_t refine_tensor(ferry_plan_t *p, uint32_t t, size_t first, s
             nb.box = (const ferry_box_t *)(uintptr_t)(p->ncell_boxes + 1);
             p->ncell_boxes++;
             nb.tensor = t;
+            plan_box_key(&cell, &nb.k0, &nb.k1);
             nb.first_holder = (uint32_t)o->nholders;
             uint32_t last = PLAN_NONE;
             for (size_t k = 0; k < nc; k++) {

@@ -1,8 +1,9 @@
 /* The plan digest: xxh3 over what every rank must agree on. It covers the
- * canonical inputs (tensors, destination boxes and their holder ranks,
- * source cells and their holders' buffer addresses, the parameters) and the
- * global decisions (routes, assignments, pack areas); never piece indices or
- * anything a local plan leaves out, so local and global plans match. */
+ * canonical inputs (tensors, destination boxes and source cells with their
+ * holder ranks, order-free sums over the pieces' buffer addresses, the
+ * parameters) and the global decisions (routes, assignments, pack areas);
+ * never piece indices or anything a local plan leaves out, so local and
+ * global plans match. */
 #include <string.h>
 #include <xxhash.h>
 
@@ -31,13 +32,6 @@ static void h_bytes(hasher_t *h, const void *data, size_t len) {
     XXH3_64bits_update(h->state, data, len);
 }
 
-static void h_box(hasher_t *h, const ferry_box_t *b) {
-    h_u64(h, b->ndim);
-    for (uint32_t d = 0; d < b->ndim; d++) {
-        h_u64(h, (uint64_t)b->offset[d]);
-        h_u64(h, (uint64_t)b->extent[d]);
-    }
-}
 
 void plan_digest(ferry_plan_t *p) {
     hasher_t hs, *s = &hs;
@@ -60,21 +54,19 @@ void plan_digest(ferry_plan_t *p) {
         h_u64(s, XXH3_64bits(name, strlen(name)));
         for (uint32_t b = p->dst.tensor_first[t]; b < p->dst.tensor_first[t + 1]; b++) {
             const plan_box_t *db = &p->dst.boxes[b];
-            h_box(s, db->box);
+            h_u64(s, db->k0);
+            h_u64(s, db->k1);
             h_u64(s, db->set);
         }
         for (uint32_t c = p->src.tensor_first[t]; c < p->src.tensor_first[t + 1]; c++) {
             const plan_box_t *cb = &p->src.boxes[c];
-            h_box(s, cb->box);
-            for (uint32_t h = 0; h < cb->holder_count; h++) {
-                const ferry_piece_t *q = &p->src.pieces[p->src.holders[cb->first_holder + h]];
-                h_u64(s, q->rank);
-                h_u64(s, q->buffer);
-                h_u64(s, q->byte_offset);
-                for (uint32_t d = 0; d < q->box.ndim; d++) h_u64(s, (uint64_t)q->strides[d]);
-            }
+            h_u64(s, cb->k0);
+            h_u64(s, cb->k1);
+            h_u64(s, cb->set);
         }
     }
+    h_u64(s, p->src_address_sum);
+    h_u64(s, p->dst_address_sum);
     h_bytes(s, p->sets.first, (p->sets.count + 1) * sizeof *p->sets.first);
     h_bytes(s, p->sets.items, p->sets.nitems * sizeof *p->sets.items);
     for (size_t f = 0; f < p->nfrags; f++) {

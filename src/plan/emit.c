@@ -176,7 +176,7 @@ static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
                 return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
         }
     }
-    qsort(p->ops + start, p->nops - start, sizeof *p->ops, cmp_reader);
+    if (p->nops - start > 1) qsort(p->ops + start, p->nops - start, sizeof *p->ops, cmp_reader);
     ferry_status_t st = stagger(p, start, r);
     return st ? st : make_pairs(p, start);
 }
@@ -205,7 +205,7 @@ static ferry_status_t emit_writer(ferry_plan_t *p, uint32_t s) {
         }
         i = end;
     }
-    qsort(p->ops, p->nops, sizeof *p->ops, cmp_writer);
+    if (p->nops > 1) qsort(p->ops, p->nops, sizeof *p->ops, cmp_writer);
     return make_pairs(p, 0);
 }
 

@@ -85,6 +85,7 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
             plan_box_t *db = &dst->boxes[dfirst + k];
             const ferry_box_t *D = db->box;
             int64_t lo = D->offset[dim], hi = D->offset[dim] + D->extent[dim];
+            if (D->ndim == 0) lo = INT64_MIN, hi = INT64_MAX; /* a scalar: every cell is the scalar */
             /* last cell starting before hi, then back while some earlier cell reaches past lo */
             size_t a = 0, b = sn;
             while (a < b) {
@@ -125,6 +126,7 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
                 f->dbox = (uint32_t)(dfirst + k);
                 f->route = PLAN_NONE;
                 f->bytes = (uint64_t)numel * esize;
+                f->whole = numel == ferry_box_numel(src->boxes[found[u]].box);
             }
             db->frag_count = (uint32_t)nf;
             if (covered != ferry_box_numel(D)) {

@@ -25,26 +25,6 @@ typedef struct {
     uint32_t piece, rank;
 } keyed_t;
 
-static bool box_key(const ferry_box_t *b, uint64_t *k0, uint64_t *k1) {
-    bool exact = b->ndim <= 2;
-    for (uint32_t d = 0; d < b->ndim && exact; d++)
-        exact = (uint64_t)b->offset[d] < (1ull << 32) && (uint64_t)b->extent[d] < (1ull << 32);
-    if (exact) {
-        *k0 = b->ndim == 0 ? 0 : ((uint64_t)b->offset[0] << 32) | (uint64_t)b->extent[0];
-        *k1 = b->ndim < 2 ? (uint64_t)b->ndim << 62 : ((uint64_t)b->offset[1] << 32) | (uint64_t)b->extent[1];
-        return true;
-    }
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ b->ndim;
-    for (uint32_t d = 0; d < b->ndim; d++) {
-        h = (h ^ (uint64_t)b->offset[d]) * 0xff51afd7ed558ccdull;
-        h = (h ^ (uint64_t)b->extent[d]) * 0xc4ceb9fe1a85ec53ull;
-        h ^= h >> 29;
-    }
-    *k0 = h;
-    *k1 = UINT64_MAX; /* never an exact key: ndim < 2 there has its top bits clear */
-    return false;
-}
-
 static int cmp_keyed(const void *x, const void *y) {
     const keyed_t *a = x, *b = y;
     if (a->k0 != b->k0) return a->k0 < b->k0 ? -1 : 1;
@@ -92,7 +72,9 @@ static ferry_status_t map_tensors(ferry_plan_t *p, uint32_t **out) {
 }
 
 /* The destination tensor t exists in the source with the same dtype and shape. */
-static ferry_status_t check_tensor(ferry_plan_t *p, uint32_t t, uint32_t st, const uint32_t *has_src) {
+/* needed[t]: 1 + the first destination piece of tensor t, 0 if none. */
+static ferry_status_t check_tensor(ferry_plan_t *p, uint32_t t, uint32_t st, const uint32_t *has_src,
+                                   const uint32_t *needed) {
     ferry_tensor_info_t di, si;
     ferry_model_tensor(p->dst_model, t, &di);
     if (st == PLAN_NONE)
@@ -116,49 +98,99 @@ static ferry_status_t check_tensor(ferry_plan_t *p, uint32_t t, uint32_t st, con
                           "tensor %s: shape %s in the source, %s in the destination", di.name, sa,
                           sb);
     }
-    if (!has_src[t])
+    if (!has_src[t]) {
+        const ferry_piece_t *q = &p->dst.pieces[needed[t] - 1];
+        char b[200];
+        ferry_box_format(&q->box, b, sizeof b);
         return ferry_fail(&p->err, FERRY_ERR_COVERAGE,
-                          "tensor %s: the destination holds it but no source rank does", di.name);
+                          "tensor %s: no source rank holds any of it (destination rank %u wants %s)",
+                          di.name, q->rank, b);
+    }
     return FERRY_OK;
 }
 
 /* Builds side->boxes/holders: per tensor, pieces grouped by box (hash, then
  * checked), boxes in canonical order, holders in rank order; the source side
  * keeps one holder per rank. */
-static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src) {
+static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src, const uint32_t *map,
+                                 uint32_t *needed, uint32_t *has_src) {
     uint32_t nt = ferry_model_tensor_count(p->dst_model);
     size_t n = s->npieces;
     s->tensor_first = ferry_calloc(p->ctx, (size_t)nt + 2, sizeof *s->tensor_first);
     keyed_t *keyed = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *keyed);
     uint32_t *count = ferry_calloc(p->ctx, (size_t)nt + 1, sizeof *count);
     s->piece_box = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->piece_box);
+    s->piece_tensor = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->piece_tensor);
     s->holders = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->holders);
     uint32_t *perm = NULL;
     plan_box_t *tmp = NULL;
     size_t cap_perm = 0, cap_tmp = 0, cap_boxes = 0;
+    keyed_t *tmp_keys = NULL;
     ferry_status_t st = FERRY_OK;
-    if (!s->tensor_first || !keyed || !count || !s->piece_box || !s->holders) {
+    if (is_src) s->piece_dense = ferry_calloc(p->ctx, n ? n : 1, 1);
+    if (!s->tensor_first || !keyed || !count || !s->piece_box || !s->piece_tensor || !s->holders ||
+        (is_src && !s->piece_dense)) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
         goto out;
     }
-    /* counting sort by tensor; stable, so rank order within a tensor */
-    for (size_t i = 0; i < n; i++)
-        if (s->piece_tensor[i] != PLAN_NONE) count[s->piece_tensor[i]]++;
+    /* One sequential pass over the pieces (they are large and cold): tensor,
+     * box key, rank, and the digest's address hash; then a counting sort by
+     * tensor over the compact keys, stable, so rank order within a tensor. */
+    tmp_keys = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *tmp_keys);
+    if (!tmp_keys) {
+        st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ferry_piece_t *q = &s->pieces[i];
+        uint32_t t;
+        if (is_src) {
+            t = map[q->tensor];
+            if (t != PLAN_NONE && !needed[t]) t = PLAN_NONE; /* the destination does not want it */
+            if (t != PLAN_NONE) has_src[t] = 1;
+        } else {
+            t = q->tensor;
+            if (!needed[t]) needed[t] = (uint32_t)i + 1;
+        }
+        s->piece_tensor[i] = t;
+        s->piece_box[i] = PLAN_NONE;
+        if (t == PLAN_NONE) continue;
+        count[t]++;
+        keyed_t *k = &tmp_keys[i];
+        plan_box_key(&q->box, &k->k0, &k->k1);
+        k->piece = (uint32_t)i;
+        k->rank = q->rank;
+        if (!is_src) {
+            /* the destination addresses, for the digest (lean: 662 k pieces for Kimi-K2) */
+            uint64_t h = plan_mix64(k->k0 ^ ((uint64_t)t << 32 | q->rank)) ^ k->k1;
+            h = plan_mix64(h ^ ((uint64_t)q->buffer << 40) ^ q->byte_offset);
+            /* strides weighted by random odd constants: no small change cancels out */
+            static const uint64_t w[FERRY_MAX_DIMS] = {
+                0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull, 0xd6e8feb86659fd93ull,
+                0xa0761d6478bd642full, 0xe7037ed1a0b428dbull, 0x8ebc6af09c88c6e3ull, 0x589965cc75374cc3ull};
+            uint64_t sw = 0;
+            for (uint32_t d = 0; d < q->box.ndim; d++) sw += (uint64_t)q->strides[d] * w[d];
+            p->dst_address_sum += plan_mix64(h ^ plan_mix64(sw));
+        } else {
+            s->piece_dense[i] = plan_run_elems(&q->box, q->strides, NULL) == ferry_box_numel(&q->box);
+            /* where the bytes are, for the digest: summed, so piece order does not matter */
+            uint64_t h = plan_mix64(((uint64_t)t << 32) ^ q->rank);
+            h = plan_mix64(h ^ k->k0) ^ k->k1;
+            h = plan_mix64(h ^ q->buffer) ^ q->byte_offset;
+            for (uint32_t d = 0; d < q->box.ndim; d++) h = plan_mix64(h ^ (uint64_t)q->strides[d]);
+            p->src_address_sum += plan_mix64(h);
+        }
+    }
     uint32_t sum = 0;
     for (uint32_t t = 0; t < nt; t++) {
         uint32_t c = count[t];
         count[t] = sum;
         sum += c;
     }
-    for (size_t i = 0; i < n; i++) {
-        s->piece_box[i] = PLAN_NONE;
-        uint32_t t = s->piece_tensor[i];
-        if (t == PLAN_NONE) continue;
-        keyed_t *k = &keyed[count[t]++];
-        box_key(&s->pieces[i].box, &k->k0, &k->k1);
-        k->piece = (uint32_t)i;
-        k->rank = s->pieces[i].rank;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (s->piece_tensor[i] != PLAN_NONE) keyed[count[s->piece_tensor[i]]++] = tmp_keys[i];
+    ferry_free(p->ctx, tmp_keys);
+    tmp_keys = NULL;
     s->nboxes = 0;
     s->nholders = 0;
     s->holder_rank = ferry_alloc(p->ctx, (n ? n : 1) * sizeof *s->holder_rank);
@@ -187,6 +219,8 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src) {
                 plan_box_t *b = &s->boxes[s->nboxes];
                 memset(b, 0, sizeof *b);
                 b->box = box;
+                b->k0 = keyed[a].k0;
+                b->k1 = keyed[a].k1;
                 b->tensor = t;
                 b->first_holder = (uint32_t)s->nholders;
                 for (size_t c = a; c < j; c++) {
@@ -239,6 +273,7 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src) {
     }
     s->tensor_first[nt] = (uint32_t)s->nboxes;
 out:
+    ferry_free(p->ctx, tmp_keys);
     ferry_free(p->ctx, keyed);
     ferry_free(p->ctx, count);
     ferry_free(p->ctx, perm);
@@ -299,32 +334,21 @@ ferry_status_t plan_index(ferry_plan_t *p) {
     uint32_t *map = NULL, *has_src = NULL;
     ferry_status_t st = map_tensors(p, &map);
     if (st) return st;
-    p->src.piece_tensor = ferry_alloc(p->ctx, (p->src.npieces ? p->src.npieces : 1) * sizeof(uint32_t));
-    p->dst.piece_tensor = ferry_alloc(p->ctx, (p->dst.npieces ? p->dst.npieces : 1) * sizeof(uint32_t));
     has_src = ferry_calloc(p->ctx, (size_t)nt + 1, sizeof *has_src);
     uint32_t *needed = ferry_calloc(p->ctx, (size_t)nt + 1, sizeof *needed);
     uint32_t *inverse = ferry_alloc(p->ctx, ((size_t)nt + 1) * sizeof *inverse);
-    if (!p->src.piece_tensor || !p->dst.piece_tensor || !has_src || !needed || !inverse) {
+    if (!has_src || !needed || !inverse) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
         goto out;
     }
-    for (size_t i = 0; i < p->dst.npieces; i++) {
-        p->dst.piece_tensor[i] = p->dst.pieces[i].tensor;
-        needed[p->dst.pieces[i].tensor] = 1;
-    }
-    for (size_t i = 0; i < p->src.npieces; i++) {
-        uint32_t t = map[p->src.pieces[i].tensor];
-        if (t != PLAN_NONE && !needed[t]) t = PLAN_NONE; /* the destination does not want it */
-        p->src.piece_tensor[i] = t;
-        if (t != PLAN_NONE) has_src[t] = 1;
-    }
+    /* the destination first: it says which tensors the source must provide */
+    if ((st = index_side(p, &p->dst, false, map, needed, has_src)) != FERRY_OK) goto out;
+    if ((st = index_side(p, &p->src, true, map, needed, has_src)) != FERRY_OK) goto out;
     for (uint32_t t = 0; t < nt; t++) inverse[t] = PLAN_NONE;
     for (uint32_t t = 0, ns = ferry_model_tensor_count(p->src_model); t < ns; t++)
         if (map[t] != PLAN_NONE) inverse[map[t]] = t;
     for (uint32_t t = 0; t < nt; t++)
-        if (needed[t] && (st = check_tensor(p, t, inverse[t], has_src)) != FERRY_OK) goto out;
-    if ((st = index_side(p, &p->src, true)) != FERRY_OK) goto out;
-    if ((st = index_side(p, &p->dst, false)) != FERRY_OK) goto out;
+        if (needed[t] && (st = check_tensor(p, t, inverse[t], has_src, needed)) != FERRY_OK) goto out;
     st = check_dst_overlaps(p);
 out:
     ferry_free(p->ctx, map);

@@ -57,23 +57,37 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
             uint32_t m = p->sets.first[rt->dst_set + 1] - p->sets.first[rt->dst_set];
             for (uint32_t j = 0; j < m; j++) used[p->assign[rt->first_assign + j]] = 1;
         }
+        /* A fragment that is a whole unrefined cell is a whole holder piece,
+         * whose density the index computed; only cut fragments need strides. */
+        bool refined = cell->box >= p->cell_boxes && cell->box < p->cell_boxes + p->ncell_boxes;
+        bool cut = refined || !fr->whole, have_box = false;
         ferry_box_t box;
-        ferry_box_intersect(cell->box, p->dst.boxes[fr->dbox].box, &box);
-        int64_t numel = ferry_box_numel(&box);
         const int64_t *last_strides = NULL; /* replicas mostly share strides: check once */
         bool contiguous = false;
         for (uint32_t h = 0; h < k; h++) {
             uint64_t *slot = &p->pack_slot[p->frag_pack_first[f] + h];
             *slot = UINT64_MAX;
             if (!used[h]) continue;
-            const ferry_piece_t *q = &p->src.pieces[p->src.holders[cell->first_holder + h]];
-            if (!last_strides || memcmp(last_strides, q->strides, box.ndim * sizeof *q->strides) != 0) {
-                contiguous = plan_run_elems(&box, q->strides, NULL) == numel;
-                last_strides = q->strides;
+            uint32_t piece = p->src.holders[cell->first_holder + h];
+            if (fr->bytes >= p->pack_below) {
+                if (!cut) {
+                    contiguous = p->src.piece_dense[piece];
+                } else {
+                    const int64_t *strides = p->src.pieces[piece].strides;
+                    if (!have_box) {
+                        ferry_box_intersect(cell->box, p->dst.boxes[fr->dbox].box, &box);
+                        have_box = true;
+                    }
+                    if (!last_strides || memcmp(last_strides, strides, box.ndim * sizeof *strides) != 0) {
+                        contiguous = plan_run_elems(&box, strides, NULL) == ferry_box_numel(&box);
+                        last_strides = strides;
+                    }
+                }
+                if (contiguous) continue;
             }
-            if (contiguous && fr->bytes >= p->pack_below) continue;
-            *slot = p->pack_size[q->rank];
-            p->pack_size[q->rank] += fr->bytes;
+            uint32_t rank = p->src.holder_rank[cell->first_holder + h];
+            *slot = p->pack_size[rank];
+            p->pack_size[rank] += fr->bytes;
         }
     }
     for (uint32_t s = 0; s < p->src.world; s++) p->stats.pack_bytes += p->pack_size[s];

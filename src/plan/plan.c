@@ -12,6 +12,7 @@ static void plan_free_work(ferry_plan_t *p) {
         ferry_free(c, s->piece_box);
         ferry_free(c, s->holders);
         ferry_free(c, s->holder_rank);
+        ferry_free(c, s->piece_dense);
         ferry_free(c, s->boxes);
         ferry_free(c, s->tensor_first);
         ferry_free(c, s->frag_index);

@@ -24,6 +24,7 @@
 /* A distinct (tensor, box) of one side and the pieces that hold it. */
 typedef struct plan_box {
     const ferry_box_t *box;   /* points into a piece or into the refined-box arena */
+    uint64_t k0, k1;          /* plan_box_key of the box */
     uint32_t tensor;          /* destination model index */
     uint32_t first_holder;    /* into side.holders: piece indices, canonical order */
     uint32_t holder_count;
@@ -41,6 +42,7 @@ typedef struct plan_side {
     uint32_t *piece_box;      /* distinct box (dst) or source box (src) of each piece */
     uint32_t *holders;        /* piece indices grouped by box */
     uint32_t *holder_rank;    /* rank of each holder (saves touching the piece) */
+    uint8_t *piece_dense;     /* source side: the piece is one row-major run over its box */
     size_t nholders;
     plan_box_t *boxes;
     size_t nboxes;
@@ -52,7 +54,7 @@ typedef struct plan_frag {
     uint32_t cell;            /* source cell */
     uint32_t dbox;            /* destination box */
     uint32_t route;
-    uint32_t pad;
+    uint32_t whole;           /* the fragment is its whole cell */
     uint64_t bytes;
 } plan_frag_t;
 
@@ -117,6 +119,8 @@ struct ferry_plan {
     size_t npairs, cap_pairs;
 
     ferry_plan_stats_t stats;
+    uint64_t src_address_sum; /* order-free hashes of the pieces' addresses */
+    uint64_t dst_address_sum;
     uint64_t digest;
 };
 
@@ -133,6 +137,11 @@ void plan_digest(ferry_plan_t *p);
 const char *plan_tensor_name(const ferry_plan_t *p, uint32_t tensor);
 size_t plan_tensor_esize(const ferry_plan_t *p, uint32_t tensor);
 int plan_box_cmp(const ferry_box_t *a, const ferry_box_t *b);
+/* A 128-bit key of a box: exact (and k1 != UINT64_MAX) for boxes of up to two
+ * dimensions with coordinates below 2^32, else a hash with k1 == UINT64_MAX
+ * whose matches must be checked. Returns whether it is exact. */
+bool plan_box_key(const ferry_box_t *b, uint64_t *k0, uint64_t *k1);
+uint64_t plan_mix64(uint64_t x);
 /* Byte offset of sub-box `box` inside piece q (box must lie inside q->box). */
 uint64_t plan_piece_offset(const ferry_piece_t *q, const ferry_box_t *box, size_t esize);
 /* Elements in the longest row-major run of `box` that is contiguous under

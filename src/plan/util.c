@@ -23,6 +23,34 @@ int plan_box_cmp(const ferry_box_t *a, const ferry_box_t *b) {
     return 0;
 }
 
+bool plan_box_key(const ferry_box_t *b, uint64_t *k0, uint64_t *k1) {
+    bool exact = b->ndim <= 2;
+    for (uint32_t d = 0; d < b->ndim && exact; d++)
+        exact = (uint64_t)b->offset[d] < (1ull << 32) && (uint64_t)b->extent[d] < (1ull << 32);
+    if (exact) {
+        *k0 = b->ndim == 0 ? 0 : ((uint64_t)b->offset[0] << 32) | (uint64_t)b->extent[0];
+        *k1 = b->ndim < 2 ? (uint64_t)b->ndim << 62 : ((uint64_t)b->offset[1] << 32) | (uint64_t)b->extent[1];
+        return *k1 != UINT64_MAX;
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ b->ndim;
+    for (uint32_t d = 0; d < b->ndim; d++) {
+        h = (h ^ (uint64_t)b->offset[d]) * 0xff51afd7ed558ccdull;
+        h = (h ^ (uint64_t)b->extent[d]) * 0xc4ceb9fe1a85ec53ull;
+        h ^= h >> 29;
+    }
+    *k0 = h;
+    *k1 = UINT64_MAX;
+    return false;
+}
+
+uint64_t plan_mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
 uint64_t plan_piece_offset(const ferry_piece_t *q, const ferry_box_t *box, size_t esize) {
     uint64_t off = 0;
     for (uint32_t d = 0; d < box->ndim; d++)

@@ -6,7 +6,7 @@
 #include "plan/plan_internal.h"
 
 static ferry_status_t check_side(ferry_plan_t *p, const ferry_layout_t *l, const ferry_copy_op_t *op,
-                                 size_t op_index, bool is_src, const char *tname) {
+                                 size_t op_index, bool is_src, const char *tname, ferry_dtype_t dtype) {
     size_t piece = is_src ? op->src_piece : op->dst_piece;
     uint32_t rank = is_src ? op->src_rank : op->dst_rank, buffer = is_src ? op->src_buffer : op->dst_buffer;
     uint64_t offset = is_src ? op->src_offset : op->dst_offset;
@@ -23,6 +23,9 @@ static ferry_status_t check_side(ferry_plan_t *p, const ferry_layout_t *l, const
     if (strcmp(ti.name, tname) != 0)
         return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s %s): %s piece %zu holds %s",
                           op_index, tname, b, side, piece, ti.name);
+    if (ti.dtype != dtype)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s %s): %s piece %zu is %s, the op moves %s",
+                          op_index, tname, b, side, piece, ferry_dtype_name(ti.dtype), ferry_dtype_name(dtype));
     if (q->rank != rank || q->buffer != buffer)
         return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
                           "op %zu (%s %s): %s piece %zu is in rank %u buffer %u, the op says rank %u "
@@ -49,8 +52,8 @@ ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, con
         ferry_tensor_info_t ti;
         if (!ferry_model_tensor(dm, op->tensor, &ti))
             return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu: no tensor %u", i, op->tensor);
-        ferry_status_t st = check_side(p, src, op, i, true, ti.name);
-        if (st == FERRY_OK) st = check_side(p, dst, op, i, false, ti.name);
+        ferry_status_t st = check_side(p, src, op, i, true, ti.name, ti.dtype);
+        if (st == FERRY_OK) st = check_side(p, dst, op, i, false, ti.name, ti.dtype);
         if (st) return st;
     }
     if (p->only && p->only_side == FERRY_SIDE_TRAIN) return FERRY_OK; /* a writer sees part of each piece */
