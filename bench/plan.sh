@@ -30,9 +30,10 @@ cases=(
 [ -n "${EXTRA:-}" ] && cases+=("$EXTRA")
 
 echo "ferry plan benchmark, $(date -u +%Y-%m-%d), $(nproc) cores, REPEAT=$REPEAT LOCALS=$LOCALS"
-printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' model trainer engine "global plan" \
-    "local plan (median / max)" "local peak" "src max/mean" "src max/lower bound"
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' model trainer engine "global plan (peak)" \
+    "local plan, median / max" "local peak, dst / src" "local / piece copy" "src max/mean" \
+    "src max/lower bound"
+printf '|---|---|---|---|---|---|---|---|---|\n'
 for c in "${cases[@]}"; do
     IFS='|' read -r model train infer <<<"$c"
     out=$("$build/ferry" plan --model "$model" --train "$train" --infer "$infer" \
@@ -41,6 +42,10 @@ for c in "${cases[@]}"; do
     grep -q 'digests agree' <<<"$out" || { echo "$out"; echo "local digests differ" >&2; exit 1; }
     global=$(sed -n 's/^plan       global in \([0-9.]*\) s.*peak \([^;]*\);.*/\1 s (\2)/p' <<<"$out")
     locals=$(sed -n 's/^local *\([0-9]*\) destination ranks: median \([0-9.]*\) ms, max \([0-9.]*\) ms, peak \([^;]*\); \([0-9]*\) source ranks: median \([0-9.]*\) ms, max \([0-9.]*\) ms, peak \([^;]*\);.*/dst \2 \/ \3 ms, src \6 \/ \7 ms|\4 \/ \8/p' <<<"$out")
+    floor=$(sed -n 's/^floor .*costs \([0-9.]*\) such copies/\1/p' <<<"$out")
     balance=$(sed -n 's/^sources .*max\/mean \([0-9.]*\), max\/lower bound \([0-9.]*\)/\1|\2/p' <<<"$out")
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$model" "$train" "$infer" "$global" "$locals" "$balance"
+    IFS='|' read -r ltime lpeak <<<"$locals"
+    IFS='|' read -r mean lb <<<"$balance"
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$model" "$train" "$infer" "$global" \
+        "$ltime" "$lpeak" "$floor" "$mean" "$lb"
 done

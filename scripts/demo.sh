@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, and show how ferry lays out a
-# model on a trainer and on an inference engine, each checked element by element.
+# model on a trainer and on an inference engine, each checked element by element,
+# and plans the transfer between them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -14,3 +15,11 @@ build/ferry layout --model models/qwen3-30b-a3b.json --side train --parallel tp=
 echo
 echo "== engine side: vLLM tp=4 with expert parallelism, 2 replicas"
 build/ferry layout --model models/qwen3-30b-a3b.json --side infer --parallel tp=4,ep=4,replicas=2
+echo
+echo "== plan: trainer -> engine, every engine byte written once, balanced over trainer replicas"
+build/ferry plan --model models/qwen3-30b-a3b.json --train tp=4,pp=2,ep=8,dp=2 \
+    --infer tp=4,ep=4,replicas=2 --locals 4
+echo
+echo "== the local plan of engine rank 5: its sources in reading order"
+build/ferry plan --model models/qwen3-30b-a3b.json --train tp=4,pp=2,ep=8,dp=2 \
+    --infer tp=4,ep=4,replicas=2 --rank 5 | sed -n '/^destination rank/,$p'

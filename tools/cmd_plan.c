@@ -427,8 +427,9 @@ int cmd_plan(int argc, char **argv) {
            cli_bytes(ssrc.max, b3, sizeof b3), src_imb, src_lb);
     printf("hosts      %llu ranks per host: max %s; max/mean %.3f\n", (unsigned long long)rph,
            cli_bytes(shost.max, b1, sizeof b1), host_imb);
-    printf("receivers  min %s, median %s, max %s\n", cli_bytes(sdst.min, b1, sizeof b1),
-           cli_bytes(sdst.median, b2, sizeof b2), cli_bytes(sdst.max, b3, sizeof b3));
+    printf("receivers  min %s, median %s, max %s; max/mean %.3f\n", cli_bytes(sdst.min, b1, sizeof b1),
+           cli_bytes(sdst.median, b2, sizeof b2), cli_bytes(sdst.max, b3, sizeof b3),
+           sdst.mean > 0 ? (double)sdst.max / sdst.mean : 0);
     printf("ops        %llu ops (%llu contiguous runs before packing), %llu packed into %s of pack "
            "areas, %llu transfers in %llu pairs\n",
            (unsigned long long)s.ops, (unsigned long long)s.runs, (unsigned long long)s.packed_ops,
