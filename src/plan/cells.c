@@ -16,13 +16,18 @@ static int cmp_i64(const void *x, const void *y) {
 
 typedef struct {
     plan_box_t *boxes;
-    size_t nboxes, cap_boxes;
+    uint32_t *arena;          /* per box: index of its refined box in p->cell_boxes, or PLAN_NONE */
+    size_t nboxes, cap_boxes, cap_arena;
     uint32_t *holders, *holder_rank;
     size_t nholders, cap_holders, cap_ranks;
 } cell_out_t;
 
-static int push_box(ferry_ctx_t *ctx, cell_out_t *o, const plan_box_t *b) {
-    if (ferry_grow(ctx, (void **)&o->boxes, sizeof *o->boxes, &o->cap_boxes, o->nboxes + 1)) return -1;
+/* arena: the box's index in p->cell_boxes (which may still move), or PLAN_NONE */
+static int push_box(ferry_ctx_t *ctx, cell_out_t *o, const plan_box_t *b, uint32_t arena) {
+    if (ferry_grow(ctx, (void **)&o->boxes, sizeof *o->boxes, &o->cap_boxes, o->nboxes + 1) ||
+        ferry_grow(ctx, (void **)&o->arena, sizeof *o->arena, &o->cap_arena, o->nboxes + 1))
+        return -1;
+    o->arena[o->nboxes] = arena;
     o->boxes[o->nboxes++] = *b;
     return 0;
 }
@@ -109,12 +114,10 @@ static ferry_status_t refine_tensor(ferry_plan_t *p, uint32_t t, size_t first, s
                 st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory refining cells");
                 goto out;
             }
-            p->cell_boxes[p->ncell_boxes] = cell;
+            uint32_t arena = (uint32_t)p->ncell_boxes++;
+            p->cell_boxes[arena] = cell;
             plan_box_t nb;
-            memset(&nb, 0, sizeof nb);
-            /* the arena may move: remember the index, fix pointers at the end */
-            nb.box = (const ferry_box_t *)(uintptr_t)(p->ncell_boxes + 1);
-            p->ncell_boxes++;
+            memset(&nb, 0, sizeof nb); /* nb.box is set once the arena stops moving */
             nb.tensor = t;
             plan_box_key(&cell, &nb.k0, &nb.k1);
             nb.first_holder = (uint32_t)o->nholders;
@@ -128,7 +131,7 @@ static ferry_status_t refine_tensor(ferry_plan_t *p, uint32_t t, size_t first, s
                 }
             }
             nb.holder_count = (uint32_t)(o->nholders - nb.first_holder);
-            if (push_box(p->ctx, o, &nb)) {
+            if (push_box(p->ctx, o, &nb, arena)) {
                 st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory refining cells");
                 goto out;
             }
@@ -189,7 +192,7 @@ ferry_status_t plan_cells(ferry_plan_t *p) {
             for (uint32_t h = 0; h < b.holder_count && st == FERRY_OK; h++)
                 if (push_holder(p->ctx, &o, s->holders[h0 + h], s->holder_rank[h0 + h]))
                     st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory finding cells");
-            if (st == FERRY_OK && push_box(p->ctx, &o, &b))
+            if (st == FERRY_OK && push_box(p->ctx, &o, &b, PLAN_NONE))
                 st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory finding cells");
         }
     }
@@ -198,9 +201,8 @@ ferry_status_t plan_cells(ferry_plan_t *p) {
         ferry_free(p->ctx, tensor_first);
         goto out;
     }
-    for (size_t k = 0; k < o.nboxes; k++) /* refined boxes: index + 1 into the arena */
-        if ((uintptr_t)o.boxes[k].box <= p->ncell_boxes)
-            o.boxes[k].box = &p->cell_boxes[(uintptr_t)o.boxes[k].box - 1];
+    for (size_t k = 0; k < o.nboxes; k++)
+        if (o.arena[k] != PLAN_NONE) o.boxes[k].box = &p->cell_boxes[o.arena[k]];
     ferry_free(p->ctx, s->boxes);
     ferry_free(p->ctx, s->holders);
     ferry_free(p->ctx, s->holder_rank);
@@ -211,9 +213,11 @@ ferry_status_t plan_cells(ferry_plan_t *p) {
     s->holder_rank = o.holder_rank;
     s->nholders = o.nholders;
     s->tensor_first = tensor_first;
+    ferry_free(p->ctx, o.arena);
     memset(&o, 0, sizeof o);
 out:
     ferry_free(p->ctx, o.boxes);
+    ferry_free(p->ctx, o.arena);
     ferry_free(p->ctx, o.holders);
     ferry_free(p->ctx, o.holder_rank);
     ferry_free(p->ctx, boxes);
