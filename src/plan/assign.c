@@ -1,12 +1,14 @@
 /* Stage 4: which source holder serves each reader.
  * Fragments whose source holders are the same ranks and whose readers are
  * the same ranks form a route (typically: one tensor-parallel position of
- * the trainer and one rank of every engine replica). A route is assigned as
- * a whole, so a reader reads everything of a route from one source and the
- * readers of one source read identical packed bytes. Routes with a single
- * holder are forced; the others are placed largest first (LPT) on the holder
- * with the fewest bytes so far, then the least loaded host, then one on the
- * reader's own host, then a rotation that staggers readers over holders. */
+ * the trainer and one rank of every engine replica). A route is cut into as
+ * few parts as even balance needs (usually one), and each (reader, part) is
+ * read from one holder, so a reader takes long contiguous spans from each
+ * source and the readers of one source read identical packed bytes. Routes
+ * with a single holder are forced; the other units are placed largest first
+ * (LPT) on the holder with the fewest bytes so far, then the least loaded
+ * host, then one on the reader's own host, then a rotation that staggers
+ * readers over holders. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,23 +75,29 @@ static ferry_status_t make_routes(ferry_plan_t *p) {
             memset(r, 0, sizeof *r);
             r->src_set = ss;
             r->dst_set = ds;
-            r->src_cell = fr->cell;
-            r->dst_box = fr->dbox;
+            r->holders = p->sets.first[ss + 1] - p->sets.first[ss];
+            r->readers = p->sets.first[ds + 1] - p->sets.first[ds];
             slots[k] = (uint32_t)++p->nroutes;
         }
         fr->route = slots[k] - 1;
         p->routes[fr->route].weight += fr->bytes;
+        p->routes[fr->route].frag_count++;
     }
     ferry_free(p->ctx, slots);
     return st;
 }
 
-static _Thread_local const plan_route_t *g_routes;
+/* A unit: part c of route r, for all its readers. */
+typedef struct {
+    uint64_t bytes;
+    uint32_t route, chunk;
+} unit_t;
 
-static int cmp_route_weight(const void *x, const void *y) {
-    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    if (g_routes[a].weight != g_routes[b].weight) return g_routes[a].weight > g_routes[b].weight ? -1 : 1;
-    return a < b ? -1 : a > b;
+static int cmp_unit(const void *x, const void *y) {
+    const unit_t *a = x, *b = y;
+    if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+    if (a->route != b->route) return a->route < b->route ? -1 : 1;
+    return a->chunk < b->chunk ? -1 : a->chunk > b->chunk;
 }
 
 static uint32_t set_len(const ferry_plan_t *p, uint32_t set) {
@@ -100,13 +108,108 @@ static const uint32_t *set_items(const ferry_plan_t *p, uint32_t set) {
     return p->sets.items + p->sets.first[set];
 }
 
-/* Chooses holders for the readers of route ri; loads are updated. */
-static void place_route(ferry_plan_t *p, uint32_t ri) {
+static uint32_t gcd(uint32_t a, uint32_t b) {
+    while (b) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static _Thread_local const plan_frag_t *g_frags;
+
+static int cmp_frag_bytes(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    if (g_frags[a].bytes != g_frags[b].bytes) return g_frags[a].bytes > g_frags[b].bytes ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+/* Route-major fragment order and each route's parts. */
+static ferry_status_t cut_routes(ferry_plan_t *p) {
+    size_t nf = p->nfrags, nr = p->nroutes;
+    p->route_order = ferry_alloc(p->ctx, (nf ? nf : 1) * sizeof *p->route_order);
+    if (!p->route_order) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory ordering routes");
+    uint32_t at = 0;
+    p->nchunks = 0;
+    p->nassign = 0;
+    for (size_t r = 0; r < nr; r++) {
+        plan_route_t *rt = &p->routes[r];
+        rt->first_frag = at;
+        at += rt->frag_count;
+        uint32_t k = rt->holders, m = rt->readers;
+        uint32_t c = k > 1 ? k / gcd(k, m) : 1;
+        if (c > rt->frag_count) c = rt->frag_count;
+        if (c > PLAN_MAX_CHUNKS) c = PLAN_MAX_CHUNKS;
+        if (c == 0) c = 1;
+        rt->chunks = c;
+        rt->first_chunk = (uint32_t)p->nchunks;
+        rt->first_assign = (uint32_t)p->nassign;
+        p->nchunks += c;
+        p->nassign += (size_t)c * m;
+        if (p->nassign > UINT32_MAX)
+            return ferry_fail(&p->err, FERRY_ERR_LIMIT, "more than 2^32 (reader, route part) pairs");
+    }
+    uint32_t *fill = ferry_alloc(p->ctx, (nr ? nr : 1) * sizeof *fill);
+    p->chunk_bytes = ferry_calloc(p->ctx, p->nchunks ? p->nchunks : 1, sizeof *p->chunk_bytes);
+    if (!fill || !p->chunk_bytes) {
+        ferry_free(p->ctx, fill);
+        return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory ordering routes");
+    }
+    for (size_t r = 0; r < nr; r++) fill[r] = p->routes[r].first_frag;
+    for (size_t f = 0; f < nf; f++) p->route_order[fill[p->frags[f].route]++] = (uint32_t)f;
+    ferry_free(p->ctx, fill);
+    /* Parts of a route: fragments largest first into the lightest part
+     * (LPT), then the route's fragments reordered part by part, so each part
+     * is one contiguous span of the holder's pack area. */
+    uint32_t *tmp = NULL, *seg = NULL;
+    size_t cap_tmp = 0, cap_seg = 0;
+    ferry_status_t st = FERRY_OK;
+    for (size_t r = 0; r < nr && st == FERRY_OK; r++) {
+        const plan_route_t *rt = &p->routes[r];
+        uint32_t n = rt->frag_count, c = rt->chunks;
+        uint32_t *order = p->route_order + rt->first_frag;
+        uint64_t *part = p->chunk_bytes + rt->first_chunk;
+        if (c == 1) {
+            for (uint32_t i = 0; i < n; i++) p->frags[order[i]].chunk = 0;
+            part[0] = rt->weight;
+            continue;
+        }
+        if (ferry_grow(p->ctx, (void **)&tmp, sizeof *tmp, &cap_tmp, n) ||
+            ferry_grow(p->ctx, (void **)&seg, sizeof *seg, &cap_seg, n)) {
+            st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory cutting routes");
+            break;
+        }
+        memcpy(tmp, order, n * sizeof *tmp);
+        g_frags = p->frags;
+        qsort(tmp, n, sizeof *tmp, cmp_frag_bytes);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t best = 0;
+            for (uint32_t q = 1; q < c; q++)
+                if (part[q] < part[best]) best = q;
+            p->frags[tmp[i]].chunk = (uint16_t)best;
+            part[best] += p->frags[tmp[i]].bytes;
+        }
+        uint32_t put = 0; /* stable by part: route order kept inside each part */
+        for (uint32_t q = 0; q < c; q++)
+            for (uint32_t i = 0; i < n; i++)
+                if (p->frags[order[i]].chunk == q) seg[put++] = order[i];
+        memcpy(order, seg, n * sizeof *seg);
+    }
+    ferry_free(p->ctx, tmp);
+    ferry_free(p->ctx, seg);
+    return st;
+}
+
+/* Chooses holders for the readers of part c of route ri; loads are updated. */
+static void place_unit(ferry_plan_t *p, uint32_t ri, uint32_t c) {
     plan_route_t *r = &p->routes[ri];
     const uint32_t *hold = set_items(p, r->src_set), *read = set_items(p, r->dst_set);
-    uint32_t k = set_len(p, r->src_set), m = set_len(p, r->dst_set);
+    uint32_t k = r->holders, m = r->readers;
+    uint64_t bytes = p->chunk_bytes[r->first_chunk + c];
     for (uint32_t j = 0; j < m; j++) {
-        uint32_t want = (uint32_t)((j + ri) % k); /* rotation: readers start on different holders */
+        /* rotation: readers, and the parts of one reader, start on different holders */
+        uint32_t want = (uint32_t)(((uint64_t)c * m + j + ri) % k);
         uint32_t rhost = p->dst_host[read[j]];
         uint32_t best = 0;
         uint64_t bkey[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
@@ -126,9 +229,9 @@ static void place_route(ferry_plan_t *p, uint32_t ri) {
             }
         }
         uint32_t s = hold[best];
-        p->assign[r->first_assign + j] = best;
-        p->src_load[s] += r->weight;
-        p->host_load[p->src_host[s]] += r->weight;
+        p->assign[r->first_assign + c * m + j] = best;
+        p->src_load[s] += bytes;
+        p->host_load[p->src_host[s]] += bytes;
     }
 }
 
@@ -136,39 +239,39 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
     ferry_status_t st = intern_sets(p);
     if (st) return st;
     if ((st = make_routes(p)) != FERRY_OK) return st;
-    p->nassign = 0;
-    for (size_t r = 0; r < p->nroutes; r++) {
-        p->routes[r].first_assign = (uint32_t)p->nassign;
-        p->nassign += set_len(p, p->routes[r].dst_set);
-    }
-    uint32_t *order = ferry_alloc(p->ctx, (p->nroutes ? p->nroutes : 1) * sizeof *order);
+    if ((st = cut_routes(p)) != FERRY_OK) return st;
+    unit_t *units = ferry_alloc(p->ctx, (p->nchunks ? p->nchunks : 1) * sizeof *units);
     p->assign = ferry_alloc(p->ctx, (p->nassign ? p->nassign : 1) * sizeof *p->assign);
     uint64_t *forced = ferry_calloc(p->ctx, p->src.world ? p->src.world : 1, sizeof *forced);
     uint8_t *capable = ferry_calloc(p->ctx, p->src.world ? p->src.world : 1, 1);
-    if (!order || !p->assign || !forced || !capable) {
+    if (!units || !p->assign || !forced || !capable) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory assigning routes");
         goto out;
     }
-    /* forced routes first, so the flexible ones see those loads */
+    /* forced routes first, so the flexible units see those loads */
     size_t nflex = 0;
     uint64_t total = 0;
     for (uint32_t r = 0; r < p->nroutes; r++) {
         const plan_route_t *rt = &p->routes[r];
-        uint32_t m = set_len(p, rt->dst_set), k = set_len(p, rt->src_set);
+        uint32_t m = rt->readers, k = rt->holders;
         const uint32_t *hold = set_items(p, rt->src_set), *read = set_items(p, rt->dst_set);
         total += rt->weight * m;
         for (uint32_t j = 0; j < m; j++) p->dst_load[read[j]] += rt->weight;
         for (uint32_t h = 0; h < k; h++) capable[hold[h]] = 1;
         if (k == 1) {
-            place_route(p, r);
+            place_unit(p, r, 0);
             forced[hold[0]] += rt->weight * m;
-        } else {
-            order[nflex++] = r;
+            continue;
+        }
+        for (uint32_t c = 0; c < rt->chunks; c++) {
+            unit_t *u = &units[nflex++];
+            u->bytes = p->chunk_bytes[rt->first_chunk + c];
+            u->route = r;
+            u->chunk = c;
         }
     }
-    g_routes = p->routes;
-    qsort(order, nflex, sizeof *order, cmp_route_weight);
-    for (size_t i = 0; i < nflex; i++) place_route(p, order[i]);
+    qsort(units, nflex, sizeof *units, cmp_unit);
+    for (size_t i = 0; i < nflex; i++) place_unit(p, units[i].route, units[i].chunk);
 
     /* Lower bound on the busiest source: the mean over all that can serve;
      * each rank's forced load; and for every holder set G, the bytes that
@@ -205,7 +308,7 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
     p->stats.fragments = p->nfrags;
     p->stats.routes = p->nroutes;
 out:
-    ferry_free(p->ctx, order);
+    ferry_free(p->ctx, units);
     ferry_free(p->ctx, forced);
     ferry_free(p->ctx, capable);
     return st;

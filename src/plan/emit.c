@@ -171,7 +171,8 @@ static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
         for (uint32_t u = 0; u < db->frag_count; u++) {
             uint32_t f = db->first_frag + u;
             const plan_frag_t *fr = &p->frags[f];
-            uint32_t h = p->assign[p->routes[fr->route].first_assign + j];
+            const plan_route_t *rt = &p->routes[fr->route];
+            uint32_t h = p->assign[rt->first_assign + (size_t)fr->chunk * rt->readers + j];
             if (push_op(p, fr, f, h, (uint32_t)i))
                 return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
         }
@@ -182,28 +183,24 @@ static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
 }
 
 static ferry_status_t emit_writer(ferry_plan_t *p, uint32_t s) {
-    size_t i = 0;
-    while (i < p->nfrags) {
-        uint32_t route = p->frags[p->route_order[i]].route;
-        size_t end = i;
-        while (end < p->nfrags && p->frags[p->route_order[end]].route == route) end++;
-        const plan_route_t *rt = &p->routes[route];
-        uint32_t m = p->sets.first[rt->dst_set + 1] - p->sets.first[rt->dst_set];
+    for (size_t r = 0; r < p->nroutes; r++) {
+        const plan_route_t *rt = &p->routes[r];
+        uint32_t m = rt->readers;
         const uint32_t *hold = p->sets.items + p->sets.first[rt->src_set];
+        const uint32_t *as = p->assign + rt->first_assign;
         bool serves = false;
-        for (uint32_t j = 0; j < m && !serves; j++) serves = hold[p->assign[rt->first_assign + j]] == s;
-        for (; serves && i < end; i++) {
-            uint32_t f = p->route_order[i];
+        for (size_t u = 0; u < (size_t)rt->chunks * m && !serves; u++) serves = hold[as[u]] == s;
+        for (uint32_t i = 0; serves && i < rt->frag_count; i++) {
+            uint32_t f = p->route_order[rt->first_frag + i];
             const plan_frag_t *fr = &p->frags[f];
             const plan_box_t *db = &p->dst.boxes[fr->dbox];
             for (uint32_t j = 0; j < m; j++) {
-                uint32_t h = p->assign[rt->first_assign + j];
+                uint32_t h = as[(size_t)fr->chunk * m + j];
                 if (hold[h] != s) continue;
                 if (push_op(p, fr, f, h, p->dst.holders[db->first_holder + j]))
                     return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
             }
         }
-        i = end;
     }
     if (p->nops > 1) qsort(p->ops, p->nops, sizeof *p->ops, cmp_writer);
     return make_pairs(p, 0);

@@ -281,9 +281,10 @@ out:
     return st;
 }
 
-/* A destination rank may hold a box twice (two buffers) but never two
- * different boxes of one tensor that overlap: that element would be asked for
- * twice with no way to say which copy wins. */
+/* A destination rank may hold a tensor's elements twice in two buffers (a
+ * tied embedding kept as embed_tokens split one way and lm_head split
+ * another), but one buffer must not hold overlapping boxes of a tensor: that
+ * is a layout bug (an element stored twice in one parameter). */
 static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
     plan_side_t *s = &p->dst;
     uint32_t nt = ferry_model_tensor_count(p->dst_model);
@@ -311,13 +312,16 @@ static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
                     const ferry_piece_t *px = &s->pieces[s->holders[x->first_holder + u]];
                     for (uint32_t v = 0; v < y->holder_count; v++) {
                         const ferry_piece_t *py = &s->pieces[s->holders[y->first_holder + v]];
-                        if (px->rank != py->rank) continue;
+                        if (px->rank != py->rank || px->buffer != py->buffer) continue;
                         char bx[160], by[160];
                         ferry_box_format(x->box, bx, sizeof bx);
                         ferry_box_format(y->box, by, sizeof by);
+                        ferry_buffer_info_t bi;
+                        ferry_layout_buffer(s->layout, px->buffer, &bi);
                         st = ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,
-                                        "tensor %s: destination rank %u holds boxes %s and %s, "
-                                        "which overlap", plan_tensor_name(p, t), px->rank, bx, by);
+                                        "tensor %s: buffer %s of destination rank %u holds boxes %s "
+                                        "and %s, which overlap", plan_tensor_name(p, t), bi.name,
+                                        px->rank, bx, by);
                         break;
                     }
                 }

@@ -11,21 +11,15 @@
 #include "plan/plan_internal.h"
 
 ferry_status_t plan_pack(ferry_plan_t *p) {
-    size_t nf = p->nfrags, nr = p->nroutes;
-    uint32_t *count = ferry_calloc(p->ctx, nr + 1, sizeof *count);
-    p->route_order = ferry_alloc(p->ctx, (nf ? nf : 1) * sizeof *p->route_order);
+    size_t nf = p->nfrags;
     p->frag_pack_first = ferry_alloc(p->ctx, (nf ? nf : 1) * sizeof *p->frag_pack_first);
     uint8_t *used = NULL;
     size_t cap_used = 0;
     ferry_status_t st = FERRY_OK;
-    if (!count || !p->route_order || !p->frag_pack_first) {
+    if (!p->frag_pack_first) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory laying out pack areas");
         goto out;
     }
-    /* route-major order of fragments (counting sort, stable) */
-    for (size_t f = 0; f < nf; f++) count[p->frags[f].route + 1]++;
-    for (size_t r = 0; r < nr; r++) count[r + 1] += count[r];
-    for (size_t f = 0; f < nf; f++) p->route_order[count[p->frags[f].route]++] = (uint32_t)f;
     size_t nslots = 0;
     for (size_t f = 0; f < nf; f++) {
         p->frag_pack_first[f] = (uint32_t)nslots;
@@ -40,22 +34,23 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory laying out pack areas");
         goto out;
     }
-    uint32_t cur_route = PLAN_NONE;
+    uint32_t cur_route = PLAN_NONE, cur_chunk = 0;
     for (size_t i = 0; i < nf; i++) {
         uint32_t f = p->route_order[i];
         const plan_frag_t *fr = &p->frags[f];
         const plan_box_t *cell = &p->src.boxes[fr->cell];
         const plan_route_t *rt = &p->routes[fr->route];
         uint32_t k = cell->holder_count;
-        if (fr->route != cur_route) { /* which holders of this route serve anyone */
+        if (fr->route != cur_route || fr->chunk != cur_chunk) { /* which holders serve this part */
             cur_route = fr->route;
+            cur_chunk = fr->chunk;
             if (ferry_grow(p->ctx, (void **)&used, 1, &cap_used, k)) {
                 st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory laying out pack areas");
                 goto out;
             }
             memset(used, 0, k);
-            uint32_t m = p->sets.first[rt->dst_set + 1] - p->sets.first[rt->dst_set];
-            for (uint32_t j = 0; j < m; j++) used[p->assign[rt->first_assign + j]] = 1;
+            const uint32_t *as = p->assign + rt->first_assign + (size_t)fr->chunk * rt->readers;
+            for (uint32_t j = 0; j < rt->readers; j++) used[as[j]] = 1;
         }
         /* A fragment that is a whole unrefined cell is a whole holder piece,
          * whose density the index computed; only cut fragments need strides. */
@@ -92,7 +87,6 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
     }
     for (uint32_t s = 0; s < p->src.world; s++) p->stats.pack_bytes += p->pack_size[s];
 out:
-    ferry_free(p->ctx, count);
     ferry_free(p->ctx, used);
     return st;
 }

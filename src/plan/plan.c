@@ -26,6 +26,7 @@ static void plan_free_work(ferry_plan_t *p) {
     ferry_free(c, p->routes);
     ferry_free(c, p->assign);
     ferry_free(c, p->route_order);
+    ferry_free(c, p->chunk_bytes);
     ferry_free(c, p->frag_pack_first);
     ferry_free(c, p->pack_slot);
     ferry_free(c, p->host_load);
@@ -36,6 +37,7 @@ static void plan_free_work(ferry_plan_t *p) {
     p->routes = NULL;
     p->assign = NULL;
     p->route_order = NULL;
+    p->chunk_bytes = NULL;
     p->frag_pack_first = NULL;
     p->pack_slot = NULL;
     p->host_load = NULL;

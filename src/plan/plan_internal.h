@@ -54,17 +54,28 @@ typedef struct plan_frag {
     uint32_t cell;            /* source cell */
     uint32_t dbox;            /* destination box */
     uint32_t route;
-    uint32_t whole;           /* the fragment is its whole cell */
+    uint16_t chunk;           /* which part of its route */
+    uint16_t whole;           /* the fragment is its whole cell */
     uint64_t bytes;
 } plan_frag_t;
 
+/* A route's fragments are dealt into `chunks` parts of about equal bytes:
+ * k / gcd(k, m) of them for k holders and m readers, so that
+ * the m * chunks (reader, part) units can be spread evenly over the holders
+ * even when m is not a multiple of k (or k > m: more trainer replicas than
+ * engines). Each unit is read from one holder. */
 typedef struct plan_route {
     uint32_t src_set, dst_set;
-    uint32_t src_cell;        /* a cell and a box of the route: their holder lists */
-    uint32_t dst_box;
+    uint32_t holders, readers;
     uint64_t weight;          /* bytes one reader receives over this route */
-    uint32_t first_assign;    /* assign[first_assign + j] = holder index serving reader j */
+    uint32_t chunks;
+    uint32_t first_chunk;     /* chunk_bytes[first_chunk + c] */
+    uint32_t first_assign;    /* assign[first_assign + c * readers + j]: holder serving reader j, part c */
+    uint32_t first_frag;      /* route_order[first_frag .. + frag_count) */
+    uint32_t frag_count;
 } plan_route_t;
+
+#define PLAN_MAX_CHUNKS 64
 
 /* Interned lists of ranks (holder sets). */
 typedef struct plan_sets {
@@ -102,6 +113,8 @@ struct ferry_plan {
     size_t nroutes;
     uint32_t *assign;
     size_t nassign;
+    uint64_t *chunk_bytes;
+    size_t nchunks;
     uint32_t *route_order;    /* fragments, route-major (pack order) */
 
     /* pack slot of (fragment, holder): pack_slot[frag_pack_first[f] + h] */
