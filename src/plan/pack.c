@@ -54,7 +54,7 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
         }
         /* A fragment that is a whole unrefined cell is a whole holder piece,
          * whose density the index computed; only cut fragments need strides. */
-        bool refined = cell->box >= p->cell_boxes && cell->box < p->cell_boxes + p->ncell_boxes;
+        bool refined = p->ncell_boxes && cell->box >= p->cell_boxes && cell->box < p->cell_boxes + p->ncell_boxes;
         bool cut = refined || !fr->whole, have_box = false;
         ferry_box_t box;
         const int64_t *last_strides = NULL; /* replicas mostly share strides: check once */
