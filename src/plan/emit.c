@@ -42,32 +42,6 @@ static int push_op(ferry_plan_t *p, const plan_frag_t *fr, uint32_t f, uint32_t 
     return 0;
 }
 
-/* Order inside a pair: packed ops by slot, then direct ops by source bytes. */
-static int cmp_in_pair(const ferry_copy_op_t *a, const ferry_copy_op_t *b) {
-    bool pa = a->flags & FERRY_OP_PACK, pb = b->flags & FERRY_OP_PACK;
-    if (pa != pb) return pa ? -1 : 1;
-    if (pa) {
-        if (a->pack_offset != b->pack_offset) return a->pack_offset < b->pack_offset ? -1 : 1;
-    } else {
-        if (a->src_buffer != b->src_buffer) return a->src_buffer < b->src_buffer ? -1 : 1;
-        if (a->src_offset != b->src_offset) return a->src_offset < b->src_offset ? -1 : 1;
-    }
-    if (a->dst_buffer != b->dst_buffer) return a->dst_buffer < b->dst_buffer ? -1 : 1;
-    return a->dst_offset < b->dst_offset ? -1 : a->dst_offset > b->dst_offset;
-}
-
-static int cmp_reader(const void *x, const void *y) {
-    const ferry_copy_op_t *a = x, *b = y;
-    if (a->src_rank != b->src_rank) return a->src_rank < b->src_rank ? -1 : 1;
-    return cmp_in_pair(a, b);
-}
-
-static int cmp_writer(const void *x, const void *y) {
-    const ferry_copy_op_t *a = x, *b = y;
-    if (a->dst_rank != b->dst_rank) return a->dst_rank < b->dst_rank ? -1 : 1;
-    return cmp_in_pair(a, b);
-}
-
 static bool source_adjacent(const ferry_copy_op_t *prev, const ferry_copy_op_t *op) {
     bool pp = prev->flags & FERRY_OP_PACK, po = op->flags & FERRY_OP_PACK;
     if (pp != po) return false;
@@ -130,32 +104,67 @@ static ferry_status_t make_pairs(ferry_plan_t *p, size_t start) {
     return FERRY_OK;
 }
 
-/* Rotates the source groups of one reader's sorted ops [start, nops) so the
- * reader starts on source (rank mod number of sources): readers of one
- * engine fan out over the trainer instead of queueing on its first rank. */
-static ferry_status_t stagger(ferry_plan_t *p, size_t start, uint32_t reader) {
-    size_t n = p->nops - start, ngroups = 0;
-    for (size_t i = start; i < p->nops; i++)
-        if (i == start || p->ops[i].src_rank != p->ops[i - 1].src_rank) ngroups++;
-    if (ngroups < 2) return FERRY_OK;
-    size_t first = reader % ngroups, g = 0, cut = start;
-    for (size_t i = start; i < p->nops; i++) {
-        if (i == start || p->ops[i].src_rank != p->ops[i - 1].src_rank) {
-            if (g == first) {
+/* Sort key of an op: ops are 352 bytes, so they are ordered through small
+ * keys and moved once. Inside a pair: packed ops by slot, then direct ops by
+ * source bytes, then by destination bytes. */
+typedef struct {
+    uint32_t major;          /* source rank (a reader's ops) or destination rank (a writer's) */
+    uint32_t direct;         /* 0 packed, 1 direct */
+    uint64_t a, b, c, d;
+    size_t index;
+} op_key_t;
+
+static int cmp_key(const void *x, const void *y) {
+    const op_key_t *p = x, *q = y;
+    if (p->major != q->major) return p->major < q->major ? -1 : 1;
+    if (p->direct != q->direct) return p->direct < q->direct ? -1 : 1;
+    if (p->a != q->a) return p->a < q->a ? -1 : 1;
+    if (p->b != q->b) return p->b < q->b ? -1 : 1;
+    if (p->c != q->c) return p->c < q->c ? -1 : 1;
+    if (p->d != q->d) return p->d < q->d ? -1 : 1;
+    return p->index < q->index ? -1 : p->index > q->index;
+}
+
+/* Orders the ops [start, nops): by source rank for a reader (then its
+ * source groups rotated so reader r starts on source r mod n, and the readers
+ * of an engine fan out over the trainer instead of queueing on its first
+ * rank), by destination rank for a writer. */
+static ferry_status_t order_ops(ferry_plan_t *p, size_t start, bool reader, uint32_t rank) {
+    size_t n = p->nops - start;
+    if (n < 2) return FERRY_OK;
+    /* scratch kept across readers: fresh pages per reader cost more than the sort */
+    if (ferry_grow(p->ctx, &p->sort_keys, sizeof(op_key_t), &p->cap_sort_keys, n) ||
+        ferry_grow(p->ctx, (void **)&p->sort_ops, sizeof *p->sort_ops, &p->cap_sort_ops, n))
+        return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory ordering ops");
+    op_key_t *keys = p->sort_keys;
+    ferry_copy_op_t *tmp = p->sort_ops;
+    for (size_t i = 0; i < n; i++) {
+        const ferry_copy_op_t *op = &p->ops[start + i];
+        op_key_t *k = &keys[i];
+        bool packed = op->flags & FERRY_OP_PACK;
+        k->major = reader ? op->src_rank : op->dst_rank;
+        k->direct = !packed;
+        k->a = packed ? op->pack_offset : op->src_buffer;
+        k->b = packed ? 0 : op->src_offset;
+        k->c = op->dst_buffer;
+        k->d = op->dst_offset;
+        k->index = start + i;
+    }
+    qsort(keys, n, sizeof *keys, cmp_key);
+    size_t cut = 0;
+    if (reader) {
+        size_t ngroups = 0;
+        for (size_t i = 0; i < n; i++) ngroups += i == 0 || keys[i].major != keys[i - 1].major;
+        size_t want = rank % ngroups, g = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (i > 0 && keys[i].major != keys[i - 1].major && ++g == want) {
                 cut = i;
                 break;
             }
-            g++;
         }
     }
-    if (cut == start) return FERRY_OK;
-    ferry_copy_op_t *tmp = ferry_alloc(p->ctx, n * sizeof *tmp);
-    if (!tmp) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory ordering ops");
-    size_t head = p->nops - cut;
-    memcpy(tmp, p->ops + cut, head * sizeof *tmp);
-    memcpy(tmp + head, p->ops + start, (cut - start) * sizeof *tmp);
+    for (size_t i = 0; i < n; i++) tmp[i] = p->ops[keys[(cut + i) % n].index];
     memcpy(p->ops + start, tmp, n * sizeof *tmp);
-    ferry_free(p->ctx, tmp);
     return FERRY_OK;
 }
 
@@ -177,8 +186,7 @@ static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
                 return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
         }
     }
-    if (p->nops - start > 1) qsort(p->ops + start, p->nops - start, sizeof *p->ops, cmp_reader);
-    ferry_status_t st = stagger(p, start, r);
+    ferry_status_t st = order_ops(p, start, true, r);
     return st ? st : make_pairs(p, start);
 }
 
@@ -202,8 +210,8 @@ static ferry_status_t emit_writer(ferry_plan_t *p, uint32_t s) {
             }
         }
     }
-    if (p->nops > 1) qsort(p->ops, p->nops, sizeof *p->ops, cmp_writer);
-    return make_pairs(p, 0);
+    ferry_status_t st = order_ops(p, 0, false, s);
+    return st ? st : make_pairs(p, 0);
 }
 
 ferry_status_t plan_emit(ferry_plan_t *p) {

@@ -16,7 +16,7 @@ static bool holder_before(const ferry_piece_t *a, const ferry_piece_t *b) {
     return a->byte_offset < b->byte_offset;
 }
 
-/* Grouping sorts compact keys, read in one sequential pass over the pieces,
+/* Grouping hashes compact keys, read in one sequential pass over the pieces,
  * instead of chasing 224-byte pieces. Boxes of up to two dimensions with
  * coordinates below 2^32 (nearly all) are keyed exactly; others by a hash
  * whose matches are checked against the boxes. */
@@ -24,26 +24,6 @@ typedef struct {
     uint64_t k0, k1;
     uint32_t piece, rank;
 } keyed_t;
-
-static int cmp_keyed(const void *x, const void *y) {
-    const keyed_t *a = x, *b = y;
-    if (a->k0 != b->k0) return a->k0 < b->k0 ? -1 : 1;
-    if (a->k1 != b->k1) return a->k1 < b->k1 ? -1 : 1;
-    return a->piece < b->piece ? -1 : a->piece > b->piece;
-}
-
-static void sort_keyed(keyed_t *k, size_t n) {
-    if (n > 32) {
-        qsort(k, n, sizeof *k, cmp_keyed);
-        return;
-    }
-    for (size_t i = 1; i < n; i++) {
-        keyed_t v = k[i];
-        size_t m = i;
-        while (m > 0 && cmp_keyed(&k[m - 1], &v) > 0) k[m] = k[m - 1], m--;
-        k[m] = v;
-    }
-}
 
 static _Thread_local const plan_box_t *g_boxes;
 
@@ -126,6 +106,8 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src, c
     plan_box_t *tmp = NULL;
     size_t cap_perm = 0, cap_tmp = 0, cap_boxes = 0;
     keyed_t *tmp_keys = NULL;
+    uint32_t *table = NULL, *did = NULL, *rep = NULL, *fill = NULL;
+    size_t cap_table = 0, cap_did = 0, cap_rep = 0, cap_fill = 0;
     ferry_status_t st = FERRY_OK;
     if (is_src) s->piece_dense = ferry_calloc(p->ctx, n ? n : 1, 1);
     if (!s->tensor_first || !keyed || !count || !s->piece_box || !s->piece_tensor || !s->holders ||
@@ -202,56 +184,89 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src, c
     for (uint32_t t = 0; t < nt; t++) { /* count[t] is now the end of tensor t's group */
         size_t end = count[t], first_box = s->nboxes;
         s->tensor_first[t] = (uint32_t)first_box;
-        sort_keyed(keyed + g, end - g);
-        for (size_t i = g; i < end;) {
-            /* a run of equal keys; with hashed keys a collision splits it */
-            size_t j = i + 1;
-            while (j < end && keyed[j].k0 == keyed[i].k0 && keyed[j].k1 == keyed[i].k1) j++;
-            bool exact = keyed[i].k1 != UINT64_MAX;
-            for (size_t a = i; a < j; a++) {
-                uint32_t pa = keyed[a].piece;
-                if (s->piece_box[pa] != PLAN_NONE) continue;
-                const ferry_box_t *box = &s->pieces[pa].box;
-                if (ferry_grow(p->ctx, (void **)&s->boxes, sizeof *s->boxes, &cap_boxes, s->nboxes + 1)) {
-                    st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing boxes");
-                    goto out;
-                }
-                plan_box_t *b = &s->boxes[s->nboxes];
-                memset(b, 0, sizeof *b);
-                b->box = box;
-                b->k0 = keyed[a].k0;
-                b->k1 = keyed[a].k1;
-                b->tensor = t;
-                b->first_holder = (uint32_t)s->nholders;
-                for (size_t c = a; c < j; c++) {
-                    uint32_t pc = keyed[c].piece;
-                    if (s->piece_box[pc] != PLAN_NONE) continue;
-                    if (!exact && !ferry_box_equal(&s->pieces[pc].box, box)) continue;
-                    s->piece_box[pc] = (uint32_t)s->nboxes;
-                    uint32_t *h = s->holders + b->first_holder, nh = (uint32_t)s->nholders - b->first_holder;
-                    uint32_t *hr = s->holder_rank + b->first_holder;
-                    if (nh && hr[nh - 1] == keyed[c].rank) {
-                        if (is_src) continue; /* one holder per rank */
-                        /* the same box twice on one rank: keep (buffer, offset) order */
-                        uint32_t m = nh;
-                        while (m > 0 && holder_before(&s->pieces[pc], &s->pieces[h[m - 1]])) {
-                            h[m] = h[m - 1];
-                            hr[m] = hr[m - 1];
-                            m--;
-                        }
-                        h[m] = pc;
-                        hr[m] = keyed[c].rank;
-                        s->nholders++;
-                        continue;
-                    }
-                    hr[nh] = keyed[c].rank;
-                    s->holders[s->nholders++] = pc;
-                }
-                b->holder_count = (uint32_t)(s->nholders - b->first_holder);
-                s->nboxes++;
-            }
-            i = j;
+        size_t gn = end - g;
+        /* distinct boxes in order of first appearance, through a small hash
+         * table on the keys (hashed keys are confirmed on the boxes) */
+        size_t nslots = 16;
+        while (nslots < 2 * gn) nslots *= 2;
+        if (ferry_grow(p->ctx, (void **)&table, sizeof *table, &cap_table, nslots) ||
+            ferry_grow(p->ctx, (void **)&did, sizeof *did, &cap_did, gn) ||
+            ferry_grow(p->ctx, (void **)&rep, sizeof *rep, &cap_rep, gn + 1) ||
+            ferry_grow(p->ctx, (void **)&fill, sizeof *fill, &cap_fill, gn + 1)) {
+            st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing boxes");
+            goto out;
         }
+        memset(table, 0, nslots * sizeof *table);
+        uint32_t nd = 0;
+        for (size_t i = g; i < end; i++) {
+            const keyed_t *k = &keyed[i];
+            size_t h = (size_t)plan_mix64(k->k0 ^ plan_mix64(k->k1)) & (nslots - 1);
+            for (;; h = (h + 1) & (nslots - 1)) {
+                if (table[h] == 0) {
+                    rep[nd] = (uint32_t)i;
+                    table[h] = ++nd;
+                    did[i - g] = nd - 1;
+                    break;
+                }
+                const keyed_t *r = &keyed[rep[table[h] - 1]];
+                if (r->k0 == k->k0 && r->k1 == k->k1 &&
+                    (k->k1 != UINT64_MAX || ferry_box_equal(&s->pieces[r->piece].box, &s->pieces[k->piece].box))) {
+                    did[i - g] = table[h] - 1;
+                    break;
+                }
+            }
+        }
+        /* holders of each distinct box, in piece (= rank) order */
+        memset(fill, 0, (nd + 1) * sizeof *fill);
+        for (size_t i = 0; i < gn; i++) fill[did[i] + 1]++;
+        for (uint32_t d = 0; d < nd; d++) fill[d + 1] += fill[d];
+        size_t base = s->nholders;
+        for (size_t i = g; i < end; i++) {
+            uint32_t d = did[i - g], at = fill[d]++;
+            s->holders[base + at] = keyed[i].piece;
+            s->holder_rank[base + at] = keyed[i].rank;
+            s->piece_box[keyed[i].piece] = (uint32_t)(first_box + d);
+        }
+        if (ferry_grow(p->ctx, (void **)&s->boxes, sizeof *s->boxes, &cap_boxes, s->nboxes + nd)) {
+            st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing boxes");
+            goto out;
+        }
+        size_t w = base, from = base; /* fill[d] is now the end of box d's holders */
+        for (uint32_t d = 0; d < nd; d++) {
+            plan_box_t *b = &s->boxes[s->nboxes++];
+            const keyed_t *r = &keyed[rep[d]];
+            memset(b, 0, sizeof *b);
+            b->box = &s->pieces[r->piece].box;
+            b->k0 = r->k0;
+            b->k1 = r->k1;
+            b->tensor = t;
+            b->first_holder = (uint32_t)w;
+            for (size_t at = from; at < base + fill[d]; at++) {
+                uint32_t pc = s->holders[at], rk = s->holder_rank[at];
+                uint32_t *h = s->holders + b->first_holder, *hr = s->holder_rank + b->first_holder;
+                uint32_t nh = (uint32_t)(w - b->first_holder);
+                if (nh && hr[nh - 1] == rk) {
+                    if (is_src) continue; /* one holder per rank */
+                    /* the same box twice on one rank: keep (buffer, offset) order */
+                    uint32_t m = nh;
+                    while (m > 0 && hr[m - 1] == rk && holder_before(&s->pieces[pc], &s->pieces[h[m - 1]])) {
+                        h[m] = h[m - 1];
+                        hr[m] = hr[m - 1];
+                        m--;
+                    }
+                    h[m] = pc;
+                    hr[m] = rk;
+                    w++;
+                    continue;
+                }
+                h[nh] = pc;
+                hr[nh] = rk;
+                w++;
+            }
+            from = base + fill[d];
+            b->holder_count = (uint32_t)(w - b->first_holder);
+        }
+        s->nholders = w;
         /* canonical box order inside the tensor (hash order is arbitrary) */
         size_t nb = s->nboxes - first_box;
         if (nb > 1) {
@@ -273,6 +288,10 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src, c
     }
     s->tensor_first[nt] = (uint32_t)s->nboxes;
 out:
+    ferry_free(p->ctx, table);
+    ferry_free(p->ctx, did);
+    ferry_free(p->ctx, rep);
+    ferry_free(p->ctx, fill);
     ferry_free(p->ctx, tmp_keys);
     ferry_free(p->ctx, keyed);
     ferry_free(p->ctx, count);

@@ -32,6 +32,11 @@ static void plan_free_work(ferry_plan_t *p) {
     ferry_free(c, p->host_load);
     ferry_free(c, p->src_host);
     ferry_free(c, p->dst_host);
+    ferry_free(c, p->sort_keys);
+    ferry_free(c, p->sort_ops);
+    p->sort_keys = NULL;
+    p->sort_ops = NULL;
+    p->cap_sort_keys = p->cap_sort_ops = 0;
     p->cell_boxes = NULL;
     p->frags = NULL;
     p->routes = NULL;

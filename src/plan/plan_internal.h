@@ -124,6 +124,10 @@ struct ferry_plan {
 
     uint64_t *src_load, *dst_load, *host_load;
 
+    void *sort_keys;          /* emit.c's scratch */
+    ferry_copy_op_t *sort_ops;
+    size_t cap_sort_keys, cap_sort_ops;
+
     ferry_copy_op_t *ops;
     size_t nops, cap_ops;
     ferry_plan_bucket_t *buckets;
