@@ -26,6 +26,7 @@ cases=(
   "qwen3-30b-a3b|tp=4,pp=2,ep=8,dp=2|tp=4,ep=4,replicas=8"
   "qwen3-8b|tp=8,dp=4|tp=2,replicas=16"
   "qwen3-8b|tp=2,pp=2,dp=4|tp=8,replicas=4"
+  "qwen3-8b|tp=2,dp=8|tp=4,replicas=3"
 )
 [ -n "${EXTRA:-}" ] && cases+=("$EXTRA")
 

@@ -52,4 +52,14 @@ static inline int ferry_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
+/* Greatest common divisor of non-negative values (gcd(a, 0) = a). */
+static inline uint64_t ferry_gcd_u64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 #endif

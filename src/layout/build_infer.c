@@ -19,20 +19,11 @@ typedef struct {
     uint32_t moe_tp;  /* ranks per expert group */
 } infer_t;
 
-static int64_t gcd64(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* vocabulary split `split` ways, padded to a multiple of lcm(vocab_multiple, split) */
 static void emit_vocab(infer_t *t, const char *buffer, const char *tensor, uint32_t split,
                        uint32_t index) {
     builder_t *b = t->b;
-    int64_t mult = b->p->vocab_multiple, lcm = mult / gcd64(mult, split) * split;
+    int64_t mult = b->p->vocab_multiple, lcm = mult / (int64_t)ferry_gcd_u64((uint64_t)mult, split) * split;
     emit_vocab_shard(b, buffer, tensor, round_up(b->a->vocab_size, lcm) / split, index);
 }
 

@@ -108,15 +108,6 @@ static const uint32_t *set_items(const ferry_plan_t *p, uint32_t set) {
     return p->sets.items + p->sets.first[set];
 }
 
-static uint32_t gcd(uint32_t a, uint32_t b) {
-    while (b) {
-        uint32_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 static _Thread_local const plan_frag_t *g_frags;
 
 static int cmp_frag_bytes(const void *x, const void *y) {
@@ -138,7 +129,7 @@ static ferry_status_t cut_routes(ferry_plan_t *p) {
         rt->first_frag = at;
         at += rt->frag_count;
         uint32_t k = rt->holders, m = rt->readers;
-        uint32_t c = k > 1 ? k / gcd(k, m) : 1;
+        uint32_t c = k > 1 ? k / (uint32_t)ferry_gcd_u64(k, m) : 1;
         if (c > rt->frag_count) c = rt->frag_count;
         if (c > PLAN_MAX_CHUNKS) c = PLAN_MAX_CHUNKS;
         if (c == 0) c = 1;
