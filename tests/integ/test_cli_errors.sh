@@ -2,23 +2,7 @@
 # Bad input to the CLI: exit status 2 and a message that names the problem.
 set -u
 ferry=$1
-fail=0
-pass=0
-expect() { # expect STATUS NEEDLE -- ARGS...
-    local want=$1 needle=$2
-    shift 3
-    local out rc
-    out=$("$ferry" "$@" 2>&1)
-    rc=$?
-    if [ $rc -ne "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-        echo "FAIL: ferry $* -> exit $rc, output:"
-        echo "$out" | head -5
-        echo "  (expected exit $want and \"$needle\")"
-        fail=$((fail + 1))
-    else
-        pass=$((pass + 1))
-    fi
-}
+source "$(dirname "$0")/expect.sh"
 expect 2 "unknown command" -- bogus
 expect 2 "usage: ferry COMMAND" --
 expect 0 "ferry 0." -- --version
@@ -36,5 +20,4 @@ expect 2 "--rank 99 is not a rank" -- layout --model qwen3-0.6b --side train --p
 out=$(FERRY_LOG=loud "$ferry" info 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -qF "FERRY_LOG=loud" <<<"$out"; then pass=$((pass + 1)); else echo "FAIL: FERRY_LOG=loud -> $rc $out"; fail=$((fail + 1)); fi
 expect 0 "<- model.layers.0.self_attn.k_proj.weight [0:128, 0:1024]  at byte 524288" -- layout --model qwen3-0.6b --side train --parallel tp=2 --rank 0
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+expect_done

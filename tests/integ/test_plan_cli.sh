@@ -4,48 +4,31 @@
 # exits 2 with a message naming the problem.
 set -u
 ferry=$1
-fail=0
-pass=0
-run() { # run STATUS NEEDLE -- ARGS...
-    local want=$1 needle=$2
-    shift 3
-    local out rc
-    out=$("$ferry" "$@" 2>&1)
-    rc=$?
-    if [ $rc -ne "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
-        echo "FAIL: ferry $* -> exit $rc, output:"
-        echo "$out" | tail -8
-        echo "  (expected exit $want and \"$needle\")"
-        fail=$((fail + 1))
-    else
-        pass=$((pass + 1))
-    fi
-}
+source "$(dirname "$0")/expect.sh"
 ok="is written exactly once"
 agree="digests agree with the global plan"
-run 0 "$agree" -- plan --model qwen3-0.6b --train tp=2,dp=2 --infer tp=4,replicas=2 --locals 3
-run 0 "$agree" -- plan --model qwen3-0.6b --train tp=2,pp=2,vpp=2,dp=2,buffers=flat --infer tp=1,replicas=3 --locals 4
-run 0 "$agree" -- plan --model qwen3-8b --train tp=8,dp=4 --infer tp=2,replicas=16,transpose=*down_proj* --locals 4
-run 0 "$agree" -- plan --model qwen3-8b --train tp=2,pp=2,cp=2,dp=2 --infer tp=8,dp=2,replicas=2 --locals 4
-run 0 "$agree" -- plan --model qwen3-30b-a3b --train tp=4,pp=2,ep=8,dp=2 --infer tp=4,ep=4,replicas=8 --locals 2
-run 0 "$agree" -- plan --model qwen3-30b-a3b --train tp=2,ep=4,etp=2,dp=4,experts=grouped_t --infer tp=8,replicas=2 --locals 2
-run 0 "$agree" -- plan --model deepseek-v3 --train tp=8,pp=8,ep=32,dp=4,pp_first=7,pp_last=6 --infer tp=8,ep=8,replicas=4 --locals 2
-run 0 "$ok" -- plan --model kimi-k2 --train tp=8,pp=4,ep=64,dp=8,pp_first=16,pp_last=15 --infer tp=16,ep=16,replicas=8
-run 0 "$ok" -- plan --model deepseek-v3 --mtp --train tp=4,pp=4,ep=16,dp=4,pp_first=16,pp_last=15 --infer tp=8,ep=8,replicas=2
+expect 0 "$agree" -- plan --model qwen3-0.6b --train tp=2,dp=2 --infer tp=4,replicas=2 --locals 3
+expect 0 "$agree" -- plan --model qwen3-0.6b --train tp=2,pp=2,vpp=2,dp=2,buffers=flat --infer tp=1,replicas=3 --locals 4
+expect 0 "$agree" -- plan --model qwen3-8b --train tp=8,dp=4 --infer tp=2,replicas=16,transpose=*down_proj* --locals 4
+expect 0 "$agree" -- plan --model qwen3-8b --train tp=2,pp=2,cp=2,dp=2 --infer tp=8,dp=2,replicas=2 --locals 4
+expect 0 "$agree" -- plan --model qwen3-30b-a3b --train tp=4,pp=2,ep=8,dp=2 --infer tp=4,ep=4,replicas=8 --locals 2
+expect 0 "$agree" -- plan --model qwen3-30b-a3b --train tp=2,ep=4,etp=2,dp=4,experts=grouped_t --infer tp=8,replicas=2 --locals 2
+expect 0 "$agree" -- plan --model deepseek-v3 --train tp=8,pp=8,ep=32,dp=4,pp_first=7,pp_last=6 --infer tp=8,ep=8,replicas=4 --locals 2
+expect 0 "$ok" -- plan --model kimi-k2 --train tp=8,pp=4,ep=64,dp=8,pp_first=16,pp_last=15 --infer tp=16,ep=16,replicas=8
+expect 0 "$ok" -- plan --model deepseek-v3 --mtp --train tp=4,pp=4,ep=16,dp=4,pp_first=16,pp_last=15 --infer tp=8,ep=8,replicas=2
 # the local plan of one reader and one writer
-run 0 "its sources in reading order" -- plan --model qwen3-8b --train tp=8,dp=4 --infer tp=2,replicas=16 --rank 5
-run 0 "pack area" -- plan --model qwen3-8b --train tp=2,dp=2 --infer tp=8,replicas=2 --writer 1
+expect 0 "its sources in reading order" -- plan --model qwen3-8b --train tp=8,dp=4 --infer tp=2,replicas=16 --rank 5
+expect 0 "pack area" -- plan --model qwen3-8b --train tp=2,dp=2 --infer tp=8,replicas=2 --writer 1
 # JSON carries the same figures
-run 0 "\"verified\": true" -- plan --model qwen3-0.6b --train tp=2 --infer tp=2 --json
+expect 0 "\"verified\": true" -- plan --model qwen3-0.6b --train tp=2 --infer tp=2 --json
 # bad input
-run 2 "usage: ferry plan" -- plan --model qwen3-0.6b --train tp=2
-run 2 "unknown option --bogus" -- plan --bogus
-run 2 "--rank must be below 4" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --rank 4
-run 2 "give --rank or --writer, not both" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --rank 0 --writer 0
-run 2 "--bucket takes a non-negative integer" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket lots
-run 2 "--ranks-per-host must be at least 1" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --ranks-per-host 0
-run 1 "bucket_bytes must be at least 1" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket 0
-run 2 "unknown key \"xp\"" -- plan --model qwen3-0.6b --train xp=2 --infer tp=4
-run 2 "num_attention_heads = 16 is not divisible by attention tp (tp/dp) = 3" -- plan --model qwen3-0.6b --train tp=2 --infer tp=3
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+expect 2 "usage: ferry plan" -- plan --model qwen3-0.6b --train tp=2
+expect 2 "unknown option --bogus" -- plan --bogus
+expect 2 "--rank must be below 4" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --rank 4
+expect 2 "give --rank or --writer, not both" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --rank 0 --writer 0
+expect 2 "--bucket takes a non-negative integer" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket lots
+expect 2 "--ranks-per-host must be at least 1" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --ranks-per-host 0
+expect 1 "bucket_bytes must be at least 1" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket 0
+expect 2 "unknown key \"xp\"" -- plan --model qwen3-0.6b --train xp=2 --infer tp=4
+expect 2 "num_attention_heads = 16 is not divisible by attention tp (tp/dp) = 3" -- plan --model qwen3-0.6b --train tp=2 --infer tp=3
+expect_done
