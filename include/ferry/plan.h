@@ -151,9 +151,10 @@ typedef struct ferry_plan ferry_plan_t;
 /* Plans the copies from src to dst. Tensors are matched by name; each one the
  * destination holds must exist in the source with the same dtype and shape,
  * and every element of every destination piece must be held by some source
- * piece; source boxes may overlap (any holder may serve). One buffer of a
- * destination rank must not hold two different boxes of a tensor that
- * overlap (two buffers may: a tied embedding kept twice). Failures name the
+ * piece; source boxes may overlap (any holder may serve). A destination rank
+ * may hold an element twice (a tied embedding kept as two parameters), but
+ * two of its pieces with overlapping boxes must not share bytes of a buffer
+ * (FERRY_ERR_INVALID_ARGUMENT). Failures name the
  * tensor and the box (FERRY_ERR_COVERAGE, FERRY_ERR_MISMATCH,
  * FERRY_ERR_INVALID_ARGUMENT); detail on ctx. Both layouts must hold every
  * rank's pieces, also for a local plan.

@@ -14,6 +14,16 @@ static int cmp_i64(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
+static _Thread_local const ferry_piece_t *g_cell_pieces;
+
+static int cmp_holder(const void *x, const void *y) {
+    const ferry_piece_t *a = &g_cell_pieces[*(const uint32_t *)x], *b = &g_cell_pieces[*(const uint32_t *)y];
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    if (a->buffer != b->buffer) return a->buffer < b->buffer ? -1 : 1;
+    if (a->byte_offset != b->byte_offset) return a->byte_offset < b->byte_offset ? -1 : 1;
+    return 0;
+}
+
 typedef struct {
     plan_box_t *boxes;
     uint32_t *arena;          /* per box: index of its refined box in p->cell_boxes, or PLAN_NONE */
@@ -99,16 +109,10 @@ static ferry_status_t refine_tensor(ferry_plan_t *p, uint32_t t, size_t first, s
             for (uint32_t h = 0; h < b->holder_count; h++) cand[nc++] = s->holders[b->first_holder + h];
         }
         if (nc > 0) {
-            for (size_t k = 1; k < nc; k++) { /* insertion sort by (rank, piece) */
-                uint32_t v = cand[k];
-                size_t m = k;
-                while (m > 0 && (s->pieces[cand[m - 1]].rank > s->pieces[v].rank ||
-                                 (s->pieces[cand[m - 1]].rank == s->pieces[v].rank && cand[m - 1] > v))) {
-                    cand[m] = cand[m - 1];
-                    m--;
-                }
-                cand[m] = v;
-            }
+            /* by (rank, buffer, offset): the content, not the insertion order,
+             * decides which of a rank's pieces serves */
+            g_cell_pieces = s->pieces;
+            qsort(cand, nc, sizeof *cand, cmp_holder);
             if (ferry_grow(p->ctx, (void **)&p->cell_boxes, sizeof *p->cell_boxes, &p->cap_cell_boxes,
                            p->ncell_boxes + 1)) {
                 st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory refining cells");

@@ -1,5 +1,5 @@
 /* The plan digest: xxh3 over what every rank must agree on. It covers the
- * canonical inputs (tensors, destination boxes and source cells with their
+ * canonical inputs (tensors with dtype and shape, destination boxes and source cells with their
  * holder ranks, order-free sums over the pieces' buffer addresses, the
  * parameters) and the global decisions (routes, assignments, pack areas);
  * never piece indices or anything a local plan leaves out, so local and
@@ -50,8 +50,12 @@ void plan_digest(ferry_plan_t *p) {
     uint32_t nt = ferry_model_tensor_count(p->dst_model);
     for (uint32_t t = 0; t < nt; t++) {
         if (p->dst.tensor_first[t] == p->dst.tensor_first[t + 1]) continue;
-        const char *name = plan_tensor_name(p, t);
-        h_u64(s, XXH3_64bits(name, strlen(name)));
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(p->dst_model, t, &ti);
+        h_u64(s, XXH3_64bits(ti.name, strlen(ti.name)));
+        h_u64(s, (uint64_t)ti.dtype);
+        h_u64(s, ti.ndim);
+        for (uint32_t d = 0; d < ti.ndim; d++) h_u64(s, (uint64_t)ti.shape[d]);
         for (uint32_t b = p->dst.tensor_first[t]; b < p->dst.tensor_first[t + 1]; b++) {
             const plan_box_t *db = &p->dst.boxes[b];
             h_u64(s, db->k0);

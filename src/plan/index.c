@@ -25,6 +25,22 @@ typedef struct {
     uint32_t piece, rank;
 } keyed_t;
 
+/* Whether two pieces of one tensor lie in one buffer with overlapping byte
+ * spans (first to last byte addressed). */
+static bool bytes_meet(const ferry_plan_t *p, const ferry_piece_t *a, const ferry_piece_t *b) {
+    if (a->rank != b->rank || a->buffer != b->buffer) return false;
+    size_t esize = plan_tensor_esize(p, a->tensor);
+    uint64_t span[2];
+    const ferry_piece_t *q[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        uint64_t last = 0;
+        for (uint32_t d = 0; d < q[i]->box.ndim; d++)
+            last += (uint64_t)(q[i]->box.extent[d] - 1) * (uint64_t)q[i]->strides[d];
+        span[i] = q[i]->byte_offset + (last + 1) * esize;
+    }
+    return a->byte_offset < span[1] && b->byte_offset < span[0];
+}
+
 static _Thread_local const plan_box_t *g_boxes;
 
 static int cmp_box_index(const void *x, const void *y) {
@@ -246,8 +262,24 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src, c
                 uint32_t *h = s->holders + b->first_holder, *hr = s->holder_rank + b->first_holder;
                 uint32_t nh = (uint32_t)(w - b->first_holder);
                 if (nh && hr[nh - 1] == rk) {
-                    if (is_src) continue; /* one holder per rank */
-                    /* the same box twice on one rank: keep (buffer, offset) order */
+                    if (is_src) { /* one holder per rank: the first in (buffer, offset) order */
+                        if (holder_before(&s->pieces[pc], &s->pieces[h[nh - 1]])) h[nh - 1] = pc;
+                        continue;
+                    }
+                    /* the same box twice on one rank (two parameters, or two places
+                     * in a flat buffer): keep (buffer, offset) order; but the two
+                     * must not share bytes */
+                    for (uint32_t m = nh; m > 0 && hr[m - 1] == rk; m--) {
+                        if (!bytes_meet(p, &s->pieces[h[m - 1]], &s->pieces[pc])) continue;
+                        char bx[160];
+                        ferry_buffer_info_t bi;
+                        ferry_box_format(b->box, bx, sizeof bx);
+                        ferry_layout_buffer(s->layout, s->pieces[pc].buffer, &bi);
+                        st = ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,
+                                        "tensor %s: buffer %s of destination rank %u holds box %s "
+                                        "twice in the same bytes", plan_tensor_name(p, t), bi.name, rk, bx);
+                        goto out;
+                    }
                     uint32_t m = nh;
                     while (m > 0 && hr[m - 1] == rk && holder_before(&s->pieces[pc], &s->pieces[h[m - 1]])) {
                         h[m] = h[m - 1];
@@ -300,10 +332,10 @@ out:
     return st;
 }
 
-/* A destination rank may hold a tensor's elements twice in two buffers (a
- * tied embedding kept as embed_tokens split one way and lm_head split
- * another), but one buffer must not hold overlapping boxes of a tensor: that
- * is a layout bug (an element stored twice in one parameter). */
+/* A destination rank may hold a tensor's elements twice (a tied embedding
+ * kept as embed_tokens split one way and lm_head split another, in two
+ * parameters or in one flat buffer), but two pieces whose boxes overlap must
+ * not share bytes: one element would be written into itself twice. */
 static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
     plan_side_t *s = &p->dst;
     uint32_t nt = ferry_model_tensor_count(p->dst_model);
@@ -331,7 +363,7 @@ static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
                     const ferry_piece_t *px = &s->pieces[s->holders[x->first_holder + u]];
                     for (uint32_t v = 0; v < y->holder_count; v++) {
                         const ferry_piece_t *py = &s->pieces[s->holders[y->first_holder + v]];
-                        if (px->rank != py->rank || px->buffer != py->buffer) continue;
+                        if (px->rank != py->rank || !bytes_meet(p, px, py)) continue;
                         char bx[160], by[160];
                         ferry_box_format(x->box, bx, sizeof bx);
                         ferry_box_format(y->box, by, sizeof by);
@@ -339,8 +371,8 @@ static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
                         ferry_layout_buffer(s->layout, px->buffer, &bi);
                         st = ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,
                                         "tensor %s: buffer %s of destination rank %u holds boxes %s "
-                                        "and %s, which overlap", plan_tensor_name(p, t), bi.name,
-                                        px->rank, bx, by);
+                                        "and %s, which overlap, in the same bytes",
+                                        plan_tensor_name(p, t), bi.name, px->rank, bx, by);
                         break;
                     }
                 }

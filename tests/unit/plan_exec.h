@@ -1072,8 +1072,15 @@ static inline void pe_check_global_stats(const ferry_plan_t *plan, const ferry_l
  * different overlapping boxes, which plan.h makes the planner refuse;
  * NULL if none. Engine builders produce this for tied embeddings under
  * DP attention (embedding split over attention TP, lm_head over full TP). */
-/* The tensor of two different overlapping boxes in one buffer of one
- * destination rank (which plan.h refuses), or NULL. */
+/* One past the last byte a piece addresses. */
+static inline uint64_t pe_span_end(const ferry_layout_t *l, const ferry_piece_t *q) {
+    uint64_t last = 0;
+    for (uint32_t d = 0; d < q->box.ndim; d++) last += (uint64_t)(q->box.extent[d] - 1) * (uint64_t)q->strides[d];
+    return q->byte_offset + (last + 1) * ferry_dtype_size(pe_tensor(ferry_layout_model(l), q->tensor).dtype);
+}
+
+/* The tensor of two pieces of one destination rank whose boxes overlap and
+ * whose byte spans in one buffer meet (which plan.h refuses), or NULL. */
 static inline const char *pe_dst_overlap(const ferry_layout_t *dst) {
     const ferry_piece_t *ps = ferry_layout_pieces(dst);
     for (uint32_t r = 0; r < ferry_layout_world_size(dst); r++) {
@@ -1082,7 +1089,8 @@ static inline const char *pe_dst_overlap(const ferry_layout_t *dst) {
         for (size_t i = first; i < first + count; i++)
             for (size_t j = first; j < i; j++)
                 if (ps[i].tensor == ps[j].tensor && ps[i].buffer == ps[j].buffer &&
-                    ferry_box_intersect(&ps[i].box, &ps[j].box, NULL) && !ferry_box_equal(&ps[i].box, &ps[j].box))
+                    ferry_box_intersect(&ps[i].box, &ps[j].box, NULL) && ps[i].byte_offset < pe_span_end(dst, &ps[j]) &&
+                    ps[j].byte_offset < pe_span_end(dst, &ps[i]))
                     return pe_tensor(ferry_layout_model(dst), ps[i].tensor).name;
     }
     return NULL;

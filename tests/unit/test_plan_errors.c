@@ -30,14 +30,15 @@ static uint32_t tensor(const ferry_layout_t *l, const char *name) {
 /* Adds box [r0:r0+nr] x [c0:c0+nc] (nc == 0: 1-d) of a tensor on a rank, in
  * a buffer of its own holding the box row-major at byte `off`. */
 /* Rows [a0, a0+na) and [b0, b0+nb) of a 2-d tensor with 4 columns, both in
- * one buffer of rank, one after the other. */
+ * one buffer of rank, the second starting `gap` rows after the first (a gap
+ * smaller than na makes their bytes overlap). */
 static void add_pair_one_buffer(ferry_layout_t *l, const char *name, uint32_t rank, int64_t a0, int64_t na,
-                                int64_t b0, int64_t nb) {
+                                int64_t b0, int64_t nb, int64_t gap) {
     ferry_tensor_info_t ti;
     uint32_t t = tensor(l, name), b;
     ferry_model_tensor(ferry_layout_model(l), t, &ti);
     uint64_t esz = ferry_dtype_size(ti.dtype);
-    CHECK_OK(ferry_layout_add_buffer(l, rank, name, ti.dtype, (uint64_t)(na + nb) * 4 * esz, &b),
+    CHECK_OK(ferry_layout_add_buffer(l, rank, name, ti.dtype, (uint64_t)(na + gap + nb) * 4 * esz, &b),
              ferry_layout_error(l));
     int64_t r0[2] = {a0, b0}, nr[2] = {na, nb};
     uint64_t off = 0;
@@ -55,7 +56,7 @@ static void add_pair_one_buffer(ferry_layout_t *l, const char *name, uint32_t ra
         p.strides[0] = 4;
         p.strides[1] = 1;
         CHECK_OK(ferry_layout_add_piece(l, &p), ferry_layout_error(l));
-        off += (uint64_t)nr[i] * 4 * esz;
+        off += (uint64_t)gap * 4 * esz;
     }
 }
 
@@ -210,10 +211,21 @@ static void bad_arguments(void) {
     ferry_layout_t *src = good_src(m), *dst = good_dst(m);
     ferry_plan_destroy(builds(src, dst, NULL)); /* the baseline is fine */
 
-    /* one buffer of a destination rank holding two different overlapping boxes of W */
+    /* two overlapping boxes of W sharing bytes of one buffer of a destination rank */
     ferry_layout_t *bad = layout(m, 2);
-    add_pair_one_buffer(bad, W, 1, 0, 5, 4, 4);
+    add_pair_one_buffer(bad, W, 1, 0, 5, 4, 4, 2);
     FAILS(src, bad, NULL, FERRY_ERR_INVALID_ARGUMENT, W, "[0:5, 0:4]");
+    ferry_layout_destroy(bad);
+    /* one box twice at the same bytes (a piece added twice) */
+    bad = layout(m, 2);
+    add_pair_one_buffer(bad, W, 1, 0, 8, 0, 8, 0);
+    FAILS(src, bad, NULL, FERRY_ERR_INVALID_ARGUMENT, W, "twice in the same bytes");
+    ferry_layout_destroy(bad);
+    /* the same boxes one after the other in one flat buffer: planned, both written */
+    bad = layout(m, 2);
+    add_pair_one_buffer(bad, W, 1, 0, 5, 4, 4, 5);
+    add(bad, W, 0, 0, 8, 0, 4, 0);
+    ferry_plan_destroy(builds(src, bad, NULL));
     ferry_layout_destroy(bad);
     /* the same boxes in two buffers of the rank (a tied embedding kept twice): planned */
     bad = layout(m, 2);

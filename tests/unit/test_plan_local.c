@@ -477,6 +477,64 @@ static void digest_strides(void) {
     ferry_model_destroy(m);
 }
 
+/* A source rank holding rows of w twice (the whole tensor in buffer "whole",
+ * rows 0:4 in buffer "rows"): which of its pieces serves must follow the
+ * content (buffer, offset), not the order the pieces were added in, and the
+ * dtype must reach the digest. */
+static void holder_choice_and_dtype(void) {
+    snprintf(pe_case, sizeof pe_case, "holder choice independent of insertion order; dtype in digest");
+    uint64_t digests[2][2];
+    ferry_copy_op_t first_op[2][2];
+    const ferry_dtype_t dts[2] = {FERRY_DTYPE_BF16, FERRY_DTYPE_F32};
+    for (int dt = 0; dt < 2; dt++) {
+        ferry_model_t *m = NULL;
+        uint32_t t;
+        CHECK_OK(ferry_model_create(ctx, "m", &m), ferry_ctx_error(ctx));
+        CHECK_OK(ferry_model_add_tensor(m, "w", dts[dt], 2, (int64_t[]){8, 4}, &t), ferry_model_error(m));
+        for (int order = 0; order < 2; order++) {
+            ferry_layout_t *src = NULL, *dst = NULL;
+            uint32_t bw, br, bd;
+            CHECK_OK(ferry_layout_create(ctx, m, 1, &src), ferry_ctx_error(ctx));
+            CHECK_OK(ferry_layout_add_buffer(src, 0, "whole", dts[dt], 32 * 4, &bw), ferry_layout_error(src));
+            CHECK_OK(ferry_layout_add_buffer(src, 0, "rows", dts[dt], 16 * 4, &br), ferry_layout_error(src));
+            ferry_piece_t whole, rows;
+            memset(&whole, 0, sizeof whole);
+            whole.tensor = t;
+            whole.buffer = bw;
+            whole.box = ferry_box_of_shape(2, (int64_t[]){8, 4});
+            whole.strides[0] = 4;
+            whole.strides[1] = 1;
+            rows = whole;
+            rows.buffer = br;
+            rows.box.extent[0] = 4;
+            const ferry_piece_t *add[2] = {order ? &rows : &whole, order ? &whole : &rows};
+            for (int i = 0; i < 2; i++) CHECK_OK(ferry_layout_add_piece(src, add[i]), ferry_layout_error(src));
+            CHECK_OK(ferry_layout_create(ctx, m, 1, &dst), ferry_ctx_error(ctx));
+            CHECK_OK(ferry_layout_add_buffer(dst, 0, "w", dts[dt], 32 * 4, &bd), ferry_layout_error(dst));
+            ferry_piece_t d = whole;
+            d.buffer = bd;
+            CHECK_OK(ferry_layout_add_piece(dst, &d), ferry_layout_error(dst));
+            ferry_plan_params_t pp = {.field_mask = FERRY_PLAN_PARAM_PACK_BELOW, .pack_below = 0};
+            ferry_plan_t *p = plan(src, dst, &pp);
+            CHECK(ferry_plan_op_count(p) >= 1);
+            digests[dt][order] = ferry_plan_digest(p);
+            first_op[dt][order] = ferry_plan_ops(p)[0];
+            ferry_plan_destroy(p);
+            ferry_layout_destroy(src);
+            ferry_layout_destroy(dst);
+        }
+        ferry_model_destroy(m);
+        PE_CHECK(first_op[dt][0].src_buffer == first_op[dt][1].src_buffer &&
+                     first_op[dt][0].src_offset == first_op[dt][1].src_offset &&
+                     ferry_box_equal(&first_op[dt][0].box, &first_op[dt][1].box),
+                 "the serving piece depends on insertion order (buffer %u vs %u)", first_op[dt][0].src_buffer,
+                 first_op[dt][1].src_buffer);
+        PE_CHECK(digests[dt][0] == digests[dt][1], "insertion order changed the digest");
+    }
+    PE_CHECK(digests[0][0] != digests[1][0], "BF16 and F32 plans share digest %llx",
+             (unsigned long long)digests[0][0]);
+}
+
 int main(void) {
     ctx = test_ctx();
     int pairs = 0;
@@ -518,6 +576,7 @@ int main(void) {
     balance("tp=2,dp=4,vocab_multiple=1", "tp=2,replicas=2,vocab_multiple=1");
     host_affinity();
     digest_strides();
+    holder_choice_and_dtype();
     printf("plan local: %d layout pairs x 2 parameter sets, %lu local plans: unions of source- and reader-local "
            "plans equal the global plan, pairs and buckets identical, same digest and figures, distributed execution "
            "exact, deterministic, independent of piece order; balanced (src_max/lower bound/mean: %s) with staggered "

@@ -21,10 +21,10 @@ static void plan_and_check(const ferry_layout_t *src, const ferry_layout_t *dst)
     char base[sizeof pe_case], pd[256];
     pe_dump_src = src;
     pe_dump_dst = dst;
-    /* plan.h: one buffer of a destination rank must not hold two different
-     * overlapping boxes of a tensor (random hand-made layouts sometimes do):
-     * the planner must refuse them by name. Two buffers may (tied
-     * embeddings under DP attention) and must plan. */
+    /* plan.h: two pieces of a destination rank with overlapping boxes must
+     * not share bytes of a buffer (random hand-made layouts sometimes do):
+     * the planner must refuse them by name. In different bytes they may
+     * (tied embeddings under DP attention) and must plan. */
     const char *clash = pe_dst_overlap(dst);
     if (clash) {
         ferry_plan_t *plan = NULL;
