@@ -129,7 +129,8 @@ static ferry_status_t cut_routes(ferry_plan_t *p) {
         rt->first_frag = at;
         at += rt->frag_count;
         uint32_t k = rt->holders, m = rt->readers;
-        uint32_t c = k > 1 ? k / (uint32_t)ferry_gcd_u64(k, m) : 1;
+        /* whole routes are balanced enough once each holder has 20+ readers */
+        uint32_t c = k > 1 && (uint64_t)m < 20ull * k ? k / (uint32_t)ferry_gcd_u64(k, m) : 1;
         if (c > rt->frag_count) c = rt->frag_count;
         if (c > PLAN_MAX_CHUNKS) c = PLAN_MAX_CHUNKS;
         if (c == 0) c = 1;
@@ -139,7 +140,9 @@ static ferry_status_t cut_routes(ferry_plan_t *p) {
         p->nchunks += c;
         p->nassign += (size_t)c * m;
         if (p->nassign > UINT32_MAX)
-            return ferry_fail(&p->err, FERRY_ERR_LIMIT, "more than 2^32 (reader, route part) pairs");
+            return ferry_fail(&p->err, FERRY_ERR_LIMIT,
+                              "more than 2^32 (reader, route part) pairs, reached at a route from %u "
+                              "source ranks to %u destination pieces", k, m);
     }
     uint32_t *fill = ferry_alloc(p->ctx, (nr ? nr : 1) * sizeof *fill);
     p->chunk_bytes = ferry_calloc(p->ctx, p->nchunks ? p->nchunks : 1, sizeof *p->chunk_bytes);
@@ -192,12 +195,53 @@ static ferry_status_t cut_routes(ferry_plan_t *p) {
     return st;
 }
 
+/* Large units: every reader of a unit takes the same bytes, so greedy
+ * placement deals readers round-robin over the holders in load order; sort
+ * once instead of scanning all holders per reader (the reader's own host is
+ * not preferred here). */
+typedef struct {
+    uint64_t load, host_load;
+    uint32_t turn, h;
+} holder_key_t;
+
+static int cmp_holder_key(const void *x, const void *y) {
+    const holder_key_t *a = x, *b = y;
+    if (a->load != b->load) return a->load < b->load ? -1 : 1;
+    if (a->host_load != b->host_load) return a->host_load < b->host_load ? -1 : 1;
+    return a->turn < b->turn ? -1 : a->turn > b->turn;
+}
+
+#define PLAN_EXACT_PLACEMENT 4096 /* readers x holders of a unit placed one by one */
+
+static void place_unit_dealt(ferry_plan_t *p, uint32_t ri, uint32_t c, holder_key_t *keys) {
+    plan_route_t *r = &p->routes[ri];
+    const uint32_t *hold = set_items(p, r->src_set);
+    uint32_t k = r->holders, m = r->readers;
+    uint64_t bytes = p->chunk_bytes[r->first_chunk + c];
+    uint32_t want = (uint32_t)(((uint64_t)c * m + ri) % k);
+    for (uint32_t h = 0; h < k; h++) {
+        uint32_t s = hold[h];
+        keys[h] = (holder_key_t){p->src_load[s], p->host_load[p->src_host[s]], (h + k - want) % k, h};
+    }
+    qsort(keys, k, sizeof *keys, cmp_holder_key);
+    for (uint32_t j = 0; j < m; j++) {
+        uint32_t h = keys[j % k].h, s = hold[h];
+        p->assign[r->first_assign + c * m + j] = h;
+        p->src_load[s] += bytes;
+        p->host_load[p->src_host[s]] += bytes;
+    }
+}
+
 /* Chooses holders for the readers of part c of route ri; loads are updated. */
-static void place_unit(ferry_plan_t *p, uint32_t ri, uint32_t c) {
+static void place_unit(ferry_plan_t *p, uint32_t ri, uint32_t c, holder_key_t *keys) {
     plan_route_t *r = &p->routes[ri];
     const uint32_t *hold = set_items(p, r->src_set), *read = set_items(p, r->dst_set);
     uint32_t k = r->holders, m = r->readers;
     uint64_t bytes = p->chunk_bytes[r->first_chunk + c];
+    if ((uint64_t)m * k > PLAN_EXACT_PLACEMENT) {
+        place_unit_dealt(p, ri, c, keys);
+        return;
+    }
     for (uint32_t j = 0; j < m; j++) {
         /* rotation: readers, and the parts of one reader, start on different holders */
         uint32_t want = (uint32_t)(((uint64_t)c * m + j + ri) % k);
@@ -235,7 +279,11 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
     p->assign = ferry_alloc(p->ctx, (p->nassign ? p->nassign : 1) * sizeof *p->assign);
     uint64_t *forced = ferry_calloc(p->ctx, p->src.world ? p->src.world : 1, sizeof *forced);
     uint8_t *capable = ferry_calloc(p->ctx, p->src.world ? p->src.world : 1, 1);
-    if (!units || !p->assign || !forced || !capable) {
+    uint32_t maxk = 1;
+    for (size_t r = 0; r < p->nroutes; r++)
+        if (p->routes[r].holders > maxk) maxk = p->routes[r].holders;
+    holder_key_t *keys = ferry_alloc(p->ctx, maxk * sizeof *keys);
+    if (!units || !p->assign || !forced || !capable || !keys) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory assigning routes");
         goto out;
     }
@@ -250,7 +298,7 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
         for (uint32_t j = 0; j < m; j++) p->dst_load[read[j]] += rt->weight;
         for (uint32_t h = 0; h < k; h++) capable[hold[h]] = 1;
         if (k == 1) {
-            place_unit(p, r, 0);
+            place_unit(p, r, 0, keys);
             forced[hold[0]] += rt->weight * m;
             continue;
         }
@@ -262,7 +310,7 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
         }
     }
     qsort(units, nflex, sizeof *units, cmp_unit);
-    for (size_t i = 0; i < nflex; i++) place_unit(p, units[i].route, units[i].chunk);
+    for (size_t i = 0; i < nflex; i++) place_unit(p, units[i].route, units[i].chunk, keys);
 
     /* Lower bound on the busiest source: the mean over all that can serve;
      * each rank's forced load; and for every holder set G, the bytes that
@@ -299,6 +347,7 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
     p->stats.fragments = p->nfrags;
     p->stats.routes = p->nroutes;
 out:
+    ferry_free(p->ctx, keys);
     ferry_free(p->ctx, units);
     ferry_free(p->ctx, forced);
     ferry_free(p->ctx, capable);

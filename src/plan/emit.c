@@ -168,7 +168,9 @@ static ferry_status_t order_ops(ferry_plan_t *p, size_t start, bool reader, uint
     return FERRY_OK;
 }
 
-static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
+/* slot (global plans): each destination piece's position among its box's
+ * holders, so that a box held by every rank costs linear, not quadratic, time. */
+static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r, const uint32_t *slot) {
     size_t first, count, start = p->nops;
     ferry_layout_rank_pieces(p->dst.layout, r, &first, &count);
     for (size_t i = first; i < first + count; i++) {
@@ -176,7 +178,9 @@ static ferry_status_t emit_reader(ferry_plan_t *p, uint32_t r) {
         if (b == PLAN_NONE) continue;
         const plan_box_t *db = &p->dst.boxes[b];
         uint32_t j = 0;
-        while (j < db->holder_count && p->dst.holders[db->first_holder + j] != i) j++;
+        if (slot) j = slot[i];
+        else
+            while (j < db->holder_count && p->dst.holders[db->first_holder + j] != i) j++;
         for (uint32_t u = 0; u < db->frag_count; u++) {
             uint32_t f = db->first_frag + u;
             const plan_frag_t *fr = &p->frags[f];
@@ -219,9 +223,15 @@ ferry_status_t plan_emit(ferry_plan_t *p) {
     if (p->only && p->only_side == FERRY_SIDE_TRAIN) {
         st = emit_writer(p, p->only_rank);
     } else if (p->only) {
-        st = emit_reader(p, p->only_rank);
+        st = emit_reader(p, p->only_rank, NULL);
     } else {
-        for (uint32_t r = 0; r < p->dst.world && st == FERRY_OK; r++) st = emit_reader(p, r);
+        uint32_t *slot = ferry_alloc(p->ctx, (p->dst.npieces ? p->dst.npieces : 1) * sizeof *slot);
+        if (!slot) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting ops");
+        for (size_t b = 0; b < p->dst.nboxes; b++)
+            for (uint32_t j = 0; j < p->dst.boxes[b].holder_count; j++)
+                slot[p->dst.holders[p->dst.boxes[b].first_holder + j]] = j;
+        for (uint32_t r = 0; r < p->dst.world && st == FERRY_OK; r++) st = emit_reader(p, r, slot);
+        ferry_free(p->ctx, slot);
     }
     if (st) return st;
     ferry_plan_stats_t *s = &p->stats;

@@ -3,40 +3,29 @@
  * it exactly once iff their sizes add up to the box's. The cells meeting a
  * box are found by a sorted-interval query along the tensor's split
  * dimension, not by trying every cell. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_internal.h"
+
+static int cmp_u32(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
 
 typedef struct {
     uint32_t dim;            /* split dimension of the tensor's cells */
     uint32_t *order;         /* cells sorted by offset along dim */
     int64_t *reach;          /* prefix maximum of cell ends along dim, in that order */
+    const ferry_box_t **boxes; /* the tensor's cell boxes (scratch) */
 } cell_index_t;
 
 /* Fills ix for the cells [first, first+n) of one tensor. */
 static void index_cells(const plan_side_t *s, size_t first, size_t n, cell_index_t *ix) {
-    uint32_t nd = n ? s->boxes[first].box->ndim : 0, dim = 0;
-    size_t best = 0;
-    for (uint32_t d = 0; d < nd; d++) {
-        size_t distinct = 0;
-        int64_t prev = INT64_MIN;
-        for (size_t k = 0; k < n; k++) { /* counts changes: exact for the usual sorted input */
-            int64_t o = s->boxes[first + k].box->offset[d];
-            if (k == 0 || o != prev) distinct++;
-            prev = o;
-        }
-        if (distinct > best) best = distinct, dim = d;
-    }
+    for (size_t k = 0; k < n; k++) ix->boxes[k] = s->boxes[first + k].box;
+    uint32_t dim = plan_sort_split_dim(ix->boxes, n, ix->order);
+    for (size_t k = 0; k < n; k++) ix->order[k] += (uint32_t)first;
     ix->dim = dim;
-    for (size_t k = 0; k < n; k++) { /* insertion sort: cells come sorted on dim 0 already */
-        uint32_t v = (uint32_t)(first + k);
-        size_t m = k;
-        while (m > 0 && s->boxes[ix->order[m - 1]].box->offset[dim] > s->boxes[v].box->offset[dim]) {
-            ix->order[m] = ix->order[m - 1];
-            m--;
-        }
-        ix->order[m] = v;
-    }
     int64_t r = INT64_MIN;
     for (size_t k = 0; k < n; k++) {
         const ferry_box_t *b = s->boxes[ix->order[k]].box;
@@ -47,11 +36,13 @@ static void index_cells(const plan_side_t *s, size_t first, size_t n, cell_index
 }
 
 static ferry_status_t gap_error(ferry_plan_t *p, const plan_box_t *db, const uint32_t *found, size_t nf) {
-    const ferry_box_t *parts[256];
-    size_t np = 0;
-    for (size_t k = 0; k < nf && np < 256; k++) parts[np++] = p->src.boxes[found[k]].box;
+    const ferry_box_t **parts = ferry_alloc(p->ctx, (nf ? nf : 1) * sizeof *parts);
+    if (!parts) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory naming a gap");
+    for (size_t k = 0; k < nf; k++) parts[k] = p->src.boxes[found[k]].box;
     ferry_box_t gap = *db->box;
-    plan_box_uncovered(db->box, parts, np, &gap);
+    int r = plan_box_uncovered(p->ctx, db->box, parts, nf, &gap);
+    ferry_free(p->ctx, parts);
+    if (r < 0) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory naming a gap");
     char g[200], b[200];
     ferry_box_format(&gap, g, sizeof g);
     ferry_box_format(db->box, b, sizeof b);
@@ -67,10 +58,11 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
     cell_index_t ix;
     ix.order = ferry_alloc(p->ctx, (src->nboxes ? src->nboxes : 1) * sizeof *ix.order);
     ix.reach = ferry_alloc(p->ctx, (src->nboxes ? src->nboxes : 1) * sizeof *ix.reach);
+    ix.boxes = ferry_alloc(p->ctx, (src->nboxes ? src->nboxes : 1) * sizeof *ix.boxes);
     uint32_t *found = NULL;
     size_t cap_found = 0;
     ferry_status_t st = FERRY_OK;
-    if (!ix.order || !ix.reach) {
+    if (!ix.order || !ix.reach || !ix.boxes) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing cells");
         goto out;
     }
@@ -103,12 +95,13 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
                 }
                 found[nf++] = c;
             }
-            for (size_t u = 1; u < nf; u++) { /* canonical order: by cell */
+            /* canonical order: by cell (collected backwards, so usually a reversal) */
+            for (size_t u = 0; u < nf / 2; u++) {
                 uint32_t v = found[u];
-                size_t m = u;
-                while (m > 0 && found[m - 1] > v) found[m] = found[m - 1], m--;
-                found[m] = v;
+                found[u] = found[nf - 1 - u];
+                found[nf - 1 - u] = v;
             }
+            if (nf > 1) qsort(found, nf, sizeof *found, cmp_u32);
             int64_t covered = 0;
             if (ferry_grow(p->ctx, (void **)&p->frags, sizeof *p->frags, &p->cap_frags, p->nfrags + nf)) {
                 st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory cutting fragments");
@@ -134,7 +127,9 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
                 goto out;
             }
             if (p->nfrags > UINT32_MAX / 2) {
-                st = ferry_fail(&p->err, FERRY_ERR_LIMIT, "more than %u fragments", UINT32_MAX / 2);
+                st = ferry_fail(&p->err, FERRY_ERR_LIMIT,
+                                "more than %u fragments (reached at tensor %s): the layouts cut the "
+                                "model too finely", UINT32_MAX / 2, plan_tensor_name(p, t));
                 goto out;
             }
         }
@@ -142,6 +137,7 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
 out:
     ferry_free(p->ctx, ix.order);
     ferry_free(p->ctx, ix.reach);
+    ferry_free(p->ctx, ix.boxes);
     ferry_free(p->ctx, found);
     return st;
 }

@@ -25,7 +25,9 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
         p->frag_pack_first[f] = (uint32_t)nslots;
         nslots += p->src.boxes[p->frags[f].cell].holder_count;
         if (nslots > UINT32_MAX) {
-            st = ferry_fail(&p->err, FERRY_ERR_LIMIT, "too many (fragment, holder) pairs to pack");
+            st = ferry_fail(&p->err, FERRY_ERR_LIMIT,
+                            "more than 2^32 (fragment, source holder) pairs (reached at tensor %s)",
+                            plan_tensor_name(p, p->dst.boxes[p->frags[f].dbox].tensor));
             goto out;
         }
     }

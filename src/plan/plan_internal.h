@@ -167,10 +167,13 @@ int64_t plan_run_elems(const ferry_box_t *box, const int64_t *a, const int64_t *
 /* Interns a list of ranks; returns its id or PLAN_NONE on no memory. */
 uint32_t plan_sets_intern(ferry_ctx_t *ctx, plan_sets_t *s, const uint32_t *items, size_t n);
 void plan_sets_free(ferry_ctx_t *ctx, plan_sets_t *s);
-/* Writes into *out the first part of `box` not covered by the n boxes
- * (given inside it); false if they cover it. */
-bool plan_box_uncovered(const ferry_box_t *box, const ferry_box_t *const *parts, size_t n,
-                        ferry_box_t *out);
+/* Writes into *out a part of `box` that none of the n boxes covers and
+ * returns 1; 0 if they cover it; -1 without memory. */
+int plan_box_uncovered(ferry_ctx_t *ctx, const ferry_box_t *box, const ferry_box_t *const *parts, size_t n,
+                       ferry_box_t *out);
+/* The dimension along which the n boxes have the most distinct offsets;
+ * order[0..n) gets the box indices sorted by offset along it. */
+uint32_t plan_sort_split_dim(const ferry_box_t *const *boxes, size_t n, uint32_t *order);
 /* Indices of two overlapping boxes among n (sweep on the dimension with the
  * most distinct offsets); false if all are disjoint. scratch holds n entries. */
 bool plan_boxes_overlap(const ferry_box_t *const *boxes, size_t n, uint32_t *scratch, size_t *i,

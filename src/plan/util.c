@@ -1,4 +1,5 @@
 /* Small helpers of the planner: box order and arithmetic, interned rank lists. */
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -96,52 +97,67 @@ static size_t box_subtract(const ferry_box_t *a, const ferry_box_t *b, ferry_box
     return n;
 }
 
-bool plan_box_uncovered(const ferry_box_t *box, const ferry_box_t *const *parts, size_t n,
-                        ferry_box_t *out) {
-    /* Only used to name a gap in an error, so a small fixed work list: keep
-     * subtracting from the first remaining box until one survives all parts. */
-    enum { CAP = 64 };
-    ferry_box_t work[CAP + 2 * FERRY_MAX_DIMS];
-    size_t nw = 1;
-    work[0] = *box;
-    while (nw > 0) {
+int plan_box_uncovered(ferry_ctx_t *ctx, const ferry_box_t *box, const ferry_box_t *const *parts, size_t n,
+                       ferry_box_t *out) {
+    /* Keep subtracting parts from the remaining pieces (depth first) until
+     * one piece meets no part. Only used to name a gap in an error. */
+    ferry_box_t *work = NULL;
+    size_t nw = 0, cap = 0;
+    int found = 0;
+    if (ferry_grow(ctx, (void **)&work, sizeof *work, &cap, 1)) return -1;
+    work[nw++] = *box;
+    while (nw > 0 && !found) {
         ferry_box_t cur = work[--nw];
         size_t i = 0;
         for (; i < n; i++)
             if (ferry_box_intersect(&cur, parts[i], NULL)) break;
         if (i == n) {
             *out = cur;
-            return true;
+            found = 1;
+            break;
         }
-        ferry_box_t pieces[2 * FERRY_MAX_DIMS];
-        size_t np = box_subtract(&cur, parts[i], pieces);
-        for (size_t k = 0; k < np && nw < CAP + 2 * FERRY_MAX_DIMS; k++) work[nw++] = pieces[k];
+        if (ferry_grow(ctx, (void **)&work, sizeof *work, &cap, nw + 2 * FERRY_MAX_DIMS)) {
+            ferry_free(ctx, work);
+            return -1;
+        }
+        nw += box_subtract(&cur, parts[i], work + nw);
     }
-    return false;
+    ferry_free(ctx, work);
+    return found;
+}
+
+static _Thread_local const ferry_box_t *const *g_sort_boxes;
+static _Thread_local uint32_t g_sort_dim;
+
+static int cmp_offset(const void *x, const void *y) {
+    int64_t a = g_sort_boxes[*(const uint32_t *)x]->offset[g_sort_dim];
+    int64_t b = g_sort_boxes[*(const uint32_t *)y]->offset[g_sort_dim];
+    if (a != b) return a < b ? -1 : 1;
+    return *(const uint32_t *)x < *(const uint32_t *)y ? -1 : *(const uint32_t *)x > *(const uint32_t *)y;
+}
+
+uint32_t plan_sort_split_dim(const ferry_box_t *const *boxes, size_t n, uint32_t *order) {
+    uint32_t nd = n ? boxes[0]->ndim : 0, dim = 0;
+    size_t best = 0;
+    g_sort_boxes = boxes;
+    for (uint32_t d = 0; d < nd && n > 1; d++) { /* distinct offsets per dimension */
+        for (size_t k = 0; k < n; k++) order[k] = (uint32_t)k;
+        g_sort_dim = d;
+        qsort(order, n, sizeof *order, cmp_offset);
+        size_t distinct = 1;
+        for (size_t k = 1; k < n; k++) distinct += boxes[order[k]]->offset[d] != boxes[order[k - 1]]->offset[d];
+        if (distinct > best) best = distinct, dim = d;
+    }
+    for (size_t k = 0; k < n; k++) order[k] = (uint32_t)k;
+    g_sort_dim = dim;
+    if (n > 1) qsort(order, n, sizeof *order, cmp_offset);
+    return dim;
 }
 
 bool plan_boxes_overlap(const ferry_box_t *const *boxes, size_t n, uint32_t *scratch, size_t *i,
                         size_t *j) {
     if (n < 2) return false;
-    /* the dimension along which the boxes are split most finely */
-    uint32_t nd = boxes[0]->ndim, dim = 0;
-    size_t best = 0;
-    for (uint32_t d = 0; d < nd; d++) {
-        size_t distinct = 0;
-        for (size_t k = 0; k < n && distinct <= best; k++)
-            if (k == 0 || boxes[k]->offset[d] != boxes[0]->offset[d]) distinct++;
-        if (distinct > best) best = distinct, dim = d;
-    }
-    /* insertion sort of indices by offset along dim (n is per tensor, small
-     * in practice; sorted input costs n) */
-    for (size_t k = 0; k < n; k++) {
-        size_t m = k;
-        while (m > 0 && boxes[scratch[m - 1]]->offset[dim] > boxes[k]->offset[dim]) {
-            scratch[m] = scratch[m - 1];
-            m--;
-        }
-        scratch[m] = (uint32_t)k;
-    }
+    uint32_t dim = plan_sort_split_dim(boxes, n, scratch);
     /* sweep: a box can only meet those still open along dim */
     size_t open_first = 0;
     for (size_t k = 0; k < n; k++) {

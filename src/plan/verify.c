@@ -88,20 +88,26 @@ ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, con
             boxes[k] = &p->ops[order[first[i] + k]].box;
             sum += ferry_box_numel(boxes[k]);
         }
+        size_t x, y;
+        bool twice = plan_boxes_overlap(boxes, n, scratch, &x, &y);
+        if (!twice && sum == ferry_box_numel(&q->box)) continue;
         ferry_tensor_info_t ti;
         ferry_model_tensor(dm, q->tensor, &ti);
-        char b[200];
+        char b[200], bx[200], by[200];
         ferry_box_format(&q->box, b, sizeof b);
-        size_t x, y;
-        if (plan_boxes_overlap(boxes, n, scratch, &x, &y))
+        if (twice) {
+            ferry_box_format(boxes[x], bx, sizeof bx);
+            ferry_box_format(boxes[y], by, sizeof by);
             st = ferry_fail(&p->err, FERRY_ERR_COVERAGE,
-                            "destination piece %zu (%s %s on rank %u) is written twice", i, ti.name,
-                            b, q->rank);
-        else if (sum != ferry_box_numel(&q->box))
+                            "destination piece %zu (%s %s on rank %u) is written twice: ops %zu %s and "
+                            "%zu %s overlap", i, ti.name, b, q->rank, order[first[i] + x], bx,
+                            order[first[i] + y], by);
+        } else {
             st = ferry_fail(&p->err, FERRY_ERR_COVERAGE,
                             "destination piece %zu (%s %s on rank %u): ops write %lld of its %lld "
                             "elements", i, ti.name, b, q->rank, (long long)sum,
                             (long long)ferry_box_numel(&q->box));
+        }
     }
 out:
     ferry_free(p->ctx, first);

@@ -171,6 +171,20 @@ static void coverage(void) {
     ferry_layout_destroy(src);
     ferry_layout_destroy(dst);
     ferry_model_destroy(m);
+    /* many source pieces, one row missing at the end: the gap named exactly */
+    m = model(FERRY_DTYPE_BF16, 4, false);
+    ferry_model_t *tall = NULL;
+    CHECK_OK(ferry_model_create(ctx, "tall", &tall), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_model_add_tensor(tall, W, FERRY_DTYPE_BF16, 2, (int64_t[]){600, 4}, NULL), ferry_model_error(tall));
+    src = layout(tall, 1);
+    for (int64_t r = 0; r < 599; r++) add(src, W, 0, r, 1, 0, 4, 0);
+    dst = layout(tall, 1);
+    add(dst, W, 0, 0, 600, 0, 4, 0);
+    FAILS(src, dst, NULL, FERRY_ERR_COVERAGE, W, "no source piece holds [599:600, 0:4]");
+    ferry_layout_destroy(src);
+    ferry_layout_destroy(dst);
+    ferry_model_destroy(tall);
+    ferry_model_destroy(m);
 }
 
 static void models_disagree(void) {
