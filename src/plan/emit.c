@@ -18,7 +18,7 @@ static int push_op(ferry_plan_t *p, const plan_frag_t *fr, uint32_t f, uint32_t 
     ferry_copy_op_t *op = &p->ops[p->nops++];
     memset(op, 0, sizeof *op);
     op->tensor = db->tensor;
-    ferry_box_intersect(cell->box, db->box, &op->box);
+    plan_box_intersect(cell->box, db->box, &op->box);
     op->src_rank = sq->rank;
     op->src_buffer = sq->buffer;
     op->src_piece = spiece;

@@ -88,7 +88,7 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
             size_t nf = 0;
             for (size_t m = a; m-- > 0 && ix.reach[m] > lo;) {
                 uint32_t c = ix.order[m];
-                if (!ferry_box_intersect(src->boxes[c].box, D, NULL)) continue;
+                if (!plan_box_intersect(src->boxes[c].box, D, NULL)) continue;
                 if (ferry_grow(p->ctx, (void **)&found, sizeof *found, &cap_found, nf + 1)) {
                     st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory cutting fragments");
                     goto out;
@@ -110,7 +110,7 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
             db->first_frag = (uint32_t)p->nfrags;
             for (size_t u = 0; u < nf; u++) {
                 ferry_box_t x;
-                ferry_box_intersect(src->boxes[found[u]].box, D, &x);
+                plan_box_intersect(src->boxes[found[u]].box, D, &x);
                 int64_t numel = ferry_box_numel(&x);
                 covered += numel;
                 plan_frag_t *f = &p->frags[p->nfrags++];

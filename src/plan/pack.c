@@ -72,7 +72,7 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
                 } else {
                     const int64_t *strides = p->src.pieces[piece].strides;
                     if (!have_box) {
-                        ferry_box_intersect(cell->box, p->dst.boxes[fr->dbox].box, &box);
+                        plan_box_intersect(cell->box, p->dst.boxes[fr->dbox].box, &box);
                         have_box = true;
                     }
                     if (!last_strides || memcmp(last_strides, strides, box.ndim * sizeof *strides) != 0) {

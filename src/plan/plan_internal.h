@@ -158,7 +158,34 @@ int plan_box_cmp(const ferry_box_t *a, const ferry_box_t *b);
  * dimensions with coordinates below 2^32, else a hash with k1 == UINT64_MAX
  * whose matches must be checked. Returns whether it is exact. */
 bool plan_box_key(const ferry_box_t *b, uint64_t *k0, uint64_t *k1);
-uint64_t plan_mix64(uint64_t x);
+/* A 64-bit finaliser (murmur3's): the planner's hash tables and digests. */
+static inline uint64_t plan_mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* ferry_box_intersect for boxes of one tensor (same ndim, validated
+ * coordinates): the planner's inner loops call it millions of times. */
+static inline bool plan_box_intersect(const ferry_box_t *a, const ferry_box_t *b, ferry_box_t *out) {
+    ferry_box_t r;
+    r.ndim = a->ndim;
+    for (uint32_t d = 0; d < a->ndim; d++) {
+        int64_t lo = a->offset[d] > b->offset[d] ? a->offset[d] : b->offset[d];
+        int64_t ea = a->offset[d] + a->extent[d], eb = b->offset[d] + b->extent[d];
+        int64_t hi = ea < eb ? ea : eb;
+        if (hi <= lo) return false;
+        r.offset[d] = lo;
+        r.extent[d] = hi - lo;
+    }
+    if (out) {
+        for (uint32_t d = a->ndim; d < FERRY_MAX_DIMS; d++) r.offset[d] = r.extent[d] = 0;
+        *out = r;
+    }
+    return true;
+}
 /* Byte offset of sub-box `box` inside piece q (box must lie inside q->box). */
 uint64_t plan_piece_offset(const ferry_piece_t *q, const ferry_box_t *box, size_t esize);
 /* Elements in the longest row-major run of `box` that is contiguous under

@@ -44,14 +44,6 @@ bool plan_box_key(const ferry_box_t *b, uint64_t *k0, uint64_t *k1) {
     return false;
 }
 
-uint64_t plan_mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 uint64_t plan_piece_offset(const ferry_piece_t *q, const ferry_box_t *box, size_t esize) {
     uint64_t off = 0;
     for (uint32_t d = 0; d < box->ndim; d++)
