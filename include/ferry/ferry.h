@@ -6,6 +6,7 @@
 #include "ferry/ctx.h"
 #include "ferry/layout.h"
 #include "ferry/plan.h"
+#include "ferry/xport.h"
 #include "ferry/status.h"
 
 #endif

@@ -1,0 +1,152 @@
+/* ferry: one-sided transports.
+ *
+ * A transport endpoint registers memory and describes each registration in a
+ * small descriptor (bytes the owner publishes, e.g. through the metadata
+ * service). A peer that holds the descriptor connects to the owner once and
+ * then reads (get) or writes (put) byte ranges of that memory without the
+ * owner's code handling each request. Every access is checked against the
+ * registration (range inside it, registration still alive), and a peer that
+ * dies turns into an error on the request, never a hang.
+ *
+ * Backends:
+ *  - FERRY_XPORT_SHM: one host. Memory from ferry_xport_mem_alloc lives in a
+ *    memfd that peers map once (a read is one memcpy, split over threads when
+ *    large); other registered memory is read with process_vm_readv. The
+ *    endpoint runs one service thread that hands out mappings to connecting
+ *    peers; reads and writes never involve it.
+ *
+ * Requests complete when ferry_xport_req_wait returns; backends that finish
+ * work in the calling thread complete them before returning from get/put.
+ */
+#ifndef FERRY_XPORT_H
+#define FERRY_XPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/ctx.h"
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+typedef enum ferry_xport_kind {
+    FERRY_XPORT_SHM = 1
+} ferry_xport_kind_t;
+
+typedef enum ferry_mem_type {
+    FERRY_MEM_HOST = 0 /* device memory comes with the CUDA issue */
+} ferry_mem_type_t;
+
+/* Which fields of ferry_xport_params_t are set; unset fields take defaults. */
+enum {
+    FERRY_XPORT_PARAM_KIND = 1u << 0,       /* default: FERRY_XPORT_SHM */
+    FERRY_XPORT_PARAM_TIMEOUT_MS = 1u << 1, /* default: 10000 */
+    FERRY_XPORT_PARAM_THREADS = 1u << 2,    /* default: 1 (copy threads per large request) */
+    FERRY_XPORT_PARAM_SPLIT_BYTES = 1u << 3 /* default: 8 MiB (requests at least this large use threads) */
+};
+
+typedef struct ferry_xport_params {
+    uint64_t field_mask;
+    ferry_xport_kind_t kind;
+    uint32_t timeout_ms;  /* connecting, handing out mappings, waiting on a request */
+    uint32_t threads;     /* copy threads a large get/put may use (1..64) */
+    uint64_t split_bytes;
+} ferry_xport_params_t;
+
+typedef struct ferry_xport ferry_xport_t;           /* an endpoint */
+typedef struct ferry_xport_mem ferry_xport_mem_t;   /* a local registration */
+typedef struct ferry_xport_peer ferry_xport_peer_t; /* a connection to another endpoint */
+typedef struct ferry_xport_rmem ferry_xport_rmem_t; /* a remote registration, from its descriptor */
+typedef struct ferry_xport_req ferry_xport_req_t;   /* one get/put of one or many runs */
+
+/* Largest descriptor any backend packs. */
+#define FERRY_XPORT_DESC_MAX 256
+
+/* Creates an endpoint. SHM starts its service thread here.
+ * Ownership: caller owns *out (ferry_xport_destroy). Errors: detail on ctx.
+ * Thread-safety: the endpoint and everything made from it are used by one
+ * thread at a time (the service thread is internal). */
+ferry_status_t ferry_xport_create(ferry_ctx_t *ctx, const ferry_xport_params_t *params,
+                                  ferry_xport_t **out);
+
+/* Stops the service thread, drops every registration and connection; NULL is
+ * accepted. Peers reading this endpoint's memory get errors from then on. */
+void ferry_xport_destroy(ferry_xport_t *xp);
+
+const char *ferry_xport_error(const ferry_xport_t *xp);
+
+/* Allocates size bytes that peers can map (shm: a memfd), zero-filled, and
+ * registers them. Ownership: the endpoint owns the memory; *out lives until
+ * ferry_xport_mem_deregister or the endpoint's end. Errors: detail on xp. */
+ferry_status_t ferry_xport_mem_alloc(ferry_xport_t *xp, size_t size, ferry_mem_type_t type,
+                                     ferry_xport_mem_t **out);
+
+/* Registers memory the caller owns (it must stay valid while registered).
+ * Registering the same range again returns the same registration with a
+ * reference added (a registration cache: repeated steps cost nothing); each
+ * registration is released by one deregister. shm reads it with
+ * process_vm_readv (needs ptrace permission on the owner; same user). */
+ferry_status_t ferry_xport_mem_register(ferry_xport_t *xp, void *ptr, size_t size,
+                                        ferry_mem_type_t type, ferry_xport_mem_t **out);
+
+/* Drops a reference; the last one ends the registration: descriptors of it
+ * become stale and peers' reads of it fail with FERRY_ERR_STALE. */
+void ferry_xport_mem_deregister(ferry_xport_mem_t *mem);
+
+void *ferry_xport_mem_ptr(const ferry_xport_mem_t *mem);
+size_t ferry_xport_mem_size(const ferry_xport_mem_t *mem);
+
+/* Writes the registration's descriptor (at most FERRY_XPORT_DESC_MAX bytes)
+ * into buf; *len gets its length. The descriptor names the endpoint, so a
+ * peer needs nothing else. Errors: FERRY_ERR_LIMIT if size is too small. */
+ferry_status_t ferry_xport_mem_pack(const ferry_xport_mem_t *mem, void *buf, size_t size, size_t *len);
+
+/* Connects to the endpoint a descriptor names (once per owner; descriptors of
+ * the same owner share the connection) and resolves the registration.
+ * Corrupt, truncated or foreign descriptors are refused (FERRY_ERR_CORRUPT)
+ * before anything in them is used. Ownership: *out belongs to xp and lives
+ * until ferry_xport_rmem_release or the endpoint's end. */
+ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size_t len,
+                                       ferry_xport_rmem_t **out);
+void ferry_xport_rmem_release(ferry_xport_rmem_t *rmem);
+size_t ferry_xport_rmem_size(const ferry_xport_rmem_t *rmem);
+
+/* One run of a batched transfer: len bytes at remote_offset of rmem, to or
+ * from local. */
+typedef struct ferry_xport_run {
+    ferry_xport_rmem_t *rmem;
+    uint64_t remote_offset;
+    void *local;
+    size_t len;
+} ferry_xport_run_t;
+
+/* Reads (get) or writes (put) n runs. Every run is checked first: inside its
+ * registration (FERRY_ERR_INVALID_ARGUMENT naming the run), registration alive
+ * (FERRY_ERR_STALE), owner alive (FERRY_ERR_PEER_LOST); nothing is
+ * transferred unless all pass. *req gets the request; wait on it and free it.
+ * A request that fails part way (the owner dies, a registration ends during
+ * the copy) reports the error from ferry_xport_req_wait; the local bytes of
+ * a failed get are undefined. */
+ferry_status_t ferry_xport_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n,
+                               ferry_xport_req_t **req);
+ferry_status_t ferry_xport_put(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n,
+                               ferry_xport_req_t **req);
+
+/* Drives pending requests forward without blocking. */
+ferry_status_t ferry_xport_progress(ferry_xport_t *xp);
+
+/* Waits up to timeout_ms (-1: the endpoint's timeout) for a request;
+ * returns its final status (FERRY_ERR_TIMEOUT if it did not finish). */
+ferry_status_t ferry_xport_req_wait(ferry_xport_req_t *req, int timeout_ms);
+void ferry_xport_req_free(ferry_xport_req_t *req);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,564 @@
+/* The shm transport: one host, one-sided.
+ *
+ * Owner: each endpoint has a control memfd (a page of registration
+ * generations that peers map read-only) and an abstract unix socket served by
+ * one thread. A peer connects once, receives the control memfd, and asks for
+ * the memfd of each allocated registration it reads (SCM_RIGHTS); from then
+ * on a get or put is a memcpy on a shared mapping, which the owner's code
+ * never sees. Memory the caller registers (not allocated here) is read with
+ * process_vm_readv instead.
+ *
+ * Checks: a registration's generation in the control page must equal the
+ * descriptor's before and after each copy (else FERRY_ERR_STALE); the
+ * connection must not have hung up (else FERRY_ERR_PEER_LOST: the owner is
+ * gone, and its memory may be half written).
+ *
+ * Descriptor body: pid(4) nonce(8) mode(1) slot(4) gen(8) size(8) addr(8). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "xport/xport_internal.h"
+
+#define SHM_SLOTS 4096          /* registrations an endpoint holds at once */
+#define SHM_BODY 41
+#define SHM_HELLO_MAGIC 0x46524d48u /* "FRMH" */
+
+enum { MODE_MAPPED = 1, MODE_VM = 2 };
+
+typedef struct {
+    uint32_t magic;
+    uint32_t pid;
+    uint64_t nonce;
+    uint32_t slots;
+} hello_t;
+
+typedef struct {
+    uint32_t slot;
+    uint32_t pad;
+    uint64_t gen;
+} fd_request_t;
+
+/* A connection to another endpoint, shared by its descriptors. */
+struct ferry_xport_peer {
+    uint32_t pid;
+    uint64_t nonce;
+    int sock;
+    const uint64_t *gens;    /* the owner's control page, read-only */
+    uint32_t refs;
+    bool lost;
+    struct ferry_xport_peer *next;
+};
+
+typedef struct {
+    uint32_t pid;
+    uint64_t nonce;
+    int listen_fd;
+    int wake[2];             /* tells the service thread to stop */
+    pthread_t thread;
+    bool running;
+    int control_fd;
+    uint64_t *gens;          /* SHM_SLOTS generations, shared read-only with peers */
+    pthread_mutex_t lock;    /* slot table, between the owner and the service thread */
+    int slot_fd[SHM_SLOTS];  /* memfd of each mapped registration, -1 if none */
+    uint8_t slot_used[SHM_SLOTS];
+    ferry_xport_peer_t *peers;
+} shm_t;
+
+static void sock_name(struct sockaddr_un *a, socklen_t *len, uint32_t pid, uint64_t nonce) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    /* abstract namespace: nothing in the file system to clean up */
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "ferry-shm-%u-%016llx", pid,
+                     (unsigned long long)nonce);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static uint64_t make_nonce(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 12);
+    x ^= (uint64_t)(uintptr_t)&x;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    return x ^ (x >> 29);
+}
+
+/* Sends buf (and fd, if >= 0) in one message. */
+static int send_msg(int sock, const void *buf, size_t len, int fd) {
+    struct iovec iov = {(void *)buf, len};
+    union {
+        char raw[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (fd >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        msg.msg_control = ctl.raw;
+        msg.msg_controllen = sizeof ctl.raw;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    ssize_t n;
+    do n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)len ? 0 : -1;
+}
+
+/* Receives exactly len bytes (and an fd if one comes) within timeout_ms.
+ * Returns 0, or -1 (hang-up or error), or -2 (timeout). */
+static int recv_msg(int sock, void *buf, size_t len, int *fd, uint32_t timeout_ms) {
+    if (fd) *fd = -1;
+    struct pollfd pf = {sock, POLLIN, 0};
+    int r;
+    do r = poll(&pf, 1, (int)timeout_ms);
+    while (r < 0 && errno == EINTR);
+    if (r == 0) return -2;
+    if (r < 0) return -1;
+    struct iovec iov = {buf, len};
+    union {
+        char raw[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.raw;
+    msg.msg_controllen = sizeof ctl.raw;
+    ssize_t n;
+    do n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int got;
+            memcpy(&got, CMSG_DATA(c), sizeof got);
+            if (fd && *fd < 0) *fd = got;
+            else close(got);
+        }
+    }
+    if (n != (ssize_t)len) {
+        if (fd && *fd >= 0) close(*fd), *fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the service thread ------------------------------------------------- */
+
+#define MAX_CLIENTS 1024
+
+static void serve_request(shm_t *s, int sock) {
+    fd_request_t rq;
+    if (recv_msg(sock, &rq, sizeof rq, NULL, 0) != 0) return;
+    int32_t status = FERRY_ERR_STALE;
+    int fd = -1;
+    pthread_mutex_lock(&s->lock);
+    if (rq.slot < SHM_SLOTS && s->slot_used[rq.slot] && s->slot_fd[rq.slot] >= 0 &&
+        __atomic_load_n(&s->gens[rq.slot], __ATOMIC_ACQUIRE) == rq.gen) {
+        fd = dup(s->slot_fd[rq.slot]); /* the owner may close its copy meanwhile */
+        status = fd >= 0 ? FERRY_OK : FERRY_ERR_NO_MEMORY;
+    }
+    pthread_mutex_unlock(&s->lock);
+    send_msg(sock, &status, sizeof status, fd);
+    if (fd >= 0) close(fd);
+}
+
+static void *service(void *arg) {
+    shm_t *s = arg;
+    struct pollfd fds[MAX_CLIENTS + 2];
+    size_t n = 2;
+    fds[0] = (struct pollfd){s->wake[0], POLLIN, 0};
+    fds[1] = (struct pollfd){s->listen_fd, POLLIN, 0};
+    hello_t hello = {SHM_HELLO_MAGIC, s->pid, s->nonce, SHM_SLOTS};
+    for (;;) {
+        int r = poll(fds, n, -1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 || (fds[0].revents & POLLIN)) break;
+        if (fds[1].revents & POLLIN) {
+            int c = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0) {
+                if (n < MAX_CLIENTS + 2 && send_msg(c, &hello, sizeof hello, s->control_fd) == 0)
+                    fds[n++] = (struct pollfd){c, POLLIN, 0};
+                else
+                    close(c);
+            }
+        }
+        for (size_t i = 2; i < n; i++) {
+            if (fds[i].revents & (POLLHUP | POLLERR)) {
+                close(fds[i].fd);
+                fds[i--] = fds[--n];
+            } else if (fds[i].revents & POLLIN) {
+                serve_request(s, fds[i].fd);
+            }
+        }
+    }
+    for (size_t i = 2; i < n; i++) close(fds[i].fd);
+    return NULL;
+}
+
+/* ---- endpoint ------------------------------------------------------------ */
+
+static ferry_status_t shm_init(ferry_xport_t *xp) {
+    shm_t *s = ferry_calloc(xp->ctx, 1, sizeof *s);
+    if (!s) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating an shm endpoint");
+    s->listen_fd = s->control_fd = s->wake[0] = s->wake[1] = -1;
+    for (int i = 0; i < SHM_SLOTS; i++) s->slot_fd[i] = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    xp->backend = s;
+    s->pid = (uint32_t)getpid();
+    s->nonce = make_nonce();
+    size_t ctl = SHM_SLOTS * sizeof(uint64_t);
+    s->control_fd = memfd_create("ferry-shm-control", MFD_CLOEXEC);
+    if (s->control_fd < 0 || ftruncate(s->control_fd, (off_t)ctl) != 0)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: control memfd: %s", strerror(errno));
+    s->gens = mmap(NULL, ctl, PROT_READ | PROT_WRITE, MAP_SHARED, s->control_fd, 0);
+    if (s->gens == MAP_FAILED) {
+        s->gens = NULL;
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: mapping the control page: %s", strerror(errno));
+    }
+    s->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a;
+    socklen_t alen;
+    sock_name(&a, &alen, s->pid, s->nonce);
+    if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&a, alen) != 0 || listen(s->listen_fd, 128) != 0)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: listening on %s: %s", a.sun_path + 1, strerror(errno));
+    if (pipe2(s->wake, O_CLOEXEC) != 0)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: wake pipe: %s", strerror(errno));
+    if (pthread_create(&s->thread, NULL, service, s) != 0)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: starting the service thread failed");
+    s->running = true;
+    return FERRY_OK;
+}
+
+static void shm_fini(ferry_xport_t *xp) {
+    shm_t *s = xp->backend;
+    if (!s) return;
+    if (s->running) {
+        char b = 1;
+        ssize_t w = write(s->wake[1], &b, 1);
+        (void)w;
+        pthread_join(s->thread, NULL);
+    }
+    while (s->peers) { /* every rmem is released before fini: only unreferenced peers remain */
+        ferry_xport_peer_t *p = s->peers;
+        s->peers = p->next;
+        if (p->gens) munmap((void *)p->gens, SHM_SLOTS * sizeof(uint64_t));
+        close(p->sock);
+        ferry_free(xp->ctx, p);
+    }
+    if (s->gens) munmap(s->gens, SHM_SLOTS * sizeof(uint64_t));
+    for (int i = 0; i < 2; i++)
+        if (s->wake[i] >= 0) close(s->wake[i]);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->control_fd >= 0) close(s->control_fd);
+    pthread_mutex_destroy(&s->lock);
+    ferry_free(xp->ctx, s);
+    xp->backend = NULL;
+}
+
+/* Takes a free slot and publishes a new generation for it. */
+static ferry_status_t take_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, int fd) {
+    shm_t *s = xp->backend;
+    pthread_mutex_lock(&s->lock);
+    uint32_t slot = 0;
+    while (slot < SHM_SLOTS && s->slot_used[slot]) slot++;
+    if (slot == SHM_SLOTS) {
+        pthread_mutex_unlock(&s->lock);
+        return ferry_fail(&xp->err, FERRY_ERR_LIMIT, "shm: more than %d registrations on one endpoint", SHM_SLOTS);
+    }
+    s->slot_used[slot] = 1;
+    s->slot_fd[slot] = fd;
+    m->slot = slot;
+    m->gen = __atomic_add_fetch(&s->gens[slot], 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&s->lock);
+    return FERRY_OK;
+}
+
+static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    int fd = memfd_create("ferry-shm", MFD_CLOEXEC);
+    if (fd < 0) return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: memfd_create: %s", strerror(errno));
+    if (ftruncate(fd, (off_t)m->size) != 0) {
+        int e = errno;
+        close(fd);
+        return ferry_fail(&xp->err, e == ENOMEM || e == ENOSPC ? FERRY_ERR_NO_MEMORY : FERRY_ERR_IO,
+                          "shm: sizing a %zu-byte memfd: %s", m->size, strerror(e));
+    }
+    void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "shm: mapping %zu bytes: %s", m->size, strerror(e));
+    }
+    m->ptr = p;
+    m->fd = fd;
+    ferry_status_t st = take_slot(xp, m, fd);
+    if (st) {
+        munmap(p, m->size);
+        close(fd);
+    }
+    return st;
+}
+
+static ferry_status_t shm_mem_register(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    return take_slot(xp, m, -1);
+}
+
+static void shm_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    shm_t *s = xp->backend;
+    pthread_mutex_lock(&s->lock);
+    __atomic_add_fetch(&s->gens[m->slot], 1, __ATOMIC_RELEASE); /* every descriptor of it is stale now */
+    s->slot_used[m->slot] = 0;
+    s->slot_fd[m->slot] = -1;
+    pthread_mutex_unlock(&s->lock);
+    if (m->allocated) {
+        munmap(m->ptr, m->size);
+        close(m->fd);
+    }
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_t cap, size_t *len) {
+    shm_t *s = m->xp->backend;
+    if (cap < SHM_BODY) return FERRY_ERR_LIMIT;
+    put32(b, s->pid);
+    put64(b + 4, s->nonce);
+    b[12] = m->allocated ? MODE_MAPPED : MODE_VM;
+    put32(b + 13, m->slot);
+    put64(b + 17, m->gen);
+    put64(b + 25, m->size);
+    put64(b + 33, (uint64_t)(uintptr_t)m->ptr);
+    *len = SHM_BODY;
+    return FERRY_OK;
+}
+
+/* The connection to the endpoint (pid, nonce), made on first use. */
+static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, ferry_xport_peer_t **out) {
+    shm_t *s = xp->backend;
+    for (ferry_xport_peer_t *p = s->peers; p; p = p->next) {
+        if (p->pid == pid && p->nonce == nonce && !p->lost) {
+            *out = p;
+            return FERRY_OK;
+        }
+    }
+    struct sockaddr_un a;
+    socklen_t alen;
+    sock_name(&a, &alen, pid, nonce);
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (sock < 0) return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: socket: %s", strerror(errno));
+    if (connect(sock, (struct sockaddr *)&a, alen) != 0) {
+        int e = errno;
+        close(sock);
+        return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST,
+                          "shm: cannot reach endpoint %s (%s): the owner is gone or on another host",
+                          a.sun_path + 1, strerror(e));
+    }
+    hello_t hello;
+    int cfd = -1;
+    int r = recv_msg(sock, &hello, sizeof hello, &cfd, xp->timeout_ms);
+    if (r != 0 || cfd < 0 || hello.magic != SHM_HELLO_MAGIC || hello.pid != pid || hello.nonce != nonce ||
+        hello.slots != SHM_SLOTS) {
+        if (cfd >= 0) close(cfd);
+        close(sock);
+        return ferry_fail(&xp->err, r == -2 ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST,
+                          "shm: endpoint %s %s", a.sun_path + 1,
+                          r == -2 ? "did not answer within the timeout" : "answered with a bad hello");
+    }
+    const uint64_t *gens = mmap(NULL, SHM_SLOTS * sizeof(uint64_t), PROT_READ, MAP_SHARED, cfd, 0);
+    close(cfd);
+    if (gens == MAP_FAILED) {
+        close(sock);
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: mapping a peer's control page: %s", strerror(errno));
+    }
+    ferry_xport_peer_t *p = ferry_calloc(xp->ctx, 1, sizeof *p);
+    if (!p) {
+        munmap((void *)gens, SHM_SLOTS * sizeof(uint64_t));
+        close(sock);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
+    }
+    p->pid = pid;
+    p->nonce = nonce;
+    p->sock = sock;
+    p->gens = gens;
+    p->next = s->peers;
+    s->peers = p;
+    *out = p;
+    return FERRY_OK;
+}
+
+static void put_peer(ferry_xport_t *xp, ferry_xport_peer_t *p) {
+    shm_t *s = xp->backend;
+    if (--p->refs > 0) return;
+    for (ferry_xport_peer_t **pp = &s->peers; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    munmap((void *)p->gens, SHM_SLOTS * sizeof(uint64_t));
+    close(p->sock);
+    ferry_free(xp->ctx, p);
+}
+
+static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_t len, ferry_xport_rmem_t *r) {
+    if (len != SHM_BODY)
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: body of %zu bytes, not %d", len, SHM_BODY);
+    uint32_t pid = get32(b), slot = get32(b + 13);
+    uint64_t nonce = get64(b + 4), gen = get64(b + 17), size = get64(b + 25), addr = get64(b + 33);
+    uint8_t mode = b[12];
+    if ((mode != MODE_MAPPED && mode != MODE_VM) || slot >= SHM_SLOTS || size == 0 || size > (uint64_t)SIZE_MAX ||
+        (mode == MODE_VM && addr + size < addr))
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: mode %u, slot %u, size %llu make no sense",
+                          mode, slot, (unsigned long long)size);
+    ferry_xport_peer_t *peer = NULL;
+    ferry_status_t st = get_peer(xp, pid, nonce, &peer);
+    if (st) return st;
+    peer->refs++;
+    r->peer = peer;
+    r->slot = slot;
+    r->gen = gen;
+    r->size = (size_t)size;
+    r->remote_addr = addr;
+    if (__atomic_load_n(&peer->gens[slot], __ATOMIC_ACQUIRE) != gen) {
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, FERRY_ERR_STALE, "shm descriptor: registration %u has ended (stale)", slot);
+    }
+    if (mode == MODE_VM) return FERRY_OK;
+    fd_request_t rq = {slot, 0, gen};
+    int32_t status = FERRY_ERR_PEER_LOST;
+    int fd = -1;
+    int rr = -1;
+    if (send_msg(peer->sock, &rq, sizeof rq, -1) == 0)
+        rr = recv_msg(peer->sock, &status, sizeof status, &fd, xp->timeout_ms);
+    if (rr != 0 || status != FERRY_OK || fd < 0) {
+        if (fd >= 0) close(fd);
+        if (rr != 0) peer->lost = true;
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, rr == -2 ? FERRY_ERR_TIMEOUT : rr != 0 ? FERRY_ERR_PEER_LOST : (ferry_status_t)status,
+                          "shm: mapping registration %u of pid %u: %s", slot, pid,
+                          rr == -2 ? "no answer within the timeout"
+                          : rr != 0 ? "the owner is gone"
+                                    : "the owner refused (stale descriptor)");
+    }
+    void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "shm: mapping %llu remote bytes: %s",
+                          (unsigned long long)size, strerror(errno));
+    }
+    r->mapped = true;
+    r->base = base;
+    return FERRY_OK;
+}
+
+static void shm_rmem_release(ferry_xport_t *xp, ferry_xport_rmem_t *r) {
+    if (r->mapped) munmap(r->base, r->size);
+    put_peer(xp, r->peer);
+}
+
+static bool peer_alive(ferry_xport_peer_t *p) {
+    if (p->lost) return false;
+    struct pollfd pf = {p->sock, POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR))) p->lost = true;
+    return !p->lost;
+}
+
+static ferry_status_t shm_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t *r) {
+    (void)xp;
+    if (__atomic_load_n(&r->peer->gens[r->slot], __ATOMIC_ACQUIRE) != r->gen) return FERRY_ERR_STALE;
+    return peer_alive(r->peer) ? FERRY_OK : FERRY_ERR_PEER_LOST;
+}
+
+static ferry_status_t copy_run(ferry_xport_t *xp, const ferry_xport_run_t *run, size_t off, size_t len, bool put) {
+    (void)xp;
+    ferry_xport_rmem_t *r = run->rmem;
+    uint8_t *local = (uint8_t *)run->local + off;
+    uint64_t at = run->remote_offset + off;
+    if (r->mapped) {
+        if (put) memcpy(r->base + at, local, len);
+        else memcpy(local, r->base + at, len);
+        return FERRY_OK;
+    }
+    while (len > 0) { /* process_vm_*: may move less than asked */
+        struct iovec l = {local, len}, rv = {(void *)(uintptr_t)(r->remote_addr + at), len};
+        ssize_t n = put ? process_vm_writev((pid_t)r->peer->pid, &l, 1, &rv, 1, 0)
+                        : process_vm_readv((pid_t)r->peer->pid, &l, 1, &rv, 1, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && errno == ESRCH) return FERRY_ERR_PEER_LOST;
+            if (n < 0 && errno == EPERM) return FERRY_ERR_UNSUPPORTED;
+            return FERRY_ERR_STALE; /* EFAULT: the memory is no longer there */
+        }
+        local += n;
+        at += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return FERRY_OK;
+}
+
+static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
+                                   ferry_xport_req_t *req) {
+    ferry_status_t st = xport_copy_parallel(xp, runs, n, put, copy_run);
+    /* the registration may have ended, or its owner died, during the copy */
+    for (size_t i = 0; i < n && st == FERRY_OK; i++) st = shm_rmem_check(xp, runs[i].rmem);
+    if (st == FERRY_ERR_UNSUPPORTED)
+        ferry_fail(&xp->err, st, "shm: process_vm_readv/writev is not permitted on the owner (ptrace policy); "
+                                 "allocate with ferry_xport_mem_alloc instead");
+    else if (st == FERRY_ERR_STALE)
+        ferry_fail(&xp->err, st, "shm: a registration ended during the transfer");
+    else if (st == FERRY_ERR_PEER_LOST)
+        ferry_fail(&xp->err, st, "shm: the owner of the memory died during the transfer");
+    req->status = st;
+    req->done = true;
+    return FERRY_OK;
+}
+
+static ferry_status_t shm_progress(ferry_xport_t *xp) {
+    (void)xp; /* requests complete in get/put */
+    return FERRY_OK;
+}
+
+const xport_ops_t xport_shm_ops = {
+    .name = "shm",
+    .init = shm_init,
+    .fini = shm_fini,
+    .mem_alloc = shm_mem_alloc,
+    .mem_register = shm_mem_register,
+    .mem_deregister = shm_mem_deregister,
+    .mem_pack = shm_mem_pack,
+    .rmem_unpack = shm_rmem_unpack,
+    .rmem_release = shm_rmem_release,
+    .rmem_check = shm_rmem_check,
+    .transfer = shm_transfer,
+    .progress = shm_progress,
+};

@@ -1,0 +1,86 @@
+/* Transports: the generic layer (xport.c) and the backend vtable. The
+ * generic layer owns the objects, frames and checksums descriptors, checks
+ * every run against its registration, and caches registrations; a backend
+ * moves bytes and says whether a remote registration is still alive. */
+#ifndef FERRY_XPORT_XPORT_INTERNAL_H
+#define FERRY_XPORT_XPORT_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "common/internal.h"
+#include "ferry/xport.h"
+
+struct ferry_xport_mem {
+    ferry_xport_t *xp;
+    void *ptr;
+    size_t size;
+    ferry_mem_type_t type;
+    bool allocated;          /* from ferry_xport_mem_alloc (else: the caller's memory) */
+    uint32_t refs;
+    uint32_t slot;           /* backend's index of the registration */
+    uint64_t gen;            /* generation the descriptor carries */
+    int fd;                  /* shm: the memfd, -1 if none */
+    ferry_xport_mem_t *next; /* the endpoint's list */
+};
+
+struct ferry_xport_rmem {
+    ferry_xport_t *xp;
+    ferry_xport_peer_t *peer;
+    size_t size;
+    uint32_t slot;
+    uint64_t gen;
+    bool mapped;             /* shm: a memfd mapping at base; else process_vm at remote_addr */
+    uint8_t *base;
+    uint64_t remote_addr;
+    ferry_xport_rmem_t *next;
+};
+
+struct ferry_xport_req {
+    ferry_xport_t *xp;
+    ferry_status_t status;
+    bool done;
+};
+
+typedef struct xport_ops {
+    const char *name;
+    ferry_status_t (*init)(ferry_xport_t *xp);
+    void (*fini)(ferry_xport_t *xp);
+    ferry_status_t (*mem_alloc)(ferry_xport_t *xp, ferry_xport_mem_t *mem);
+    ferry_status_t (*mem_register)(ferry_xport_t *xp, ferry_xport_mem_t *mem);
+    void (*mem_deregister)(ferry_xport_t *xp, ferry_xport_mem_t *mem);
+    /* backend part of a descriptor */
+    ferry_status_t (*mem_pack)(const ferry_xport_mem_t *mem, uint8_t *body, size_t cap, size_t *len);
+    ferry_status_t (*rmem_unpack)(ferry_xport_t *xp, const uint8_t *body, size_t len, ferry_xport_rmem_t *rmem);
+    void (*rmem_release)(ferry_xport_t *xp, ferry_xport_rmem_t *rmem);
+    /* FERRY_OK, FERRY_ERR_STALE or FERRY_ERR_PEER_LOST */
+    ferry_status_t (*rmem_check)(ferry_xport_t *xp, const ferry_xport_rmem_t *rmem);
+    /* runs are checked already; completes req (synchronously or later) */
+    ferry_status_t (*transfer)(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
+                               ferry_xport_req_t *req);
+    ferry_status_t (*progress)(ferry_xport_t *xp);
+} xport_ops_t;
+
+struct ferry_xport {
+    ferry_ctx_t *ctx;
+    ferry_errbuf_t err;
+    const xport_ops_t *ops;
+    ferry_xport_kind_t kind;
+    uint32_t timeout_ms;
+    uint32_t threads;
+    uint64_t split_bytes;
+    ferry_xport_mem_t *mems;
+    ferry_xport_rmem_t *rmems;
+    void *backend;
+};
+
+extern const xport_ops_t xport_shm_ops;
+
+/* Copies the bytes of n runs between remote memory and local buffers with up
+ * to xp->threads threads; copy(run, offset, len) moves one slice. Returns the
+ * first failure. */
+typedef ferry_status_t (*xport_copy_fn)(ferry_xport_t *xp, const ferry_xport_run_t *run, size_t offset,
+                                        size_t len, bool put);
+ferry_status_t xport_copy_parallel(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
+                                   xport_copy_fn copy);
+
+#endif

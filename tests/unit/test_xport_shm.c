@@ -1,0 +1,356 @@
+/* The shm transport between two processes (fork): byte-exact gets and puts
+ * of random and batched ranges, large multi-threaded reads, out-of-range
+ * and corrupt-descriptor rejection, stale descriptors after deregistration,
+ * the owner killed (-9) mid-session turning into FERRY_ERR_PEER_LOST within
+ * the timeout, process_vm reads of registered user memory, and the
+ * registration cache. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ferry/xport.h"
+
+static uint8_t pattern(uint64_t off, uint32_t seed) {
+    uint64_t x = (off + seed) * 0x9e3779b97f4a7c15ull;
+    return (uint8_t)(x >> 56);
+}
+
+static ferry_xport_t *endpoint(ferry_ctx_t *ctx, uint32_t threads) {
+    ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_THREADS | FERRY_XPORT_PARAM_SPLIT_BYTES |
+                                            FERRY_XPORT_PARAM_TIMEOUT_MS,
+                              .threads = threads, .split_bytes = 1u << 20, .timeout_ms = 3000};
+    ferry_xport_t *xp = NULL;
+    CHECK_OK(ferry_xport_create(ctx, &p, &xp), ferry_ctx_error(ctx));
+    return xp;
+}
+
+static void send_blob(int fd, const void *b, size_t n) {
+    uint32_t len = (uint32_t)n;
+    CHECK(write(fd, &len, 4) == 4 && write(fd, b, n) == (ssize_t)n);
+}
+
+static size_t recv_blob(int fd, void *b, size_t cap) {
+    uint32_t len = 0;
+    CHECK(read(fd, &len, 4) == 4 && len <= cap);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, (char *)b + got, len - got);
+        CHECK(r > 0);
+        got += (size_t)r;
+    }
+    return len;
+}
+
+static void signal_byte(int fd) { CHECK(write(fd, "x", 1) == 1); }
+static void await_byte(int fd) {
+    char c;
+    CHECK(read(fd, &c, 1) == 1);
+}
+
+static ferry_status_t get1(ferry_xport_t *xp, ferry_xport_rmem_t *r, uint64_t off, void *dst, size_t len) {
+    ferry_xport_run_t run = {r, off, dst, len};
+    ferry_xport_req_t *req = NULL;
+    ferry_status_t st = ferry_xport_get(xp, &run, 1, &req);
+    if (st) return st;
+    st = ferry_xport_req_wait(req, -1);
+    ferry_xport_req_free(req);
+    return st;
+}
+
+static ferry_status_t put1(ferry_xport_t *xp, ferry_xport_rmem_t *r, uint64_t off, const void *src, size_t len) {
+    ferry_xport_run_t run = {r, off, (void *)src, len};
+    ferry_xport_req_t *req = NULL;
+    ferry_status_t st = ferry_xport_put(xp, &run, 1, &req);
+    if (st) return st;
+    st = ferry_xport_req_wait(req, -1);
+    ferry_xport_req_free(req);
+    return st;
+}
+
+static int wait_child(pid_t pid) {
+    int ws = 0;
+    CHECK(waitpid(pid, &ws, 0) == pid);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+#define SIZE (8u << 20)
+
+/* The reader side of test_reads_and_writes, in the child. */
+static void reader(int rfd, int wfd) {
+    alarm(60);
+    ferry_ctx_t *ctx = test_ctx();
+    ferry_xport_t *xp = endpoint(ctx, 4);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = recv_blob(rfd, desc, sizeof desc);
+    ferry_xport_rmem_t *r = NULL;
+    CHECK_OK(ferry_xport_rmem_unpack(xp, desc, dlen, &r), ferry_xport_error(xp));
+    CHECK(ferry_xport_rmem_size(r) == SIZE);
+    uint8_t *buf = malloc(SIZE);
+    CHECK(buf);
+    for (int i = 0; i < 300; i++) { /* random single ranges */
+        uint64_t off = rng_next() % SIZE, len = rng_next() % (SIZE - off + 1);
+        if (i % 3) len %= 65536;
+        if (len > SIZE - off) len = SIZE - off;
+        CHECK_OK(get1(xp, r, off, buf, (size_t)len), ferry_xport_error(xp));
+        for (uint64_t k = 0; k < len; k++)
+            if (buf[k] != pattern(off + k, 1)) CHECK(!"get returned wrong bytes");
+    }
+    /* the whole region, split over threads */
+    CHECK_OK(get1(xp, r, 0, buf, SIZE), ferry_xport_error(xp));
+    for (uint64_t k = 0; k < SIZE; k++)
+        if (buf[k] != pattern(k, 1)) CHECK(!"large get returned wrong bytes");
+    /* a batch of 256 runs of 4 KiB from scattered offsets */
+    ferry_xport_run_t runs[256];
+    for (int i = 0; i < 256; i++) runs[i] = (ferry_xport_run_t){r, (uint64_t)(i * 7919 % 2048) * 4096, buf + i * 4096, 4096};
+    ferry_xport_req_t *req = NULL;
+    CHECK_OK(ferry_xport_get(xp, runs, 256, &req), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_req_wait(req, -1), ferry_xport_error(xp));
+    ferry_xport_req_free(req);
+    for (int i = 0; i < 256; i++)
+        for (int k = 0; k < 4096; k++)
+            if (buf[i * 4096 + k] != pattern(runs[i].remote_offset + (uint64_t)k, 1)) CHECK(!"batched get wrong");
+    /* puts: [1 MiB, 3 MiB) gets pattern 2, in one put and a batch */
+    for (uint64_t k = 0; k < (2u << 20); k++) buf[k] = pattern((1u << 20) + k, 2);
+    CHECK_OK(put1(xp, r, 1u << 20, buf, 1u << 20), ferry_xport_error(xp));
+    for (int i = 0; i < 256; i++)
+        runs[i] = (ferry_xport_run_t){r, (2u << 20) + (uint64_t)i * 4096, buf + (1u << 20) + i * 4096, 4096};
+    CHECK_OK(ferry_xport_put(xp, runs, 256, &req), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_req_wait(req, -1), ferry_xport_error(xp));
+    ferry_xport_req_free(req);
+    /* out of range, one byte past the end, and a batch with one bad run: nothing moves */
+    CHECK(get1(xp, r, SIZE - 10, buf, 11) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferry_xport_error(xp), "outside the 8388608-byte registration"));
+    CHECK(get1(xp, r, UINT64_MAX - 3, buf, 8) == FERRY_ERR_INVALID_ARGUMENT);
+    memset(buf, 0xEE, 8192);
+    ferry_xport_run_t bad[2] = {{r, 0, buf, 4096}, {r, SIZE, buf + 4096, 1}};
+    CHECK(ferry_xport_get(xp, bad, 2, &req) == FERRY_ERR_INVALID_ARGUMENT && buf[0] == 0xEE);
+    CHECK(strstr(ferry_xport_error(xp), "run 1"));
+    /* corrupt and truncated descriptors are refused before use */
+    ferry_xport_rmem_t *r2 = NULL;
+    for (size_t i = 0; i < dlen; i++) {
+        desc[i] ^= 0x40;
+        CHECK(ferry_xport_rmem_unpack(xp, desc, dlen, &r2) == FERRY_ERR_CORRUPT);
+        desc[i] ^= 0x40;
+    }
+    CHECK(ferry_xport_rmem_unpack(xp, desc, dlen - 1, &r2) == FERRY_ERR_CORRUPT);
+    CHECK(r2 == NULL);
+    free(buf);
+    ferry_xport_rmem_release(r);
+    ferry_xport_destroy(xp);
+    ferry_ctx_destroy(ctx);
+    signal_byte(wfd);
+    _exit(0);
+}
+
+static void test_reads_and_writes(ferry_ctx_t *ctx) {
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    ferry_xport_mem_t *m = NULL;
+    CHECK_OK(ferry_xport_mem_alloc(xp, SIZE, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    uint8_t *p = ferry_xport_mem_ptr(m);
+    for (uint64_t k = 0; k < SIZE; k++) p[k] = pattern(k, 1);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen;
+    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
+    int to_child[2], to_parent[2];
+    CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) reader(to_child[0], to_parent[1]);
+    send_blob(to_child[1], desc, dlen);
+    CHECK(wait_child(pid) == 0);
+    for (uint64_t k = 0; k < SIZE; k++) {
+        uint32_t seed = k >= (1u << 20) && k < (3u << 20) ? 2 : 1;
+        if (p[k] != pattern(k, seed)) CHECK(!"the owner's memory does not hold what the peer put");
+    }
+    ferry_xport_mem_deregister(m);
+    ferry_xport_destroy(xp);
+    close(to_child[0]), close(to_child[1]), close(to_parent[0]), close(to_parent[1]);
+    printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, puts, range and descriptor checks\n");
+}
+
+/* Deregistration makes descriptors stale for peers that already mapped them. */
+static void test_stale(ferry_ctx_t *ctx) {
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    ferry_xport_mem_t *m = NULL;
+    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen;
+    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
+    int a[2], b[2];
+    CHECK(pipe(a) == 0 && pipe(b) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        ferry_ctx_t *c = test_ctx();
+        ferry_xport_t *x = endpoint(c, 1);
+        ferry_xport_rmem_t *r = NULL;
+        uint8_t buf[64];
+        CHECK_OK(ferry_xport_rmem_unpack(x, desc, dlen, &r), ferry_xport_error(x));
+        CHECK_OK(get1(x, r, 0, buf, sizeof buf), ferry_xport_error(x));
+        signal_byte(b[1]);
+        await_byte(a[0]); /* the owner deregistered */
+        CHECK(get1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
+        CHECK(strstr(ferry_xport_error(x), "stale"));
+        CHECK(put1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
+        ferry_xport_rmem_t *r2 = NULL;
+        CHECK(ferry_xport_rmem_unpack(x, desc, dlen, &r2) == FERRY_ERR_STALE);
+        ferry_xport_destroy(x);
+        ferry_ctx_destroy(c);
+        _exit(0);
+    }
+    await_byte(b[0]);
+    ferry_xport_mem_deregister(m);
+    /* a new registration may reuse the slot; the old descriptor stays stale */
+    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    signal_byte(a[1]);
+    CHECK(wait_child(pid) == 0);
+    ferry_xport_mem_deregister(m);
+    ferry_xport_destroy(xp);
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    printf("  stale: gets, puts and unpacking of a deregistered region refused\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The owner killed with SIGKILL: the reader's next request fails, fast. */
+static void test_owner_killed(ferry_ctx_t *ctx) {
+    int a[2];
+    CHECK(pipe(a) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        ferry_ctx_t *c = test_ctx();
+        ferry_xport_t *x = endpoint(c, 1);
+        ferry_xport_mem_t *m = NULL;
+        CHECK_OK(ferry_xport_mem_alloc(x, 1u << 20, FERRY_MEM_HOST, &m), ferry_xport_error(x));
+        uint8_t desc[FERRY_XPORT_DESC_MAX];
+        size_t dlen;
+        CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
+        send_blob(a[1], desc, dlen);
+        for (;;) pause();
+    }
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    uint8_t desc[FERRY_XPORT_DESC_MAX], buf[4096];
+    size_t dlen = recv_blob(a[0], desc, sizeof desc);
+    ferry_xport_rmem_t *r = NULL;
+    CHECK_OK(ferry_xport_rmem_unpack(xp, desc, dlen, &r), ferry_xport_error(xp));
+    CHECK_OK(get1(xp, r, 0, buf, sizeof buf), ferry_xport_error(xp));
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(wait_child(pid) == 128 + SIGKILL);
+    double t0 = now_s();
+    ferry_status_t st = get1(xp, r, 0, buf, sizeof buf);
+    double dt = now_s() - t0;
+    CHECK(st == FERRY_ERR_PEER_LOST);
+    CHECK(strstr(ferry_xport_error(xp), "gone"));
+    CHECK(dt < 3.0);
+    /* a fresh descriptor of the dead owner: refused, not hung */
+    ferry_xport_rmem_t *r2 = NULL;
+    t0 = now_s();
+    st = ferry_xport_rmem_unpack(xp, desc, dlen, &r2);
+    CHECK(st == FERRY_ERR_PEER_LOST && now_s() - t0 < 3.0);
+    ferry_xport_destroy(xp);
+    close(a[0]), close(a[1]);
+    printf("  owner killed: PEER_LOST in %.1f ms\n", dt * 1e3);
+}
+
+/* Memory the caller owns, read and written with process_vm_*; the parent
+ * reads the child (an ancestor may, whatever the ptrace policy). */
+static void test_user_memory(ferry_ctx_t *ctx) {
+    int a[2], b[2];
+    CHECK(pipe(a) == 0 && pipe(b) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        ferry_ctx_t *c = test_ctx();
+        ferry_xport_t *x = endpoint(c, 1);
+        size_t n = 3u << 20;
+        uint8_t *mem = malloc(n);
+        CHECK(mem);
+        for (size_t k = 0; k < n; k++) mem[k] = pattern(k, 3);
+        ferry_xport_mem_t *m = NULL, *again = NULL;
+        CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &m), ferry_xport_error(x));
+        CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &again), ferry_xport_error(x));
+        CHECK(again == m); /* the registration cache */
+        ferry_xport_mem_deregister(again);
+        uint8_t desc[FERRY_XPORT_DESC_MAX];
+        size_t dlen;
+        CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
+        send_blob(a[1], desc, dlen);
+        await_byte(b[0]);
+        for (size_t k = 0; k < 4096; k++) CHECK(mem[100 + k] == pattern(k, 4)); /* the parent's put */
+        ferry_xport_mem_deregister(m);
+        signal_byte(a[1]);
+        await_byte(b[0]);
+        _exit(0);
+    }
+    ferry_xport_t *xp = endpoint(ctx, 2);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = recv_blob(a[0], desc, sizeof desc);
+    ferry_xport_rmem_t *r = NULL;
+    CHECK_OK(ferry_xport_rmem_unpack(xp, desc, dlen, &r), ferry_xport_error(xp));
+    size_t n = ferry_xport_rmem_size(r);
+    uint8_t *buf = malloc(n);
+    CHECK(buf);
+    ferry_status_t st = get1(xp, r, 0, buf, n);
+    if (st == FERRY_ERR_UNSUPPORTED) {
+        printf("  user memory: skipped, process_vm_readv not permitted here (%s)\n", ferry_xport_error(xp));
+    } else {
+        CHECK_OK(st, ferry_xport_error(xp));
+        for (size_t k = 0; k < n; k++)
+            if (buf[k] != pattern(k, 3)) CHECK(!"process_vm get returned wrong bytes");
+        for (size_t k = 0; k < 4096; k++) buf[k] = pattern(k, 4);
+        CHECK_OK(put1(xp, r, 100, buf, 4096), ferry_xport_error(xp));
+        printf("  user memory: 3 MiB read and 4 KiB written with process_vm_*, registration cache hit\n");
+    }
+    signal_byte(b[1]);
+    await_byte(a[0]); /* deregistered */
+    CHECK(get1(xp, r, 0, buf, 16) == FERRY_ERR_STALE);
+    signal_byte(b[1]);
+    CHECK(wait_child(pid) == 0);
+    free(buf);
+    ferry_xport_destroy(xp);
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+}
+
+static void test_bad_arguments(ferry_ctx_t *ctx) {
+    ferry_xport_t *xp = NULL;
+    ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_THREADS, .threads = 0};
+    CHECK(ferry_xport_create(ctx, &p, &xp) == FERRY_ERR_INVALID_ARGUMENT && xp == NULL);
+    CHECK(strstr(ferry_ctx_error(ctx), "threads"));
+    p = (ferry_xport_params_t){.field_mask = FERRY_XPORT_PARAM_KIND, .kind = (ferry_xport_kind_t)77};
+    CHECK(ferry_xport_create(ctx, &p, &xp) == FERRY_ERR_UNSUPPORTED);
+    xp = endpoint(ctx, 1);
+    ferry_xport_mem_t *m = NULL;
+    CHECK(ferry_xport_mem_alloc(xp, 0, FERRY_MEM_HOST, &m) == FERRY_ERR_INVALID_ARGUMENT && m == NULL);
+    CHECK(ferry_xport_mem_register(xp, NULL, 16, FERRY_MEM_HOST, &m) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK_OK(ferry_xport_mem_alloc(xp, 4096, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    uint8_t small[8];
+    size_t len = 0;
+    CHECK(ferry_xport_mem_pack(m, small, sizeof small, &len) == FERRY_ERR_LIMIT && len == 0);
+    ferry_xport_mem_deregister(m);
+    ferry_xport_destroy(xp);
+    printf("  bad arguments refused\n");
+}
+
+int main(void) {
+    ferry_ctx_t *ctx = test_ctx();
+    test_bad_arguments(ctx);
+    test_reads_and_writes(ctx);
+    test_stale(ctx);
+    test_owner_killed(ctx);
+    test_user_memory(ctx);
+    ferry_ctx_destroy(ctx);
+    printf("xport shm: all checks passed\n");
+    return 0;
+}
