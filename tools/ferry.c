@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  plan     the copies from a trainer layout to an engine layout: bytes per rank,\n"
             "           balance, ops, packing, and a check that every byte lands exactly once\n"
             "  model    a model spec from a Hugging Face config.json: tensors and parameters\n"
+            "  bench    benchmarks: xport (one-sided reads between two processes vs memcpy)\n"
             "  info     version, dependencies and (--config) the FERRY_* variables\n"
             "\n"
             "`ferry COMMAND --help` describes each command.\n");
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "layout")) return cmd_layout(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {

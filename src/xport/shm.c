@@ -530,7 +530,8 @@ static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
                                    ferry_xport_req_t *req) {
     ferry_status_t st = xport_copy_parallel(xp, runs, n, put, copy_run);
     /* the registration may have ended, or its owner died, during the copy */
-    for (size_t i = 0; i < n && st == FERRY_OK; i++) st = shm_rmem_check(xp, runs[i].rmem);
+    for (size_t i = 0; i < n && st == FERRY_OK; i++)
+        if (i == 0 || runs[i].rmem != runs[i - 1].rmem) st = shm_rmem_check(xp, runs[i].rmem);
     if (st == FERRY_ERR_UNSUPPORTED)
         ferry_fail(&xp->err, st, "shm: process_vm_readv/writev is not permitted on the owner (ptrace policy); "
                                  "allocate with ferry_xport_mem_alloc instead");

@@ -243,6 +243,7 @@ static ferry_status_t transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs,
             return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT,
                               "xport %s: run %zu [%llu, +%zu) is outside the %zu-byte registration", what, i,
                               (unsigned long long)r->remote_offset, r->len, r->rmem->size);
+        if (i > 0 && r->rmem == runs[i - 1].rmem) continue; /* one check per region and batch */
         ferry_status_t st = xp->ops->rmem_check(xp, r->rmem);
         if (st)
             return ferry_fail(&xp->err, st, "xport %s: run %zu: %s", what, i,

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# ferry bench xport runs end to end between two processes (a smoke test: the
+# figures are for docs/benchmarks.md, not asserted here), and refuses bad input.
+set -u
+ferry=$1
+source "$(dirname "$0")/expect.sh"
+expect 0 "get/memcpy" -- bench xport --size 4M --repeat 2
+expect 0 "runs/s" -- bench xport --size 4M --repeat 2 --threads 2
+expect 0 "process_vm" -- bench xport --size 4M --repeat 2 --memory user
+expect 2 "backend \"ucx\" is not built" -- bench xport --backend ucx
+expect 2 "--size takes sizes like 64M,1G" -- bench xport --size lots
+expect 2 "--memory is alloc or user" -- bench xport --memory gpu
+expect 2 "unknown benchmark" -- bench disk
+expect_done

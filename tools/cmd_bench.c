@@ -1,0 +1,281 @@
+/* ferry bench xport: two processes, one-sided reads of a registered buffer,
+ * against memcpy measured in the same run with the same thread count. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ferry bench xport [--backend shm] [--size 64M,1G] [--threads N]\n"
+            "                         [--memory alloc|user] [--repeat R]\n"
+            "  Two processes: the owner registers a buffer and publishes its descriptor;\n"
+            "  the reader gets it, one-sided, R times per size (median reported), beside\n"
+            "  memcpy of the same size with 1 and N threads, measured in the same run.\n"
+            "  Then many 4 KiB runs (batched 1024 a request, and one a request) as ops/s.\n"
+            "  --memory alloc  the owner's buffer comes from ferry_xport_mem_alloc (shared mapping)\n"
+            "  --memory user   the owner registers its own malloc'd buffer (process_vm_readv)\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_dbl(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static bool parse_size(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s) return false;
+    uint64_t mult = 1;
+    if (*end == 'K' || *end == 'k') mult = 1ull << 10, end++;
+    else if (*end == 'M' || *end == 'm') mult = 1ull << 20, end++;
+    else if (*end == 'G' || *end == 'g') mult = 1ull << 30, end++;
+    if (*end || v == 0) return false;
+    *out = v * mult;
+    return true;
+}
+
+typedef struct {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len;
+} cp_t;
+
+static void *cp_thread(void *a) {
+    cp_t *c = a;
+    memcpy(c->dst, c->src, c->len);
+    return NULL;
+}
+
+/* memcpy of len bytes with nt threads (the same 4 KiB-aligned split the transport uses) */
+static void memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t nt) {
+    cp_t c[64];
+    pthread_t t[64];
+    for (uint32_t i = 0; i < nt; i++) {
+        size_t from = len * i / nt, to = len * (i + 1) / nt;
+        if (i > 0) from &= ~(size_t)4095;
+        if (i + 1 < nt) to &= ~(size_t)4095;
+        c[i] = (cp_t){dst + from, src + from, to - from};
+    }
+    for (uint32_t i = 1; i < nt; i++) pthread_create(&t[i], NULL, cp_thread, &c[i]);
+    cp_thread(&c[0]);
+    for (uint32_t i = 1; i < nt; i++) pthread_join(t[i], NULL);
+}
+
+static double median_gbps(double *t, int n, uint64_t bytes) {
+    qsort(t, (size_t)n, sizeof *t, cmp_dbl);
+    return (double)bytes / t[n / 2] / 1e9;
+}
+
+static void owner(uint64_t size, bool user, int desc_fd, int done_fd) {
+    ferry_ctx_t *ctx = cli_ctx();
+    ferry_xport_t *xp = NULL;
+    if (!ctx || ferry_xport_create(ctx, NULL, &xp) != FERRY_OK) _exit(3);
+    ferry_xport_mem_t *m = NULL;
+    uint8_t *p = NULL;
+    ferry_status_t st;
+    if (user) {
+        p = malloc(size);
+        st = p ? ferry_xport_mem_register(xp, p, size, FERRY_MEM_HOST, &m) : FERRY_ERR_NO_MEMORY;
+    } else {
+        st = ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, &m);
+        if (st == FERRY_OK) p = ferry_xport_mem_ptr(m);
+    }
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry bench: owner: %s\n", ferry_xport_error(xp));
+        _exit(3);
+    }
+    for (uint64_t k = 0; k < size; k += 4096) p[k] = (uint8_t)(k >> 12); /* resident pages */
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t len = 0;
+    ferry_xport_mem_pack(m, desc, sizeof desc, &len);
+    uint32_t l32 = (uint32_t)len;
+    if (write(desc_fd, &l32, 4) != 4 || write(desc_fd, desc, len) != (ssize_t)len) _exit(3);
+    char c;
+    ssize_t r = read(done_fd, &c, 1); /* until the reader is done */
+    (void)r;
+    ferry_xport_destroy(xp);
+    ferry_ctx_destroy(ctx);
+    _exit(0);
+}
+
+static int bench_xport(int argc, char **argv) {
+    const char *backend = "shm", *sizes = "64M,1G", *memory = "alloc";
+    uint64_t threads = 1, repeat = 7;
+    for (int i = 2; i < argc; i++) {
+        const char *v = NULL;
+        if (cli_opt(argc, argv, &i, "--backend", &v)) backend = v;
+        else if (cli_opt(argc, argv, &i, "--size", &v)) sizes = v;
+        else if (cli_opt(argc, argv, &i, "--memory", &v)) memory = v;
+        else if (cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (v && (!parse_size(v, &threads) || threads > 64)) {
+                fprintf(stderr, "ferry bench: --threads takes 1..64\n");
+                return CLI_USAGE;
+            }
+        } else if (cli_opt(argc, argv, &i, "--repeat", &v)) {
+            if (v && (!parse_size(v, &repeat) || repeat > 1000)) {
+                fprintf(stderr, "ferry bench: --repeat takes 1..1000\n");
+                return CLI_USAGE;
+            }
+        } else if (!strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return CLI_OK;
+        } else {
+            fprintf(stderr, "ferry bench: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return CLI_USAGE;
+        }
+        if (!v) return CLI_USAGE;
+    }
+    if (strcmp(backend, "shm") != 0) {
+        fprintf(stderr, "ferry bench: backend \"%s\" is not built (shm is; ucx comes with its issue)\n", backend);
+        return CLI_USAGE;
+    }
+    bool user = !strcmp(memory, "user");
+    if (!user && strcmp(memory, "alloc") != 0) {
+        fprintf(stderr, "ferry bench: --memory is alloc or user, not \"%s\"\n", memory);
+        return CLI_USAGE;
+    }
+    uint64_t list[16], max = 0;
+    size_t nsizes = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", sizes);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (nsizes == 16 || !parse_size(tok, &list[nsizes])) {
+            fprintf(stderr, "ferry bench: --size takes sizes like 64M,1G (at most 16), not \"%s\"\n", tok);
+            return CLI_USAGE;
+        }
+        if (list[nsizes] > max) max = list[nsizes];
+        nsizes++;
+    }
+    if (max < (4u << 20)) max = 4u << 20; /* room for the 4 KiB runs */
+    int dp[2], fp[2];
+    if (pipe(dp) != 0 || pipe(fp) != 0) return CLI_FAIL;
+    pid_t pid = fork();
+    if (pid < 0) return CLI_FAIL;
+    if (pid == 0) owner(max, user, dp[1], fp[0]);
+    int rc = CLI_FAIL;
+    ferry_ctx_t *ctx = cli_ctx();
+    ferry_xport_t *xp = NULL;
+    ferry_xport_rmem_t *r = NULL;
+    uint8_t *local = NULL, *src = NULL;
+    ferry_xport_params_t xpar = {.field_mask = FERRY_XPORT_PARAM_THREADS, .threads = (uint32_t)threads};
+    uint32_t l32 = 0;
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    if (!ctx || read(dp[0], &l32, 4) != 4 || l32 > sizeof desc || read(dp[0], desc, l32) != (ssize_t)l32) {
+        fprintf(stderr, "ferry bench: the owner process failed\n");
+        goto out;
+    }
+    if (ferry_xport_create(ctx, &xpar, &xp) != FERRY_OK) {
+        fprintf(stderr, "ferry bench: %s\n", ferry_ctx_error(ctx));
+        goto out;
+    }
+    if (ferry_xport_rmem_unpack(xp, desc, l32, &r) != FERRY_OK) {
+        fprintf(stderr, "ferry bench: %s\n", ferry_xport_error(xp));
+        goto out;
+    }
+    local = malloc(max);
+    src = malloc(max);
+    if (!local || !src) goto out;
+    memset(local, 1, max); /* resident, so page faults do not count */
+    memset(src, 2, max);
+    printf("ferry bench xport: backend %s, %s memory, %llu thread(s), median of %llu\n", backend,
+           user ? "user (process_vm)" : "allocated (shared mapping)", (unsigned long long)threads,
+           (unsigned long long)repeat);
+    printf("%10s %14s %14s %14s %12s\n", "size", "get GB/s", "memcpy 1t", "memcpy Nt", "get/memcpy");
+    double *t = calloc(repeat, sizeof *t);
+    if (!t) goto out;
+    for (size_t s = 0; s < nsizes; s++) {
+        uint64_t n = list[s];
+        ferry_xport_run_t run = {r, 0, local, n};
+        for (uint64_t i = 0; i <= repeat; i++) { /* the first is a warm-up */
+            ferry_xport_req_t *req = NULL;
+            double t0 = now_s();
+            ferry_status_t st = ferry_xport_get(xp, &run, 1, &req);
+            if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+            ferry_xport_req_free(req);
+            if (st != FERRY_OK) {
+                fprintf(stderr, "ferry bench: get: %s\n", ferry_xport_error(xp));
+                free(t);
+                goto out;
+            }
+            if (i) t[i - 1] = now_s() - t0;
+        }
+        double get = median_gbps(t, (int)repeat, n);
+        for (uint64_t i = 0; i < repeat; i++) {
+            double t0 = now_s();
+            memcpy_threads(local, src, n, 1);
+            t[i] = now_s() - t0;
+        }
+        double m1 = median_gbps(t, (int)repeat, n);
+        for (uint64_t i = 0; i < repeat; i++) {
+            double t0 = now_s();
+            memcpy_threads(local, src, n, (uint32_t)threads);
+            t[i] = now_s() - t0;
+        }
+        double mn = median_gbps(t, (int)repeat, n);
+        char sz[32];
+        printf("%10s %14.2f %14.2f %14.2f %12.2f\n", cli_bytes(n, sz, sizeof sz), get, m1, mn, get / mn);
+    }
+    /* many small runs: 4 KiB at scattered offsets */
+    enum { RUNS = 1024 };
+    ferry_xport_run_t runs[RUNS];
+    uint64_t slots = max / 4096;
+    for (int i = 0; i < RUNS; i++)
+        runs[i] = (ferry_xport_run_t){r, (uint64_t)(i * 7919) % slots * 4096, local + (size_t)i * 4096, 4096};
+    for (int mode = 0; mode < 2; mode++) {
+        for (uint64_t i = 0; i < repeat; i++) {
+            double t0 = now_s();
+            for (int k = 0; k < (mode ? RUNS : 1); k++) {
+                ferry_xport_req_t *req = NULL;
+                ferry_status_t st = ferry_xport_get(xp, mode ? &runs[k] : runs, mode ? 1 : RUNS, &req);
+                if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+                ferry_xport_req_free(req);
+                if (st != FERRY_OK) {
+                    fprintf(stderr, "ferry bench: get: %s\n", ferry_xport_error(xp));
+                    free(t);
+                    goto out;
+                }
+            }
+            t[i] = now_s() - t0;
+        }
+        qsort(t, repeat, sizeof *t, cmp_dbl);
+        printf("4 KiB runs, %s: %.0f runs/s (%.2f GB/s)\n", mode ? "one per request" : "1024 per request",
+               RUNS / t[repeat / 2], RUNS * 4096.0 / t[repeat / 2] / 1e9);
+    }
+    free(t);
+    rc = CLI_OK;
+out:
+    if (write(fp[1], "x", 1) != 1) kill(pid, SIGKILL);
+    int ws;
+    waitpid(pid, &ws, 0);
+    free(local);
+    free(src);
+    ferry_xport_rmem_release(r);
+    ferry_xport_destroy(xp);
+    ferry_ctx_destroy(ctx);
+    close(dp[0]), close(dp[1]), close(fp[0]), close(fp[1]);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    if (!strcmp(argv[1], "xport")) return bench_xport(argc, argv);
+    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport)\n", argv[1]);
+    return CLI_USAGE;
+}
