@@ -14,6 +14,10 @@
  *    large); other registered memory is read with process_vm_readv. The
  *    endpoint runs one service thread that hands out mappings to connecting
  *    peers; reads and writes never involve it.
+ *  - FERRY_XPORT_UCX: any hosts, through UCX UCP RMA (RDMA, TCP or shared
+ *    memory, as UCX_TLS allows). The endpoint runs one progress thread:
+ *    UCX needs the owner's worker to progress emulated RMA (user memory,
+ *    TCP) and connection set-up.
  *
  * Requests complete when ferry_xport_req_wait returns; backends that finish
  * work in the calling thread complete them before returning from get/put.
@@ -34,7 +38,8 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 typedef enum ferry_xport_kind {
-    FERRY_XPORT_SHM = 1
+    FERRY_XPORT_SHM = 1,
+    FERRY_XPORT_UCX = 2
 } ferry_xport_kind_t;
 
 typedef enum ferry_mem_type {
@@ -59,12 +64,11 @@ typedef struct ferry_xport_params {
 
 typedef struct ferry_xport ferry_xport_t;           /* an endpoint */
 typedef struct ferry_xport_mem ferry_xport_mem_t;   /* a local registration */
-typedef struct ferry_xport_peer ferry_xport_peer_t; /* a connection to another endpoint */
 typedef struct ferry_xport_rmem ferry_xport_rmem_t; /* a remote registration, from its descriptor */
 typedef struct ferry_xport_req ferry_xport_req_t;   /* one get/put of one or many runs */
 
 /* Largest descriptor any backend packs. */
-#define FERRY_XPORT_DESC_MAX 256
+#define FERRY_XPORT_DESC_MAX 1024
 
 /* Creates an endpoint. SHM starts its service thread here.
  * Ownership: caller owns *out (ferry_xport_destroy). Errors: detail on ctx.

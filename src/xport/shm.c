@@ -49,15 +49,15 @@ typedef struct {
 } fd_request_t;
 
 /* A connection to another endpoint, shared by its descriptors. */
-struct ferry_xport_peer {
+typedef struct shm_peer_t {
     uint32_t pid;
     uint64_t nonce;
     int sock;
     const uint64_t *gens;    /* the owner's control page, read-only */
     uint32_t refs;
     bool lost;
-    struct ferry_xport_peer *next;
-};
+    struct shm_peer_t *next;
+} shm_peer_t;
 
 typedef struct {
     uint32_t pid;
@@ -71,7 +71,7 @@ typedef struct {
     pthread_mutex_t lock;    /* slot table, between the owner and the service thread */
     int slot_fd[SHM_SLOTS];  /* memfd of each mapped registration, -1 if none */
     uint8_t slot_used[SHM_SLOTS];
-    ferry_xport_peer_t *peers;
+    shm_peer_t *peers;
 } shm_t;
 
 static void sock_name(struct sockaddr_un *a, socklen_t *len, uint32_t pid, uint64_t nonce) {
@@ -256,7 +256,7 @@ static void shm_fini(ferry_xport_t *xp) {
         pthread_join(s->thread, NULL);
     }
     while (s->peers) { /* every rmem is released before fini: only unreferenced peers remain */
-        ferry_xport_peer_t *p = s->peers;
+        shm_peer_t *p = s->peers;
         s->peers = p->next;
         if (p->gens) munmap((void *)p->gens, SHM_SLOTS * sizeof(uint64_t));
         close(p->sock);
@@ -362,9 +362,9 @@ static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_
 }
 
 /* The connection to the endpoint (pid, nonce), made on first use. */
-static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, ferry_xport_peer_t **out) {
+static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, shm_peer_t **out) {
     shm_t *s = xp->backend;
-    for (ferry_xport_peer_t *p = s->peers; p; p = p->next) {
+    for (shm_peer_t *p = s->peers; p; p = p->next) {
         if (p->pid == pid && p->nonce == nonce && !p->lost) {
             *out = p;
             return FERRY_OK;
@@ -399,7 +399,7 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
         close(sock);
         return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: mapping a peer's control page: %s", strerror(errno));
     }
-    ferry_xport_peer_t *p = ferry_calloc(xp->ctx, 1, sizeof *p);
+    shm_peer_t *p = ferry_calloc(xp->ctx, 1, sizeof *p);
     if (!p) {
         munmap((void *)gens, SHM_SLOTS * sizeof(uint64_t));
         close(sock);
@@ -415,10 +415,10 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
     return FERRY_OK;
 }
 
-static void put_peer(ferry_xport_t *xp, ferry_xport_peer_t *p) {
+static void put_peer(ferry_xport_t *xp, shm_peer_t *p) {
     shm_t *s = xp->backend;
     if (--p->refs > 0) return;
-    for (ferry_xport_peer_t **pp = &s->peers; *pp; pp = &(*pp)->next) {
+    for (shm_peer_t **pp = &s->peers; *pp; pp = &(*pp)->next) {
         if (*pp == p) {
             *pp = p->next;
             break;
@@ -439,7 +439,7 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
         (mode == MODE_VM && addr + size < addr))
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: mode %u, slot %u, size %llu make no sense",
                           mode, slot, (unsigned long long)size);
-    ferry_xport_peer_t *peer = NULL;
+    shm_peer_t *peer = NULL;
     ferry_status_t st = get_peer(xp, pid, nonce, &peer);
     if (st) return st;
     peer->refs++;
@@ -483,10 +483,10 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
 
 static void shm_rmem_release(ferry_xport_t *xp, ferry_xport_rmem_t *r) {
     if (r->mapped) munmap(r->base, r->size);
-    put_peer(xp, r->peer);
+    put_peer(xp, (shm_peer_t *)r->peer);
 }
 
-static bool peer_alive(ferry_xport_peer_t *p) {
+static bool peer_alive(shm_peer_t *p) {
     if (p->lost) return false;
     struct pollfd pf = {p->sock, POLLRDHUP, 0};
     if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR))) p->lost = true;
@@ -495,7 +495,7 @@ static bool peer_alive(ferry_xport_peer_t *p) {
 
 static ferry_status_t shm_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t *r) {
     (void)xp;
-    if (__atomic_load_n(&r->peer->gens[r->slot], __ATOMIC_ACQUIRE) != r->gen) return FERRY_ERR_STALE;
+    if (__atomic_load_n(&((shm_peer_t *)r->peer)->gens[r->slot], __ATOMIC_ACQUIRE) != r->gen) return FERRY_ERR_STALE;
     return peer_alive(r->peer) ? FERRY_OK : FERRY_ERR_PEER_LOST;
 }
 
@@ -511,8 +511,8 @@ static ferry_status_t copy_run(ferry_xport_t *xp, const ferry_xport_run_t *run, 
     }
     while (len > 0) { /* process_vm_*: may move less than asked */
         struct iovec l = {local, len}, rv = {(void *)(uintptr_t)(r->remote_addr + at), len};
-        ssize_t n = put ? process_vm_writev((pid_t)r->peer->pid, &l, 1, &rv, 1, 0)
-                        : process_vm_readv((pid_t)r->peer->pid, &l, 1, &rv, 1, 0);
+        pid_t pid = (pid_t)((shm_peer_t *)r->peer)->pid;
+        ssize_t n = put ? process_vm_writev(pid, &l, 1, &rv, 1, 0) : process_vm_readv(pid, &l, 1, &rv, 1, 0);
         if (n <= 0) {
             if (n < 0 && errno == EINTR) continue;
             if (n < 0 && errno == ESRCH) return FERRY_ERR_PEER_LOST;

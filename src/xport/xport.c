@@ -16,6 +16,7 @@
 static const xport_ops_t *ops_of(ferry_xport_kind_t kind) {
     switch (kind) {
     case FERRY_XPORT_SHM: return &xport_shm_ops;
+    case FERRY_XPORT_UCX: return &xport_ucx_ops;
     }
     return NULL;
 }
@@ -200,7 +201,7 @@ ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: checksum mismatch");
     if (d[4] != (uint8_t)xp->kind)
         return ferry_fail(&xp->err, FERRY_ERR_MISMATCH, "xport descriptor: made by a %s transport, this is %s",
-                          d[4] == FERRY_XPORT_SHM ? "shm" : "different", xp->ops->name);
+                          d[4] == FERRY_XPORT_SHM ? "shm" : d[4] == FERRY_XPORT_UCX ? "ucx" : "different", xp->ops->name);
     ferry_xport_rmem_t *r = ferry_calloc(xp->ctx, 1, sizeof *r);
     if (!r) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory unpacking a descriptor");
     r->xp = xp;

@@ -25,7 +25,8 @@ struct ferry_xport_mem {
 
 struct ferry_xport_rmem {
     ferry_xport_t *xp;
-    ferry_xport_peer_t *peer;
+    void *peer;              /* the backend's connection to the owner */
+    void *backend;           /* the backend's data of this registration */
     size_t size;
     uint32_t slot;
     uint64_t gen;
@@ -74,6 +75,7 @@ struct ferry_xport {
 };
 
 extern const xport_ops_t xport_shm_ops;
+extern const xport_ops_t xport_ucx_ops;
 
 /* Copies the bytes of n runs between remote memory and local buffers with up
  * to xp->threads threads; copy(run, offset, len) moves one slice. Returns the

@@ -1,9 +1,9 @@
-/* The shm transport between two processes (fork): byte-exact gets and puts
- * of random and batched ranges, large multi-threaded reads, out-of-range
- * and corrupt-descriptor rejection, stale descriptors after deregistration,
- * the owner killed (-9) mid-session turning into FERRY_ERR_PEER_LOST within
- * the timeout, process_vm reads of registered user memory, and the
- * registration cache. */
+/* Every transport between two processes (fork): byte-exact gets and puts of
+ * random and batched ranges, large (multi-threaded) reads, out-of-range and
+ * corrupt-descriptor rejection, stale descriptors after deregistration, the
+ * owner killed (-9) mid-session turning into FERRY_ERR_PEER_LOST within the
+ * timeout, registered user memory, and the registration cache. Runs for shm,
+ * and for UCX over TCP and over its shared-memory transports. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +19,12 @@ static uint8_t pattern(uint64_t off, uint32_t seed) {
     return (uint8_t)(x >> 56);
 }
 
+static ferry_xport_kind_t g_kind = FERRY_XPORT_SHM;
+
 static ferry_xport_t *endpoint(ferry_ctx_t *ctx, uint32_t threads) {
     ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_THREADS | FERRY_XPORT_PARAM_SPLIT_BYTES |
-                                            FERRY_XPORT_PARAM_TIMEOUT_MS,
-                              .threads = threads, .split_bytes = 1u << 20, .timeout_ms = 3000};
+                                            FERRY_XPORT_PARAM_TIMEOUT_MS | FERRY_XPORT_PARAM_KIND,
+                              .kind = g_kind, .threads = threads, .split_bytes = 1u << 20, .timeout_ms = 3000};
     ferry_xport_t *xp = NULL;
     CHECK_OK(ferry_xport_create(ctx, &p, &xp), ferry_ctx_error(ctx));
     return xp;
@@ -303,7 +305,7 @@ static void test_user_memory(ferry_ctx_t *ctx) {
     uint8_t *buf = malloc(n);
     CHECK(buf);
     ferry_status_t st = get1(xp, r, 0, buf, n);
-    if (st == FERRY_ERR_UNSUPPORTED) {
+    if (st == FERRY_ERR_UNSUPPORTED && g_kind == FERRY_XPORT_SHM) {
         printf("  user memory: skipped, process_vm_readv not permitted here (%s)\n", ferry_xport_error(xp));
     } else {
         CHECK_OK(st, ferry_xport_error(xp));
@@ -311,7 +313,8 @@ static void test_user_memory(ferry_ctx_t *ctx) {
             if (buf[k] != pattern(k, 3)) CHECK(!"process_vm get returned wrong bytes");
         for (size_t k = 0; k < 4096; k++) buf[k] = pattern(k, 4);
         CHECK_OK(put1(xp, r, 100, buf, 4096), ferry_xport_error(xp));
-        printf("  user memory: 3 MiB read and 4 KiB written with process_vm_*, registration cache hit\n");
+        printf("  user memory: 3 MiB read and 4 KiB written%s, registration cache hit\n",
+               g_kind == FERRY_XPORT_SHM ? " with process_vm_*" : "");
     }
     signal_byte(b[1]);
     await_byte(a[0]); /* deregistered */
@@ -343,14 +346,26 @@ static void test_bad_arguments(ferry_ctx_t *ctx) {
     printf("  bad arguments refused\n");
 }
 
-int main(void) {
-    ferry_ctx_t *ctx = test_ctx();
+static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls) {
+    g_kind = kind;
+    if (ucx_tls) setenv("UCX_TLS", ucx_tls, 1); /* the forked peers inherit it */
+    printf("%s%s%s:\n", kind == FERRY_XPORT_SHM ? "shm" : "ucx", ucx_tls ? ", UCX_TLS=" : "", ucx_tls ? ucx_tls : "");
     test_bad_arguments(ctx);
     test_reads_and_writes(ctx);
     test_stale(ctx);
     test_owner_killed(ctx);
     test_user_memory(ctx);
+    unsetenv("UCX_TLS");
+}
+
+int main(void) {
+    ferry_ctx_t *ctx = test_ctx();
+    signal(SIGPIPE, SIG_IGN);
+    suite(ctx, FERRY_XPORT_SHM, NULL);
+    suite(ctx, FERRY_XPORT_UCX, "tcp");
+    /* shared memory carries the RMA; TCP the keepalive that detects a dead peer */
+    suite(ctx, FERRY_XPORT_UCX, "sm,self,tcp");
     ferry_ctx_destroy(ctx);
-    printf("xport shm: all checks passed\n");
+    printf("xport: all checks passed\n");
     return 0;
 }

@@ -1,0 +1,510 @@
+/* The UCX transport: one-sided RMA over UCX UCP (RDMA where there is RDMA,
+ * TCP or shared memory otherwise), for peers on other hosts.
+ *
+ * UCX performs a get or put without the owner only on memory UCX allocated
+ * itself and over transports with real RMA; on user memory, and over TCP
+ * always, it emulates RMA with active messages that the owner's worker must
+ * progress, and connection set-up needs owner progress too. So every endpoint
+ * runs one progress thread (its worker is created thread-safe), and
+ * ferry_xport_mem_alloc takes its memory from UCX.
+ *
+ * Checks: the owner keeps a generation per registration in a UCX-allocated
+ * control array whose rkey every descriptor carries; a peer reads the word
+ * (8 bytes, one-sided) before and after each batch: a different value means
+ * the registration ended (FERRY_ERR_STALE). Endpoints use peer error
+ * handling: a dead owner fails the request (FERRY_ERR_PEER_LOST), and a
+ * request that does not finish within the timeout is cancelled
+ * (FERRY_ERR_TIMEOUT).
+ *
+ * Descriptor body: addr_len(2) worker address, slot(4) gen(8) size(8)
+ * remote addr(8), rkey_len(2) rkey, control addr(8), control rkey_len(2)
+ * control rkey. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "xport/xport_internal.h"
+
+#define UCX_SLOTS 4096
+
+typedef struct ucx_peer_t {
+    uint64_t id;              /* xxh3 of the worker address */
+    ucp_ep_h ep;
+    bool lost;
+    uint32_t refs;
+    struct ucx_peer_t *next;
+} ucx_peer_t;
+
+typedef struct {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_address_t *address;
+    size_t address_len;
+    int efd;
+    int wake[2];
+    pthread_t thread;
+    bool running;
+    volatile bool stop;
+    ucp_mem_h ctl_memh;       /* the generations, UCX-allocated */
+    uint64_t *gens;
+    void *ctl_rkey;
+    size_t ctl_rkey_len;
+    pthread_mutex_t lock;
+    ucp_mem_h slot_memh[UCX_SLOTS];
+    void *slot_rkey[UCX_SLOTS];
+    size_t slot_rkey_len[UCX_SLOTS];
+    uint8_t slot_used[UCX_SLOTS];
+    ucx_peer_t *peers;
+} ucx_t;
+
+/* Backend data of a remote registration. */
+typedef struct {
+    ucp_rkey_h rkey, ctl_rkey;
+    uint64_t ctl_addr;
+} ucx_rmem_t;
+
+static ferry_status_t from_ucs(ucs_status_t s) {
+    switch (s) {
+    case UCS_OK: return FERRY_OK;
+    case UCS_ERR_NO_MEMORY: return FERRY_ERR_NO_MEMORY;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT: return FERRY_ERR_TIMEOUT;
+    case UCS_ERR_CANCELED: return FERRY_ERR_TIMEOUT;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED: return FERRY_ERR_PEER_LOST;
+    default: return FERRY_ERR_PEER_LOST;
+    }
+}
+
+static void *progress_thread(void *arg) {
+    ucx_t *u = arg;
+    struct pollfd fds[2] = {{u->efd, POLLIN, 0}, {u->wake[0], POLLIN, 0}};
+    while (!u->stop) {
+        while (ucp_worker_progress(u->worker)) {
+        }
+        ucs_status_t s = ucp_worker_arm(u->worker);
+        if (s == UCS_ERR_BUSY) continue; /* more events came in */
+        poll(fds, 2, 100);
+    }
+    return NULL;
+}
+
+/* UCX's TCP defaults give a third of a socket's speed here. These are UCT
+ * settings, which UCX reads only from the environment: set them there, never
+ * over a value the user chose. */
+static void tune(void) {
+    static const char *const kv[][2] = {{"UCX_TCP_TX_SEG_SIZE", "64K"}, {"UCX_TCP_RX_SEG_SIZE", "256K"},
+                                        {"UCX_TCP_SNDBUF", "8M"},       {"UCX_TCP_RCVBUF", "8M"}};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) setenv(kv[i][0], kv[i][1], 0);
+}
+
+static ferry_status_t ucx_init(ferry_xport_t *xp) {
+    ucx_t *u = ferry_calloc(xp->ctx, 1, sizeof *u);
+    if (!u) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
+    u->efd = u->wake[0] = u->wake[1] = -1;
+    pthread_mutex_init(&u->lock, NULL);
+    xp->backend = u;
+    tune();
+    ucp_config_t *cfg = NULL;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK) return ferry_fail(&xp->err, FERRY_ERR_INVALID_CONFIG, "ucx: reading UCX_* settings: %s",
+                                       ucs_status_string(s));
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                           .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+                           .mt_workers_shared = 1};
+    s = ucp_init(&params, cfg, &u->context);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: ucp_init: %s", ucs_status_string(s));
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = UCS_THREAD_MODE_MULTI};
+    if ((s = ucp_worker_create(u->context, &wp, &u->worker)) != UCS_OK)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: ucp_worker_create: %s", ucs_status_string(s));
+    if ((s = ucp_worker_get_address(u->worker, &u->address, &u->address_len)) != UCS_OK)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: worker address: %s", ucs_status_string(s));
+    if ((s = ucp_worker_get_efd(u->worker, &u->efd)) != UCS_OK)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: worker event fd: %s", ucs_status_string(s));
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+                               .length = UCX_SLOTS * sizeof(uint64_t),
+                               .flags = UCP_MEM_MAP_ALLOCATE};
+    if ((s = ucp_mem_map(u->context, &mp, &u->ctl_memh)) != UCS_OK)
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "ucx: control array: %s", ucs_status_string(s));
+    ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+    ucp_mem_query(u->ctl_memh, &ma);
+    u->gens = ma.address;
+    memset(u->gens, 0, UCX_SLOTS * sizeof(uint64_t));
+    if ((s = ucp_rkey_pack(u->context, u->ctl_memh, &u->ctl_rkey, &u->ctl_rkey_len)) != UCS_OK)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: control rkey: %s", ucs_status_string(s));
+    if (pipe2(u->wake, O_CLOEXEC) != 0)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: wake pipe: %s", strerror(errno));
+    if (pthread_create(&u->thread, NULL, progress_thread, u) != 0)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: starting the progress thread failed");
+    u->running = true;
+    return FERRY_OK;
+}
+
+static void close_ep(ucx_t *u, ucp_ep_h ep) {
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(u->worker);
+        ucp_request_free(r);
+    }
+}
+
+static void ucx_fini(ferry_xport_t *xp) {
+    ucx_t *u = xp->backend;
+    if (!u) return;
+    if (u->running) {
+        u->stop = true;
+        char b = 1;
+        ssize_t w = write(u->wake[1], &b, 1);
+        (void)w;
+        pthread_join(u->thread, NULL);
+    }
+    while (u->peers) {
+        ucx_peer_t *p = u->peers;
+        u->peers = p->next;
+        close_ep(u, p->ep);
+        ferry_free(xp->ctx, p);
+    }
+    if (u->ctl_rkey) ucp_rkey_buffer_release(u->ctl_rkey);
+    if (u->ctl_memh) ucp_mem_unmap(u->context, u->ctl_memh);
+    if (u->address) ucp_worker_release_address(u->worker, u->address);
+    if (u->worker) ucp_worker_destroy(u->worker);
+    if (u->context) ucp_cleanup(u->context);
+    for (int i = 0; i < 2; i++)
+        if (u->wake[i] >= 0) close(u->wake[i]);
+    pthread_mutex_destroy(&u->lock);
+    ferry_free(xp->ctx, u);
+    xp->backend = NULL;
+}
+
+static ferry_status_t map_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, bool allocate) {
+    ucx_t *u = xp->backend;
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+                               .length = m->size,
+                               .flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0};
+    if (!allocate) {
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+        mp.address = m->ptr;
+    }
+    ucp_mem_h memh;
+    ucs_status_t s = ucp_mem_map(u->context, &mp, &memh);
+    if (s != UCS_OK)
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "ucx: mapping %zu bytes: %s", m->size, ucs_status_string(s));
+    if (allocate) {
+        ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+        ucp_mem_query(memh, &ma);
+        m->ptr = ma.address;
+        memset(m->ptr, 0, m->size);
+    }
+    void *rkey;
+    size_t rkey_len;
+    if ((s = ucp_rkey_pack(u->context, memh, &rkey, &rkey_len)) != UCS_OK) {
+        ucp_mem_unmap(u->context, memh);
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: packing an rkey: %s", ucs_status_string(s));
+    }
+    pthread_mutex_lock(&u->lock);
+    uint32_t slot = 0;
+    while (slot < UCX_SLOTS && u->slot_used[slot]) slot++;
+    if (slot == UCX_SLOTS) {
+        pthread_mutex_unlock(&u->lock);
+        ucp_rkey_buffer_release(rkey);
+        ucp_mem_unmap(u->context, memh);
+        return ferry_fail(&xp->err, FERRY_ERR_LIMIT, "ucx: more than %d registrations on one endpoint", UCX_SLOTS);
+    }
+    u->slot_used[slot] = 1;
+    u->slot_memh[slot] = memh;
+    u->slot_rkey[slot] = rkey;
+    u->slot_rkey_len[slot] = rkey_len;
+    m->slot = slot;
+    m->gen = __atomic_add_fetch(&u->gens[slot], 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&u->lock);
+    return FERRY_OK;
+}
+
+static ferry_status_t ucx_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) { return map_slot(xp, m, true); }
+static ferry_status_t ucx_mem_register(ferry_xport_t *xp, ferry_xport_mem_t *m) { return map_slot(xp, m, false); }
+
+static void ucx_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    ucx_t *u = xp->backend;
+    pthread_mutex_lock(&u->lock);
+    __atomic_add_fetch(&u->gens[m->slot], 1, __ATOMIC_RELEASE);
+    ucp_rkey_buffer_release(u->slot_rkey[m->slot]);
+    ucp_mem_unmap(u->context, u->slot_memh[m->slot]);
+    u->slot_used[m->slot] = 0;
+    u->slot_memh[m->slot] = NULL;
+    u->slot_rkey[m->slot] = NULL;
+    pthread_mutex_unlock(&u->lock);
+}
+
+typedef struct {
+    uint8_t *p, *end;
+} wbuf_t;
+
+static bool w_bytes(wbuf_t *w, const void *b, size_t n) {
+    if ((size_t)(w->end - w->p) < n) return false;
+    memcpy(w->p, b, n);
+    w->p += n;
+    return true;
+}
+
+static bool w_u(wbuf_t *w, uint64_t v, int bytes) {
+    uint8_t b[8];
+    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    return w_bytes(w, b, (size_t)bytes);
+}
+
+static ferry_status_t ucx_mem_pack(const ferry_xport_mem_t *m, uint8_t *body, size_t cap, size_t *len) {
+    ucx_t *u = m->xp->backend;
+    wbuf_t w = {body, body + cap};
+    bool ok = w_u(&w, u->address_len, 2) && w_bytes(&w, u->address, u->address_len) && w_u(&w, m->slot, 4) &&
+              w_u(&w, m->gen, 8) && w_u(&w, m->size, 8) && w_u(&w, (uint64_t)(uintptr_t)m->ptr, 8) &&
+              w_u(&w, u->slot_rkey_len[m->slot], 2) && w_bytes(&w, u->slot_rkey[m->slot], u->slot_rkey_len[m->slot]) &&
+              w_u(&w, (uint64_t)(uintptr_t)u->gens, 8) && w_u(&w, u->ctl_rkey_len, 2) &&
+              w_bytes(&w, u->ctl_rkey, u->ctl_rkey_len);
+    if (!ok || u->address_len > 0xffff)
+        return ferry_fail(&m->xp->err, FERRY_ERR_LIMIT, "ucx: the descriptor does not fit in %zu bytes", cap);
+    *len = (size_t)(w.p - body);
+    return FERRY_OK;
+}
+
+typedef struct {
+    const uint8_t *p, *end;
+} rbuf_t;
+
+static const uint8_t *r_bytes(rbuf_t *r, size_t n) {
+    if ((size_t)(r->end - r->p) < n) return NULL;
+    const uint8_t *at = r->p;
+    r->p += n;
+    return at;
+}
+
+static bool r_u(rbuf_t *r, int bytes, uint64_t *v) {
+    const uint8_t *b = r_bytes(r, (size_t)bytes);
+    if (!b) return false;
+    *v = 0;
+    for (int i = 0; i < bytes; i++) *v |= (uint64_t)b[i] << (8 * i);
+    return true;
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+    (void)ep;
+    (void)status;
+    ucx_peer_t *p = arg;
+    __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+}
+
+static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t len, ucx_peer_t **out) {
+    ucx_t *u = xp->backend;
+    uint64_t id = XXH3_64bits(addr, len);
+    for (ucx_peer_t *p = u->peers; p; p = p->next) {
+        if (p->id == id && !__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) {
+            *out = p;
+            return FERRY_OK;
+        }
+    }
+    ucx_peer_t *p = ferry_calloc(xp->ctx, 1, sizeof *p);
+    if (!p) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .address = (const ucp_address_t *)addr,
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = on_ep_error, .arg = p}};
+    ucs_status_t s = ucp_ep_create(u->worker, &ep, &p->ep);
+    if (s != UCS_OK) {
+        ferry_free(xp->ctx, p);
+        return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST, "ucx: connecting: %s", ucs_status_string(s));
+    }
+    p->id = id;
+    p->next = u->peers;
+    u->peers = p;
+    *out = p;
+    return FERRY_OK;
+}
+
+static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
+    ucx_t *u = xp->backend;
+    if (--p->refs > 0) return;
+    for (ucx_peer_t **pp = &u->peers; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    close_ep(u, p->ep);
+    ferry_free(xp->ctx, p);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits for UCX requests (NULL entries are done already); cancels them at
+ * the deadline. Returns the first failure. */
+static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, size_t n, ucx_peer_t *peer) {
+    ucx_t *u = xp->backend;
+    ferry_status_t st = FERRY_OK;
+    double deadline = now_s() + xp->timeout_ms / 1e3;
+    for (size_t i = 0; i < n; i++) {
+        if (!reqs[i]) continue;
+        if (UCS_PTR_IS_ERR(reqs[i])) {
+            if (st == FERRY_OK) st = from_ucs(UCS_PTR_STATUS(reqs[i]));
+            reqs[i] = NULL;
+            continue;
+        }
+        ucs_status_t s;
+        while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) {
+            if (now_s() > deadline || (peer && __atomic_load_n(&peer->lost, __ATOMIC_ACQUIRE))) {
+                ucp_request_cancel(u->worker, reqs[i]);
+                while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) ucp_worker_progress(u->worker);
+                if (s == UCS_OK) break;
+                if (st == FERRY_OK) st = peer && peer->lost ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
+                break;
+            }
+            ucp_worker_progress(u->worker);
+        }
+        if (s != UCS_OK && st == FERRY_OK) st = from_ucs(s);
+        ucp_request_free(reqs[i]);
+        reqs[i] = NULL;
+    }
+    if (st == FERRY_OK && peer && __atomic_load_n(&peer->lost, __ATOMIC_ACQUIRE)) st = FERRY_ERR_PEER_LOST;
+    return st;
+}
+
+/* Reads the owner's generation word of a registration. */
+static ferry_status_t read_gen(ferry_xport_t *xp, ucx_peer_t *peer, const ucx_rmem_t *b, uint32_t slot,
+                               uint64_t *gen) {
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    ucs_status_ptr_t r = ucp_get_nbx(peer->ep, gen, sizeof *gen, b->ctl_addr + slot * sizeof(uint64_t), b->ctl_rkey, &p);
+    return wait_all(xp, &r, 1, peer);
+}
+
+static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, size_t len, ferry_xport_rmem_t *r) {
+    rbuf_t rb = {body, body + len};
+    uint64_t alen, slot, gen, size, addr, rklen, ctl_addr, crklen;
+    const uint8_t *a = NULL, *rk = NULL, *crk = NULL;
+    bool ok = r_u(&rb, 2, &alen) && (a = r_bytes(&rb, (size_t)alen)) && r_u(&rb, 4, &slot) && r_u(&rb, 8, &gen) &&
+              r_u(&rb, 8, &size) && r_u(&rb, 8, &addr) && r_u(&rb, 2, &rklen) && (rk = r_bytes(&rb, (size_t)rklen)) &&
+              r_u(&rb, 8, &ctl_addr) && r_u(&rb, 2, &crklen) && (crk = r_bytes(&rb, (size_t)crklen)) && rb.p == rb.end;
+    if (!ok || alen == 0 || slot >= UCX_SLOTS || size == 0 || size > SIZE_MAX || addr + size < addr)
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "ucx descriptor: malformed body (%zu bytes)", len);
+    ucx_peer_t *peer = NULL;
+    ferry_status_t st = get_peer(xp, a, (size_t)alen, &peer);
+    if (st) return st;
+    peer->refs++;
+    ucx_rmem_t *b = ferry_calloc(xp->ctx, 1, sizeof *b);
+    if (!b) {
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory unpacking a descriptor");
+    }
+    ucs_status_t s = ucp_ep_rkey_unpack(peer->ep, rk, &b->rkey);
+    if (s == UCS_OK) s = ucp_ep_rkey_unpack(peer->ep, crk, &b->ctl_rkey);
+    if (s != UCS_OK) {
+        if (b->rkey) ucp_rkey_destroy(b->rkey);
+        ferry_free(xp->ctx, b);
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "ucx descriptor: rkey: %s", ucs_status_string(s));
+    }
+    b->ctl_addr = ctl_addr;
+    r->peer = peer;
+    r->slot = (uint32_t)slot;
+    r->gen = gen;
+    r->size = (size_t)size;
+    r->remote_addr = addr;
+    r->backend = b;
+    uint64_t now = 0;
+    st = read_gen(xp, peer, b, r->slot, &now);
+    if (st == FERRY_OK && now != gen) st = FERRY_ERR_STALE;
+    if (st) {
+        ucp_rkey_destroy(b->rkey);
+        ucp_rkey_destroy(b->ctl_rkey);
+        ferry_free(xp->ctx, b);
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, st, "ucx: registration %u of the owner: %s", r->slot,
+                          st == FERRY_ERR_STALE     ? "has ended (stale descriptor)"
+                          : st == FERRY_ERR_TIMEOUT ? "no answer within the timeout"
+                                                    : "the owner is unreachable or gone");
+    }
+    return FERRY_OK;
+}
+
+static void ucx_rmem_release(ferry_xport_t *xp, ferry_xport_rmem_t *r) {
+    ucx_rmem_t *b = r->backend;
+    ucp_rkey_destroy(b->rkey);
+    ucp_rkey_destroy(b->ctl_rkey);
+    ferry_free(xp->ctx, b);
+    put_peer(xp, (ucx_peer_t *)r->peer);
+}
+
+static ferry_status_t ucx_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t *r) {
+    if (__atomic_load_n(&((ucx_peer_t *)r->peer)->lost, __ATOMIC_ACQUIRE)) return FERRY_ERR_PEER_LOST;
+    uint64_t now = 0;
+    ferry_status_t st = read_gen(xp, (ucx_peer_t *)r->peer, (const ucx_rmem_t *)r->backend, r->slot, &now);
+    if (st) return st == FERRY_ERR_TIMEOUT ? FERRY_ERR_PEER_LOST : st;
+    return now == r->gen ? FERRY_OK : FERRY_ERR_STALE;
+}
+
+static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
+                                   ferry_xport_req_t *req) {
+    ucs_status_ptr_t stack[64], *reqs = n <= 64 ? stack : ferry_alloc(xp->ctx, n * sizeof *reqs);
+    if (!reqs) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for UCX requests");
+    ferry_status_t st = FERRY_OK;
+    size_t issued = 0;
+    for (; issued < n; issued++) {
+        const ferry_xport_run_t *run = &runs[issued];
+        const ucx_rmem_t *b = (const ucx_rmem_t *)run->rmem->backend;
+        ucp_request_param_t p = {.op_attr_mask = 0};
+        uint64_t raddr = run->rmem->remote_addr + run->remote_offset;
+        ucp_ep_h ep = ((ucx_peer_t *)run->rmem->peer)->ep;
+        reqs[issued] = run->len == 0 ? NULL
+                       : put        ? ucp_put_nbx(ep, run->local, run->len, raddr, b->rkey, &p)
+                                    : ucp_get_nbx(ep, run->local, run->len, raddr, b->rkey, &p);
+    }
+    /* one wait per peer would be finer; runs of one batch usually share one */
+    st = wait_all(xp, reqs, issued, n ? (ucx_peer_t *)runs[0].rmem->peer : NULL);
+    for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+        ucx_peer_t *peer = runs[i].rmem->peer;
+        if (__atomic_load_n(&peer->lost, __ATOMIC_ACQUIRE)) st = FERRY_ERR_PEER_LOST;
+        if (st == FERRY_OK && (i == 0 || runs[i].rmem != runs[i - 1].rmem)) st = ucx_rmem_check(xp, runs[i].rmem);
+    }
+    if (reqs != stack) ferry_free(xp->ctx, reqs);
+    if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
+    else if (st == FERRY_ERR_PEER_LOST) ferry_fail(&xp->err, st, "ucx: the owner of the memory is gone");
+    else if (st == FERRY_ERR_TIMEOUT)
+        ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %u ms", xp->timeout_ms);
+    else if (st) ferry_fail(&xp->err, st, "ucx: the transfer failed");
+    req->status = st;
+    req->done = true;
+    return FERRY_OK;
+}
+
+static ferry_status_t ucx_progress(ferry_xport_t *xp) {
+    ucx_t *u = xp->backend;
+    ucp_worker_progress(u->worker);
+    return FERRY_OK;
+}
+
+const xport_ops_t xport_ucx_ops = {
+    .name = "ucx",
+    .init = ucx_init,
+    .fini = ucx_fini,
+    .mem_alloc = ucx_mem_alloc,
+    .mem_register = ucx_mem_register,
+    .mem_deregister = ucx_mem_deregister,
+    .mem_pack = ucx_mem_pack,
+    .rmem_unpack = ucx_rmem_unpack,
+    .rmem_release = ucx_rmem_release,
+    .rmem_check = ucx_rmem_check,
+    .transfer = ucx_transfer,
+    .progress = ucx_progress,
+};
