@@ -1,7 +1,11 @@
 /* ferry bench xport: two processes, one-sided reads of a registered buffer,
  * against memcpy measured in the same run with the same thread count. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +17,17 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ferry bench xport [--backend shm] [--size 64M,1G] [--threads N]\n"
-            "                         [--memory alloc|user] [--repeat R]\n"
+            "usage: ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
+            "                         [--memory alloc|user] [--repeat R] [--tls LIST]\n"
             "  Two processes: the owner registers a buffer and publishes its descriptor;\n"
             "  the reader gets it, one-sided, R times per size (median reported), beside\n"
             "  memcpy of the same size with 1 and N threads, measured in the same run.\n"
             "  Then many 4 KiB runs (batched 1024 a request, and one a request) as ops/s.\n"
             "  --memory alloc  the owner's buffer comes from ferry_xport_mem_alloc (shared mapping)\n"
-            "  --memory user   the owner registers its own malloc'd buffer (process_vm_readv)\n");
+            "  --memory user   the owner registers its own malloc'd buffer (shm: process_vm_readv)\n"
+            "  --tls LIST      ucx: UCX_TLS for both processes (e.g. tcp, or sm,self,tcp); with\n"
+            "                  tcp alone the baseline is a plain TCP stream between the same two\n"
+            "                  processes (8 MiB socket buffers), measured in the same run\n");
 }
 
 static double now_s(void) {
@@ -79,10 +86,20 @@ static double median_gbps(double *t, int n, uint64_t bytes) {
     return (double)bytes / t[n / 2] / 1e9;
 }
 
-static void owner(uint64_t size, bool user, int desc_fd, int done_fd) {
+static int tcp_buffers(int fd) {
+    int b = 8 << 20, one = 1;
+    return setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b) | setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b) |
+           setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* The owner: registers the buffer, publishes its descriptor, then serves
+ * commands: 'T' size(8) count(4) port(2) sends count x size bytes over TCP to
+ * the reader (the baseline); 'x' ends. */
+static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd, int cmd_fd) {
     ferry_ctx_t *ctx = cli_ctx();
     ferry_xport_t *xp = NULL;
-    if (!ctx || ferry_xport_create(ctx, NULL, &xp) != FERRY_OK) _exit(3);
+    ferry_xport_params_t xpar = {.field_mask = FERRY_XPORT_PARAM_KIND, .kind = kind};
+    if (!ctx || ferry_xport_create(ctx, &xpar, &xp) != FERRY_OK) _exit(3);
     ferry_xport_mem_t *m = NULL;
     uint8_t *p = NULL;
     ferry_status_t st;
@@ -103,22 +120,76 @@ static void owner(uint64_t size, bool user, int desc_fd, int done_fd) {
     ferry_xport_mem_pack(m, desc, sizeof desc, &len);
     uint32_t l32 = (uint32_t)len;
     if (write(desc_fd, &l32, 4) != 4 || write(desc_fd, desc, len) != (ssize_t)len) _exit(3);
-    char c;
-    ssize_t r = read(done_fd, &c, 1); /* until the reader is done */
-    (void)r;
+    for (;;) {
+        uint8_t cmd[15];
+        if (read(cmd_fd, cmd, 1) != 1 || cmd[0] != 'T') break;
+        if (read(cmd_fd, cmd + 1, 14) != 14) break;
+        uint64_t n;
+        uint32_t count;
+        uint16_t port;
+        memcpy(&n, cmd + 1, 8);
+        memcpy(&count, cmd + 9, 4);
+        memcpy(&port, cmd + 13, 2);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || tcp_buffers(fd) || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(3);
+        for (uint32_t c = 0; c < count; c++)
+            for (uint64_t sent = 0; sent < n;) {
+                ssize_t w = send(fd, p + sent, n - sent, MSG_NOSIGNAL);
+                if (w <= 0) _exit(3);
+                sent += (uint64_t)w;
+            }
+        close(fd);
+    }
     ferry_xport_destroy(xp);
     ferry_ctx_destroy(ctx);
     _exit(0);
 }
 
+/* Seconds to receive each of count streams of n bytes from the owner. */
+static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, double *t) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    if (lfd < 0 || tcp_buffers(lfd) || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 1) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    uint8_t cmd[15] = {'T'};
+    uint16_t port = ntohs(a.sin_port);
+    memcpy(cmd + 1, &n, 8);
+    memcpy(cmd + 9, &count, 4);
+    memcpy(cmd + 13, &port, 2);
+    if (write(cmd_fd, cmd, sizeof cmd) != (ssize_t)sizeof cmd) return -1;
+    int fd = accept(lfd, NULL, NULL);
+    close(lfd);
+    if (fd < 0) return -1;
+    for (uint32_t c = 0; c < count; c++) {
+        double t0 = now_s();
+        for (uint64_t got = 0; got < n;) {
+            ssize_t r = recv(fd, buf + got, n - got, 0);
+            if (r <= 0) {
+                close(fd);
+                return -1;
+            }
+            got += (uint64_t)r;
+        }
+        t[c] = now_s() - t0;
+    }
+    close(fd);
+    return 0;
+}
+
 static int bench_xport(int argc, char **argv) {
-    const char *backend = "shm", *sizes = "64M,1G", *memory = "alloc";
+    const char *backend = "shm", *sizes = "64M,1G", *memory = "alloc", *tls = NULL;
     uint64_t threads = 1, repeat = 7;
     for (int i = 2; i < argc; i++) {
         const char *v = NULL;
         if (cli_opt(argc, argv, &i, "--backend", &v)) backend = v;
         else if (cli_opt(argc, argv, &i, "--size", &v)) sizes = v;
         else if (cli_opt(argc, argv, &i, "--memory", &v)) memory = v;
+        else if (cli_opt(argc, argv, &i, "--tls", &v)) tls = v;
         else if (cli_opt(argc, argv, &i, "--threads", &v)) {
             if (v && (!parse_size(v, &threads) || threads > 64)) {
                 fprintf(stderr, "ferry bench: --threads takes 1..64\n");
@@ -139,10 +210,22 @@ static int bench_xport(int argc, char **argv) {
         }
         if (!v) return CLI_USAGE;
     }
-    if (strcmp(backend, "shm") != 0) {
-        fprintf(stderr, "ferry bench: backend \"%s\" is not built (shm is; ucx comes with its issue)\n", backend);
+    ferry_xport_kind_t kind;
+    if (!strcmp(backend, "shm")) kind = FERRY_XPORT_SHM;
+    else if (!strcmp(backend, "ucx")) kind = FERRY_XPORT_UCX;
+    else {
+        fprintf(stderr, "ferry bench: backend is shm or ucx, not \"%s\"\n", backend);
         return CLI_USAGE;
     }
+    if (tls) {
+        if (kind != FERRY_XPORT_UCX) {
+            fprintf(stderr, "ferry bench: --tls applies to --backend ucx\n");
+            return CLI_USAGE;
+        }
+        setenv("UCX_TLS", tls, 1); /* before the fork: both processes */
+    }
+    const char *tls_now = getenv("UCX_TLS");
+    bool tcp_only = kind == FERRY_XPORT_UCX && tls_now && !strcmp(tls_now, "tcp");
     bool user = !strcmp(memory, "user");
     if (!user && strcmp(memory, "alloc") != 0) {
         fprintf(stderr, "ferry bench: --memory is alloc or user, not \"%s\"\n", memory);
@@ -165,13 +248,14 @@ static int bench_xport(int argc, char **argv) {
     if (pipe(dp) != 0 || pipe(fp) != 0) return CLI_FAIL;
     pid_t pid = fork();
     if (pid < 0) return CLI_FAIL;
-    if (pid == 0) owner(max, user, dp[1], fp[0]);
+    if (pid == 0) owner(kind, max, user, dp[1], fp[0]);
     int rc = CLI_FAIL;
     ferry_ctx_t *ctx = cli_ctx();
     ferry_xport_t *xp = NULL;
     ferry_xport_rmem_t *r = NULL;
     uint8_t *local = NULL, *src = NULL;
-    ferry_xport_params_t xpar = {.field_mask = FERRY_XPORT_PARAM_THREADS, .threads = (uint32_t)threads};
+    ferry_xport_params_t xpar = {.field_mask = FERRY_XPORT_PARAM_THREADS | FERRY_XPORT_PARAM_KIND,
+                                 .threads = (uint32_t)threads, .kind = kind};
     uint32_t l32 = 0;
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     if (!ctx || read(dp[0], &l32, 4) != 4 || l32 > sizeof desc || read(dp[0], desc, l32) != (ssize_t)l32) {
@@ -191,10 +275,14 @@ static int bench_xport(int argc, char **argv) {
     if (!local || !src) goto out;
     memset(local, 1, max); /* resident, so page faults do not count */
     memset(src, 2, max);
-    printf("ferry bench xport: backend %s, %s memory, %llu thread(s), median of %llu\n", backend,
-           user ? "user (process_vm)" : "allocated (shared mapping)", (unsigned long long)threads,
+    printf("ferry bench xport: backend %s%s%s, %s memory, %llu thread(s), median of %llu\n", backend,
+           kind == FERRY_XPORT_UCX ? ", UCX_TLS=" : "", kind == FERRY_XPORT_UCX ? (tls_now ? tls_now : "(all)") : "",
+           user ? "user-registered" : "allocated by the transport", (unsigned long long)threads,
            (unsigned long long)repeat);
-    printf("%10s %14s %14s %14s %12s\n", "size", "get GB/s", "memcpy 1t", "memcpy Nt", "get/memcpy");
+    if (tcp_only)
+        printf("%10s %14s %14s %14s %12s\n", "size", "get GB/s", "memcpy 1t", "TCP stream", "get/TCP");
+    else
+        printf("%10s %14s %14s %14s %12s\n", "size", "get GB/s", "memcpy 1t", "memcpy Nt", "get/memcpy");
     double *t = calloc(repeat, sizeof *t);
     if (!t) goto out;
     for (size_t s = 0; s < nsizes; s++) {
@@ -226,6 +314,14 @@ static int bench_xport(int argc, char **argv) {
             t[i] = now_s() - t0;
         }
         double mn = median_gbps(t, (int)repeat, n);
+        if (tcp_only) { /* the baseline over the same link: a plain socket stream */
+            if (tcp_baseline(fp[1], local, n, (uint32_t)repeat, t) != 0) {
+                fprintf(stderr, "ferry bench: the TCP baseline failed\n");
+                free(t);
+                goto out;
+            }
+            mn = median_gbps(t, (int)repeat, n);
+        }
         char sz[32];
         printf("%10s %14.2f %14.2f %14.2f %12.2f\n", cli_bytes(n, sz, sizeof sz), get, m1, mn, get / mn);
     }

@@ -16,14 +16,20 @@
  * request that does not finish within the timeout is cancelled
  * (FERRY_ERR_TIMEOUT).
  *
- * Descriptor body: addr_len(2) worker address, slot(4) gen(8) size(8)
+ * Peers on the same host (and network namespace) connect without UCX's
+ * peer-failure mode, which would keep UCX off its shared-memory transports,
+ * and watch the owner through a pidfd instead.
+ *
+ * Descriptor body: host(8) pid(4) addr_len(2) worker address, slot(4) gen(8) size(8)
  * remote addr(8), rkey_len(2) rkey, control addr(8), control rkey_len(2)
  * control rkey. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <string.h>
 #include <time.h>
 #include <ucp/api/ucp.h>
@@ -37,12 +43,15 @@
 typedef struct ucx_peer_t {
     uint64_t id;              /* xxh3 of the worker address */
     ucp_ep_h ep;
+    int pidfd;                /* same host and network namespace: the owner's pidfd, else -1 */
     bool lost;
     uint32_t refs;
     struct ucx_peer_t *next;
 } ucx_peer_t;
 
 typedef struct {
+    uint64_t host;            /* boot id and network namespace: who counts as local */
+    uint32_t pid;
     ucp_context_h context;
     ucp_worker_h worker;
     ucp_address_t *address;
@@ -106,12 +115,28 @@ static void tune(void) {
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) setenv(kv[i][0], kv[i][1], 0);
 }
 
+/* Processes on one machine and in one network namespace share this value. */
+static uint64_t host_identity(void) {
+    char buf[256] = "";
+    size_t n = 0;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        n = fread(buf, 1, 64, f);
+        fclose(f);
+    }
+    ssize_t l = readlink("/proc/self/ns/net", buf + n, sizeof buf - n - 1);
+    if (l > 0) n += (size_t)l;
+    return XXH3_64bits(buf, n);
+}
+
 static ferry_status_t ucx_init(ferry_xport_t *xp) {
     ucx_t *u = ferry_calloc(xp->ctx, 1, sizeof *u);
     if (!u) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
     u->efd = u->wake[0] = u->wake[1] = -1;
     pthread_mutex_init(&u->lock, NULL);
     xp->backend = u;
+    u->host = host_identity();
+    u->pid = (uint32_t)getpid();
     tune();
     ucp_config_t *cfg = NULL;
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
@@ -150,6 +175,7 @@ static ferry_status_t ucx_init(ferry_xport_t *xp) {
 }
 
 static void close_ep(ucx_t *u, ucp_ep_h ep) {
+    if (!ep) return;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(r)) {
@@ -172,6 +198,7 @@ static void ucx_fini(ferry_xport_t *xp) {
         ucx_peer_t *p = u->peers;
         u->peers = p->next;
         close_ep(u, p->ep);
+        if (p->pidfd >= 0) close(p->pidfd);
         ferry_free(xp->ctx, p);
     }
     if (u->ctl_rkey) ucp_rkey_buffer_release(u->ctl_rkey);
@@ -265,7 +292,8 @@ static bool w_u(wbuf_t *w, uint64_t v, int bytes) {
 static ferry_status_t ucx_mem_pack(const ferry_xport_mem_t *m, uint8_t *body, size_t cap, size_t *len) {
     ucx_t *u = m->xp->backend;
     wbuf_t w = {body, body + cap};
-    bool ok = w_u(&w, u->address_len, 2) && w_bytes(&w, u->address, u->address_len) && w_u(&w, m->slot, 4) &&
+    bool ok = w_u(&w, u->host, 8) && w_u(&w, u->pid, 4) && w_u(&w, u->address_len, 2) &&
+              w_bytes(&w, u->address, u->address_len) && w_u(&w, m->slot, 4) &&
               w_u(&w, m->gen, 8) && w_u(&w, m->size, 8) && w_u(&w, (uint64_t)(uintptr_t)m->ptr, 8) &&
               w_u(&w, u->slot_rkey_len[m->slot], 2) && w_bytes(&w, u->slot_rkey[m->slot], u->slot_rkey_len[m->slot]) &&
               w_u(&w, (uint64_t)(uintptr_t)u->gens, 8) && w_u(&w, u->ctl_rkey_len, 2) &&
@@ -302,24 +330,50 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
     __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
 }
 
-static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t len, ucx_peer_t **out) {
+/* Whether the owner is known to be gone (UCX's error callback, or a local
+ * owner's pidfd turning readable). */
+static bool peer_lost(ucx_peer_t *p) {
+    if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) return true;
+    if (p->pidfd >= 0) {
+        struct pollfd pf = {p->pidfd, POLLIN, 0};
+        if (poll(&pf, 1, 0) > 0) __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+    }
+    return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE);
+}
+
+/* local_pid: the owner's pid when it shares our host and network namespace
+ * (0 otherwise). Local peers skip UCX's peer-failure mode, which would keep
+ * UCX off its shared-memory transports, and are watched through a pidfd. */
+static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t len, uint32_t local_pid,
+                               ucx_peer_t **out) {
     ucx_t *u = xp->backend;
     uint64_t id = XXH3_64bits(addr, len);
     for (ucx_peer_t *p = u->peers; p; p = p->next) {
-        if (p->id == id && !__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) {
+        if (p->id == id && !peer_lost(p)) {
             *out = p;
             return FERRY_OK;
         }
     }
+    int pidfd = -1;
+    if (local_pid) {
+        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)local_pid, 0);
+        if (pidfd < 0 && errno == ESRCH)
+            return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST, "ucx: the owner (pid %u) is gone", local_pid);
+    }
     ucx_peer_t *p = ferry_calloc(xp->ctx, 1, sizeof *p);
-    if (!p) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
+    if (!p) {
+        if (pidfd >= 0) close(pidfd);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
+    }
+    p->pidfd = pidfd;
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
                           .address = (const ucp_address_t *)addr,
-                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_mode = pidfd >= 0 ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
                           .err_handler = {.cb = on_ep_error, .arg = p}};
     ucs_status_t s = ucp_ep_create(u->worker, &ep, &p->ep);
     if (s != UCS_OK) {
+        if (pidfd >= 0) close(pidfd);
         ferry_free(xp->ctx, p);
         return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST, "ucx: connecting: %s", ucs_status_string(s));
     }
@@ -340,6 +394,7 @@ static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
         }
     }
     close_ep(u, p->ep);
+    if (p->pidfd >= 0) close(p->pidfd);
     ferry_free(xp->ctx, p);
 }
 
@@ -349,8 +404,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Waits for UCX requests (NULL entries are done already); cancels them at
- * the deadline. Returns the first failure. */
+/* Aborts everything in flight to a peer: a force-closed endpoint completes
+ * its requests with errors, and the peer is not used again. */
+static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
+    __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+    if (p->ep) {
+        close_ep(u, p->ep);
+        p->ep = NULL;
+    }
+}
+
+/* Waits for UCX requests (NULL entries are done already). At the deadline,
+ * or when the owner is known to be gone, the peer's endpoint is force-closed,
+ * which fails the requests still in flight. Returns the first failure. */
 static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, size_t n, ucx_peer_t *peer) {
     ucx_t *u = xp->backend;
     ferry_status_t st = FERRY_OK;
@@ -364,26 +430,30 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, size_t
         }
         ucs_status_t s;
         while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) {
-            if (now_s() > deadline || (peer && __atomic_load_n(&peer->lost, __ATOMIC_ACQUIRE))) {
-                ucp_request_cancel(u->worker, reqs[i]);
-                while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) ucp_worker_progress(u->worker);
-                if (s == UCS_OK) break;
-                if (st == FERRY_OK) st = peer && peer->lost ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
-                break;
+            bool late = now_s() > deadline;
+            if (peer && (late || peer_lost(peer))) {
+                if (st == FERRY_OK) st = late && !peer_lost(peer) ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST;
+                abandon_peer(u, peer);
+                late = false;
+                deadline = now_s() + 1.0; /* for the aborted requests to come back */
+            } else if (late) {
+                break; /* cannot happen with a peer; never spin forever */
             }
             ucp_worker_progress(u->worker);
         }
+        if (s == UCS_INPROGRESS) continue; /* abandoned to UCX: not freed while it may still run */
         if (s != UCS_OK && st == FERRY_OK) st = from_ucs(s);
         ucp_request_free(reqs[i]);
         reqs[i] = NULL;
     }
-    if (st == FERRY_OK && peer && __atomic_load_n(&peer->lost, __ATOMIC_ACQUIRE)) st = FERRY_ERR_PEER_LOST;
+    if (st == FERRY_OK && peer && peer_lost(peer)) st = FERRY_ERR_PEER_LOST;
     return st;
 }
 
 /* Reads the owner's generation word of a registration. */
 static ferry_status_t read_gen(ferry_xport_t *xp, ucx_peer_t *peer, const ucx_rmem_t *b, uint32_t slot,
                                uint64_t *gen) {
+    if (!peer->ep) return FERRY_ERR_PEER_LOST;
     ucp_request_param_t p = {.op_attr_mask = 0};
     ucs_status_ptr_t r = ucp_get_nbx(peer->ep, gen, sizeof *gen, b->ctl_addr + slot * sizeof(uint64_t), b->ctl_rkey, &p);
     return wait_all(xp, &r, 1, peer);
@@ -391,15 +461,16 @@ static ferry_status_t read_gen(ferry_xport_t *xp, ucx_peer_t *peer, const ucx_rm
 
 static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, size_t len, ferry_xport_rmem_t *r) {
     rbuf_t rb = {body, body + len};
-    uint64_t alen, slot, gen, size, addr, rklen, ctl_addr, crklen;
+    uint64_t host, pid, alen, slot, gen, size, addr, rklen, ctl_addr, crklen;
     const uint8_t *a = NULL, *rk = NULL, *crk = NULL;
-    bool ok = r_u(&rb, 2, &alen) && (a = r_bytes(&rb, (size_t)alen)) && r_u(&rb, 4, &slot) && r_u(&rb, 8, &gen) &&
+    bool ok = r_u(&rb, 8, &host) && r_u(&rb, 4, &pid) && r_u(&rb, 2, &alen) && (a = r_bytes(&rb, (size_t)alen)) && r_u(&rb, 4, &slot) && r_u(&rb, 8, &gen) &&
               r_u(&rb, 8, &size) && r_u(&rb, 8, &addr) && r_u(&rb, 2, &rklen) && (rk = r_bytes(&rb, (size_t)rklen)) &&
               r_u(&rb, 8, &ctl_addr) && r_u(&rb, 2, &crklen) && (crk = r_bytes(&rb, (size_t)crklen)) && rb.p == rb.end;
     if (!ok || alen == 0 || slot >= UCX_SLOTS || size == 0 || size > SIZE_MAX || addr + size < addr)
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "ucx descriptor: malformed body (%zu bytes)", len);
     ucx_peer_t *peer = NULL;
-    ferry_status_t st = get_peer(xp, a, (size_t)alen, &peer);
+    ucx_t *u = xp->backend;
+    ferry_status_t st = get_peer(xp, a, (size_t)alen, host == u->host ? (uint32_t)pid : 0, &peer);
     if (st) return st;
     peer->refs++;
     ucx_rmem_t *b = ferry_calloc(xp->ctx, 1, sizeof *b);
@@ -447,7 +518,7 @@ static void ucx_rmem_release(ferry_xport_t *xp, ferry_xport_rmem_t *r) {
 }
 
 static ferry_status_t ucx_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t *r) {
-    if (__atomic_load_n(&((ucx_peer_t *)r->peer)->lost, __ATOMIC_ACQUIRE)) return FERRY_ERR_PEER_LOST;
+    if (peer_lost(r->peer)) return FERRY_ERR_PEER_LOST;
     uint64_t now = 0;
     ferry_status_t st = read_gen(xp, (ucx_peer_t *)r->peer, (const ucx_rmem_t *)r->backend, r->slot, &now);
     if (st) return st == FERRY_ERR_TIMEOUT ? FERRY_ERR_PEER_LOST : st;
@@ -466,6 +537,10 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
         ucp_request_param_t p = {.op_attr_mask = 0};
         uint64_t raddr = run->rmem->remote_addr + run->remote_offset;
         ucp_ep_h ep = ((ucx_peer_t *)run->rmem->peer)->ep;
+        if (!ep) {
+            reqs[issued] = UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
+            continue;
+        }
         reqs[issued] = run->len == 0 ? NULL
                        : put        ? ucp_put_nbx(ep, run->local, run->len, raddr, b->rkey, &p)
                                     : ucp_get_nbx(ep, run->local, run->len, raddr, b->rkey, &p);
@@ -474,7 +549,7 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
     st = wait_all(xp, reqs, issued, n ? (ucx_peer_t *)runs[0].rmem->peer : NULL);
     for (size_t i = 0; i < n && st == FERRY_OK; i++) {
         ucx_peer_t *peer = runs[i].rmem->peer;
-        if (__atomic_load_n(&peer->lost, __ATOMIC_ACQUIRE)) st = FERRY_ERR_PEER_LOST;
+        if (peer_lost(peer)) st = FERRY_ERR_PEER_LOST;
         if (st == FERRY_OK && (i == 0 || runs[i].rmem != runs[i - 1].rmem)) st = ucx_rmem_check(xp, runs[i].rmem);
     }
     if (reqs != stack) ferry_free(xp->ctx, reqs);
