@@ -71,6 +71,7 @@ typedef struct {
     size_t slot_rkey_len[UCX_SLOTS];
     uint8_t slot_used[UCX_SLOTS];
     ucx_peer_t *peers;
+    ucx_peer_t *closed;       /* freed at the end: UCX's progress thread may still call back */
 } ucx_t;
 
 /* Backend data of a remote registration. */
@@ -199,6 +200,11 @@ static void ucx_fini(ferry_xport_t *xp) {
         u->peers = p->next;
         close_ep(u, p->ep);
         if (p->pidfd >= 0) close(p->pidfd);
+        ferry_free(xp->ctx, p);
+    }
+    while (u->closed) { /* the progress thread is gone: no callback can come now */
+        ucx_peer_t *p = u->closed;
+        u->closed = p->next;
         ferry_free(xp->ctx, p);
     }
     if (u->ctl_rkey) ucp_rkey_buffer_release(u->ctl_rkey);
@@ -394,8 +400,12 @@ static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
         }
     }
     close_ep(u, p->ep);
+    p->ep = NULL;
     if (p->pidfd >= 0) close(p->pidfd);
-    ferry_free(xp->ctx, p);
+    p->pidfd = -1;
+    __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+    p->next = u->closed;
+    u->closed = p;
 }
 
 static double now_s(void) {
@@ -547,6 +557,15 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
     }
     /* one wait per peer would be finer; runs of one batch usually share one */
     st = wait_all(xp, reqs, issued, n ? (ucx_peer_t *)runs[0].rmem->peer : NULL);
+    /* a put request completes when its local buffer is free again; the data
+     * is in the owner's memory only after a flush of the endpoint */
+    for (size_t i = 0; put && st == FERRY_OK && i < n; i++) {
+        ucx_peer_t *peer = runs[i].rmem->peer;
+        if (i > 0 && peer == runs[i - 1].rmem->peer) continue;
+        ucp_request_param_t fp = {.op_attr_mask = 0};
+        ucs_status_ptr_t f = peer->ep ? ucp_ep_flush_nbx(peer->ep, &fp) : UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
+        st = wait_all(xp, &f, 1, peer);
+    }
     for (size_t i = 0; i < n && st == FERRY_OK; i++) {
         ucx_peer_t *peer = runs[i].rmem->peer;
         if (peer_lost(peer)) st = FERRY_ERR_PEER_LOST;

@@ -73,6 +73,24 @@ static ferry_status_t put1(ferry_xport_t *xp, ferry_xport_rmem_t *r, uint64_t of
     return st;
 }
 
+/* Runs a role of this program in a fresh process (fork, then exec of
+ * ourselves): a forked copy of a process that already has threads (UCX's,
+ * the endpoint's) may inherit a lock held by one of them. The pipe ends a
+ * and b stay open across exec; the transport kind travels in the
+ * environment. */
+static pid_t spawn(const char *role, int a, int b) {
+    char sa[16], sb[16];
+    snprintf(sa, sizeof sa, "%d", a);
+    snprintf(sb, sizeof sb, "%d", b);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_xport", "--role", role, sa, sb, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 static int wait_child(pid_t pid) {
     int ws = 0;
     CHECK(waitpid(pid, &ws, 0) == pid);
@@ -159,9 +177,7 @@ static void test_reads_and_writes(ferry_ctx_t *ctx) {
     CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
     int to_child[2], to_parent[2];
     CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) reader(to_child[0], to_parent[1]);
+    pid_t pid = spawn("reader", to_child[0], to_parent[1]);
     send_blob(to_child[1], desc, dlen);
     CHECK(wait_child(pid) == 0);
     for (uint64_t k = 0; k < SIZE; k++) {
@@ -174,6 +190,27 @@ static void test_reads_and_writes(ferry_ctx_t *ctx) {
     printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, puts, range and descriptor checks\n");
 }
 
+static void stale_child(int in, int out) {
+    alarm(30);
+    ferry_ctx_t *c = test_ctx();
+    ferry_xport_t *x = endpoint(c, 1);
+    uint8_t desc[FERRY_XPORT_DESC_MAX], buf[64];
+    size_t dlen = recv_blob(in, desc, sizeof desc);
+    ferry_xport_rmem_t *r = NULL;
+    CHECK_OK(ferry_xport_rmem_unpack(x, desc, dlen, &r), ferry_xport_error(x));
+    CHECK_OK(get1(x, r, 0, buf, sizeof buf), ferry_xport_error(x));
+    signal_byte(out);
+    await_byte(in); /* the owner deregistered */
+    CHECK(get1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
+    CHECK(strstr(ferry_xport_error(x), "stale"));
+    CHECK(put1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
+    ferry_xport_rmem_t *r2 = NULL;
+    CHECK(ferry_xport_rmem_unpack(x, desc, dlen, &r2) == FERRY_ERR_STALE);
+    ferry_xport_destroy(x);
+    ferry_ctx_destroy(c);
+    _exit(0);
+}
+
 /* Deregistration makes descriptors stale for peers that already mapped them. */
 static void test_stale(ferry_ctx_t *ctx) {
     ferry_xport_t *xp = endpoint(ctx, 1);
@@ -184,27 +221,8 @@ static void test_stale(ferry_ctx_t *ctx) {
     CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        alarm(30);
-        ferry_ctx_t *c = test_ctx();
-        ferry_xport_t *x = endpoint(c, 1);
-        ferry_xport_rmem_t *r = NULL;
-        uint8_t buf[64];
-        CHECK_OK(ferry_xport_rmem_unpack(x, desc, dlen, &r), ferry_xport_error(x));
-        CHECK_OK(get1(x, r, 0, buf, sizeof buf), ferry_xport_error(x));
-        signal_byte(b[1]);
-        await_byte(a[0]); /* the owner deregistered */
-        CHECK(get1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
-        CHECK(strstr(ferry_xport_error(x), "stale"));
-        CHECK(put1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
-        ferry_xport_rmem_t *r2 = NULL;
-        CHECK(ferry_xport_rmem_unpack(x, desc, dlen, &r2) == FERRY_ERR_STALE);
-        ferry_xport_destroy(x);
-        ferry_ctx_destroy(c);
-        _exit(0);
-    }
+    pid_t pid = spawn("stale", a[0], b[1]);
+    send_blob(a[1], desc, dlen);
     await_byte(b[0]);
     ferry_xport_mem_deregister(m);
     /* a new registration may reuse the slot; the old descriptor stays stale */
@@ -223,24 +241,24 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static void idle_owner(int out) {
+    alarm(60);
+    ferry_ctx_t *c = test_ctx();
+    ferry_xport_t *x = endpoint(c, 1);
+    ferry_xport_mem_t *m = NULL;
+    CHECK_OK(ferry_xport_mem_alloc(x, 1u << 20, FERRY_MEM_HOST, &m), ferry_xport_error(x));
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen;
+    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
+    send_blob(out, desc, dlen);
+    for (;;) pause();
+}
+
 /* The owner killed with SIGKILL: the reader's next request fails, fast. */
 static void test_owner_killed(ferry_ctx_t *ctx) {
     int a[2];
     CHECK(pipe(a) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        alarm(60);
-        ferry_ctx_t *c = test_ctx();
-        ferry_xport_t *x = endpoint(c, 1);
-        ferry_xport_mem_t *m = NULL;
-        CHECK_OK(ferry_xport_mem_alloc(x, 1u << 20, FERRY_MEM_HOST, &m), ferry_xport_error(x));
-        uint8_t desc[FERRY_XPORT_DESC_MAX];
-        size_t dlen;
-        CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
-        send_blob(a[1], desc, dlen);
-        for (;;) pause();
-    }
+    pid_t pid = spawn("idle_owner", a[1], -1);
     ferry_xport_t *xp = endpoint(ctx, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX], buf[4096];
     size_t dlen = recv_blob(a[0], desc, sizeof desc);
@@ -265,37 +283,37 @@ static void test_owner_killed(ferry_ctx_t *ctx) {
     printf("  owner killed: PEER_LOST in %.1f ms\n", dt * 1e3);
 }
 
+static void user_owner(int out, int in) {
+    alarm(60);
+    ferry_ctx_t *c = test_ctx();
+    ferry_xport_t *x = endpoint(c, 1);
+    size_t n = 3u << 20;
+    uint8_t *mem = malloc(n);
+    CHECK(mem);
+    for (size_t k = 0; k < n; k++) mem[k] = pattern(k, 3);
+    ferry_xport_mem_t *m = NULL, *again = NULL;
+    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &m), ferry_xport_error(x));
+    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &again), ferry_xport_error(x));
+    CHECK(again == m); /* the registration cache */
+    ferry_xport_mem_deregister(again);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen;
+    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
+    send_blob(out, desc, dlen);
+    await_byte(in);
+    for (size_t k = 0; k < 4096; k++) CHECK(mem[100 + k] == pattern(k, 4)); /* the parent's put */
+    ferry_xport_mem_deregister(m);
+    signal_byte(out);
+    await_byte(in);
+    _exit(0);
+}
+
 /* Memory the caller owns, read and written with process_vm_*; the parent
  * reads the child (an ancestor may, whatever the ptrace policy). */
 static void test_user_memory(ferry_ctx_t *ctx) {
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        alarm(60);
-        ferry_ctx_t *c = test_ctx();
-        ferry_xport_t *x = endpoint(c, 1);
-        size_t n = 3u << 20;
-        uint8_t *mem = malloc(n);
-        CHECK(mem);
-        for (size_t k = 0; k < n; k++) mem[k] = pattern(k, 3);
-        ferry_xport_mem_t *m = NULL, *again = NULL;
-        CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &m), ferry_xport_error(x));
-        CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &again), ferry_xport_error(x));
-        CHECK(again == m); /* the registration cache */
-        ferry_xport_mem_deregister(again);
-        uint8_t desc[FERRY_XPORT_DESC_MAX];
-        size_t dlen;
-        CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
-        send_blob(a[1], desc, dlen);
-        await_byte(b[0]);
-        for (size_t k = 0; k < 4096; k++) CHECK(mem[100 + k] == pattern(k, 4)); /* the parent's put */
-        ferry_xport_mem_deregister(m);
-        signal_byte(a[1]);
-        await_byte(b[0]);
-        _exit(0);
-    }
+    pid_t pid = spawn("user_owner", a[1], b[0]);
     ferry_xport_t *xp = endpoint(ctx, 2);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen = recv_blob(a[0], desc, sizeof desc);
@@ -348,6 +366,7 @@ static void test_bad_arguments(ferry_ctx_t *ctx) {
 
 static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls) {
     g_kind = kind;
+    setenv("FERRY_TEST_XPORT_KIND", kind == FERRY_XPORT_UCX ? "ucx" : "shm", 1);
     if (ucx_tls) setenv("UCX_TLS", ucx_tls, 1); /* the forked peers inherit it */
     printf("%s%s%s:\n", kind == FERRY_XPORT_SHM ? "shm" : "ucx", ucx_tls ? ", UCX_TLS=" : "", ucx_tls ? ucx_tls : "");
     test_bad_arguments(ctx);
@@ -358,9 +377,19 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     unsetenv("UCX_TLS");
 }
 
-int main(void) {
-    ferry_ctx_t *ctx = test_ctx();
+int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
+    if (argc == 5 && !strcmp(argv[1], "--role")) { /* a peer process, see spawn() */
+        const char *k = getenv("FERRY_TEST_XPORT_KIND");
+        g_kind = k && !strcmp(k, "ucx") ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;
+        int a = atoi(argv[3]), b = atoi(argv[4]);
+        if (!strcmp(argv[2], "reader")) reader(a, b);
+        if (!strcmp(argv[2], "stale")) stale_child(a, b);
+        if (!strcmp(argv[2], "idle_owner")) idle_owner(a);
+        if (!strcmp(argv[2], "user_owner")) user_owner(a, b);
+        return 2;
+    }
+    ferry_ctx_t *ctx = test_ctx();
     suite(ctx, FERRY_XPORT_SHM, NULL);
     suite(ctx, FERRY_XPORT_UCX, "tcp");
     /* shared memory carries the RMA; TCP the keepalive that detects a dead peer */
