@@ -427,11 +427,12 @@ static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
 /* Waits for UCX requests (NULL entries are done already). At the deadline,
  * or when the owner is known to be gone, the peer's endpoint is force-closed,
  * which fails the requests still in flight. Returns the first failure. */
-static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, size_t n, ucx_peer_t *peer) {
+static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_peer_t *const *peers, size_t n) {
     ucx_t *u = xp->backend;
     ferry_status_t st = FERRY_OK;
     double deadline = now_s() + xp->timeout_ms / 1e3;
     for (size_t i = 0; i < n; i++) {
+        ucx_peer_t *peer = peers[i];
         if (!reqs[i]) continue;
         if (UCS_PTR_IS_ERR(reqs[i])) {
             if (st == FERRY_OK) st = from_ucs(UCS_PTR_STATUS(reqs[i]));
@@ -439,24 +440,30 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, size_t
             continue;
         }
         ucs_status_t s;
+        bool abandoned = false;
+        double hard = 0;
         while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) {
-            bool late = now_s() > deadline;
-            if (peer && (late || peer_lost(peer))) {
-                if (st == FERRY_OK) st = late && !peer_lost(peer) ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST;
-                abandon_peer(u, peer);
-                late = false;
-                deadline = now_s() + 1.0; /* for the aborted requests to come back */
-            } else if (late) {
-                break; /* cannot happen with a peer; never spin forever */
+            double now = now_s();
+            if (!abandoned && (now > deadline || peer_lost(peer))) {
+                if (st == FERRY_OK) st = peer_lost(peer) ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
+                abandon_peer(u, peer); /* fails what UCX can fail */
+                abandoned = true;
+                hard = now + 1.0;
+            } else if (abandoned && now > hard) {
+                break; /* UCX cannot cancel it (no peer-failure mode): left to UCX, never waited on again */
             }
             ucp_worker_progress(u->worker);
         }
-        if (s == UCS_INPROGRESS) continue; /* abandoned to UCX: not freed while it may still run */
+        if (s == UCS_INPROGRESS) {
+            reqs[i] = NULL;
+            continue;
+        }
         if (s != UCS_OK && st == FERRY_OK) st = from_ucs(s);
         ucp_request_free(reqs[i]);
         reqs[i] = NULL;
     }
-    if (st == FERRY_OK && peer && peer_lost(peer)) st = FERRY_ERR_PEER_LOST;
+    for (size_t i = 0; i < n && st == FERRY_OK; i++)
+        if (peer_lost(peers[i])) st = FERRY_ERR_PEER_LOST;
     return st;
 }
 
@@ -466,7 +473,7 @@ static ferry_status_t read_gen(ferry_xport_t *xp, ucx_peer_t *peer, const ucx_rm
     if (!peer->ep) return FERRY_ERR_PEER_LOST;
     ucp_request_param_t p = {.op_attr_mask = 0};
     ucs_status_ptr_t r = ucp_get_nbx(peer->ep, gen, sizeof *gen, b->ctl_addr + slot * sizeof(uint64_t), b->ctl_rkey, &p);
-    return wait_all(xp, &r, 1, peer);
+    return wait_all(xp, &r, &peer, 1);
 }
 
 static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, size_t len, ferry_xport_rmem_t *r) {
@@ -531,14 +538,20 @@ static ferry_status_t ucx_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t
     if (peer_lost(r->peer)) return FERRY_ERR_PEER_LOST;
     uint64_t now = 0;
     ferry_status_t st = read_gen(xp, (ucx_peer_t *)r->peer, (const ucx_rmem_t *)r->backend, r->slot, &now);
-    if (st) return st == FERRY_ERR_TIMEOUT ? FERRY_ERR_PEER_LOST : st;
+    if (st) return st;
     return now == r->gen ? FERRY_OK : FERRY_ERR_STALE;
 }
 
 static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                    ferry_xport_req_t *req) {
     ucs_status_ptr_t stack[64], *reqs = n <= 64 ? stack : ferry_alloc(xp->ctx, n * sizeof *reqs);
-    if (!reqs) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for UCX requests");
+    ucx_peer_t *pstack[64], **peers = n <= 64 ? pstack : ferry_alloc(xp->ctx, n * sizeof *peers);
+    if (!reqs || !peers) {
+        if (reqs != stack) ferry_free(xp->ctx, reqs);
+        if (peers != pstack) ferry_free(xp->ctx, peers);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for UCX requests");
+    }
+    for (size_t i = 0; i < n; i++) peers[i] = runs[i].rmem->peer;
     ferry_status_t st = FERRY_OK;
     size_t issued = 0;
     for (; issued < n; issued++) {
@@ -556,7 +569,7 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
                                     : ucp_get_nbx(ep, run->local, run->len, raddr, b->rkey, &p);
     }
     /* one wait per peer would be finer; runs of one batch usually share one */
-    st = wait_all(xp, reqs, issued, n ? (ucx_peer_t *)runs[0].rmem->peer : NULL);
+    st = wait_all(xp, reqs, peers, issued);
     /* a put request completes when its local buffer is free again; the data
      * is in the owner's memory only after a flush of the endpoint */
     for (size_t i = 0; put && st == FERRY_OK && i < n; i++) {
@@ -564,7 +577,7 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
         if (i > 0 && peer == runs[i - 1].rmem->peer) continue;
         ucp_request_param_t fp = {.op_attr_mask = 0};
         ucs_status_ptr_t f = peer->ep ? ucp_ep_flush_nbx(peer->ep, &fp) : UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
-        st = wait_all(xp, &f, 1, peer);
+        st = wait_all(xp, &f, &peer, 1);
     }
     for (size_t i = 0; i < n && st == FERRY_OK; i++) {
         ucx_peer_t *peer = runs[i].rmem->peer;
@@ -572,6 +585,7 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
         if (st == FERRY_OK && (i == 0 || runs[i].rmem != runs[i - 1].rmem)) st = ucx_rmem_check(xp, runs[i].rmem);
     }
     if (reqs != stack) ferry_free(xp->ctx, reqs);
+    if (peers != pstack) ferry_free(xp->ctx, peers);
     if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
     else if (st == FERRY_ERR_PEER_LOST) ferry_fail(&xp->err, st, "ucx: the owner of the memory is gone");
     else if (st == FERRY_ERR_TIMEOUT)

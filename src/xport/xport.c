@@ -248,8 +248,9 @@ static ferry_status_t transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs,
         ferry_status_t st = xp->ops->rmem_check(xp, r->rmem);
         if (st)
             return ferry_fail(&xp->err, st, "xport %s: run %zu: %s", what, i,
-                              st == FERRY_ERR_STALE ? "the registration has ended (stale descriptor)"
-                                                    : "the owner of the memory is gone");
+                              st == FERRY_ERR_STALE     ? "the registration has ended (stale descriptor)"
+                              : st == FERRY_ERR_TIMEOUT ? "the owner did not answer within the timeout"
+                                                        : "the owner of the memory is gone");
     }
     ferry_xport_req_t *req = ferry_calloc(xp->ctx, 1, sizeof *req);
     if (!req) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a request");

@@ -4,6 +4,7 @@
  * owner killed (-9) mid-session turning into FERRY_ERR_PEER_LOST within the
  * timeout, registered user memory, and the registration cache. Runs for shm,
  * and for UCX over TCP and over its shared-memory transports. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,12 +242,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void idle_owner(int out) {
+/* mib: the region's size in MiB (at least 1) */
+static void idle_owner(int out, int mib) {
     alarm(60);
     ferry_ctx_t *c = test_ctx();
     ferry_xport_t *x = endpoint(c, 1);
     ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(x, 1u << 20, FERRY_MEM_HOST, &m), ferry_xport_error(x));
+    CHECK_OK(ferry_xport_mem_alloc(x, (size_t)(mib > 0 ? mib : 1) << 20, FERRY_MEM_HOST, &m), ferry_xport_error(x));
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
     CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
@@ -258,7 +260,7 @@ static void idle_owner(int out) {
 static void test_owner_killed(ferry_ctx_t *ctx) {
     int a[2];
     CHECK(pipe(a) == 0);
-    pid_t pid = spawn("idle_owner", a[1], -1);
+    pid_t pid = spawn("idle_owner", a[1], 1);
     ferry_xport_t *xp = endpoint(ctx, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX], buf[4096];
     size_t dlen = recv_blob(a[0], desc, sizeof desc);
@@ -306,6 +308,58 @@ static void user_owner(int out, int in) {
     signal_byte(out);
     await_byte(in);
     _exit(0);
+}
+
+typedef struct {
+    pid_t pid;
+    int delay_ms;
+    double at;
+} killer_t;
+
+static void *kill_later(void *arg) {
+    killer_t *k = arg;
+    usleep((useconds_t)k->delay_ms * 1000);
+    k->at = now_s();
+    kill(k->pid, SIGKILL);
+    return NULL;
+}
+
+/* The owner killed while the reader streams 64 MiB gets: the request in
+ * flight (or the next) fails within the timeout; none returns bad data as
+ * good (the region holds a pattern that every successful get is checked
+ * against). */
+static void test_owner_killed_midstream(ferry_ctx_t *ctx) {
+    int a[2];
+    CHECK(pipe(a) == 0);
+    pid_t pid = spawn("idle_owner", a[1], 64);
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = recv_blob(a[0], desc, sizeof desc);
+    ferry_xport_rmem_t *r = NULL;
+    CHECK_OK(ferry_xport_rmem_unpack(xp, desc, dlen, &r), ferry_xport_error(xp));
+    size_t n = 64u << 20;
+    uint8_t *buf = malloc(n);
+    CHECK(buf);
+    CHECK_OK(get1(xp, r, 0, buf, n), ferry_xport_error(xp)); /* warm: the connection is up */
+    killer_t k = {pid, 20, 0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, kill_later, &k) == 0);
+    ferry_status_t st = FERRY_OK;
+    int good = 0;
+    while (st == FERRY_OK && good < 100000) {
+        st = get1(xp, r, 0, buf, n);
+        good += st == FERRY_OK;
+    }
+    double failed = now_s();
+    pthread_join(t, NULL);
+    CHECK(wait_child(pid) == 128 + SIGKILL);
+    CHECK(st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_TIMEOUT);
+    CHECK(failed - k.at < 3.0 + 1.0); /* the endpoint's timeout is 3 s */
+    printf("  owner killed mid-stream: %d good 64 MiB gets, then %s %.1f ms after the kill\n", good,
+           ferry_status_name(st), (failed - k.at) * 1e3);
+    free(buf);
+    ferry_xport_destroy(xp);
+    close(a[0]), close(a[1]);
 }
 
 /* Memory the caller owns, read and written with process_vm_*; the parent
@@ -373,6 +427,7 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     test_reads_and_writes(ctx);
     test_stale(ctx);
     test_owner_killed(ctx);
+    test_owner_killed_midstream(ctx);
     test_user_memory(ctx);
     unsetenv("UCX_TLS");
 }
@@ -385,7 +440,7 @@ int main(int argc, char **argv) {
         int a = atoi(argv[3]), b = atoi(argv[4]);
         if (!strcmp(argv[2], "reader")) reader(a, b);
         if (!strcmp(argv[2], "stale")) stale_child(a, b);
-        if (!strcmp(argv[2], "idle_owner")) idle_owner(a);
+        if (!strcmp(argv[2], "idle_owner")) idle_owner(a, b);
         if (!strcmp(argv[2], "user_owner")) user_owner(a, b);
         return 2;
     }
