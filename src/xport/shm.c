@@ -13,7 +13,14 @@
  * connection must not have hung up (else FERRY_ERR_PEER_LOST: the owner is
  * gone, and its memory may be half written).
  *
- * Descriptor body: pid(4) nonce(8) mode(1) slot(4) gen(8) size(8) addr(8). */
+ * Access: only processes of the owner's user that present the endpoint's
+ * secret (a random 64-bit value carried by its descriptors, never by the
+ * socket name) are answered. The pid used for process_vm is the one the
+ * kernel reports for the connected socket, so it is right across pid
+ * namespaces.
+ *
+ * Descriptor body: pid(4) nonce(8) mode(1) slot(4) gen(8) size(8) addr(8)
+ * secret(8). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -21,6 +28,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -30,7 +39,7 @@
 #include "xport/xport_internal.h"
 
 #define SHM_SLOTS 4096          /* registrations an endpoint holds at once */
-#define SHM_BODY 41
+#define SHM_BODY 49
 #define SHM_HELLO_MAGIC 0x46524d48u /* "FRMH" */
 
 enum { MODE_MAPPED = 1, MODE_VM = 2 };
@@ -40,7 +49,14 @@ typedef struct {
     uint32_t pid;
     uint64_t nonce;
     uint32_t slots;
+    int32_t status;          /* FERRY_OK, or why the connection is refused */
 } hello_t;
+
+typedef struct {
+    uint32_t magic;
+    uint32_t pad;
+    uint64_t secret;
+} auth_t;
 
 typedef struct {
     uint32_t slot;
@@ -50,7 +66,8 @@ typedef struct {
 
 /* A connection to another endpoint, shared by its descriptors. */
 typedef struct shm_peer_t {
-    uint32_t pid;
+    uint32_t pid;            /* as the descriptor says (identifies the endpoint) */
+    pid_t vm_pid;            /* as the kernel reports the socket's peer (for process_vm) */
     uint64_t nonce;
     int sock;
     const uint64_t *gens;    /* the owner's control page, read-only */
@@ -62,6 +79,7 @@ typedef struct shm_peer_t {
 typedef struct {
     uint32_t pid;
     uint64_t nonce;
+    uint64_t secret;
     int listen_fd;
     int wake[2];             /* tells the service thread to stop */
     pthread_t thread;
@@ -144,6 +162,7 @@ static int recv_msg(int sock, void *buf, size_t len, int *fd, uint32_t timeout_m
     ssize_t n;
     do n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
+    if (n < 0) msg.msg_controllen = 0; /* nothing was received: no descriptors to take */
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
             int got;
@@ -163,9 +182,17 @@ static int recv_msg(int sock, void *buf, size_t len, int *fd, uint32_t timeout_m
 
 #define MAX_CLIENTS 1024
 
-static void serve_request(shm_t *s, int sock) {
+/* Sends without blocking: a client that does not read its answers is dropped
+ * rather than allowed to stall the thread every other peer depends on. */
+static int send_now(int sock, const void *buf, size_t len, int fd) {
+    int fl = fcntl(sock, F_GETFL);
+    if (fl >= 0 && !(fl & O_NONBLOCK)) fcntl(sock, F_SETFL, fl | O_NONBLOCK);
+    return send_msg(sock, buf, len, fd);
+}
+
+static bool serve_request(shm_t *s, int sock) {
     fd_request_t rq;
-    if (recv_msg(sock, &rq, sizeof rq, NULL, 0) != 0) return;
+    if (recv_msg(sock, &rq, sizeof rq, NULL, 0) != 0) return false;
     int32_t status = FERRY_ERR_STALE;
     int fd = -1;
     pthread_mutex_lock(&s->lock);
@@ -175,36 +202,57 @@ static void serve_request(shm_t *s, int sock) {
         status = fd >= 0 ? FERRY_OK : FERRY_ERR_NO_MEMORY;
     }
     pthread_mutex_unlock(&s->lock);
-    send_msg(sock, &status, sizeof status, fd);
+    int r = send_now(sock, &status, sizeof status, fd);
     if (fd >= 0) close(fd);
+    return r == 0;
+}
+
+/* The first message of a client: the endpoint's secret, from a process of
+ * our user. Then the hello and the control page. */
+static bool serve_auth(shm_t *s, int sock) {
+    auth_t au;
+    struct ucred cred;
+    socklen_t cl = sizeof cred;
+    if (recv_msg(sock, &au, sizeof au, NULL, 0) != 0 || au.magic != SHM_HELLO_MAGIC || au.secret != s->secret ||
+        getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid())
+        return false;
+    hello_t hello = {SHM_HELLO_MAGIC, s->pid, s->nonce, SHM_SLOTS, FERRY_OK};
+    return send_now(sock, &hello, sizeof hello, s->control_fd) == 0;
 }
 
 static void *service(void *arg) {
     shm_t *s = arg;
     struct pollfd fds[MAX_CLIENTS + 2];
+    bool authed[MAX_CLIENTS + 2] = {false};
     size_t n = 2;
     fds[0] = (struct pollfd){s->wake[0], POLLIN, 0};
     fds[1] = (struct pollfd){s->listen_fd, POLLIN, 0};
-    hello_t hello = {SHM_HELLO_MAGIC, s->pid, s->nonce, SHM_SLOTS};
     for (;;) {
         int r = poll(fds, n, -1);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 || (fds[0].revents & POLLIN)) break;
         if (fds[1].revents & POLLIN) {
-            int c = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            if (c >= 0) {
-                if (n < MAX_CLIENTS + 2 && send_msg(c, &hello, sizeof hello, s->control_fd) == 0)
-                    fds[n++] = (struct pollfd){c, POLLIN, 0};
-                else
-                    close(c);
+            int c = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (c >= 0 && n < MAX_CLIENTS + 2) {
+                authed[n] = false;
+                fds[n++] = (struct pollfd){c, POLLIN, 0};
+            } else if (c >= 0) { /* full: say so, so the peer reports a limit, not a death */
+                hello_t busy = {SHM_HELLO_MAGIC, s->pid, s->nonce, SHM_SLOTS, FERRY_ERR_LIMIT};
+                send_now(c, &busy, sizeof busy, -1);
+                close(c);
             }
         }
         for (size_t i = 2; i < n; i++) {
-            if (fds[i].revents & (POLLHUP | POLLERR)) {
+            bool keep = true;
+            if (fds[i].revents & (POLLHUP | POLLERR)) keep = false;
+            else if (fds[i].revents & POLLIN) keep = authed[i] ? serve_request(s, fds[i].fd) : serve_auth(s, fds[i].fd);
+            if (keep && (fds[i].revents & POLLIN)) authed[i] = true;
+            if (!keep) {
                 close(fds[i].fd);
-                fds[i--] = fds[--n];
-            } else if (fds[i].revents & POLLIN) {
-                serve_request(s, fds[i].fd);
+                --n;
+                fds[i] = fds[n];
+                authed[i] = authed[n];
+                i--;
             }
         }
     }
@@ -223,6 +271,8 @@ static ferry_status_t shm_init(ferry_xport_t *xp) {
     xp->backend = s;
     s->pid = (uint32_t)getpid();
     s->nonce = make_nonce();
+    if (getrandom(&s->secret, sizeof s->secret, 0) != (ssize_t)sizeof s->secret)
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: no randomness for the endpoint's secret: %s", strerror(errno));
     size_t ctl = SHM_SLOTS * sizeof(uint64_t);
     s->control_fd = memfd_create("ferry-shm-control", MFD_CLOEXEC);
     if (s->control_fd < 0 || ftruncate(s->control_fd, (off_t)ctl) != 0)
@@ -357,12 +407,19 @@ static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_
     put64(b + 17, m->gen);
     put64(b + 25, m->size);
     put64(b + 33, (uint64_t)(uintptr_t)m->ptr);
+    put64(b + 41, s->secret);
     *len = SHM_BODY;
     return FERRY_OK;
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* The connection to the endpoint (pid, nonce), made on first use. */
-static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, shm_peer_t **out) {
+static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, uint64_t secret, shm_peer_t **out) {
     shm_t *s = xp->backend;
     for (shm_peer_t *p = s->peers; p; p = p->next) {
         if (p->pid == pid && p->nonce == nonce && !p->lost) {
@@ -373,26 +430,43 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
     struct sockaddr_un a;
     socklen_t alen;
     sock_name(&a, &alen, pid, nonce);
-    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: socket: %s", strerror(errno));
-    if (connect(sock, (struct sockaddr *)&a, alen) != 0) {
+    /* never blocks: a full backlog is retried until the timeout */
+    double deadline = mono_s() + xp->timeout_ms / 1e3;
+    int rc;
+    while ((rc = connect(sock, (struct sockaddr *)&a, alen)) != 0 && errno == EAGAIN && mono_s() < deadline)
+        usleep(1000);
+    if (rc != 0) {
         int e = errno;
         close(sock);
-        return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST,
-                          "shm: cannot reach endpoint %s (%s): the owner is gone or on another host",
-                          a.sun_path + 1, strerror(e));
+        return ferry_fail(&xp->err, e == EAGAIN ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST,
+                          "shm: cannot reach endpoint %s (%s): %s", a.sun_path + 1, strerror(e),
+                          e == EAGAIN ? "it accepts no connection within the timeout"
+                                      : "the owner is gone or on another host");
     }
+    auth_t au = {SHM_HELLO_MAGIC, 0, secret};
     hello_t hello;
     int cfd = -1;
-    int r = recv_msg(sock, &hello, sizeof hello, &cfd, xp->timeout_ms);
-    if (r != 0 || cfd < 0 || hello.magic != SHM_HELLO_MAGIC || hello.pid != pid || hello.nonce != nonce ||
-        hello.slots != SHM_SLOTS) {
+    int r = send_msg(sock, &au, sizeof au, -1) == 0 ? recv_msg(sock, &hello, sizeof hello, &cfd, xp->timeout_ms) : -1;
+    struct ucred cred;
+    socklen_t cl = sizeof cred;
+    bool ok = r == 0 && hello.magic == SHM_HELLO_MAGIC && hello.pid == pid && hello.nonce == nonce &&
+              hello.slots == SHM_SLOTS && hello.status == FERRY_OK && cfd >= 0 &&
+              getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0;
+    if (!ok) {
         if (cfd >= 0) close(cfd);
         close(sock);
-        return ferry_fail(&xp->err, r == -2 ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST,
-                          "shm: endpoint %s %s", a.sun_path + 1,
-                          r == -2 ? "did not answer within the timeout" : "answered with a bad hello");
+        if (r == 0 && hello.magic == SHM_HELLO_MAGIC && hello.status == FERRY_ERR_LIMIT)
+            return ferry_fail(&xp->err, FERRY_ERR_LIMIT, "shm: endpoint %s serves %d peers already", a.sun_path + 1,
+                              MAX_CLIENTS);
+        return ferry_fail(&xp->err, r == -2 ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST, "shm: endpoint %s %s",
+                          a.sun_path + 1,
+                          r == -2 ? "did not answer within the timeout"
+                                  : "refused the connection (another user, a wrong secret, or a bad hello)");
     }
+    int fl = fcntl(sock, F_GETFL); /* requests wait with poll; the socket itself may block */
+    if (fl >= 0) fcntl(sock, F_SETFL, fl & ~O_NONBLOCK);
     const uint64_t *gens = mmap(NULL, SHM_SLOTS * sizeof(uint64_t), PROT_READ, MAP_SHARED, cfd, 0);
     close(cfd);
     if (gens == MAP_FAILED) {
@@ -406,6 +480,7 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
     }
     p->pid = pid;
+    p->vm_pid = cred.pid;
     p->nonce = nonce;
     p->sock = sock;
     p->gens = gens;
@@ -433,14 +508,15 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
     if (len != SHM_BODY)
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: body of %zu bytes, not %d", len, SHM_BODY);
     uint32_t pid = get32(b), slot = get32(b + 13);
-    uint64_t nonce = get64(b + 4), gen = get64(b + 17), size = get64(b + 25), addr = get64(b + 33);
+    uint64_t nonce = get64(b + 4), gen = get64(b + 17), size = get64(b + 25), addr = get64(b + 33),
+             secret = get64(b + 41);
     uint8_t mode = b[12];
     if ((mode != MODE_MAPPED && mode != MODE_VM) || slot >= SHM_SLOTS || size == 0 || size > (uint64_t)SIZE_MAX ||
         (mode == MODE_VM && addr + size < addr))
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: mode %u, slot %u, size %llu make no sense",
                           mode, slot, (unsigned long long)size);
     shm_peer_t *peer = NULL;
-    ferry_status_t st = get_peer(xp, pid, nonce, &peer);
+    ferry_status_t st = get_peer(xp, pid, nonce, secret, &peer);
     if (st) return st;
     peer->refs++;
     r->peer = peer;
@@ -468,6 +544,14 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
                           rr == -2 ? "no answer within the timeout"
                           : rr != 0 ? "the owner is gone"
                                     : "the owner refused (stale descriptor)");
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != size) { /* the descriptor's size is not trusted */
+        close(fd);
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT,
+                          "shm descriptor: registration %u claims %llu bytes, the owner's memory has %lld", slot,
+                          (unsigned long long)size, (long long)sb.st_size);
     }
     void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -511,7 +595,7 @@ static ferry_status_t copy_run(ferry_xport_t *xp, const ferry_xport_run_t *run, 
     }
     while (len > 0) { /* process_vm_*: may move less than asked */
         struct iovec l = {local, len}, rv = {(void *)(uintptr_t)(r->remote_addr + at), len};
-        pid_t pid = (pid_t)((shm_peer_t *)r->peer)->pid;
+        pid_t pid = ((shm_peer_t *)r->peer)->vm_pid;
         ssize_t n = put ? process_vm_writev(pid, &l, 1, &rv, 1, 0) : process_vm_readv(pid, &l, 1, &rv, 1, 0);
         if (n <= 0) {
             if (n < 0 && errno == EINTR) continue;

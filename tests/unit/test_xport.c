@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "check.h"
 #include "ferry/xport.h"
 
@@ -398,6 +400,64 @@ static void test_user_memory(ferry_ctx_t *ctx) {
     close(a[0]), close(a[1]), close(b[0]), close(b[1]);
 }
 
+/* Rewrites 8 bytes of a descriptor's body and its checksum: a descriptor a
+ * peer could forge (the checksum catches corruption, not forgery). */
+static void forge(uint8_t *desc, size_t len, size_t body_off, uint64_t value) {
+    for (int i = 0; i < 8; i++) desc[8 + body_off + (size_t)i] = (uint8_t)(value >> (8 * i));
+    uint64_t h = XXH3_64bits(desc, len - 8);
+    for (int i = 0; i < 8; i++) desc[len - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
+}
+
+/* shm: a reader of another user, or one without the endpoint's secret, is
+ * refused; a descriptor that overstates the region's size is refused. */
+static void forger(int in, int out) {
+    alarm(30);
+    ferry_ctx_t *c = test_ctx();
+    ferry_xport_t *x = endpoint(c, 1);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = recv_blob(in, desc, sizeof desc);
+    ferry_xport_rmem_t *r = NULL;
+    uint8_t good[FERRY_XPORT_DESC_MAX];
+    memcpy(good, desc, dlen);
+    forge(desc, dlen, 41, 0x1234); /* a guessed secret */
+    CHECK(ferry_xport_rmem_unpack(x, desc, dlen, &r) == FERRY_ERR_PEER_LOST && r == NULL);
+    CHECK(strstr(ferry_xport_error(x), "refused"));
+    memcpy(desc, good, dlen);
+    forge(desc, dlen, 25, 64u << 20); /* 64 MiB claimed for a 64 KiB region */
+    CHECK(ferry_xport_rmem_unpack(x, desc, dlen, &r) == FERRY_ERR_CORRUPT && r == NULL);
+    CHECK(strstr(ferry_xport_error(x), "claims"));
+    if (getuid() == 0) { /* another user with the right descriptor */
+        ferry_xport_destroy(x);
+        CHECK(setgid(65534) == 0 && setuid(65534) == 0);
+        x = endpoint(c, 1);
+        CHECK(ferry_xport_rmem_unpack(x, good, dlen, &r) == FERRY_ERR_PEER_LOST && r == NULL);
+    }
+    ferry_xport_destroy(x);
+    ferry_ctx_destroy(c);
+    signal_byte(out);
+    _exit(0);
+}
+
+static void test_shm_access(ferry_ctx_t *ctx) {
+    if (g_kind != FERRY_XPORT_SHM) return;
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    ferry_xport_mem_t *m = NULL;
+    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen;
+    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
+    int a[2], b[2];
+    CHECK(pipe(a) == 0 && pipe(b) == 0);
+    pid_t pid = spawn("forger", a[0], b[1]);
+    send_blob(a[1], desc, dlen);
+    await_byte(b[0]);
+    CHECK(wait_child(pid) == 0);
+    ferry_xport_mem_deregister(m);
+    ferry_xport_destroy(xp);
+    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    printf("  access: a wrong secret, an overstated size%s refused\n", getuid() == 0 ? " and another user" : "");
+}
+
 static void test_bad_arguments(ferry_ctx_t *ctx) {
     ferry_xport_t *xp = NULL;
     ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_THREADS, .threads = 0};
@@ -425,6 +485,7 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     printf("%s%s%s:\n", kind == FERRY_XPORT_SHM ? "shm" : "ucx", ucx_tls ? ", UCX_TLS=" : "", ucx_tls ? ucx_tls : "");
     test_bad_arguments(ctx);
     test_reads_and_writes(ctx);
+    test_shm_access(ctx);
     test_stale(ctx);
     test_owner_killed(ctx);
     test_owner_killed_midstream(ctx);
@@ -442,6 +503,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "stale")) stale_child(a, b);
         if (!strcmp(argv[2], "idle_owner")) idle_owner(a, b);
         if (!strcmp(argv[2], "user_owner")) user_owner(a, b);
+        if (!strcmp(argv[2], "forger")) forger(a, b);
         return 2;
     }
     ferry_ctx_t *ctx = test_ctx();
