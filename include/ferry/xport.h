@@ -70,7 +70,10 @@ typedef struct ferry_xport_req ferry_xport_req_t;   /* one get/put of one or man
 /* Largest descriptor any backend packs. */
 #define FERRY_XPORT_DESC_MAX 1024
 
-/* Creates an endpoint. SHM starts its service thread here.
+/* Creates an endpoint. SHM starts its service thread here; UCX its progress
+ * thread, and it sets UCX_TCP_{TX,RX}_SEG_SIZE and UCX_TCP_{SND,RCV}BUF in
+ * the environment when they are unset (create UCX endpoints before other
+ * threads read the environment).
  * Ownership: caller owns *out (ferry_xport_destroy). Errors: detail on ctx.
  * Thread-safety: the endpoint and everything made from it are used by one
  * thread at a time (the service thread is internal). */
@@ -98,7 +101,11 @@ ferry_status_t ferry_xport_mem_register(ferry_xport_t *xp, void *ptr, size_t siz
                                         ferry_mem_type_t type, ferry_xport_mem_t **out);
 
 /* Drops a reference; the last one ends the registration: descriptors of it
- * become stale and peers' reads of it fail with FERRY_ERR_STALE. */
+ * become stale and peers' reads of it fail with FERRY_ERR_STALE. A read
+ * racing the end returns STALE, never as good data; a put racing it may
+ * still land, so end a registration only when no peer writes it. UCX keeps
+ * the mapping until the endpoint ends (its progress thread may still serve
+ * a late emulated get from it): caller-owned memory must stay valid as long. */
 void ferry_xport_mem_deregister(ferry_xport_mem_t *mem);
 
 void *ferry_xport_mem_ptr(const ferry_xport_mem_t *mem);
@@ -111,8 +118,11 @@ ferry_status_t ferry_xport_mem_pack(const ferry_xport_mem_t *mem, void *buf, siz
 
 /* Connects to the endpoint a descriptor names (once per owner; descriptors of
  * the same owner share the connection) and resolves the registration.
- * Corrupt, truncated or foreign descriptors are refused (FERRY_ERR_CORRUPT)
- * before anything in them is used. Ownership: *out belongs to xp and lives
+ * Corrupt or truncated descriptors are refused (FERRY_ERR_CORRUPT), one of
+ * another transport kind too (FERRY_ERR_MISMATCH), before anything in them is
+ * used. The checksum catches corruption, not forgery: descriptors must come
+ * over a trusted channel (shm additionally serves only the owner's user with
+ * the endpoint's secret, and checks sizes against the real memory). Ownership: *out belongs to xp and lives
  * until ferry_xport_rmem_release or the endpoint's end. */
 ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size_t len,
                                        ferry_xport_rmem_t **out);
@@ -144,7 +154,9 @@ ferry_status_t ferry_xport_put(ferry_xport_t *xp, const ferry_xport_run_t *runs,
 ferry_status_t ferry_xport_progress(ferry_xport_t *xp);
 
 /* Waits up to timeout_ms (-1: the endpoint's timeout) for a request;
- * returns its final status (FERRY_ERR_TIMEOUT if it did not finish). */
+ * returns its final status (FERRY_ERR_TIMEOUT if it did not finish). Both
+ * backends finish a request inside get/put (bounded by the endpoint's
+ * timeout), so this returns at once today. */
 ferry_status_t ferry_xport_req_wait(ferry_xport_req_t *req, int timeout_ms);
 void ferry_xport_req_free(ferry_xport_req_t *req);
 

@@ -72,6 +72,8 @@ typedef struct {
     uint8_t slot_used[UCX_SLOTS];
     ucx_peer_t *peers;
     ucx_peer_t *closed;       /* freed at the end: UCX's progress thread may still call back */
+    ucp_mem_h *parked;        /* ended registrations, unmapped at the end: a peer's emulated */
+    size_t nparked, cap_parked; /* get may still be served from them by the progress thread */
 } ucx_t;
 
 /* Backend data of a remote registration. */
@@ -116,7 +118,8 @@ static void tune(void) {
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) setenv(kv[i][0], kv[i][1], 0);
 }
 
-/* Processes on one machine and in one network namespace share this value. */
+/* Processes on one machine, in one network and one pid namespace share this
+ * value: only then is the owner's pid in a descriptor meaningful here. */
 static uint64_t host_identity(void) {
     char buf[256] = "";
     size_t n = 0;
@@ -126,6 +129,8 @@ static uint64_t host_identity(void) {
         fclose(f);
     }
     ssize_t l = readlink("/proc/self/ns/net", buf + n, sizeof buf - n - 1);
+    if (l > 0) n += (size_t)l;
+    l = readlink("/proc/self/ns/pid", buf + n, sizeof buf - n - 1); /* the descriptor's pid means ours */
     if (l > 0) n += (size_t)l;
     return XXH3_64bits(buf, n);
 }
@@ -185,16 +190,21 @@ static void close_ep(ucx_t *u, ucp_ep_h ep) {
     }
 }
 
+static void ucx_quiesce(ferry_xport_t *xp) {
+    ucx_t *u = xp->backend;
+    if (!u || !u->running) return;
+    u->stop = true;
+    char b = 1;
+    ssize_t w = write(u->wake[1], &b, 1);
+    (void)w;
+    pthread_join(u->thread, NULL);
+    u->running = false;
+}
+
 static void ucx_fini(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     if (!u) return;
-    if (u->running) {
-        u->stop = true;
-        char b = 1;
-        ssize_t w = write(u->wake[1], &b, 1);
-        (void)w;
-        pthread_join(u->thread, NULL);
-    }
+    ucx_quiesce(xp);
     while (u->peers) {
         ucx_peer_t *p = u->peers;
         u->peers = p->next;
@@ -207,6 +217,8 @@ static void ucx_fini(ferry_xport_t *xp) {
         u->closed = p->next;
         ferry_free(xp->ctx, p);
     }
+    for (size_t i = 0; i < u->nparked; i++) ucp_mem_unmap(u->context, u->parked[i]);
+    ferry_free(xp->ctx, u->parked);
     if (u->ctl_rkey) ucp_rkey_buffer_release(u->ctl_rkey);
     if (u->ctl_memh) ucp_mem_unmap(u->context, u->ctl_memh);
     if (u->address) ucp_worker_release_address(u->worker, u->address);
@@ -271,7 +283,14 @@ static void ucx_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
     pthread_mutex_lock(&u->lock);
     __atomic_add_fetch(&u->gens[m->slot], 1, __ATOMIC_RELEASE);
     ucp_rkey_buffer_release(u->slot_rkey[m->slot]);
-    ucp_mem_unmap(u->context, u->slot_memh[m->slot]);
+    /* UCX serves emulated gets of this memory from the progress thread,
+     * after the generation check, with no way to tell when the last one is
+     * done: the mapping (and memory UCX allocated) lives until the endpoint
+     * ends. Caller-owned memory must stay valid as long (docs/transport.md). */
+    if (u->running && ferry_grow(xp->ctx, (void **)&u->parked, sizeof *u->parked, &u->cap_parked, u->nparked + 1) == 0)
+        u->parked[u->nparked++] = u->slot_memh[m->slot];
+    else
+        ucp_mem_unmap(u->context, u->slot_memh[m->slot]);
     u->slot_used[m->slot] = 0;
     u->slot_memh[m->slot] = NULL;
     u->slot_rkey[m->slot] = NULL;
@@ -615,4 +634,5 @@ const xport_ops_t xport_ucx_ops = {
     .rmem_check = ucx_rmem_check,
     .transfer = ucx_transfer,
     .progress = ucx_progress,
+    .quiesce = ucx_quiesce,
 };

@@ -58,6 +58,7 @@ ferry_status_t ferry_xport_create(ferry_ctx_t *ctx, const ferry_xport_params_t *
     ferry_status_t st = ops->init(xp);
     if (st != FERRY_OK) {
         ferry_fail(cerr, st, "%s", xp->err.text);
+        ops->fini(xp); /* undoes whatever init got to */
         ferry_free(ctx, xp);
         return st;
     }
@@ -67,6 +68,7 @@ ferry_status_t ferry_xport_create(ferry_ctx_t *ctx, const ferry_xport_params_t *
 
 void ferry_xport_destroy(ferry_xport_t *xp) {
     if (!xp) return;
+    if (xp->ops->quiesce) xp->ops->quiesce(xp); /* no peer is served from here on */
     while (xp->rmems) ferry_xport_rmem_release(xp->rmems);
     while (xp->mems) {
         xp->mems->refs = 1;

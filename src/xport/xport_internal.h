@@ -59,6 +59,8 @@ typedef struct xport_ops {
     ferry_status_t (*transfer)(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                ferry_xport_req_t *req);
     ferry_status_t (*progress)(ferry_xport_t *xp);
+    /* optional: stop serving peers before the endpoint is torn down */
+    void (*quiesce)(ferry_xport_t *xp);
 } xport_ops_t;
 
 struct ferry_xport {
