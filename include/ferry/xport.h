@@ -19,8 +19,9 @@
  *    UCX needs the owner's worker to progress emulated RMA (user memory,
  *    TCP) and connection set-up.
  *
- * Requests complete when ferry_xport_req_wait returns; backends that finish
- * work in the calling thread complete them before returning from get/put.
+ * Requests complete when ferry_xport_req_wait returns; shm finishes its
+ * copies in the calling thread before get/put return, UCX leaves them in
+ * flight so that requests to many owners overlap.
  */
 #ifndef FERRY_XPORT_H
 #define FERRY_XPORT_H
@@ -153,11 +154,16 @@ ferry_status_t ferry_xport_put(ferry_xport_t *xp, const ferry_xport_run_t *runs,
 /* Drives pending requests forward without blocking. */
 ferry_status_t ferry_xport_progress(ferry_xport_t *xp);
 
-/* Waits up to timeout_ms (-1: the endpoint's timeout) for a request;
- * returns its final status (FERRY_ERR_TIMEOUT if it did not finish). Both
- * backends finish a request inside get/put (bounded by the endpoint's
- * timeout), so this returns at once today. */
+/* Waits up to timeout_ms (-1: the endpoint's timeout) for a request and
+ * finishes it; returns its final status (FERRY_ERR_TIMEOUT if it did not
+ * finish: its transfers are then aborted, and its local bytes undefined).
+ * UCX requests are in flight from get/put until their wait, so many requests
+ * (to many owners) overlap; shm copies run inside get/put and this returns
+ * at once. The remote regions of a request must not be released before its
+ * wait. */
 ferry_status_t ferry_xport_req_wait(ferry_xport_req_t *req, int timeout_ms);
+/* Frees a request; one not yet waited is waited first (nothing may write
+ * into the caller's buffers afterwards). */
 void ferry_xport_req_free(ferry_xport_req_t *req);
 
 #pragma GCC visibility pop

@@ -561,58 +561,89 @@ static ferry_status_t ucx_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t
     return now == r->gen ? FERRY_OK : FERRY_ERR_STALE;
 }
 
+/* A request in flight: what its wait needs to finish it. */
+typedef struct {
+    size_t n;
+    bool put;
+    ucs_status_ptr_t *reqs;
+    ucx_peer_t **peers;
+    ferry_xport_rmem_t **rmems;
+} ucx_pending_t;
+
+static void free_pending(ferry_xport_t *xp, ucx_pending_t *pd) {
+    ferry_free(xp->ctx, pd->reqs);
+    ferry_free(xp->ctx, pd->peers);
+    ferry_free(xp->ctx, pd->rmems);
+    ferry_free(xp->ctx, pd);
+}
+
+/* Issues every run and returns: the transfers proceed (the progress thread
+ * drives them) until ferry_xport_req_wait finishes the request. */
 static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                    ferry_xport_req_t *req) {
-    ucs_status_ptr_t stack[64], *reqs = n <= 64 ? stack : ferry_alloc(xp->ctx, n * sizeof *reqs);
-    ucx_peer_t *pstack[64], **peers = n <= 64 ? pstack : ferry_alloc(xp->ctx, n * sizeof *peers);
-    if (!reqs || !peers) {
-        if (reqs != stack) ferry_free(xp->ctx, reqs);
-        if (peers != pstack) ferry_free(xp->ctx, peers);
+    ucx_pending_t *pd = ferry_calloc(xp->ctx, 1, sizeof *pd);
+    if (pd) {
+        pd->reqs = ferry_calloc(xp->ctx, n ? n : 1, sizeof *pd->reqs);
+        pd->peers = ferry_calloc(xp->ctx, n ? n : 1, sizeof *pd->peers);
+        pd->rmems = ferry_calloc(xp->ctx, n ? n : 1, sizeof *pd->rmems);
+    }
+    if (!pd || !pd->reqs || !pd->peers || !pd->rmems) {
+        if (pd) free_pending(xp, pd);
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for UCX requests");
     }
-    for (size_t i = 0; i < n; i++) peers[i] = runs[i].rmem->peer;
-    ferry_status_t st = FERRY_OK;
-    size_t issued = 0;
-    for (; issued < n; issued++) {
-        const ferry_xport_run_t *run = &runs[issued];
+    pd->n = n;
+    pd->put = put;
+    for (size_t i = 0; i < n; i++) {
+        const ferry_xport_run_t *run = &runs[i];
         const ucx_rmem_t *b = (const ucx_rmem_t *)run->rmem->backend;
+        pd->peers[i] = run->rmem->peer;
+        pd->rmems[i] = run->rmem;
         ucp_request_param_t p = {.op_attr_mask = 0};
         uint64_t raddr = run->rmem->remote_addr + run->remote_offset;
-        ucp_ep_h ep = ((ucx_peer_t *)run->rmem->peer)->ep;
+        ucp_ep_h ep = pd->peers[i]->ep;
         if (!ep) {
-            reqs[issued] = UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
+            pd->reqs[i] = UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
             continue;
         }
-        reqs[issued] = run->len == 0 ? NULL
-                       : put        ? ucp_put_nbx(ep, run->local, run->len, raddr, b->rkey, &p)
-                                    : ucp_get_nbx(ep, run->local, run->len, raddr, b->rkey, &p);
+        pd->reqs[i] = run->len == 0 ? NULL
+                      : put        ? ucp_put_nbx(ep, run->local, run->len, raddr, b->rkey, &p)
+                                   : ucp_get_nbx(ep, run->local, run->len, raddr, b->rkey, &p);
     }
-    /* one wait per peer would be finer; runs of one batch usually share one */
-    st = wait_all(xp, reqs, peers, issued);
+    req->backend = pd;
+    req->done = false;
+    return FERRY_OK;
+}
+
+static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, int timeout_ms) {
+    ucx_pending_t *pd = req->backend;
+    uint32_t saved = xp->timeout_ms;
+    if (timeout_ms >= 0) xp->timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 1;
+    ferry_status_t st = wait_all(xp, pd->reqs, pd->peers, pd->n);
     /* a put request completes when its local buffer is free again; the data
      * is in the owner's memory only after a flush of the endpoint */
-    for (size_t i = 0; put && st == FERRY_OK && i < n; i++) {
-        ucx_peer_t *peer = runs[i].rmem->peer;
-        if (i > 0 && peer == runs[i - 1].rmem->peer) continue;
+    for (size_t i = 0; pd->put && st == FERRY_OK && i < pd->n; i++) {
+        ucx_peer_t *peer = pd->peers[i];
+        if (i > 0 && peer == pd->peers[i - 1]) continue;
         ucp_request_param_t fp = {.op_attr_mask = 0};
         ucs_status_ptr_t f = peer->ep ? ucp_ep_flush_nbx(peer->ep, &fp) : UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
         st = wait_all(xp, &f, &peer, 1);
     }
-    for (size_t i = 0; i < n && st == FERRY_OK; i++) {
-        ucx_peer_t *peer = runs[i].rmem->peer;
-        if (peer_lost(peer)) st = FERRY_ERR_PEER_LOST;
-        if (st == FERRY_OK && (i == 0 || runs[i].rmem != runs[i - 1].rmem)) st = ucx_rmem_check(xp, runs[i].rmem);
+    xp->timeout_ms = saved;
+    for (size_t i = 0; i < pd->n && st == FERRY_OK; i++) {
+        if (peer_lost(pd->peers[i])) st = FERRY_ERR_PEER_LOST;
+        if (st == FERRY_OK && (i == 0 || pd->rmems[i] != pd->rmems[i - 1])) st = ucx_rmem_check(xp, pd->rmems[i]);
     }
-    if (reqs != stack) ferry_free(xp->ctx, reqs);
-    if (peers != pstack) ferry_free(xp->ctx, peers);
     if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
     else if (st == FERRY_ERR_PEER_LOST) ferry_fail(&xp->err, st, "ucx: the owner of the memory is gone");
     else if (st == FERRY_ERR_TIMEOUT)
-        ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %u ms", xp->timeout_ms);
+        ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %d ms",
+                   timeout_ms >= 0 ? timeout_ms : (int)xp->timeout_ms);
     else if (st) ferry_fail(&xp->err, st, "ucx: the transfer failed");
+    free_pending(xp, pd);
+    req->backend = NULL;
     req->status = st;
     req->done = true;
-    return FERRY_OK;
+    return st;
 }
 
 static ferry_status_t ucx_progress(ferry_xport_t *xp) {
@@ -635,4 +666,5 @@ const xport_ops_t xport_ucx_ops = {
     .transfer = ucx_transfer,
     .progress = ucx_progress,
     .quiesce = ucx_quiesce,
+    .req_wait = ucx_req_wait,
 };

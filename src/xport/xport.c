@@ -281,16 +281,14 @@ ferry_status_t ferry_xport_progress(ferry_xport_t *xp) {
 
 ferry_status_t ferry_xport_req_wait(ferry_xport_req_t *req, int timeout_ms) {
     if (!req) return FERRY_ERR_INVALID_ARGUMENT;
-    (void)timeout_ms; /* shm completes requests before get/put return */
-    while (!req->done) {
-        ferry_status_t st = ferry_xport_progress(req->xp);
-        if (st) return st;
-    }
-    return req->status;
+    if (!req->done && req->xp->ops->req_wait) return req->xp->ops->req_wait(req->xp, req, timeout_ms);
+    return req->status; /* shm finishes its copies inside get/put */
 }
 
 void ferry_xport_req_free(ferry_xport_req_t *req) {
-    if (req) ferry_free(req->xp->ctx, req);
+    if (!req) return;
+    if (!req->done) ferry_xport_req_wait(req, -1); /* nothing may still write into the caller's buffers */
+    ferry_free(req->xp->ctx, req);
 }
 
 /* ---- parallel copy ------------------------------------------------------ */

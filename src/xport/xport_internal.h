@@ -40,6 +40,7 @@ struct ferry_xport_req {
     ferry_xport_t *xp;
     ferry_status_t status;
     bool done;
+    void *backend;           /* a backend's state of a request in flight */
 };
 
 typedef struct xport_ops {
@@ -55,12 +56,16 @@ typedef struct xport_ops {
     void (*rmem_release)(ferry_xport_t *xp, ferry_xport_rmem_t *rmem);
     /* FERRY_OK, FERRY_ERR_STALE or FERRY_ERR_PEER_LOST */
     ferry_status_t (*rmem_check)(ferry_xport_t *xp, const ferry_xport_rmem_t *rmem);
-    /* runs are checked already; completes req (synchronously or later) */
+    /* runs are checked already; completes req now (done = true), or leaves
+     * it in flight for req_wait */
     ferry_status_t (*transfer)(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                ferry_xport_req_t *req);
     ferry_status_t (*progress)(ferry_xport_t *xp);
     /* optional: stop serving peers before the endpoint is torn down */
     void (*quiesce)(ferry_xport_t *xp);
+    /* for backends whose transfer returns before the request is done:
+     * finishes it (timeout_ms < 0: the endpoint's) and sets its status */
+    ferry_status_t (*req_wait)(ferry_xport_t *xp, ferry_xport_req_t *req, int timeout_ms);
 } xport_ops_t;
 
 struct ferry_xport {

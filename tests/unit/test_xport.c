@@ -136,6 +136,19 @@ static void reader(int rfd, int wfd) {
     for (int i = 0; i < 256; i++)
         for (int k = 0; k < 4096; k++)
             if (buf[i * 4096 + k] != pattern(runs[i].remote_offset + (uint64_t)k, 1)) CHECK(!"batched get wrong");
+    /* four requests in flight at once, waited afterwards; a fifth freed unwaited */
+    ferry_xport_req_t *many[5] = {NULL};
+    for (int i = 0; i < 5; i++) {
+        ferry_xport_run_t one = {r, (uint64_t)i * (1u << 20), buf + (size_t)i * (1u << 20), 1u << 20};
+        CHECK_OK(ferry_xport_get(xp, &one, 1, &many[i]), ferry_xport_error(xp));
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(ferry_xport_req_wait(many[i], -1), ferry_xport_error(xp));
+        ferry_xport_req_free(many[i]);
+    }
+    ferry_xport_req_free(many[4]); /* waits first */
+    for (uint64_t k = 0; k < (5u << 20); k++)
+        if (buf[k] != pattern(k, 1)) CHECK(!"overlapping gets returned wrong bytes");
     /* puts: [1 MiB, 3 MiB) gets pattern 2, in one put and a batch */
     for (uint64_t k = 0; k < (2u << 20); k++) buf[k] = pattern((1u << 20) + k, 2);
     CHECK_OK(put1(xp, r, 1u << 20, buf, 1u << 20), ferry_xport_error(xp));
@@ -190,7 +203,8 @@ static void test_reads_and_writes(ferry_ctx_t *ctx) {
     ferry_xport_mem_deregister(m);
     ferry_xport_destroy(xp);
     close(to_child[0]), close(to_child[1]), close(to_parent[0]), close(to_parent[1]);
-    printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, puts, range and descriptor checks\n");
+    printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, 5 requests in flight, puts, range "
+           "and descriptor checks\n");
 }
 
 static void stale_child(int in, int out) {
