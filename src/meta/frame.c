@@ -2,30 +2,13 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "meta/frame.h"
-
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* xxh3-64 of the body, seeded with the first 8 header bytes: one pass, and
  * a flipped type or length changes the sum as much as a flipped body byte */
 static uint64_t frame_sum(const uint8_t head[8], const void *body, uint32_t len) {
-    return XXH3_64bits_withSeed(len ? body : "", len, get_u64(head));
+    return XXH3_64bits_withSeed(len ? body : "", len, ferry_get_le(head, 8));
 }
 
 void frame_header(uint8_t type, const void *body, uint32_t len, uint8_t out[FRAME_HEADER]) {
@@ -33,8 +16,8 @@ void frame_header(uint8_t type, const void *body, uint32_t len, uint8_t out[FRAM
     out[1] = 'M';
     out[2] = FRAME_VERSION;
     out[3] = type;
-    put_u32(out + 4, len);
-    put_u64(out + 8, frame_sum(out, body, len));
+    ferry_put_le(out + 4, len, 4);
+    ferry_put_le(out + 8, frame_sum(out, body, len), 8);
 }
 
 void frame_reader_init(frame_reader_t *r, ferry_ctx_t *ctx, uint32_t max_body) {
@@ -58,7 +41,7 @@ static ferry_status_t check_header(frame_reader_t *r) {
     if (h[2] != FRAME_VERSION)
         return ferry_fail(&r->err, FERRY_ERR_UNSUPPORTED, "frame: protocol version %u, this side speaks %u", h[2],
                           FRAME_VERSION);
-    uint32_t len = get_u32(h + 4);
+    uint32_t len = (uint32_t)ferry_get_le(h + 4, 4);
     if (len > r->max_body)
         return ferry_fail(&r->err, FERRY_ERR_LIMIT, "frame: a %u-byte body exceeds the %u-byte limit", len,
                           r->max_body);
@@ -96,9 +79,9 @@ int frame_reader_next(frame_reader_t *r, uint8_t *type, const uint8_t **body, ui
         return 0;
     }
     const uint8_t *h = r->buf + r->start;
-    uint32_t n = get_u32(h + 4);
+    uint32_t n = (uint32_t)ferry_get_le(h + 4, 4);
     if (have - FRAME_HEADER < n) return 0;
-    if (frame_sum(h, h + FRAME_HEADER, n) != get_u64(h + 8)) {
+    if (frame_sum(h, h + FRAME_HEADER, n) != ferry_get_le(h + 8, 8)) {
         *error = r->failed = ferry_fail(&r->err, FERRY_ERR_CORRUPT, "frame: checksum mismatch on a %u-byte frame", n);
         return 0;
     }

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "xport/xport_internal.h"
 
 #define SHM_SLOTS 4096          /* registrations an endpoint holds at once */
@@ -382,32 +383,17 @@ static void shm_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
     }
 }
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_t cap, size_t *len) {
     shm_t *s = m->xp->backend;
     if (cap < SHM_BODY) return FERRY_ERR_LIMIT;
-    put32(b, s->pid);
-    put64(b + 4, s->nonce);
+    ferry_put_le(b, s->pid, 4);
+    ferry_put_le(b + 4, s->nonce, 8);
     b[12] = m->allocated ? MODE_MAPPED : MODE_VM;
-    put32(b + 13, m->slot);
-    put64(b + 17, m->gen);
-    put64(b + 25, m->size);
-    put64(b + 33, (uint64_t)(uintptr_t)m->ptr);
-    put64(b + 41, s->secret);
+    ferry_put_le(b + 13, m->slot, 4);
+    ferry_put_le(b + 17, m->gen, 8);
+    ferry_put_le(b + 25, m->size, 8);
+    ferry_put_le(b + 33, (uint64_t)(uintptr_t)m->ptr, 8);
+    ferry_put_le(b + 41, s->secret, 8);
     *len = SHM_BODY;
     return FERRY_OK;
 }
@@ -507,9 +493,9 @@ static void put_peer(ferry_xport_t *xp, shm_peer_t *p) {
 static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_t len, ferry_xport_rmem_t *r) {
     if (len != SHM_BODY)
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: body of %zu bytes, not %d", len, SHM_BODY);
-    uint32_t pid = get32(b), slot = get32(b + 13);
-    uint64_t nonce = get64(b + 4), gen = get64(b + 17), size = get64(b + 25), addr = get64(b + 33),
-             secret = get64(b + 41);
+    uint32_t pid = (uint32_t)ferry_get_le(b, 4), slot = (uint32_t)ferry_get_le(b + 13, 4);
+    uint64_t nonce = ferry_get_le(b + 4, 8), gen = ferry_get_le(b + 17, 8), size = ferry_get_le(b + 25, 8), addr = ferry_get_le(b + 33, 8),
+             secret = ferry_get_le(b + 41, 8);
     uint8_t mode = b[12];
     if ((mode != MODE_MAPPED && mode != MODE_VM) || slot >= SHM_SLOTS || size == 0 || size > (uint64_t)SIZE_MAX ||
         (mode == MODE_VM && addr + size < addr))

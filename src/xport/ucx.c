@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "xport/xport_internal.h"
 
 #define UCX_SLOTS 4096
@@ -310,7 +311,7 @@ static bool w_bytes(wbuf_t *w, const void *b, size_t n) {
 
 static bool w_u(wbuf_t *w, uint64_t v, int bytes) {
     uint8_t b[8];
-    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    ferry_put_le(b, v, bytes);
     return w_bytes(w, b, (size_t)bytes);
 }
 
@@ -343,8 +344,7 @@ static const uint8_t *r_bytes(rbuf_t *r, size_t n) {
 static bool r_u(rbuf_t *r, int bytes, uint64_t *v) {
     const uint8_t *b = r_bytes(r, (size_t)bytes);
     if (!b) return false;
-    *v = 0;
-    for (int i = 0; i < bytes; i++) *v |= (uint64_t)b[i] << (8 * i);
+    *v = ferry_get_le(b, bytes);
     return true;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "xport/xport_internal.h"
 
 /* Descriptor: "FXD" version(1) kind(1) reserved(1) body_len(2, LE) body
@@ -152,21 +153,6 @@ void ferry_xport_mem_deregister(ferry_xport_mem_t *m) {
 void *ferry_xport_mem_ptr(const ferry_xport_mem_t *m) { return m->ptr; }
 size_t ferry_xport_mem_size(const ferry_xport_mem_t *m) { return m->size; }
 
-static void put_u16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 ferry_status_t ferry_xport_mem_pack(const ferry_xport_mem_t *m, void *buf, size_t size, size_t *len) {
     if (!m || !buf || !len) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_xport_t *xp = m->xp;
@@ -182,8 +168,8 @@ ferry_status_t ferry_xport_mem_pack(const ferry_xport_mem_t *m, void *buf, size_
     tmp[3] = DESC_VERSION;
     tmp[4] = (uint8_t)xp->kind;
     tmp[5] = 0;
-    put_u16(tmp + 6, (uint16_t)body);
-    put_u64(tmp + DESC_HEAD + body, XXH3_64bits(tmp, DESC_HEAD + body));
+    ferry_put_le(tmp + 6, body, 2);
+    ferry_put_le(tmp + DESC_HEAD + body, XXH3_64bits(tmp, DESC_HEAD + body), 8);
     memcpy(buf, tmp, total);
     *len = total;
     return FERRY_OK;
@@ -199,7 +185,7 @@ ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: bad magic or version %u", d[3]);
     if (DESC_HEAD + body + DESC_TAIL != len)
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: body of %zu bytes in %zu", body, len);
-    if (get_u64(d + DESC_HEAD + body) != XXH3_64bits(d, DESC_HEAD + body))
+    if (ferry_get_le(d + DESC_HEAD + body, 8) != XXH3_64bits(d, DESC_HEAD + body))
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: checksum mismatch");
     if (d[4] != (uint8_t)xp->kind)
         return ferry_fail(&xp->err, FERRY_ERR_MISMATCH, "xport descriptor: made by a %s transport, this is %s",
