@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, and show how ferry lays out a
 # model on a trainer and on an inference engine, each checked element by element,
-# and plans the transfer between them.
+# plans the transfer between them, and moves bytes between two processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -23,3 +23,6 @@ echo
 echo "== the local plan of engine rank 5: its sources in reading order"
 build/ferry plan --model models/qwen3-30b-a3b.json --train tp=4,pp=2,ep=8,dp=2 \
     --infer tp=4,ep=4,replicas=2 --rank 5 | sed -n '/^destination rank/,$p'
+echo
+echo "== transport: one-sided reads of another process's memory, against memcpy in the same run"
+build/ferry bench xport --size 64M,256M --repeat 3

@@ -275,7 +275,7 @@ static int bench_xport(int argc, char **argv) {
     if (!local || !src) goto out;
     memset(local, 1, max); /* resident, so page faults do not count */
     memset(src, 2, max);
-    printf("ferry bench xport: backend %s%s%s, %s memory, %llu thread(s), median of %llu\n", backend,
+    printf("ferry bench xport: backend %s%s%s, memory %s, %llu thread(s), median of %llu\n", backend,
            kind == FERRY_XPORT_UCX ? ", UCX_TLS=" : "", kind == FERRY_XPORT_UCX ? (tls_now ? tls_now : "(all)") : "",
            user ? "user-registered" : "allocated by the transport", (unsigned long long)threads,
            (unsigned long long)repeat);
