@@ -30,6 +30,12 @@ const char *cli_bytes(uint64_t bytes, char *buf, size_t size);
 /* "8.19 B"-style counts into buf. */
 const char *cli_count(uint64_t n, char *buf, size_t size);
 
+/* Seconds on the monotonic clock. */
+double cli_now_s(void);
+/* qsort comparators, ascending. */
+int cli_cmp_u64(const void *x, const void *y);
+int cli_cmp_dbl(const void *x, const void *y);
+
 /* Value of "--name value" or "--name=value" at argv[*i]; advances *i. */
 bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 

@@ -30,17 +30,6 @@ static void usage(FILE *f) {
             "                  processes (8 MiB socket buffers), measured in the same run\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_dbl(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
 static bool parse_size(const char *s, uint64_t *out) {
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
@@ -82,7 +71,7 @@ static void memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_
 }
 
 static double median_gbps(double *t, int n, uint64_t bytes) {
-    qsort(t, (size_t)n, sizeof *t, cmp_dbl);
+    qsort(t, (size_t)n, sizeof *t, cli_cmp_dbl);
     return (double)bytes / t[n / 2] / 1e9;
 }
 
@@ -166,7 +155,7 @@ static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, do
     close(lfd);
     if (fd < 0) return -1;
     for (uint32_t c = 0; c < count; c++) {
-        double t0 = now_s();
+        double t0 = cli_now_s();
         for (uint64_t got = 0; got < n;) {
             ssize_t r = recv(fd, buf + got, n - got, 0);
             if (r <= 0) {
@@ -175,7 +164,7 @@ static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, do
             }
             got += (uint64_t)r;
         }
-        t[c] = now_s() - t0;
+        t[c] = cli_now_s() - t0;
     }
     close(fd);
     return 0;
@@ -290,7 +279,7 @@ static int bench_xport(int argc, char **argv) {
         ferry_xport_run_t run = {r, 0, local, n};
         for (uint64_t i = 0; i <= repeat; i++) { /* the first is a warm-up */
             ferry_xport_req_t *req = NULL;
-            double t0 = now_s();
+            double t0 = cli_now_s();
             ferry_status_t st = ferry_xport_get(xp, &run, 1, &req);
             if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
             ferry_xport_req_free(req);
@@ -299,19 +288,19 @@ static int bench_xport(int argc, char **argv) {
                 free(t);
                 goto out;
             }
-            if (i) t[i - 1] = now_s() - t0;
+            if (i) t[i - 1] = cli_now_s() - t0;
         }
         double get = median_gbps(t, (int)repeat, n);
         for (uint64_t i = 0; i < repeat; i++) {
-            double t0 = now_s();
+            double t0 = cli_now_s();
             memcpy_threads(local, src, n, 1);
-            t[i] = now_s() - t0;
+            t[i] = cli_now_s() - t0;
         }
         double m1 = median_gbps(t, (int)repeat, n);
         for (uint64_t i = 0; i < repeat; i++) {
-            double t0 = now_s();
+            double t0 = cli_now_s();
             memcpy_threads(local, src, n, (uint32_t)threads);
-            t[i] = now_s() - t0;
+            t[i] = cli_now_s() - t0;
         }
         double mn = median_gbps(t, (int)repeat, n);
         if (tcp_only) { /* the baseline over the same link: a plain socket stream */
@@ -333,7 +322,7 @@ static int bench_xport(int argc, char **argv) {
         runs[i] = (ferry_xport_run_t){r, (uint64_t)(i * 7919) % slots * 4096, local + (size_t)i * 4096, 4096};
     for (int mode = 0; mode < 2; mode++) {
         for (uint64_t i = 0; i < repeat; i++) {
-            double t0 = now_s();
+            double t0 = cli_now_s();
             for (int k = 0; k < (mode ? RUNS : 1); k++) {
                 ferry_xport_req_t *req = NULL;
                 ferry_status_t st = ferry_xport_get(xp, mode ? &runs[k] : runs, mode ? 1 : RUNS, &req);
@@ -345,9 +334,9 @@ static int bench_xport(int argc, char **argv) {
                     goto out;
                 }
             }
-            t[i] = now_s() - t0;
+            t[i] = cli_now_s() - t0;
         }
-        qsort(t, repeat, sizeof *t, cmp_dbl);
+        qsort(t, repeat, sizeof *t, cli_cmp_dbl);
         printf("4 KiB runs, %s: %.0f runs/s (%.2f GB/s)\n", mode ? "one per request" : "1024 per request",
                RUNS / t[repeat / 2], RUNS * 4096.0 / t[repeat / 2] / 1e9);
     }

@@ -62,11 +62,6 @@ typedef struct {
     size_t pieces;
 } rank_stat_t;
 
-static int cmp_u64(const void *x, const void *y) {
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
 static int cmp_piece_buffer(const void *x, const void *y) {
     const ferry_piece_t *a = *(const ferry_piece_t *const *)x, *b = *(const ferry_piece_t *const *)y;
     if (a->buffer != b->buffer) return a->buffer < b->buffer ? -1 : 1;
@@ -299,7 +294,7 @@ int cmd_layout(int argc, char **argv) {
         stats[r].pieces = c;
         sorted_bytes[r] = stats[r].bytes;
     }
-    qsort(sorted_bytes, world, sizeof *sorted_bytes, cmp_u64);
+    qsort(sorted_bytes, world, sizeof *sorted_bytes, cli_cmp_u64);
     double mean = (double)total_bytes / world;
     double imbalance = mean > 0 ? (double)sorted_bytes[world - 1] / mean : 0;
     char spec[512], digest[32];

@@ -63,22 +63,6 @@ static void *m_realloc(void *o, void *ptr, size_t n) {
     return (char *)q + 16;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_u64(const void *x, const void *y) {
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
-static int cmp_dbl(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
 typedef struct {
     uint64_t min, median, max;
     double mean;
@@ -87,7 +71,7 @@ typedef struct {
 /* Spread of v[0..n) over the entries that are non-zero (ranks that take part). */
 static spread_t spread(uint64_t *v, size_t n) {
     spread_t s = {0, 0, 0, 0};
-    qsort(v, n, sizeof *v, cmp_u64);
+    qsort(v, n, sizeof *v, cli_cmp_u64);
     size_t z = 0;
     while (z < n && v[z] == 0) z++;
     if (z == n) return s;
@@ -118,14 +102,14 @@ static double piece_read_seconds(const ferry_layout_t *src, const ferry_layout_t
     double t[5];
     if (!buf) return 0;
     for (int i = 0; i < 5; i++) {
-        double t0 = now_s();
+        double t0 = cli_now_s();
         memcpy(buf, ferry_layout_pieces(src), a);
         memcpy(buf + a, ferry_layout_pieces(dst), b);
         __asm__ volatile("" : : "r"(buf) : "memory"); /* keep the copies */
-        t[i] = now_s() - t0;
+        t[i] = cli_now_s() - t0;
     }
     free(buf);
-    qsort(t, 5, sizeof t[0], cmp_dbl);
+    qsort(t, 5, sizeof t[0], cli_cmp_dbl);
     return t[2];
 }
 
@@ -153,9 +137,9 @@ static int time_locals(ferry_ctx_t *ctx, meter_t *meter, const ferry_layout_t *s
         ferry_plan_t *lp = NULL;
         size_t before = meter->cur;
         meter->peak = meter->cur;
-        double t0 = now_s();
+        double t0 = cli_now_s();
         ferry_status_t st = ferry_plan_build(ctx, src, dst, &base, &lp);
-        t[i] = now_s() - t0;
+        t[i] = cli_now_s() - t0;
         if (st != FERRY_OK) {
             fprintf(stderr, "ferry plan: local plan of rank %u: %s\n", base.only_rank, ferry_ctx_error(ctx));
             free(t);
@@ -165,7 +149,7 @@ static int time_locals(ferry_ctx_t *ctx, meter_t *meter, const ferry_layout_t *s
         if (ferry_plan_digest(lp) != digest) out->agree = false;
         ferry_plan_destroy(lp);
     }
-    qsort(t, n, sizeof *t, cmp_dbl);
+    qsort(t, n, sizeof *t, cli_cmp_dbl);
     out->time_med = n ? t[n / 2] : 0;
     out->time_max = n ? t[n - 1] : 0;
     free(t);
@@ -286,14 +270,14 @@ int cmd_plan(int argc, char **argv) {
         goto out;
     }
     if (!(m = cli_load_model(ctx, model_arg, mtp))) goto out;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     ferry_status_t st = ferry_layout_build(ctx, m, &tp, FERRY_ALL_RANKS, &src);
     if (st == FERRY_OK) st = ferry_layout_build(ctx, m, &ip, FERRY_ALL_RANKS, &dst);
     if (st != FERRY_OK) {
         fprintf(stderr, "ferry plan: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
         goto out;
     }
-    double t_layout = now_s() - t0;
+    double t_layout = cli_now_s() - t0;
     size_t layout_mem = meter.cur;
     uint32_t sw = ferry_layout_world_size(src), dw = ferry_layout_world_size(dst);
     if ((rank != UINT64_MAX && rank >= dw) || (writer != UINT64_MAX && writer >= sw)) {
@@ -322,21 +306,21 @@ int cmd_plan(int argc, char **argv) {
         ferry_plan_destroy(plan);
         plan = NULL;
         meter.peak = meter.cur;
-        t0 = now_s();
+        t0 = cli_now_s();
         st = ferry_plan_build(ctx, src, dst, &params, &plan);
-        times[i] = now_s() - t0;
+        times[i] = cli_now_s() - t0;
         if (meter.peak - layout_mem > plan_mem) plan_mem = meter.peak - layout_mem;
         if (st != FERRY_OK) {
             fprintf(stderr, "ferry plan: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
             goto out;
         }
     }
-    qsort(times, repeat, sizeof times[0], cmp_dbl);
+    qsort(times, repeat, sizeof times[0], cli_cmp_dbl);
     double t_plan = times[repeat / 2];
     double t_read = piece_read_seconds(src, dst);
-    t0 = now_s();
+    t0 = cli_now_s();
     ferry_status_t vst = ferry_plan_verify(plan, src, dst);
-    double t_verify = now_s() - t0;
+    double t_verify = cli_now_s() - t0;
     uint64_t digest = ferry_plan_digest(plan);
     locals_t ldst = {0}, lsrc = {0};
     if (nlocals && (time_locals(ctx, &meter, src, dst, params, FERRY_SIDE_INFER, dw, nlocals, digest, &ldst) ||

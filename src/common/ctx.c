@@ -175,3 +175,9 @@ void ferry_log(const ferry_ctx_t *ctx, ferry_log_level_t level, const char *fmt,
     va_end(ap);
     ctx->log_fn(ctx->log_opaque, level, msg);
 }
+
+double ferry_mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -52,6 +52,10 @@ static inline int ferry_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
+/* Seconds on the monotonic clock (deadlines and timeouts; never in plan/ or
+ * codec/, which keep no clocks). */
+double ferry_mono_s(void);
+
 /* Greatest common divisor of non-negative values (gcd(a, 0) = a). */
 static inline uint64_t ferry_gcd_u64(uint64_t a, uint64_t b) {
     while (b) {

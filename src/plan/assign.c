@@ -16,8 +16,7 @@
 
 /* The holder ranks of b, interned; neighbouring boxes usually have the same
  * holders (all experts of one rank), so compare with the previous box first. */
-static uint32_t box_set(ferry_plan_t *p, plan_side_t *s, plan_box_t *b, uint32_t *scratch,
-                        const plan_box_t *prev) {
+static uint32_t box_set(ferry_plan_t *p, plan_side_t *s, plan_box_t *b, const plan_box_t *prev) {
     if (prev && prev->holder_count == b->holder_count) {
         uint32_t h = 0;
         while (h < b->holder_count &&
@@ -25,29 +24,18 @@ static uint32_t box_set(ferry_plan_t *p, plan_side_t *s, plan_box_t *b, uint32_t
             h++;
         if (h == b->holder_count) return prev->set;
     }
-    (void)scratch;
     return plan_sets_intern(p->ctx, &p->sets, s->holder_rank + b->first_holder, b->holder_count);
 }
 
 static ferry_status_t intern_sets(ferry_plan_t *p) {
-    size_t maxh = 1;
-    for (size_t b = 0; b < p->src.nboxes; b++)
-        if (p->src.boxes[b].holder_count > maxh) maxh = p->src.boxes[b].holder_count;
-    for (size_t b = 0; b < p->dst.nboxes; b++)
-        if (p->dst.boxes[b].holder_count > maxh) maxh = p->dst.boxes[b].holder_count;
-    uint32_t *scratch = ferry_alloc(p->ctx, maxh * sizeof *scratch);
-    if (!scratch) return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory interning holders");
-    ferry_status_t st = FERRY_OK;
     plan_side_t *sides[2] = {&p->src, &p->dst};
-    for (int i = 0; i < 2 && st == FERRY_OK; i++) {
+    for (int i = 0; i < 2; i++) {
         plan_side_t *s = sides[i];
-        for (size_t b = 0; b < s->nboxes && st == FERRY_OK; b++)
-            if ((s->boxes[b].set = box_set(p, s, &s->boxes[b], scratch, b ? &s->boxes[b - 1] : NULL)) ==
-                PLAN_NONE)
-                st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory interning holders");
+        for (size_t b = 0; b < s->nboxes; b++)
+            if ((s->boxes[b].set = box_set(p, s, &s->boxes[b], b ? &s->boxes[b - 1] : NULL)) == PLAN_NONE)
+                return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory interning holders");
     }
-    ferry_free(p->ctx, scratch);
-    return st;
+    return FERRY_OK;
 }
 
 /* Groups fragments into routes, numbered by first appearance. */

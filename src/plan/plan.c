@@ -15,7 +15,6 @@ static void plan_free_work(ferry_plan_t *p) {
         ferry_free(c, s->piece_dense);
         ferry_free(c, s->boxes);
         ferry_free(c, s->tensor_first);
-        ferry_free(c, s->frag_index);
         uint32_t world = s->world; /* the accessors still answer per rank */
         memset(s, 0, sizeof *s);
         s->world = world;

@@ -29,7 +29,7 @@ typedef struct plan_box {
     uint32_t first_holder;    /* into side.holders: piece indices, canonical order */
     uint32_t holder_count;
     uint32_t set;             /* interned rank-list id (routes are keyed on it) */
-    uint32_t first_frag;      /* fragments of this box: [first_frag, +frag_count) of side.frag_index */
+    uint32_t first_frag;      /* destination boxes: their fragments are frags[first_frag, +frag_count) */
     uint32_t frag_count;
 } plan_box_t;
 
@@ -47,7 +47,6 @@ typedef struct plan_side {
     plan_box_t *boxes;
     size_t nboxes;
     uint32_t *tensor_first;   /* boxes of tensor t: [tensor_first[t], tensor_first[t+1]) */
-    uint32_t *frag_index;     /* fragments grouped by box (for the source side: by cell) */
 } plan_side_t;
 
 typedef struct plan_frag {

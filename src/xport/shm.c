@@ -398,12 +398,6 @@ static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_
     return FERRY_OK;
 }
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The connection to the endpoint (pid, nonce), made on first use. */
 static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, uint64_t secret, shm_peer_t **out) {
     shm_t *s = xp->backend;
@@ -419,9 +413,9 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
     int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: socket: %s", strerror(errno));
     /* never blocks: a full backlog is retried until the timeout */
-    double deadline = mono_s() + xp->timeout_ms / 1e3;
+    double deadline = ferry_mono_s() + xp->timeout_ms / 1e3;
     int rc;
-    while ((rc = connect(sock, (struct sockaddr *)&a, alen)) != 0 && errno == EAGAIN && mono_s() < deadline)
+    while ((rc = connect(sock, (struct sockaddr *)&a, alen)) != 0 && errno == EAGAIN && ferry_mono_s() < deadline)
         usleep(1000);
     if (rc != 0) {
         int e = errno;

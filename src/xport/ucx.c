@@ -427,12 +427,6 @@ static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
     u->closed = p;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Aborts everything in flight to a peer: a force-closed endpoint completes
  * its requests with errors, and the peer is not used again. */
 static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
@@ -449,7 +443,7 @@ static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
 static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_peer_t *const *peers, size_t n) {
     ucx_t *u = xp->backend;
     ferry_status_t st = FERRY_OK;
-    double deadline = now_s() + xp->timeout_ms / 1e3;
+    double deadline = ferry_mono_s() + xp->timeout_ms / 1e3;
     for (size_t i = 0; i < n; i++) {
         ucx_peer_t *peer = peers[i];
         if (!reqs[i]) continue;
@@ -462,7 +456,7 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_pe
         bool abandoned = false;
         double hard = 0;
         while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) {
-            double now = now_s();
+            double now = ferry_mono_s();
             if (!abandoned && (now > deadline || peer_lost(peer))) {
                 if (st == FERRY_OK) st = peer_lost(peer) ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
                 abandon_peer(u, peer); /* fails what UCX can fail */

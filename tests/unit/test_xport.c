@@ -94,6 +94,14 @@ static pid_t spawn(const char *role, int a, int b) {
     return pid;
 }
 
+/* Allocates size bytes on xp and packs their descriptor into desc. */
+static ferry_xport_mem_t *alloc_packed(ferry_xport_t *xp, size_t size, uint8_t *desc, size_t *dlen) {
+    ferry_xport_mem_t *m = NULL;
+    CHECK_OK(ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_mem_pack(m, desc, FERRY_XPORT_DESC_MAX, dlen), ferry_xport_error(xp));
+    return m;
+}
+
 static int wait_child(pid_t pid) {
     int ws = 0;
     CHECK(waitpid(pid, &ws, 0) == pid);
@@ -231,11 +239,9 @@ static void stale_child(int in, int out) {
 /* Deregistration makes descriptors stale for peers that already mapped them. */
 static void test_stale(ferry_ctx_t *ctx) {
     ferry_xport_t *xp = endpoint(ctx, 1);
-    ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
+    ferry_xport_mem_t *m = alloc_packed(xp, 65536, desc, &dlen);
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
     pid_t pid = spawn("stale", a[0], b[1]);
@@ -263,11 +269,9 @@ static void idle_owner(int out, int mib) {
     alarm(60);
     ferry_ctx_t *c = test_ctx();
     ferry_xport_t *x = endpoint(c, 1);
-    ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(x, (size_t)(mib > 0 ? mib : 1) << 20, FERRY_MEM_HOST, &m), ferry_xport_error(x));
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(x));
+    ferry_xport_mem_t *m = alloc_packed(x, (size_t)(mib > 0 ? mib : 1) << 20, desc, &dlen);
     send_blob(out, desc, dlen);
     for (;;) pause();
 }
@@ -455,11 +459,9 @@ static void forger(int in, int out) {
 static void test_shm_access(ferry_ctx_t *ctx) {
     if (g_kind != FERRY_XPORT_SHM) return;
     ferry_xport_t *xp = endpoint(ctx, 1);
-    ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    CHECK_OK(ferry_xport_mem_pack(m, desc, sizeof desc, &dlen), ferry_xport_error(xp));
+    ferry_xport_mem_t *m = alloc_packed(xp, 65536, desc, &dlen);
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
     pid_t pid = spawn("forger", a[0], b[1]);
