@@ -271,7 +271,7 @@ static void idle_owner(int out, int mib) {
     ferry_xport_t *x = endpoint(c, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    ferry_xport_mem_t *m = alloc_packed(x, (size_t)(mib > 0 ? mib : 1) << 20, desc, &dlen);
+    (void)alloc_packed(x, (size_t)(mib > 0 ? mib : 1) << 20, desc, &dlen);
     send_blob(out, desc, dlen);
     for (;;) pause();
 }
