@@ -17,6 +17,7 @@ int cmd_model(int argc, char **argv);
 int cmd_layout(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 /* Creates a context or prints why not; returns NULL on failure. */
 ferry_ctx_t *cli_ctx(void);

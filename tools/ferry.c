@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "demo.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -15,6 +16,8 @@ static void usage(FILE *f) {
             "           balance, ops, packing, and a check that every byte lands exactly once\n"
             "  model    a model spec from a Hugging Face config.json: tensors and parameters\n"
             "  bench    benchmarks: xport (one-sided reads between two processes vs memcpy)\n"
+            "  demo     a real multi-process sync: trainer processes publish RL-like updates,\n"
+            "           engine processes pull them in place and verify every element\n"
             "  info     version, dependencies and (--config) the FERRY_* variables\n"
             "\n"
             "`ferry COMMAND --help` describes each command.\n");
@@ -31,6 +34,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "_sync-worker")) return demo_worker_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("ferry %s\n", ferry_version_string());
         return CLI_OK;

@@ -7,6 +7,8 @@
 #include "ferry/layout.h"
 #include "ferry/plan.h"
 #include "ferry/xport.h"
+#include "ferry/meta.h"
+#include "ferry/sync.h"
 #include "ferry/status.h"
 
 #endif

@@ -14,6 +14,10 @@ static const ferry_config_var_t config_vars[FERRY_CFG_COUNT] = {
      "least severe log level written (to stderr unless the context has a log callback)"},
     {"FERRY_MODELS_DIR", "path", FERRY_DEFAULT_MODELS_DIR,
      "where a bare model name such as `qwen3-8b` is looked up as NAME.json"},
+    {"FERRY_META", "host:port", "127.0.0.1:7470",
+     "address of the metadata service that writers, readers and `ferry meta` use"},
+    {"FERRY_TOKEN", "string", "",
+     "shared secret every member of a job presents to the metadata service"},
 };
 
 size_t ferry_config_var_count(void) { return FERRY_CFG_COUNT; }

@@ -7,6 +7,8 @@
 enum {
     FERRY_CFG_LOG = 0,
     FERRY_CFG_MODELS_DIR,
+    FERRY_CFG_META,
+    FERRY_CFG_TOKEN,
     FERRY_CFG_COUNT
 };
 

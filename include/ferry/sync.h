@@ -1,0 +1,194 @@
+/* ferry: the sync engine — writers publish versions of the weights, readers
+ * pull exactly their bytes into their own buffers, verified.
+ *
+ * A job has W writers (trainer ranks) and R readers (engine ranks). Each
+ * member describes its buffers and pieces (ferry_layout.h vocabulary: the
+ * box of a logical tensor at an offset of a buffer, with strides), commits
+ * them to the metadata service (meta.h), and from then on:
+ *  - a writer publishes version numbers (increasing; 0 is reserved). In
+ *    sync mode readers read the writer's live buffers while publish waits
+ *    for every live reader to acknowledge (or the timeout); in async mode
+ *    publish snapshots into one of `slots` registered staging slots and
+ *    returns at once, and a slot is overwritten only when no reader holds
+ *    a grant on the version it holds;
+ *  - a reader updates to a version (a number, the newest ready one, or the
+ *    next newer one): it plans its part of the resharding once per layout
+ *    epoch, pulls its runs one-sided through the transport, scatters them
+ *    in place (or into a staging copy first), checks an xxh3 of every
+ *    region it received against the writer's, and acknowledges.
+ * A version is ready when every writer published it. Members that die are
+ * dropped by the service (closed connection or expired lease) and never
+ * block the others beyond a timeout.
+ *
+ * Thread-safety: a writer or reader is used by one thread at a time; each
+ * runs one heartbeat thread (the lease) and its transport's thread; a
+ * writer that serves the metadata service runs the service's thread.
+ */
+#ifndef FERRY_SYNC_H
+#define FERRY_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/ctx.h"
+#include "ferry/layout.h"
+#include "ferry/status.h"
+#include "ferry/xport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+typedef enum ferry_sync_mode {
+    FERRY_SYNC_MODE_SYNC = 1,  /* readers read live weights while publish waits */
+    FERRY_SYNC_MODE_ASYNC = 2  /* publish snapshots into a staging slot and returns */
+} ferry_sync_mode_t;
+
+/* Which fields of ferry_sync_params_t are set; unset fields take defaults.
+ * job, rank and world are always required. */
+enum {
+    FERRY_SYNC_PARAM_META = 1u << 0,       /* default: FERRY_META */
+    FERRY_SYNC_PARAM_TOKEN = 1u << 1,      /* default: FERRY_TOKEN */
+    FERRY_SYNC_PARAM_TRANSPORT = 1u << 2,  /* default: FERRY_XPORT_SHM */
+    FERRY_SYNC_PARAM_TIMEOUT_MS = 1u << 3, /* default: 30000 */
+    FERRY_SYNC_PARAM_LEASE_MS = 1u << 4,   /* default: 10000 */
+    FERRY_SYNC_PARAM_MODE = 1u << 5,       /* writer; default: FERRY_SYNC_MODE_SYNC */
+    FERRY_SYNC_PARAM_SLOTS = 1u << 6,      /* writer, async; default: 2 */
+    FERRY_SYNC_PARAM_SERVE = 1u << 7,      /* writer; default: true for rank 0 */
+    FERRY_SYNC_PARAM_STAGED = 1u << 8,     /* reader; default: false (in place) */
+    FERRY_SYNC_PARAM_INFLIGHT = 1u << 9,   /* reader; default: 64 MiB */
+    FERRY_SYNC_PARAM_THREADS = 1u << 10    /* transport copy threads; default: 1 */
+};
+
+typedef struct ferry_sync_params {
+    uint64_t field_mask;
+    const char *job;        /* members of one job share a service and a version sequence */
+    uint32_t rank, world;   /* this member's rank among its side's world */
+    const char *meta;       /* service address host:port */
+    const char *token;
+    ferry_xport_kind_t transport; /* every member of a job uses the same kind */
+    uint32_t timeout_ms;    /* service round trips, transfers, ack waits */
+    uint32_t lease_ms;
+    ferry_sync_mode_t mode;
+    uint32_t slots;         /* async staging slots (1..16) */
+    bool serve;             /* run the metadata service on this writer, listening at `meta` */
+    bool staged;            /* reader: nothing touches live buffers until all arrived and verified */
+    uint64_t inflight_bytes;/* reader: bytes requested and not yet landed, at most */
+    uint32_t threads;
+} ferry_sync_params_t;
+
+/* Pseudo-versions for ferry_reader_update. */
+#define FERRY_VERSION_LATEST UINT64_MAX        /* the newest ready version (no wait if held) */
+#define FERRY_VERSION_NEXT (UINT64_MAX - 1)    /* the newest ready version newer than the held one */
+
+/* ---- writers ------------------------------------------------------------- */
+
+typedef struct ferry_writer ferry_writer_t;
+
+typedef struct ferry_publish_info {
+    uint64_t version;
+    double seconds;          /* whole publish */
+    double snapshot_seconds; /* async: copying into the slot */
+    double pack_seconds;     /* gathering strided sources into the pack area */
+    double hash_seconds;     /* checksums of every served region */
+    double wait_seconds;     /* sync: waiting for readers' acknowledgements */
+    uint64_t bytes_served;   /* bytes the plan has readers pull from this writer */
+    uint32_t readers_acked;  /* sync: readers that acknowledged */
+    uint32_t readers_missing;/* sync: live readers that did not within the timeout */
+} ferry_publish_info_t;
+
+/* Creates a writer of `model`'s tensors (the model must outlive it) and, if
+ * it serves, starts the metadata service; connects to the service.
+ * Ownership: caller owns *out (ferry_writer_destroy). Errors: detail on ctx.
+ * Thread-safety: one thread at a time per ctx. */
+ferry_status_t ferry_writer_create(ferry_ctx_t *ctx, const ferry_model_t *model, const ferry_sync_params_t *params,
+                                   ferry_writer_t **out);
+
+/* Adds a buffer the caller owns (it must stay valid and in place while the
+ * writer lives; shm reads it with process_vm_readv). *index gets its index.
+ * Errors: detail on the writer. */
+ferry_status_t ferry_writer_add_buffer(ferry_writer_t *w, const char *name, ferry_dtype_t dtype, void *ptr,
+                                       uint64_t size, uint32_t *index);
+/* Allocates a zeroed buffer peers can map directly (the fast path for shm);
+ * the writer owns it, *ptr lives until ferry_writer_destroy. */
+ferry_status_t ferry_writer_alloc_buffer(ferry_writer_t *w, const char *name, ferry_dtype_t dtype, uint64_t size,
+                                         void **ptr, uint32_t *index);
+/* Adds a piece: piece->buffer is an index from add/alloc_buffer, piece->rank
+ * is ignored (the writer's rank). Checked as ferry_layout_add_piece does. */
+ferry_status_t ferry_writer_add_piece(ferry_writer_t *w, const ferry_piece_t *piece);
+/* Adds every buffer and piece a built layout gives rank `rank`: ptrs[i] is
+ * the i-th buffer of that rank (in buffer index order), or NULL to allocate
+ * it (the pointer is then written back). nptrs must equal that count. */
+ferry_status_t ferry_writer_add_layout(ferry_writer_t *w, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
+                                       size_t nptrs);
+
+/* Sends the layout to the service. Publishing waits until every writer and
+ * reader of the job has committed (the layout epoch). */
+ferry_status_t ferry_writer_commit(ferry_writer_t *w);
+
+/* Publishes `version` (> every version published before). info may be NULL.
+ * Errors: FERRY_ERR_TIMEOUT (the epoch never completed, or readers kept a
+ * slot), FERRY_ERR_MISMATCH (members planned differently), detail on w. */
+ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info);
+
+const char *ferry_writer_error(const ferry_writer_t *w);
+/* Address of the service this writer serves ("" if it does not). */
+const char *ferry_writer_service_address(const ferry_writer_t *w);
+/* Leaves the job (readers stop being granted this writer's versions);
+ * NULL is accepted. */
+void ferry_writer_destroy(ferry_writer_t *w);
+
+/* ---- readers ------------------------------------------------------------- */
+
+typedef struct ferry_reader ferry_reader_t;
+
+typedef struct ferry_update_info {
+    uint64_t version;        /* the version now held */
+    uint64_t bytes;          /* bytes pulled */
+    double seconds;          /* whole update */
+    double wait_seconds;     /* waiting for the version to be ready */
+    double pull_seconds;     /* transfers and scatter */
+    double verify_seconds;   /* checksums */
+    double apply_seconds;    /* staged: copying into the live buffers */
+    uint32_t retries;        /* attempts that failed and were retried */
+    uint32_t sources;        /* writers read from */
+} ferry_update_info_t;
+
+ferry_status_t ferry_reader_create(ferry_ctx_t *ctx, const ferry_model_t *model, const ferry_sync_params_t *params,
+                                   ferry_reader_t **out);
+/* Destination buffers: the engine's own parameters (updates land in place). */
+ferry_status_t ferry_reader_add_buffer(ferry_reader_t *r, const char *name, ferry_dtype_t dtype, void *ptr,
+                                       uint64_t size, uint32_t *index);
+ferry_status_t ferry_reader_add_piece(ferry_reader_t *r, const ferry_piece_t *piece);
+/* As ferry_writer_add_layout; a NULL pointer gets a zeroed buffer the reader owns. */
+ferry_status_t ferry_reader_add_layout(ferry_reader_t *r, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
+                                       size_t nptrs);
+ferry_status_t ferry_reader_commit(ferry_reader_t *r);
+
+/* Brings the buffers to `version` (a number, FERRY_VERSION_LATEST or
+ * FERRY_VERSION_NEXT), waiting up to timeout_ms for it to be ready. A
+ * version that arrives torn or corrupt is retried while time remains.
+ * Errors: FERRY_ERR_TIMEOUT, FERRY_ERR_STALE (that version is gone),
+ * FERRY_ERR_CORRUPT (checksums kept failing), FERRY_ERR_PEER_LOST; detail
+ * on r. After a failed in-place update the buffers may be torn
+ * (ferry_reader_torn); the next successful update repairs them. A staged
+ * reader's buffers keep their last verified version. info may be NULL. */
+ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
+                                   ferry_update_info_t *info);
+
+/* The version the buffers hold, verified (0: none, or torn). */
+uint64_t ferry_reader_version(const ferry_reader_t *r);
+/* True when a failed in-place update left the buffers partly written. */
+bool ferry_reader_torn(const ferry_reader_t *r);
+const char *ferry_reader_error(const ferry_reader_t *r);
+void ferry_reader_destroy(ferry_reader_t *r);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

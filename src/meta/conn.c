@@ -1,0 +1,173 @@
+/* Metadata protocol, socket side: see conn.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "meta/conn.h"
+
+ferry_status_t meta_addr_parse(const char *addr, char host[META_HOST_MAX], uint16_t *port,
+                               ferry_errbuf_t *err) {
+    if (!addr || !*addr) return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "meta address is empty (want HOST:PORT)");
+    const char *colon, *h = addr;
+    size_t hl;
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+        if (!close || close[1] != ':')
+            return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "meta address '%s': want [V6ADDR]:PORT", addr);
+        h = addr + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon) return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "meta address '%s': want HOST:PORT", addr);
+        hl = (size_t)(colon - addr);
+    }
+    if (hl == 0 || hl >= META_HOST_MAX)
+        return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "meta address '%s': bad host part", addr);
+    char *end;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno || p > 65535)
+        return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "meta address '%s': port must be 0..65535", addr);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (uint16_t)p;
+    return FERRY_OK;
+}
+
+static ferry_status_t resolve(const char *host, uint16_t port, bool passive, struct addrinfo **res,
+                              ferry_errbuf_t *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = passive ? AI_PASSIVE : 0};
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, res);
+    if (rc != 0) return ferry_fail(err, FERRY_ERR_NOT_FOUND, "meta: cannot resolve '%s': %s", host, gai_strerror(rc));
+    return FERRY_OK;
+}
+
+ferry_status_t meta_listen(const char *host, uint16_t port, int *fd_out, uint16_t *bound_port,
+                           ferry_errbuf_t *err) {
+    struct addrinfo *res;
+    ferry_status_t st = resolve(host, port, true, &res, err);
+    if (st != FERRY_OK) return st;
+    int fd = -1, last = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
+        last = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return ferry_fail(err, FERRY_ERR_IO, "meta: cannot listen on %s:%u: %s", host, port, strerror(last));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return FERRY_OK;
+}
+
+static int remaining_ms(double deadline) {
+    if (deadline < 0) return -1;
+    double left = deadline - ferry_mono_s();
+    return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
+}
+
+ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, int *fd_out, ferry_errbuf_t *err) {
+    struct addrinfo *res;
+    ferry_status_t st = resolve(host, port, false, &res, err);
+    if (st != FERRY_OK) return st;
+    int fd = -1, last = ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int n;
+            do n = poll(&p, 1, remaining_ms(deadline));
+            while (n < 0 && errno == EINTR);
+            int soerr = ETIMEDOUT;
+            socklen_t sl = sizeof soerr;
+            if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+            rc = soerr == 0 ? 0 : -1;
+            errno = soerr;
+        }
+        if (rc != 0) {
+            last = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return ferry_fail(err, last == ETIMEDOUT ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST,
+                          "meta: cannot connect to %s:%u: %s", host, port, strerror(last));
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *fd_out = fd;
+    return FERRY_OK;
+}
+
+ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadline, ferry_errbuf_t *err) {
+    const uint8_t *p = buf;
+    while (len > 0) {
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        int n = poll(&pf, 1, remaining_ms(deadline));
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) return ferry_fail(err, FERRY_ERR_TIMEOUT, "meta: timed out sending to the service");
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return ferry_fail(err, FERRY_ERR_PEER_LOST, "meta: send failed: %s", strerror(errno));
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, uint8_t *type,
+                               const uint8_t **body, uint32_t *len, ferry_errbuf_t *err) {
+    for (;;) {
+        ferry_status_t fst = FERRY_OK;
+        int got = frame_reader_next(r, type, body, len, &fst);
+        if (got == 1) return FERRY_OK;
+        if (fst != FERRY_OK) return ferry_fail(err, fst, "%s", r->err.text);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int n = poll(&pf, 1, remaining_ms(deadline));
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) return ferry_fail(err, FERRY_ERR_TIMEOUT, "meta: timed out waiting for the service");
+        uint8_t buf[65536];
+        ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k <= 0)
+            return ferry_fail(err, FERRY_ERR_PEER_LOST, "meta: the service closed the connection%s%s",
+                              k < 0 ? ": " : "", k < 0 ? strerror(errno) : "");
+        fst = frame_reader_feed(r, buf, (size_t)k);
+        if (fst != FERRY_OK) return ferry_fail(err, fst, "%s", r->err.text);
+    }
+}

@@ -1,0 +1,79 @@
+/* Metadata protocol, message layer: which protobuf message each frame type
+ * carries, encoding a message into one frame and decoding a frame body into
+ * a message with every length and count checked against hard limits.
+ * Sans-I/O like frame.h: bytes in, bytes out. docs/protocol.md lists the
+ * messages and the exchange. */
+#ifndef FERRY_META_PROTO_H
+#define FERRY_META_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "meta/meta.pb-c.h"
+
+#define META_PROTOCOL 1
+
+/* Frame type bytes; each names the message its body holds. */
+typedef enum meta_type {
+    META_HELLO = 1,       /* Hello: first frame of a client */
+    META_WELCOME = 2,     /* Welcome */
+    META_ERROR = 3,       /* Error: a request failed */
+    META_OK = 4,          /* Ok */
+    META_HEARTBEAT = 5,   /* Ok, no reply */
+    META_BYE = 6,         /* Ok, no reply: the member leaves */
+    META_COMMIT = 7,      /* Commit -> Ok */
+    META_GET_LAYOUTS = 8, /* GetLayouts -> Layouts */
+    META_LAYOUTS = 9,
+    META_PUBLISH = 10,    /* Publish -> Published */
+    META_PUBLISHED = 11,
+    META_RECLAIM = 12,    /* Reclaim -> Ok */
+    META_RETIRE = 13,     /* Retire, no reply */
+    META_READ_BEGIN = 14, /* ReadBegin -> Grant */
+    META_GRANT = 15,
+    META_READ_END = 16,   /* ReadEnd -> ReadEnded */
+    META_READ_ENDED = 17,
+    META_GET_STATUS = 18, /* GetStatus -> Status */
+    META_STATUS = 19,
+    META_EVENT = 20,      /* Event, pushed by the service */
+    META_TYPE_END
+} meta_type_t;
+
+enum { META_ROLE_WRITER = 1, META_ROLE_READER = 2, META_ROLE_OBSERVER = 3 };
+enum { META_EVENT_JOINED = 1, META_EVENT_LEFT = 2, META_EVENT_READY = 3 };
+
+/* Hard limits a decoded message must respect (beyond the frame's size). */
+#define META_MAX_NAME 256          /* job, host, tensor and buffer names */
+#define META_MAX_DETAIL 4096
+#define META_MAX_TOKEN 256
+#define META_MAX_WORLD (1u << 20)  /* ranks per side */
+#define META_MAX_REGIONS (1u << 20) /* transport regions in one slot map */
+#define META_MAX_BUFFERS (1u << 24)
+#define META_MAX_HELLO_BODY 4096   /* before the handshake, frames are tiny */
+
+const char *meta_type_name(uint8_t type);
+
+/* The message descriptor a frame type carries; NULL if the type is unknown. */
+const ProtobufCMessageDescriptor *meta_descriptor(uint8_t type);
+
+/* A protobuf-c allocator drawing from ctx. */
+ProtobufCAllocator meta_allocator(ferry_ctx_t *ctx);
+
+/* Encodes msg (whose descriptor must match type) as one frame: *out gets
+ * header and body (free with ferry_free), *len their size. */
+ferry_status_t meta_encode(ferry_ctx_t *ctx, uint8_t type, const ProtobufCMessage *msg, uint8_t **out,
+                           size_t *len, ferry_errbuf_t *err);
+
+/* Decodes a frame body of the given type and checks its limits; *out is
+ * freed with meta_free. Errors: FERRY_ERR_CORRUPT (not a valid message),
+ * FERRY_ERR_LIMIT (a field too long or too many), FERRY_ERR_UNSUPPORTED
+ * (unknown type). */
+ferry_status_t meta_decode(ferry_ctx_t *ctx, uint8_t type, const uint8_t *body, size_t len,
+                           ProtobufCMessage **out, ferry_errbuf_t *err);
+void meta_free(ferry_ctx_t *ctx, ProtobufCMessage *msg);
+
+/* Checks a SlotMap: region count and descriptor sizes within limits, every
+ * buffer and the pack area naming an existing region. */
+ferry_status_t meta_check_slot_map(const FerryMeta__SlotMap *map, ferry_errbuf_t *err);
+
+#endif

@@ -1,0 +1,870 @@
+/* The metadata service: one thread, one poll loop over the listening socket,
+ * the members' connections and a wake pipe. Requests that must wait
+ * (layouts not complete, no version ready, readers not done) are parked on
+ * their connection and answered when a change makes them answerable or
+ * their deadline passes; the poll timeout is the nearest deadline, so
+ * nothing here polls on a timer. See docs/protocol.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/config.h"
+#include "ferry/meta.h"
+#include "meta/conn.h"
+#include "meta/proto.h"
+
+#define HELLO_WAIT_S 5.0 /* a connection must introduce itself this fast */
+#define MAX_RECORDS 64   /* versions a writer may keep published at once */
+
+typedef struct svc_conn {
+    int fd;
+    frame_reader_t rd;
+    uint8_t *out;
+    size_t out_len, out_cap, out_off;
+    bool dead;            /* closed at the end of this loop turn */
+    bool joined;          /* HELLO accepted */
+    uint32_t role, rank;
+    uint64_t incarnation;
+    double deadline;      /* lease (or HELLO) deadline */
+    uint32_t lease_ms;
+    uint8_t parked;       /* META_* type of a parked request, 0 if none */
+    ProtobufCMessage *parked_msg;
+    double parked_deadline;
+    uint64_t pin_version; /* reader: version of its read grant (0: none) */
+    double pin_deadline;
+} svc_conn_t;
+
+typedef struct svc_member {
+    svc_conn_t *conn;    /* NULL while absent */
+    uint8_t *commit;     /* encoded RankLayout, kept across reconnects */
+    size_t commit_len;
+    uint64_t commit_digest;
+    char host[META_MAX_NAME + 1];
+    uint32_t pid;
+    uint64_t acked, published;
+    FerryMeta__Publish *recs[MAX_RECORDS]; /* writer: published versions still readable */
+    size_t nrecs;
+} svc_member_t;
+
+struct ferry_meta_service {
+    ferry_ctx_t *ctx;
+    ferry_errbuf_t err;
+    pthread_t thread;
+    int listen_fd, wake[2];
+    atomic_bool stop;
+    char address[META_HOST_MAX + 16];
+    char token[META_MAX_TOKEN + 1];
+    uint32_t lease_ms, max_body;
+    uint64_t service_id;
+    bool have_job;
+    char job[META_MAX_NAME + 1];
+    uint32_t world[3];       /* by role: [1] writers, [2] readers */
+    svc_member_t *members[3];
+    svc_conn_t **conns;
+    size_t nconns, cap_conns;
+    uint64_t epoch;          /* digest of every member's layout; 0 until all committed */
+    uint64_t plan_digest;    /* first plan digest reported in this epoch */
+};
+
+/* ---- sending ------------------------------------------------------------------ */
+
+static void conn_flush(svc_conn_t *c) {
+    while (!c->dead && c->out_off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN) c->dead = true;
+            return;
+        }
+        c->out_off += (size_t)w;
+    }
+    if (c->out_off == c->out_len) c->out_off = c->out_len = 0;
+}
+
+static void send_msg(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, const ProtobufCMessage *msg) {
+    if (c->dead) return;
+    uint8_t *buf;
+    size_t len;
+    ferry_errbuf_t err;
+    if (meta_encode(s->ctx, type, msg, &buf, &len, &err) != FERRY_OK) {
+        ferry_log(s->ctx, FERRY_LOG_ERROR, "meta service: %s", err.text);
+        c->dead = true;
+        return;
+    }
+    if (c->out_off > 0 && c->out_off == c->out_len) c->out_off = c->out_len = 0;
+    if (ferry_grow(s->ctx, (void **)&c->out, 1, &c->out_cap, c->out_len + len) != 0) {
+        c->dead = true;
+    } else {
+        memcpy(c->out + c->out_len, buf, len);
+        c->out_len += len;
+        conn_flush(c);
+    }
+    ferry_free(s->ctx, buf);
+}
+
+static void send_error(ferry_meta_service_t *s, svc_conn_t *c, ferry_status_t st, const char *fmt, ...)
+    FERRY_PRINTF(4, 5);
+static void send_error(ferry_meta_service_t *s, svc_conn_t *c, ferry_status_t st, const char *fmt, ...) {
+    char detail[META_MAX_DETAIL];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    FerryMeta__Error e = FERRY_META__ERROR__INIT;
+    e.status = (uint32_t)st;
+    e.detail = detail;
+    send_msg(s, c, META_ERROR, &e.base);
+}
+
+static void send_ok(ferry_meta_service_t *s, svc_conn_t *c) {
+    FerryMeta__Ok ok = FERRY_META__OK__INIT;
+    send_msg(s, c, META_OK, &ok.base);
+}
+
+static void broadcast_event(ferry_meta_service_t *s, uint32_t kind, uint32_t role, uint32_t rank,
+                            uint64_t version, const char *detail) {
+    FerryMeta__Event ev = FERRY_META__EVENT__INIT;
+    ev.kind = kind;
+    ev.role = role;
+    ev.rank = rank;
+    ev.version = version;
+    ev.detail = (char *)(detail ? detail : "");
+    for (size_t i = 0; i < s->nconns; i++) {
+        svc_conn_t *c = s->conns[i];
+        if (c->joined && !(c->role == role && c->rank == rank)) send_msg(s, c, META_EVENT, &ev.base);
+    }
+}
+
+/* ---- state ------------------------------------------------------------------------ */
+
+static const char *role_name(uint32_t role) {
+    return role == META_ROLE_WRITER ? "writer" : role == META_ROLE_READER ? "reader" : "observer";
+}
+
+static svc_member_t *member_of(ferry_meta_service_t *s, const svc_conn_t *c) {
+    if (!c->joined || c->role == META_ROLE_OBSERVER) return NULL;
+    return &s->members[c->role][c->rank];
+}
+
+static void drop_record(ferry_meta_service_t *s, svc_member_t *m, size_t i) {
+    meta_free(s->ctx, &m->recs[i]->base);
+    m->recs[i] = m->recs[--m->nrecs];
+}
+
+static FerryMeta__Publish *find_record(svc_member_t *m, uint64_t version) {
+    for (size_t i = 0; i < m->nrecs; i++)
+        if (m->recs[i]->version == version) return m->recs[i];
+    return NULL;
+}
+
+static void drop_version(ferry_meta_service_t *s, svc_member_t *m, uint64_t version) {
+    for (size_t i = 0; i < m->nrecs; i++)
+        if (m->recs[i]->version == version) {
+            drop_record(s, m, i);
+            return;
+        }
+}
+
+/* Every writer has published `version` in the current epoch. */
+static bool version_ready(ferry_meta_service_t *s, uint64_t version) {
+    if (s->epoch == 0 || !s->have_job) return false;
+    for (uint32_t w = 0; w < s->world[META_ROLE_WRITER]; w++) {
+        FerryMeta__Publish *p = find_record(&s->members[META_ROLE_WRITER][w], version);
+        if (!p || p->epoch != s->epoch) return false;
+    }
+    return true;
+}
+
+/* Newest ready version in [lo, hi] (hi 0: unbounded); 0 if none. */
+static uint64_t newest_ready(ferry_meta_service_t *s, uint64_t lo, uint64_t hi) {
+    if (!s->have_job || s->world[META_ROLE_WRITER] == 0) return 0;
+    svc_member_t *w0 = &s->members[META_ROLE_WRITER][0];
+    uint64_t best = 0;
+    for (size_t i = 0; i < w0->nrecs; i++) {
+        uint64_t v = w0->recs[i]->version;
+        if (v >= lo && (hi == 0 || v <= hi) && v > best && version_ready(s, v)) best = v;
+    }
+    return best;
+}
+
+static void recompute_epoch(ferry_meta_service_t *s) {
+    uint64_t old = s->epoch;
+    s->epoch = 0;
+    if (!s->have_job) return;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return;
+    XXH3_64bits_reset(h);
+    bool complete = true;
+    for (uint32_t role = META_ROLE_WRITER; role <= META_ROLE_READER && complete; role++)
+        for (uint32_t r = 0; r < s->world[role]; r++) {
+            svc_member_t *m = &s->members[role][r];
+            if (!m->commit) {
+                complete = false;
+                break;
+            }
+            XXH3_64bits_update(h, &m->commit_digest, sizeof m->commit_digest);
+        }
+    if (complete) s->epoch = XXH3_64bits_digest(h) | 1; /* never 0 */
+    XXH3_freeState(h);
+    if (s->epoch != old) s->plan_digest = 0;
+}
+
+/* Text naming the members that have not committed (for a timeout). */
+static void missing_commits(ferry_meta_service_t *s, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t role = META_ROLE_WRITER; role <= META_ROLE_READER; role++)
+        for (uint32_t r = 0; r < s->world[role] && at + 32 < size; r++)
+            if (!s->members[role][r].commit)
+                at += (size_t)snprintf(buf + at, size - at, "%s%s %u", at ? ", " : "", role_name(role), r);
+}
+
+/* ---- parked requests ---------------------------------------------------------------- */
+
+static void unpark(ferry_meta_service_t *s, svc_conn_t *c) {
+    meta_free(s->ctx, c->parked_msg);
+    c->parked_msg = NULL;
+    c->parked = 0;
+}
+
+static bool try_layouts(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
+    if (s->epoch == 0) {
+        if (!expired) return false;
+        char miss[1024];
+        missing_commits(s, miss, sizeof miss);
+        send_error(s, c, FERRY_ERR_TIMEOUT, "layouts incomplete: %s %s not committed", miss[0] ? miss : "?",
+                   strchr(miss, ',') ? "have" : "has");
+        return true;
+    }
+    FerryMeta__Layouts l = FERRY_META__LAYOUTS__INIT;
+    if (((const FerryMeta__GetLayouts *)c->parked_msg)->known_epoch == s->epoch) {
+        l.epoch = s->epoch; /* unchanged: the caller has them */
+        send_msg(s, c, META_LAYOUTS, &l.base);
+        return true;
+    }
+    uint32_t nw = s->world[META_ROLE_WRITER], nr = s->world[META_ROLE_READER];
+    ProtobufCBinaryData *bw = ferry_calloc(s->ctx, nw ? nw : 1, sizeof *bw);
+    ProtobufCBinaryData *br = ferry_calloc(s->ctx, nr ? nr : 1, sizeof *br);
+    if (!bw || !br) {
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering GET_LAYOUTS");
+    } else {
+        for (uint32_t r = 0; r < nw; r++)
+            bw[r] = (ProtobufCBinaryData){s->members[META_ROLE_WRITER][r].commit_len,
+                                          s->members[META_ROLE_WRITER][r].commit};
+        for (uint32_t r = 0; r < nr; r++)
+            br[r] = (ProtobufCBinaryData){s->members[META_ROLE_READER][r].commit_len,
+                                          s->members[META_ROLE_READER][r].commit};
+        l.epoch = s->epoch;
+        l.n_writers = nw;
+        l.writers = bw;
+        l.n_readers = nr;
+        l.readers = br;
+        send_msg(s, c, META_LAYOUTS, &l.base);
+    }
+    ferry_free(s->ctx, bw);
+    ferry_free(s->ctx, br);
+    return true;
+}
+
+static bool try_publish_acks(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
+    const FerryMeta__Publish *p = (const void *)c->parked_msg;
+    uint32_t nr = s->world[META_ROLE_READER], acked = 0, missing = 0;
+    uint32_t *miss = ferry_calloc(s->ctx, nr ? nr : 1, sizeof *miss);
+    if (!miss) {
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering PUBLISH");
+        return true;
+    }
+    for (uint32_t r = 0; r < nr; r++) {
+        svc_member_t *m = &s->members[META_ROLE_READER][r];
+        if (m->acked >= p->version) acked++;
+        else if (m->conn) miss[missing++] = r; /* only live readers are waited for */
+    }
+    if (missing > 0 && !expired) {
+        ferry_free(s->ctx, miss);
+        return false;
+    }
+    FerryMeta__Published out = FERRY_META__PUBLISHED__INIT;
+    out.ready = version_ready(s, p->version);
+    out.acked = acked;
+    out.n_missing = missing;
+    out.missing = miss;
+    send_msg(s, c, META_PUBLISHED, &out.base);
+    ferry_free(s->ctx, miss);
+    return true;
+}
+
+static bool try_reclaim(ferry_meta_service_t *s, svc_conn_t *c, bool expired, double now) {
+    const FerryMeta__Reclaim *r = (const void *)c->parked_msg;
+    char holders[512];
+    size_t at = 0;
+    holders[0] = '\0';
+    for (size_t i = 0; i < s->nconns; i++) {
+        svc_conn_t *o = s->conns[i];
+        if (o->joined && o->role == META_ROLE_READER && o->pin_version == r->version && o->pin_deadline > now &&
+            at + 16 < sizeof holders)
+            at += (size_t)snprintf(holders + at, sizeof holders - at, "%s%u", at ? ", " : "", o->rank);
+    }
+    if (at == 0) {
+        send_ok(s, c);
+        return true;
+    }
+    if (!expired) return false;
+    send_error(s, c, FERRY_ERR_BUSY, "version %llu is still being read by reader(s) %s",
+               (unsigned long long)r->version, holders);
+    return true;
+}
+
+static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired, double now) {
+    const FerryMeta__ReadBegin *rb = (const void *)c->parked_msg;
+    if (rb->epoch != s->epoch || s->epoch == 0) {
+        send_error(s, c, FERRY_ERR_STALE, "layout epoch %016llx is not the job's current one (%016llx)",
+                   (unsigned long long)rb->epoch, (unsigned long long)s->epoch);
+        return true;
+    }
+    uint64_t v = newest_ready(s, rb->min_version, rb->max_version);
+    if (v == 0) {
+        uint64_t any = newest_ready(s, 1, 0);
+        if (rb->max_version && any > rb->max_version) {
+            send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer available (newest ready: %llu)",
+                       (unsigned long long)rb->max_version, (unsigned long long)any);
+            return true;
+        }
+        if (!expired) return false;
+        send_error(s, c, FERRY_ERR_TIMEOUT, "no version >= %llu became ready within %u ms (newest ready: %llu)",
+                   (unsigned long long)rb->min_version, rb->wait_ms, (unsigned long long)any);
+        return true;
+    }
+    size_t n = rb->n_writers;
+    FerryMeta__WriterGrant *wg = ferry_calloc(s->ctx, n ? n : 1, sizeof *wg);
+    FerryMeta__WriterGrant **wp = ferry_calloc(s->ctx, n ? n : 1, sizeof *wp);
+    if (!wg || !wp) {
+        ferry_free(s->ctx, wg);
+        ferry_free(s->ctx, wp);
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering READ_BEGIN");
+        return true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = rb->writers[i];
+        if (w >= s->world[META_ROLE_WRITER]) {
+            ferry_free(s->ctx, wg);
+            ferry_free(s->ctx, wp);
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "READ_BEGIN names writer %u of %u", w,
+                       s->world[META_ROLE_WRITER]);
+            return true;
+        }
+        svc_member_t *m = &s->members[META_ROLE_WRITER][w];
+        FerryMeta__Publish *p = find_record(m, v);
+        ferry_meta__writer_grant__init(&wg[i]);
+        wg[i].rank = w;
+        wg[i].incarnation = m->conn ? m->conn->incarnation : 0;
+        wg[i].slot = p->slot;
+        wg[i].map = p->map;
+        for (size_t k = 0; k < p->n_sums; k++)
+            if (p->sums[k]->dst_rank == c->rank) {
+                wg[i].n_sums = p->sums[k]->n_sums;
+                wg[i].sums = p->sums[k]->sums;
+            }
+        wp[i] = &wg[i];
+    }
+    FerryMeta__Grant g = FERRY_META__GRANT__INIT;
+    g.version = v;
+    g.n_writers = n;
+    g.writers = wp;
+    send_msg(s, c, META_GRANT, &g.base);
+    ferry_free(s->ctx, wg);
+    ferry_free(s->ctx, wp);
+    c->pin_version = v;
+    c->pin_deadline = now + (rb->grant_ms ? rb->grant_ms : 60000) / 1000.0;
+    return true;
+}
+
+/* Answers c's parked request if it can (or its deadline passed). */
+static void evaluate(ferry_meta_service_t *s, svc_conn_t *c, double now) {
+    if (!c->parked || c->dead) return;
+    bool expired = now >= c->parked_deadline, done = false;
+    switch (c->parked) {
+    case META_GET_LAYOUTS: done = try_layouts(s, c, expired); break;
+    case META_PUBLISH: done = try_publish_acks(s, c, expired); break;
+    case META_RECLAIM: done = try_reclaim(s, c, expired, now); break;
+    case META_READ_BEGIN: done = try_read_begin(s, c, expired, now); break;
+    default: done = true;
+    }
+    if (done) unpark(s, c);
+}
+
+static void evaluate_all(ferry_meta_service_t *s, double now) {
+    for (size_t i = 0; i < s->nconns; i++) evaluate(s, s->conns[i], now);
+}
+
+static void park(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, ProtobufCMessage **msg, uint32_t wait_ms,
+                 double now) {
+    c->parked = type;
+    c->parked_msg = *msg;
+    *msg = NULL; /* the connection owns it now */
+    c->parked_deadline = now + wait_ms / 1000.0;
+    evaluate(s, c, now);
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hello *h, double now) {
+    size_t tl = strlen(s->token);
+    unsigned diff = (unsigned)(h->token.len != tl);
+    for (size_t i = 0; i < h->token.len && i < tl; i++) diff |= h->token.data[i] ^ (uint8_t)s->token[i];
+    if (h->protocol != META_PROTOCOL) {
+        send_error(s, c, FERRY_ERR_UNSUPPORTED, "protocol %u, this service speaks %u", h->protocol, META_PROTOCOL);
+        c->dead = true;
+        return;
+    }
+    if (diff) {
+        send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "token mismatch: FERRY_TOKEN differs from the service's");
+        ferry_log(s->ctx, FERRY_LOG_WARN, "meta service: refused %s %u (pid %u): token mismatch", role_name(h->role),
+                  h->rank, h->pid);
+        c->dead = true;
+        return;
+    }
+    if (h->role != META_ROLE_OBSERVER) {
+        if (!s->have_job) {
+            snprintf(s->job, sizeof s->job, "%s", h->job ? h->job : "");
+            s->have_job = true;
+        }
+        if (strcmp(s->job, h->job ? h->job : "") != 0) {
+            send_error(s, c, FERRY_ERR_MISMATCH, "this service runs job '%s', not '%s'", s->job, h->job);
+            c->dead = true;
+            return;
+        }
+        if (s->world[h->role] == 0) {
+            s->members[h->role] = ferry_calloc(s->ctx, h->world, sizeof(svc_member_t));
+            if (!s->members[h->role]) {
+                send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory for %u members", h->world);
+                c->dead = true;
+                return;
+            }
+            s->world[h->role] = h->world;
+        } else if (s->world[h->role] != h->world) {
+            send_error(s, c, FERRY_ERR_MISMATCH, "%s %u says %u %ss, the job has %u", role_name(h->role), h->rank,
+                       h->world, role_name(h->role), s->world[h->role]);
+            c->dead = true;
+            return;
+        }
+        svc_member_t *m = &s->members[h->role][h->rank];
+        if (m->conn) { /* a restarted member replaces its old connection */
+            ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s %u reconnected; dropping its old connection",
+                      role_name(h->role), h->rank);
+            svc_conn_t *old = m->conn;
+            send_error(s, old, FERRY_ERR_STALE, "%s %u connected again from pid %u", role_name(h->role), h->rank,
+                       h->pid);
+            old->dead = true;
+            old->joined = false;
+            if (h->role == META_ROLE_WRITER)
+                while (m->nrecs) drop_record(s, m, m->nrecs - 1);
+        }
+        m->conn = c;
+        snprintf(m->host, sizeof m->host, "%s", h->host ? h->host : "");
+        m->pid = h->pid;
+    }
+    c->joined = true;
+    c->role = h->role;
+    c->rank = h->rank;
+    c->incarnation = h->incarnation;
+    c->lease_ms = h->lease_ms ? h->lease_ms : s->lease_ms;
+    c->deadline = now + c->lease_ms / 1000.0;
+    c->rd.max_body = s->max_body;
+    FerryMeta__Welcome w = FERRY_META__WELCOME__INIT;
+    w.service_id = s->service_id;
+    w.lease_ms = c->lease_ms;
+    send_msg(s, c, META_WELCOME, &w.base);
+    if (h->role != META_ROLE_OBSERVER) broadcast_event(s, META_EVENT_JOINED, h->role, h->rank, 0, NULL);
+}
+
+static void handle_publish(ferry_meta_service_t *s, svc_conn_t *c, svc_member_t *m, FerryMeta__Publish **pp,
+                           double now) {
+    FerryMeta__Publish *p = *pp;
+    if (s->epoch == 0 || p->epoch != s->epoch) {
+        send_error(s, c, FERRY_ERR_STALE, "layout epoch %016llx is not the job's current one (%016llx)",
+                   (unsigned long long)p->epoch, (unsigned long long)s->epoch);
+        return;
+    }
+    if (s->plan_digest == 0) s->plan_digest = p->plan_digest;
+    if (p->plan_digest != s->plan_digest) {
+        send_error(s, c, FERRY_ERR_MISMATCH, "writer %u planned digest %016llx, the job's members %016llx", c->rank,
+                   (unsigned long long)p->plan_digest, (unsigned long long)s->plan_digest);
+        return;
+    }
+    for (size_t i = 0; i < p->n_sums; i++)
+        if (p->sums[i]->dst_rank >= s->world[META_ROLE_READER]) {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "checksums for reader %u of %u", p->sums[i]->dst_rank,
+                       s->world[META_ROLE_READER]);
+            return;
+        }
+    drop_version(s, m, p->version);
+    if (m->nrecs == MAX_RECORDS) { /* forget the oldest */
+        size_t oldest = 0;
+        for (size_t i = 1; i < m->nrecs; i++)
+            if (m->recs[i]->version < m->recs[oldest]->version) oldest = i;
+        drop_record(s, m, oldest);
+    }
+    m->recs[m->nrecs++] = p;
+    *pp = NULL;
+    if (p->version > m->published) m->published = p->version;
+    bool ready = version_ready(s, p->version);
+    if (ready) broadcast_event(s, META_EVENT_READY, META_ROLE_WRITER, c->rank, p->version, NULL);
+    if (p->wait_acks) {
+        /* park a copy of what the wait needs; the record itself stays in m->recs */
+        FerryMeta__Publish *w = ferry_calloc(s->ctx, 1, sizeof *w);
+        if (!w) {
+            send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory parking PUBLISH");
+            return;
+        }
+        ferry_meta__publish__init(w);
+        w->version = p->version;
+        ProtobufCMessage *pm = &w->base;
+        park(s, c, META_PUBLISH, &pm, p->wait_ms, now);
+    } else {
+        FerryMeta__Published out = FERRY_META__PUBLISHED__INIT;
+        out.ready = ready;
+        send_msg(s, c, META_PUBLISHED, &out.base);
+    }
+}
+
+static void handle_status(ferry_meta_service_t *s, svc_conn_t *c) {
+    FerryMeta__Status st = FERRY_META__STATUS__INIT;
+    size_t n = (size_t)s->world[1] + s->world[2], k = 0;
+    FerryMeta__MemberStatus *ms = ferry_calloc(s->ctx, n ? n : 1, sizeof *ms);
+    FerryMeta__MemberStatus **mp = ferry_calloc(s->ctx, n ? n : 1, sizeof *mp);
+    if (!ms || !mp) {
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering GET_STATUS");
+    } else {
+        for (uint32_t role = META_ROLE_WRITER; role <= META_ROLE_READER; role++)
+            for (uint32_t r = 0; r < s->world[role]; r++, k++) {
+                svc_member_t *m = &s->members[role][r];
+                ferry_meta__member_status__init(&ms[k]);
+                ms[k].role = role;
+                ms[k].rank = r;
+                ms[k].host = m->conn ? m->host : "";
+                ms[k].pid = m->conn ? m->pid : 0;
+                ms[k].committed = m->commit != NULL;
+                ms[k].acked = m->acked;
+                ms[k].published = m->published;
+                mp[k] = &ms[k];
+            }
+        st.job = s->job;
+        st.writers = s->world[1];
+        st.readers = s->world[2];
+        st.epoch = s->epoch;
+        st.ready = newest_ready(s, 1, 0);
+        st.n_members = n;
+        st.members = mp;
+        st.service_id = s->service_id;
+        send_msg(s, c, META_STATUS, &st.base);
+    }
+    ferry_free(s->ctx, ms);
+    ferry_free(s->ctx, mp);
+}
+
+static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, const uint8_t *body, uint32_t len,
+                         double now) {
+    ProtobufCMessage *msg = NULL;
+    ferry_errbuf_t err;
+    ferry_status_t st = meta_decode(s->ctx, type, body, len, &msg, &err);
+    if (st != FERRY_OK) {
+        send_error(s, c, st, "%s", err.text);
+        if (!c->joined) c->dead = true;
+        return;
+    }
+    if (!c->joined) {
+        if (type == META_HELLO) handle_hello(s, c, (FerryMeta__Hello *)msg, now);
+        else {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "expected HELLO first, got %s", meta_type_name(type));
+            c->dead = true;
+        }
+        meta_free(s->ctx, msg);
+        return;
+    }
+    c->deadline = now + c->lease_ms / 1000.0; /* any frame renews the lease */
+    svc_member_t *m = member_of(s, c);
+    bool writer = c->role == META_ROLE_WRITER, reader = c->role == META_ROLE_READER;
+    if (c->parked && type != META_HEARTBEAT && type != META_RETIRE && type != META_BYE) {
+        send_error(s, c, FERRY_ERR_BUSY, "%s while a %s is pending", meta_type_name(type), meta_type_name(c->parked));
+        meta_free(s->ctx, msg);
+        return;
+    }
+    switch (type) {
+    case META_HEARTBEAT: break;
+    case META_BYE: c->dead = true; break;
+    case META_COMMIT:
+        if (!m) {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "observers do not commit layouts");
+            break;
+        } else {
+            FerryMeta__Commit *cm = (void *)msg;
+            uint8_t *copy = ferry_alloc(s->ctx, cm->layout.len ? cm->layout.len : 1);
+            if (!copy) {
+                send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory storing a %zu-byte layout", cm->layout.len);
+                break;
+            }
+            memcpy(copy, cm->layout.data, cm->layout.len);
+            ferry_free(s->ctx, m->commit);
+            m->commit = copy;
+            m->commit_len = cm->layout.len;
+            m->commit_digest = XXH3_64bits(copy, cm->layout.len);
+            recompute_epoch(s);
+            send_ok(s, c);
+        }
+        break;
+    case META_GET_LAYOUTS: park(s, c, type, &msg, ((FerryMeta__GetLayouts *)msg)->wait_ms, now); break;
+    case META_PUBLISH:
+        if (!writer) send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only writers publish");
+        else handle_publish(s, c, m, (FerryMeta__Publish **)&msg, now);
+        break;
+    case META_RECLAIM:
+        if (!writer) {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only writers reclaim");
+            break;
+        }
+        drop_version(s, m, ((FerryMeta__Reclaim *)msg)->version); /* no new grants from here on */
+        park(s, c, type, &msg, ((FerryMeta__Reclaim *)msg)->wait_ms, now);
+        break;
+    case META_RETIRE:
+        if (writer) drop_version(s, m, ((FerryMeta__Retire *)msg)->version);
+        break;
+    case META_READ_BEGIN:
+        if (!reader) send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only readers read");
+        else if (s->plan_digest && ((FerryMeta__ReadBegin *)msg)->plan_digest != s->plan_digest)
+            send_error(s, c, FERRY_ERR_MISMATCH, "reader %u planned digest %016llx, the writers %016llx", c->rank,
+                       (unsigned long long)((FerryMeta__ReadBegin *)msg)->plan_digest,
+                       (unsigned long long)s->plan_digest);
+        else park(s, c, type, &msg, ((FerryMeta__ReadBegin *)msg)->wait_ms, now);
+        break;
+    case META_READ_END:
+        if (!reader) {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only readers end reads");
+        } else {
+            FerryMeta__ReadEnd *re = (void *)msg;
+            if (c->pin_version == re->version) c->pin_version = 0;
+            if (re->ok && re->version > m->acked) m->acked = re->version;
+            FerryMeta__ReadEnded out = FERRY_META__READ_ENDED__INIT;
+            out.retired = !version_ready(s, re->version);
+            send_msg(s, c, META_READ_ENDED, &out.base);
+        }
+        break;
+    case META_GET_STATUS: handle_status(s, c); break;
+    default:
+        send_error(s, c, FERRY_ERR_UNSUPPORTED, "unexpected %s from a client", meta_type_name(type));
+    }
+    meta_free(s->ctx, msg);
+    evaluate_all(s, now);
+}
+
+/* ---- connections ------------------------------------------------------------------------ */
+
+static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, double now) {
+    svc_conn_t *c = s->conns[i];
+    bool joined = c->joined;
+    uint32_t role = c->role, rank = c->rank;
+    if (joined && role != META_ROLE_OBSERVER) {
+        svc_member_t *m = &s->members[role][rank];
+        if (m->conn == c) {
+            m->conn = NULL;
+            if (role == META_ROLE_WRITER) /* its memory is gone with it */
+                while (m->nrecs) drop_record(s, m, m->nrecs - 1);
+        }
+        ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s %u left (%s)", role_name(role), rank, why);
+    }
+    unpark(s, c);
+    close(c->fd);
+    frame_reader_free(&c->rd);
+    ferry_free(s->ctx, c->out);
+    ferry_free(s->ctx, c);
+    s->conns[i] = s->conns[--s->nconns];
+    if (joined && role != META_ROLE_OBSERVER) {
+        broadcast_event(s, META_EVENT_LEFT, role, rank, 0, why);
+        evaluate_all(s, now);
+    }
+}
+
+static void conn_accept(ferry_meta_service_t *s, double now) {
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        svc_conn_t *c = ferry_calloc(s->ctx, 1, sizeof *c);
+        if (!c || ferry_grow(s->ctx, (void **)&s->conns, sizeof *s->conns, &s->cap_conns, s->nconns + 1) != 0) {
+            ferry_free(s->ctx, c);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        frame_reader_init(&c->rd, s->ctx, META_MAX_HELLO_BODY);
+        c->deadline = now + HELLO_WAIT_S;
+        s->conns[s->nconns++] = c;
+    }
+}
+
+static void conn_read(ferry_meta_service_t *s, svc_conn_t *c, double now) {
+    uint8_t buf[65536];
+    for (;;) {
+        ssize_t k = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EAGAIN) return;
+        if (k <= 0) {
+            c->dead = true;
+            return;
+        }
+        if (frame_reader_feed(&c->rd, buf, (size_t)k) != FERRY_OK) {
+            send_error(s, c, c->rd.failed, "%s", c->rd.err.text);
+            c->dead = true;
+            return;
+        }
+        for (;;) {
+            uint8_t type;
+            const uint8_t *body;
+            uint32_t len;
+            ferry_status_t fst;
+            int got = frame_reader_next(&c->rd, &type, &body, &len, &fst);
+            if (got != 1) {
+                if (fst != FERRY_OK) {
+                    send_error(s, c, fst, "%s", c->rd.err.text);
+                    c->dead = true;
+                    return;
+                }
+                break;
+            }
+            handle_frame(s, c, type, body, len, now);
+            if (c->dead) return;
+        }
+    }
+}
+
+static void *service_main(void *arg) {
+    ferry_meta_service_t *s = arg;
+    struct pollfd *pfds = NULL;
+    size_t cap = 0;
+    while (!atomic_load(&s->stop)) {
+        double now = ferry_mono_s(), next = now + 3600;
+        for (size_t i = 0; i < s->nconns; i++) {
+            svc_conn_t *c = s->conns[i];
+            if (c->deadline < next) next = c->deadline;
+            if (c->parked && c->parked_deadline < next) next = c->parked_deadline;
+            if (c->pin_version && c->pin_deadline > now && c->pin_deadline < next) next = c->pin_deadline;
+        }
+        if (ferry_grow(s->ctx, (void **)&pfds, sizeof *pfds, &cap, s->nconns + 2) != 0) break;
+        pfds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+        pfds[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+        size_t n = s->nconns;
+        for (size_t i = 0; i < n; i++)
+            pfds[2 + i] = (struct pollfd){.fd = s->conns[i]->fd,
+                                          .events = (short)(POLLIN | (s->conns[i]->out_len ? POLLOUT : 0))};
+        int ms = (int)((next - now) * 1000.0) + 1;
+        int rc = poll(pfds, n + 2, ms < 0 ? 0 : ms);
+        if (rc < 0 && errno != EINTR) break;
+        now = ferry_mono_s();
+        if (rc > 0) {
+            for (size_t i = 0; i < n; i++) {
+                svc_conn_t *c = s->conns[i];
+                if (pfds[2 + i].revents & POLLOUT) conn_flush(c);
+                if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(s, c, now);
+            }
+            if (pfds[1].revents & POLLIN) conn_accept(s, now);
+        }
+        /* deadlines: leases, parked requests, grants that ran out */
+        for (size_t i = 0; i < s->nconns; i++) {
+            svc_conn_t *c = s->conns[i];
+            if (c->pin_version && c->pin_deadline <= now) c->pin_version = 0;
+            if (c->parked && c->parked_deadline <= now) evaluate(s, c, now);
+        }
+        evaluate_all(s, now); /* an expired grant may free a reclaim */
+        for (size_t i = s->nconns; i-- > 0;) {
+            svc_conn_t *c = s->conns[i];
+            if (c->dead) conn_close(s, i, "connection closed", now);
+            else if (c->deadline <= now) conn_close(s, i, c->joined ? "lease expired" : "no HELLO in time", now);
+        }
+    }
+    ferry_free(s->ctx, pfds);
+    return NULL;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+
+static const char *cfg(ferry_ctx_t *ctx, const char *name) {
+    const char *v = ferry_ctx_config_value(ctx, name, NULL);
+    return v ? v : "";
+}
+
+ferry_status_t ferry_meta_service_create(ferry_ctx_t *ctx, const ferry_meta_params_t *params,
+                                         ferry_meta_service_t **out) {
+    ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
+    uint64_t mask = params ? params->field_mask : 0;
+    const char *listen_at = (mask & FERRY_META_PARAM_LISTEN) && params->listen ? params->listen : cfg(ctx, "FERRY_META");
+    const char *token = (mask & FERRY_META_PARAM_TOKEN) && params->token ? params->token : cfg(ctx, "FERRY_TOKEN");
+    if (strlen(token) > META_MAX_TOKEN)
+        return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "meta token is %zu bytes; at most %u", strlen(token),
+                          META_MAX_TOKEN);
+    char host[META_HOST_MAX];
+    uint16_t port;
+    ferry_status_t st = meta_addr_parse(listen_at, host, &port, err);
+    if (st != FERRY_OK) return st;
+    ferry_meta_service_t *s = ferry_calloc(ctx, 1, sizeof *s);
+    if (!s) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory creating the meta service");
+    s->ctx = ctx;
+    s->wake[0] = s->wake[1] = s->listen_fd = -1;
+    snprintf(s->token, sizeof s->token, "%s", token);
+    s->lease_ms = (mask & FERRY_META_PARAM_LEASE_MS) && params->lease_ms ? params->lease_ms : 10000;
+    s->max_body = (mask & FERRY_META_PARAM_MAX_FRAME) && params->max_frame ? params->max_frame : 256u << 20;
+    if (getrandom(&s->service_id, sizeof s->service_id, 0) != sizeof s->service_id)
+        s->service_id = (uint64_t)ferry_mono_s() ^ (uint64_t)getpid() << 32;
+    uint16_t bound;
+    st = meta_listen(host, port, &s->listen_fd, &bound, err);
+    if (st == FERRY_OK && pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+        st = ferry_fail(err, FERRY_ERR_IO, "meta service: pipe: %s", strerror(errno));
+    if (st == FERRY_OK) {
+        snprintf(s->address, sizeof s->address, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
+        if (pthread_create(&s->thread, NULL, service_main, s) != 0)
+            st = ferry_fail(err, FERRY_ERR_IO, "meta service: cannot start its thread");
+    }
+    if (st != FERRY_OK) {
+        if (s->listen_fd >= 0) close(s->listen_fd);
+        if (s->wake[0] >= 0) close(s->wake[0]), close(s->wake[1]);
+        ferry_free(ctx, s);
+        return st;
+    }
+    ferry_log(ctx, FERRY_LOG_INFO, "meta service listening on %s", s->address);
+    *out = s;
+    return FERRY_OK;
+}
+
+const char *ferry_meta_service_address(const ferry_meta_service_t *svc) { return svc ? svc->address : ""; }
+
+void ferry_meta_service_destroy(ferry_meta_service_t *s) {
+    if (!s) return;
+    atomic_store(&s->stop, true);
+    ssize_t w = write(s->wake[1], "x", 1);
+    (void)w;
+    pthread_join(s->thread, NULL);
+    double now = ferry_mono_s();
+    while (s->nconns) {
+        s->conns[s->nconns - 1]->joined = false; /* no events on the way out */
+        conn_close(s, s->nconns - 1, "service stopped", now);
+    }
+    for (int role = META_ROLE_WRITER; role <= META_ROLE_READER; role++) {
+        for (uint32_t r = 0; r < s->world[role]; r++) {
+            svc_member_t *m = &s->members[role][r];
+            ferry_free(s->ctx, m->commit);
+            while (m->nrecs) drop_record(s, m, m->nrecs - 1);
+        }
+        ferry_free(s->ctx, s->members[role]);
+    }
+    ferry_free(s->ctx, s->conns);
+    close(s->listen_fd);
+    close(s->wake[0]);
+    close(s->wake[1]);
+    ferry_free(s->ctx, s);
+}

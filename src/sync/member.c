@@ -1,0 +1,277 @@
+/* What writers and readers share: parameters, their own buffers and
+ * pieces, the commit, the service connection, and the layout epoch (both
+ * global layouts rebuilt from the service's LAYOUTS, and the local plan). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meta/proto.h"
+#include "sync/sync_internal.h"
+
+static const char *cfg(ferry_ctx_t *ctx, const char *name) {
+    const char *v = ferry_ctx_config_value(ctx, name, NULL);
+    return v ? v : "";
+}
+
+ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t role, const ferry_model_t *model,
+                                const ferry_sync_params_t *params) {
+    ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
+    memset(m, 0, sizeof *m);
+    m->ctx = ctx;
+    m->role = role;
+    m->model = model;
+    const char *who = role == META_ROLE_WRITER ? "writer" : "reader";
+    if (!params || !model || !params->job)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: model, params and params->job are required", who);
+    if (params->world == 0 || params->world > META_MAX_WORLD || params->rank >= params->world)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: rank %u of world %u", who, params->rank, params->world);
+    m->p = *params;
+    uint64_t f = params->field_mask;
+    if (strlen(params->job) >= sizeof m->job)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: job name longer than %zu", who, sizeof m->job - 1);
+    snprintf(m->job, sizeof m->job, "%s", params->job);
+    snprintf(m->meta_addr, sizeof m->meta_addr, "%s", (f & FERRY_SYNC_PARAM_META) && params->meta ? params->meta : cfg(ctx, "FERRY_META"));
+    snprintf(m->token, sizeof m->token, "%s",
+             (f & FERRY_SYNC_PARAM_TOKEN) && params->token ? params->token : cfg(ctx, "FERRY_TOKEN"));
+    m->p.job = m->job;
+    m->p.meta = m->meta_addr;
+    m->p.token = m->token;
+    if (!(f & FERRY_SYNC_PARAM_TRANSPORT)) m->p.transport = FERRY_XPORT_SHM;
+    if (!(f & FERRY_SYNC_PARAM_TIMEOUT_MS) || !m->p.timeout_ms) m->p.timeout_ms = 30000;
+    if (!(f & FERRY_SYNC_PARAM_LEASE_MS) || !m->p.lease_ms) m->p.lease_ms = 10000;
+    if (!(f & FERRY_SYNC_PARAM_MODE)) m->p.mode = FERRY_SYNC_MODE_SYNC;
+    if (!(f & FERRY_SYNC_PARAM_SLOTS)) m->p.slots = 2;
+    if (!(f & FERRY_SYNC_PARAM_SERVE)) m->p.serve = role == META_ROLE_WRITER && params->rank == 0;
+    if (!(f & FERRY_SYNC_PARAM_STAGED)) m->p.staged = false;
+    if (!(f & FERRY_SYNC_PARAM_INFLIGHT) || !m->p.inflight_bytes) m->p.inflight_bytes = 64u << 20;
+    if (!(f & FERRY_SYNC_PARAM_THREADS) || !m->p.threads) m->p.threads = 1;
+    if (m->p.mode != FERRY_SYNC_MODE_SYNC && m->p.mode != FERRY_SYNC_MODE_ASYNC)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: mode %d is neither sync nor async", who, m->p.mode);
+    if (m->p.slots < 1 || m->p.slots > 16)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: %u staging slots (1..16)", who, m->p.slots);
+    ferry_status_t st = ferry_layout_create(ctx, model, m->p.world, &m->local);
+    if (st != FERRY_OK) return st;
+    ferry_xport_params_t xpp = {.field_mask = FERRY_XPORT_PARAM_KIND | FERRY_XPORT_PARAM_TIMEOUT_MS |
+                                              FERRY_XPORT_PARAM_THREADS,
+                                .kind = m->p.transport,
+                                .timeout_ms = m->p.timeout_ms,
+                                .threads = m->p.threads};
+    st = ferry_xport_create(ctx, &xpp, &m->xp);
+    if (st != FERRY_OK) {
+        ferry_layout_destroy(m->local);
+        m->local = NULL;
+    }
+    return st;
+}
+
+ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void *opaque) {
+    meta_client_params_t cp = {.address = m->meta_addr,
+                               .token = m->token,
+                               .job = m->job,
+                               .role = m->role,
+                               .rank = m->p.rank,
+                               .world = m->p.world,
+                               .lease_ms = m->p.lease_ms,
+                               .timeout_ms = m->p.timeout_ms};
+    ferry_status_t st = meta_client_create(m->ctx, &cp, &m->meta, ferry_ctx_errbuf(m->ctx));
+    if (st == FERRY_OK) meta_client_set_replay(m->meta, replay, opaque);
+    return st;
+}
+
+void sync_member_fini(sync_member_t *m) {
+    meta_client_destroy(m->meta);
+    ferry_plan_destroy(m->plan);
+    sync_side_free(m->ctx, &m->side[0]);
+    sync_side_free(m->ctx, &m->side[1]);
+    for (size_t i = 0; i < m->nbufs; i++) {
+        if (m->bufs[i].mem) ferry_xport_mem_deregister(m->bufs[i].mem);
+        if (m->bufs[i].owned) free(m->bufs[i].ptr);
+        ferry_free(m->ctx, m->bufs[i].name);
+    }
+    ferry_xport_destroy(m->xp);
+    ferry_free(m->ctx, m->bufs);
+    ferry_free(m->ctx, m->blob);
+    ferry_layout_destroy(m->local);
+}
+
+ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t dtype, void *ptr, uint64_t size,
+                               bool owned, uint32_t *index) {
+    if (m->blob) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "buffers cannot be added after commit");
+    if (!name || !ptr || size == 0)
+        return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "buffer %s: a name, a pointer and a non-zero size are required",
+                          name ? name : "(null)");
+    if (ferry_grow(m->ctx, (void **)&m->bufs, sizeof *m->bufs, &m->cap_bufs, m->nbufs + 1) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory adding buffer %s", name);
+    uint32_t idx;
+    ferry_status_t st = ferry_layout_add_buffer(m->local, m->p.rank, name, dtype, size, &idx);
+    if (st != FERRY_OK) return ferry_fail(&m->err, st, "%s", ferry_layout_error(m->local));
+    if (idx != m->nbufs) return ferry_fail(&m->err, FERRY_ERR_INTERNAL, "buffer index %u, expected %zu", idx, m->nbufs);
+    sync_buf_t *b = &m->bufs[m->nbufs];
+    memset(b, 0, sizeof *b);
+    b->name = ferry_strdup(m->ctx, name);
+    b->dtype = dtype;
+    b->size = size;
+    b->ptr = ptr;
+    b->owned = owned;
+    if (!b->name) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory adding buffer %s", name);
+    m->nbufs++;
+    if (index) *index = idx;
+    return FERRY_OK;
+}
+
+ferry_status_t sync_add_piece(sync_member_t *m, const ferry_piece_t *piece) {
+    if (m->blob) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "pieces cannot be added after commit");
+    if (!piece) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "piece is NULL");
+    ferry_piece_t p = *piece;
+    p.rank = m->p.rank;
+    ferry_status_t st = ferry_layout_add_piece(m->local, &p);
+    if (st != FERRY_OK) return ferry_fail(&m->err, st, "%s", ferry_layout_error(m->local));
+    return FERRY_OK;
+}
+
+ferry_status_t sync_add_layout(sync_member_t *m, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
+                               size_t nptrs, void *(*alloc)(sync_member_t *, const ferry_buffer_info_t *, uint32_t *,
+                                                            ferry_status_t *)) {
+    if (!layout) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "layout is NULL");
+    uint32_t nb = ferry_layout_buffer_count(layout), mine = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(layout, b, &bi);
+        mine += bi.rank == rank;
+    }
+    if (nptrs != mine)
+        return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "rank %u of the layout has %u buffers, %zu pointers given",
+                          rank, mine, nptrs);
+    uint32_t *map = ferry_alloc(m->ctx, (nb ? nb : 1) * sizeof *map);
+    if (!map) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    ferry_status_t st = FERRY_OK;
+    uint32_t k = 0;
+    for (uint32_t b = 0; b < nb && st == FERRY_OK; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(layout, b, &bi);
+        map[b] = UINT32_MAX;
+        if (bi.rank != rank) continue;
+        if (!ptrs[k]) {
+            ptrs[k] = alloc(m, &bi, &map[b], &st);
+        } else {
+            st = sync_add_buffer(m, bi.name, bi.dtype, ptrs[k], bi.size, false, &map[b]);
+        }
+        k++;
+    }
+    size_t first, count;
+    ferry_layout_rank_pieces(layout, rank, &first, &count);
+    for (size_t i = first; i < first + count && st == FERRY_OK; i++) {
+        ferry_piece_t p = ferry_layout_pieces(layout)[i];
+        p.buffer = map[p.buffer];
+        /* the member's model may be another object with the same tensors */
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(ferry_layout_model(layout), p.tensor, &ti);
+        if (!ferry_model_find(m->model, ti.name, &p.tensor)) {
+            st = ferry_fail(&m->err, FERRY_ERR_NOT_FOUND, "tensor %s of the layout is not in the model", ti.name);
+            break;
+        }
+        st = sync_add_piece(m, &p);
+    }
+    ferry_free(m->ctx, map);
+    return st;
+}
+
+ferry_status_t sync_recommit(sync_member_t *m, ferry_errbuf_t *err) {
+    FerryMeta__Commit c = FERRY_META__COMMIT__INIT;
+    c.layout = (ProtobufCBinaryData){m->blob_len, m->blob};
+    ProtobufCMessage *reply = NULL;
+    ferry_status_t st = meta_client_call(m->meta, META_COMMIT, &c.base, META_OK, 0, &reply, err);
+    meta_free(m->ctx, reply);
+    return st;
+}
+
+ferry_status_t sync_commit(sync_member_t *m) {
+    if (m->blob) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "already committed");
+    size_t first, count;
+    ferry_layout_rank_pieces(m->local, m->p.rank, &first, &count);
+    if (count == 0) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "nothing to commit: no pieces were added");
+    ferry_status_t st = sync_wire_encode(m->ctx, m->local, m->p.rank, meta_client_host(m->meta), &m->blob,
+                                         &m->blob_len, &m->err);
+    if (st != FERRY_OK) return st;
+    st = sync_recommit(m, &m->err);
+    if (st != FERRY_OK) {
+        ferry_free(m->ctx, m->blob);
+        m->blob = NULL;
+    }
+    return st;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Host labels shared by both sides: the index of each host name among all. */
+static ferry_status_t label_hosts(sync_member_t *m, char **hosts[2]) {
+    size_t n = (size_t)m->side[0].world + m->side[1].world;
+    char **all = ferry_calloc(m->ctx, n ? n : 1, sizeof *all);
+    if (!all) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t k = 0;
+    for (int s = 0; s < 2; s++)
+        for (uint32_t r = 0; r < m->side[s].world; r++) all[k++] = hosts[s][r];
+    qsort(all, n, sizeof *all, cmp_str);
+    for (int s = 0; s < 2; s++) {
+        m->side[s].hosts = ferry_calloc(m->ctx, m->side[s].world ? m->side[s].world : 1, sizeof(uint32_t));
+        if (!m->side[s].hosts) {
+            ferry_free(m->ctx, all);
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        }
+        for (uint32_t r = 0; r < m->side[s].world; r++) {
+            char **hit = bsearch(&hosts[s][r], all, n, sizeof *all, cmp_str);
+            m->side[s].hosts[r] = (uint32_t)(hit - all);
+        }
+    }
+    ferry_free(m->ctx, all);
+    return FERRY_OK;
+}
+
+ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *changed) {
+    *changed = false;
+    FerryMeta__GetLayouts g = FERRY_META__GET_LAYOUTS__INIT;
+    g.wait_ms = wait_ms;
+    g.known_epoch = m->epoch;
+    ProtobufCMessage *reply = NULL;
+    ferry_status_t st = meta_client_call(m->meta, META_GET_LAYOUTS, &g.base, META_LAYOUTS, wait_ms, &reply, &m->err);
+    if (st != FERRY_OK) return st;
+    FerryMeta__Layouts *l = (void *)reply;
+    if (l->epoch == m->epoch) {
+        meta_free(m->ctx, reply);
+        return FERRY_OK;
+    }
+    double t0 = ferry_mono_s();
+    ferry_plan_destroy(m->plan);
+    m->plan = NULL;
+    sync_side_free(m->ctx, &m->side[0]);
+    sync_side_free(m->ctx, &m->side[1]);
+    m->epoch = 0;
+    char **hosts[2] = {NULL, NULL};
+    st = sync_wire_decode(m->ctx, l->writers, l->n_writers, "writer", &m->side[0], &hosts[0], &m->err);
+    if (st == FERRY_OK) st = sync_wire_decode(m->ctx, l->readers, l->n_readers, "reader", &m->side[1], &hosts[1], &m->err);
+    if (st == FERRY_OK) st = label_hosts(m, hosts);
+    for (int s = 0; s < 2; s++) {
+        for (uint32_t r = 0; hosts[s] && r < m->side[s].world; r++) ferry_free(m->ctx, hosts[s][r]);
+        ferry_free(m->ctx, hosts[s]);
+    }
+    if (st == FERRY_OK) {
+        ferry_plan_params_t pp = {.field_mask = FERRY_PLAN_PARAM_SRC_HOSTS | FERRY_PLAN_PARAM_DST_HOSTS |
+                                                FERRY_PLAN_PARAM_ONLY,
+                                  .src_hosts = m->side[0].hosts,
+                                  .dst_hosts = m->side[1].hosts,
+                                  .only_side = m->role == META_ROLE_WRITER ? FERRY_SIDE_TRAIN : FERRY_SIDE_INFER,
+                                  .only_rank = m->p.rank};
+        st = ferry_plan_build(m->ctx, m->side[0].layout, m->side[1].layout, &pp, &m->plan);
+        if (st != FERRY_OK) st = ferry_fail(&m->err, st, "planning the epoch: %s", ferry_ctx_error(m->ctx));
+    }
+    if (st == FERRY_OK) {
+        m->epoch = l->epoch;
+        m->plan_digest = ferry_plan_digest(m->plan);
+        *changed = true;
+        ferry_log(m->ctx, FERRY_LOG_INFO, "%s %u: epoch %016llx planned in %.1f ms (%zu ops)",
+                  m->role == META_ROLE_WRITER ? "writer" : "reader", m->p.rank, (unsigned long long)m->epoch,
+                  (ferry_mono_s() - t0) * 1e3, ferry_plan_op_count(m->plan));
+    }
+    meta_free(m->ctx, reply);
+    return st;
+}

@@ -1,0 +1,489 @@
+/* Readers: per update, ask the service for a ready version (a grant: where
+ * each writer's bytes are and their checksums), pull the local plan's
+ * buckets one-sided, scatter what does not land in place, check every op's
+ * destination region against the writer's xxh3, then acknowledge. In
+ * staged mode everything lands in a shadow copy first and reaches the live
+ * buffers only once all of it verified. See docs/sync.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "meta/proto.h"
+#include "sync/sync_internal.h"
+
+#define MAX_CORRUPT_RETRIES 2
+
+typedef struct reader_src {      /* one writer's transport regions, as last granted */
+    uint64_t incarnation;
+    size_t nregions;
+    ferry_xport_rmem_t **rmem;
+    uint64_t *desc_sum;          /* xxh3 of each region's descriptor */
+    const FerryMeta__WriterGrant *grant; /* of the current update */
+} reader_src_t;
+
+struct ferry_reader {
+    sync_member_t m;
+    bool committed, torn;
+    uint64_t version;
+    /* per epoch */
+    uint32_t *writers;           /* writers the local plan reads from */
+    size_t nwriters;
+    reader_src_t *src;           /* by writer rank */
+    uint32_t nsrc;
+    uint8_t **shadow;            /* staged: a copy of each buffer */
+    uint8_t *scratch;            /* landing area of buckets that are not DIRECT */
+    size_t scratch_cap;
+    uint8_t *gather;             /* row-major copy of a scattered region, for its checksum */
+    size_t gather_cap;
+    ferry_xport_run_t *runs;
+    size_t cap_runs;
+};
+
+const char *ferry_reader_error(const ferry_reader_t *r) { return r ? r->m.err.text : ""; }
+uint64_t ferry_reader_version(const ferry_reader_t *r) { return r && !r->torn ? r->version : 0; }
+bool ferry_reader_torn(const ferry_reader_t *r) { return r && r->torn; }
+
+/* ---- per-epoch state ------------------------------------------------------------ */
+
+static void src_release(reader_src_t *s, ferry_ctx_t *ctx) {
+    for (size_t i = 0; i < s->nregions; i++)
+        if (s->rmem[i]) ferry_xport_rmem_release(s->rmem[i]);
+    ferry_free(ctx, s->rmem);
+    ferry_free(ctx, s->desc_sum);
+    memset(s, 0, sizeof *s);
+}
+
+static void epoch_free(ferry_reader_t *r) {
+    ferry_ctx_t *ctx = r->m.ctx;
+    for (uint32_t i = 0; i < r->nsrc; i++) src_release(&r->src[i], ctx);
+    ferry_free(ctx, r->src);
+    for (size_t b = 0; r->shadow && b < r->m.nbufs; b++) free(r->shadow[b]);
+    ferry_free(ctx, r->shadow);
+    ferry_free(ctx, r->writers);
+    free(r->scratch);
+    free(r->gather);
+    r->src = NULL;
+    r->nsrc = 0;
+    r->shadow = NULL;
+    r->writers = NULL;
+    r->nwriters = 0;
+    r->scratch = r->gather = NULL;
+    r->scratch_cap = r->gather_cap = 0;
+}
+
+static size_t op_esz(const ferry_reader_t *r, const ferry_copy_op_t *op) {
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(r->m.side[1].layout), op->tensor, &ti);
+    return ferry_dtype_size(ti.dtype);
+}
+
+static ferry_status_t epoch_setup(ferry_reader_t *r) {
+    sync_member_t *m = &r->m;
+    ferry_ctx_t *ctx = m->ctx;
+    epoch_free(r);
+    /* the service's copy of our layout must be the one our buffers have */
+    const sync_side_t *d = &m->side[1];
+    uint32_t nb = d->buf_base[m->p.rank + 1] - d->buf_base[m->p.rank];
+    if (nb != m->nbufs)
+        return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "the service holds %u buffers for reader %u, it has %zu", nb,
+                          m->p.rank, m->nbufs);
+    for (uint32_t b = 0; b < nb; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(d->layout, d->buf_base[m->p.rank] + b, &bi);
+        if (bi.size != m->bufs[b].size)
+            return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "buffer %s: %llu bytes at the service, %llu here",
+                              m->bufs[b].name, (unsigned long long)bi.size, (unsigned long long)m->bufs[b].size);
+    }
+    r->nsrc = m->side[0].world;
+    r->src = ferry_calloc(ctx, r->nsrc, sizeof *r->src);
+    r->writers = ferry_calloc(ctx, r->nsrc, sizeof *r->writers);
+    if (!r->src || !r->writers) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    bool *seen = ferry_calloc(ctx, r->nsrc, sizeof *seen);
+    if (!seen) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t scratch = 0, gather = 0;
+    for (size_t p = 0; p < ferry_plan_pair_count(m->plan); p++) {
+        if (!seen[pairs[p].src_rank]) r->writers[r->nwriters++] = pairs[p].src_rank;
+        seen[pairs[p].src_rank] = true;
+    }
+    ferry_free(ctx, seen);
+    for (size_t j = 0; j < ferry_plan_bucket_count(m->plan); j++)
+        if (!(bk[j].flags & FERRY_BUCKET_DIRECT) && bk[j].bytes > scratch) scratch = bk[j].bytes;
+    for (size_t i = 0; i < ferry_plan_op_count(m->plan); i++)
+        if (!sync_box_contiguous(&ops[i].box, ops[i].dst_strides) && ops[i].bytes > gather) gather = ops[i].bytes;
+    r->scratch_cap = scratch > m->p.inflight_bytes ? scratch : m->p.inflight_bytes;
+    if (scratch == 0) r->scratch_cap = 0;
+    r->scratch = r->scratch_cap ? malloc(r->scratch_cap) : NULL;
+    r->gather_cap = gather;
+    r->gather = gather ? malloc(gather) : NULL;
+    if ((r->scratch_cap && !r->scratch) || (gather && !r->gather))
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", r->scratch_cap);
+    if (m->p.staged) {
+        r->shadow = ferry_calloc(ctx, m->nbufs + 1, sizeof *r->shadow);
+        if (!r->shadow) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        for (size_t b = 0; b < m->nbufs; b++) {
+            r->shadow[b] = malloc(m->bufs[b].size ? m->bufs[b].size : 1);
+            if (!r->shadow[b])
+                return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory staging buffer %s (%llu bytes)",
+                                  m->bufs[b].name, (unsigned long long)m->bufs[b].size);
+        }
+    }
+    return FERRY_OK;
+}
+
+/* Unpacks the regions of a writer's grant, reusing what did not change. */
+static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGrant *g) {
+    sync_member_t *m = &r->m;
+    if (g->rank >= r->nsrc) return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "grant for writer %u of %u", g->rank, r->nsrc);
+    reader_src_t *s = &r->src[g->rank];
+    const FerryMeta__SlotMap *map = g->map;
+    uint32_t want_bufs = m->side[0].buf_base[g->rank + 1] - m->side[0].buf_base[g->rank];
+    if (map->n_buffer_region != want_bufs)
+        return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u's map has %zu buffers, its layout %u", g->rank,
+                          map->n_buffer_region, want_bufs);
+    if (s->incarnation != g->incarnation || s->nregions != map->n_regions) {
+        src_release(s, m->ctx);
+        s->rmem = ferry_calloc(m->ctx, map->n_regions + 1, sizeof *s->rmem);
+        s->desc_sum = ferry_calloc(m->ctx, map->n_regions + 1, sizeof *s->desc_sum);
+        if (!s->rmem || !s->desc_sum) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        s->nregions = map->n_regions;
+        s->incarnation = g->incarnation;
+    }
+    for (size_t i = 0; i < map->n_regions; i++) {
+        uint64_t sum = XXH3_64bits(map->regions[i].data, map->regions[i].len);
+        if (s->rmem[i] && s->desc_sum[i] == sum) continue;
+        if (s->rmem[i]) ferry_xport_rmem_release(s->rmem[i]);
+        s->rmem[i] = NULL;
+        ferry_status_t st = ferry_xport_rmem_unpack(m->xp, map->regions[i].data, map->regions[i].len, &s->rmem[i]);
+        if (st != FERRY_OK)
+            return ferry_fail(&m->err, st, "writer %u region %zu: %s", g->rank, i, ferry_xport_error(m->xp));
+        s->desc_sum[i] = sum;
+    }
+    s->grant = g;
+    return FERRY_OK;
+}
+
+/* ---- pulling ------------------------------------------------------------------------ */
+
+static uint8_t *dst_base(ferry_reader_t *r, uint32_t local) {
+    return r->shadow ? r->shadow[local] : r->m.bufs[local].ptr;
+}
+
+/* Hashes op's destination region in row-major order (as the writer did). */
+static uint64_t dst_sum(ferry_reader_t *r, const ferry_copy_op_t *op) {
+    uint32_t b = sync_local_buffer(&r->m, 1, r->m.p.rank, op->dst_buffer);
+    const uint8_t *base = dst_base(r, b);
+    if (sync_box_contiguous(&op->box, op->dst_strides)) return XXH3_64bits(base + op->dst_offset, op->bytes);
+    sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, op_esz(r, op));
+    return XXH3_64bits(r->gather, op->bytes);
+}
+
+/* Describes an op for an error message. */
+static void op_text(ferry_reader_t *r, const ferry_copy_op_t *op, char *buf, size_t size) {
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(r->m.side[1].layout), op->tensor, &ti);
+    char box[200];
+    ferry_box_format(&op->box, box, sizeof box);
+    snprintf(buf, size, "%s%s from writer %u", ti.name, box, op->src_rank);
+}
+
+typedef struct pull_stats {
+    double pull_s, verify_s;
+    uint64_t bytes;
+} pull_stats_t;
+
+/* Transfers buckets [j0, j1) of pair p in one request, lands them, checks them. */
+static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, size_t j0, size_t j1,
+                                 pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    reader_src_t *s = &r->src[p->src_rank];
+    const FerryMeta__SlotMap *map = s->grant->map;
+    if (ferry_grow(m->ctx, (void **)&r->runs, sizeof *r->runs, &r->cap_runs, j1 - j0) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    double t = ferry_mono_s();
+    size_t scratch_at = 0;
+    for (size_t j = j0; j < j1; j++) {
+        const ferry_plan_bucket_t *b = &bk[j];
+        ferry_xport_run_t *run = &r->runs[j - j0];
+        if (b->flags & FERRY_BUCKET_PACKED) {
+            if (!map->has_pack) return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u has no pack area", p->src_rank);
+            run->rmem = s->rmem[map->pack_region];
+            run->remote_offset = map->pack_offset + b->src_offset;
+        } else {
+            uint32_t lb = sync_local_buffer(m, 0, p->src_rank, b->src_buffer);
+            run->rmem = s->rmem[map->buffer_region[lb]];
+            run->remote_offset = map->buffer_offset[lb] + b->src_offset;
+        }
+        run->len = b->bytes;
+        if (b->flags & FERRY_BUCKET_DIRECT) {
+            run->local = dst_base(r, sync_local_buffer(m, 1, m->p.rank, b->dst_buffer)) + b->dst_offset;
+        } else {
+            run->local = r->scratch + scratch_at;
+            scratch_at += b->bytes;
+        }
+    }
+    ferry_xport_req_t *req = NULL;
+    ferry_status_t st = ferry_xport_get(m->xp, r->runs, j1 - j0, &req);
+    if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+    ferry_xport_req_free(req);
+    if (st != FERRY_OK) return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
+    r->torn = !r->shadow; /* live bytes changed */
+    scratch_at = 0;
+    for (size_t j = j0; j < j1; j++) {
+        const ferry_plan_bucket_t *b = &bk[j];
+        ps->bytes += b->bytes;
+        if (b->flags & FERRY_BUCKET_DIRECT) continue;
+        const uint8_t *from = r->scratch + scratch_at;
+        for (size_t i = b->first_op; i < b->first_op + b->op_count; i++) {
+            uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
+            sync_scatter(dst_base(r, lb), ops[i].dst_offset, ops[i].dst_strides, &ops[i].box, op_esz(r, &ops[i]), from);
+            from += ops[i].bytes;
+        }
+        scratch_at += b->bytes;
+    }
+    double t2 = ferry_mono_s();
+    ps->pull_s += t2 - t;
+    for (size_t j = j0; j < j1; j++)
+        for (size_t i = bk[j].first_op; i < bk[j].first_op + bk[j].op_count; i++) {
+            uint64_t want = s->grant->sums[i - p->first_op], got = dst_sum(r, &ops[i]);
+            if (got != want) {
+                char what[400];
+                op_text(r, &ops[i], what, sizeof what);
+                ps->verify_s += ferry_mono_s() - t2;
+                return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "checksum mismatch on %s (xxh3 %016llx, writer's %016llx)",
+                                  what, (unsigned long long)got, (unsigned long long)want);
+            }
+        }
+    ps->verify_s += ferry_mono_s() - t2;
+    return FERRY_OK;
+}
+
+static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    for (size_t pi = 0; pi < ferry_plan_pair_count(m->plan); pi++) {
+        const ferry_plan_pair_t *p = &pairs[pi];
+        const FerryMeta__WriterGrant *g = r->src[p->src_rank].grant;
+        if (!g || g->n_sums != p->op_count)
+            return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u sent %zu checksums for reader %u, the plan has %zu ops",
+                              p->src_rank, g ? g->n_sums : 0, m->p.rank, p->op_count);
+        size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count;
+        while (j < end) {
+            /* a batch: buckets up to inflight bytes whose staged parts fit the scratch */
+            size_t k = j;
+            uint64_t bytes = 0, staged = 0;
+            while (k < end) {
+                uint64_t sb = (bk[k].flags & FERRY_BUCKET_DIRECT) ? 0 : bk[k].bytes;
+                if (k > j && (bytes + bk[k].bytes > m->p.inflight_bytes || staged + sb > r->scratch_cap)) break;
+                bytes += bk[k].bytes;
+                staged += sb;
+                k++;
+            }
+            ferry_status_t st = pull_batch(r, p, j, k, ps);
+            if (st != FERRY_OK) return st;
+            j = k;
+        }
+    }
+    return FERRY_OK;
+}
+
+static void apply_staged(ferry_reader_t *r) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(r->m.plan);
+    for (size_t i = 0; i < ferry_plan_op_count(r->m.plan); i++) {
+        uint32_t lb = sync_local_buffer(&r->m, 1, r->m.p.rank, ops[i].dst_buffer);
+        sync_copy_box(r->m.bufs[lb].ptr, r->shadow[lb], ops[i].dst_offset, ops[i].dst_strides, &ops[i].box,
+                      op_esz(r, &ops[i]));
+    }
+}
+
+/* ---- updates ------------------------------------------------------------------------ */
+
+static ferry_status_t read_end(ferry_reader_t *r, uint64_t version, bool ok, bool *retired) {
+    FerryMeta__ReadEnd re = FERRY_META__READ_END__INIT;
+    re.version = version;
+    re.ok = ok;
+    ProtobufCMessage *reply = NULL;
+    ferry_errbuf_t err;
+    ferry_status_t st = meta_client_call(r->m.meta, META_READ_END, &re.base, META_READ_ENDED, 0, &reply, &err);
+    *retired = st == FERRY_OK && ((FerryMeta__ReadEnded *)reply)->retired;
+    meta_free(r->m.ctx, reply);
+    return st;
+}
+
+ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
+                                   ferry_update_info_t *info) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    sync_member_t *m = &r->m;
+    if (!r->committed) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "update before commit");
+    if (version == 0) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "version 0 is reserved");
+    ferry_update_info_t inf;
+    memset(&inf, 0, sizeof inf);
+    double t0 = ferry_mono_s(), deadline = t0 + timeout_ms / 1000.0;
+    uint32_t corrupt = 0;
+    ferry_status_t st = FERRY_OK;
+    for (;;) {
+        double left = deadline - ferry_mono_s();
+        uint32_t left_ms = left > 0 ? (uint32_t)(left * 1000.0) : 0;
+        bool changed;
+        double tw = ferry_mono_s();
+        st = sync_refresh_epoch(m, left_ms, &changed);
+        if (st == FERRY_OK && changed) st = epoch_setup(r);
+        if (st != FERRY_OK) {
+            if (changed) m->epoch = 0;
+            break;
+        }
+        FerryMeta__ReadBegin rb = FERRY_META__READ_BEGIN__INIT;
+        rb.epoch = m->epoch;
+        rb.plan_digest = m->plan_digest;
+        uint64_t held = ferry_reader_version(r);
+        rb.min_version = version == FERRY_VERSION_LATEST ? (held ? held : 1)
+                         : version == FERRY_VERSION_NEXT ? held + 1
+                                                         : version;
+        rb.max_version = version >= FERRY_VERSION_NEXT ? 0 : version;
+        left = deadline - ferry_mono_s();
+        rb.wait_ms = left > 0 ? (uint32_t)(left * 1000.0) : 0;
+        rb.grant_ms = rb.wait_ms + m->p.timeout_ms;
+        rb.n_writers = r->nwriters;
+        rb.writers = r->writers;
+        ProtobufCMessage *reply = NULL;
+        st = meta_client_call(m->meta, META_READ_BEGIN, &rb.base, META_GRANT, rb.wait_ms, &reply, &m->err);
+        inf.wait_seconds += ferry_mono_s() - tw;
+        if (st == FERRY_ERR_STALE && strstr(m->err.text, "epoch") && ferry_mono_s() < deadline) {
+            m->epoch = 0; /* layouts changed: plan again */
+            continue;
+        }
+        if (st != FERRY_OK) break;
+        FerryMeta__Grant *g = (void *)reply;
+        uint64_t v = g->version;
+        if (v == held && !r->torn) { /* already there */
+            bool retired;
+            read_end(r, v, true, &retired);
+            meta_free(m->ctx, reply);
+            inf.version = v;
+            break;
+        }
+        for (uint32_t i = 0; i < r->nsrc; i++) r->src[i].grant = NULL;
+        for (size_t i = 0; i < g->n_writers && st == FERRY_OK; i++) st = resolve_src(r, g->writers[i]);
+        pull_stats_t ps = {0};
+        if (st == FERRY_OK) st = pull_all(r, &ps);
+        inf.pull_seconds += ps.pull_s;
+        inf.verify_seconds += ps.verify_s;
+        inf.bytes += ps.bytes;
+        inf.sources = (uint32_t)r->nwriters;
+        if (st == FERRY_OK && r->shadow) {
+            double ta = ferry_mono_s();
+            apply_staged(r);
+            inf.apply_seconds += ferry_mono_s() - ta;
+        }
+        bool retired = false;
+        ferry_status_t est = read_end(r, v, st == FERRY_OK, &retired);
+        meta_free(m->ctx, reply);
+        if (st == FERRY_OK) {
+            r->version = v;
+            r->torn = false;
+            inf.version = v;
+            (void)est; /* acknowledged or not, the bytes are verified */
+            break;
+        }
+        /* failed: torn by the writer moving on, corrupt, or a writer lost */
+        inf.retries++;
+        bool exact = version < FERRY_VERSION_NEXT;
+        if (retired && st == FERRY_ERR_CORRUPT)
+            st = ferry_fail(&m->err, FERRY_ERR_STALE, "version %llu was retired while being read (%s)",
+                            (unsigned long long)v, m->err.text);
+        else if (st == FERRY_ERR_CORRUPT && ++corrupt > MAX_CORRUPT_RETRIES)
+            break;
+        if (exact && st == FERRY_ERR_STALE) break;
+        if (ferry_mono_s() >= deadline) break;
+        ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: version %llu failed (%s); retrying", m->p.rank,
+                  (unsigned long long)v, m->err.text);
+    }
+    if (st != FERRY_OK && r->torn) {
+        char was[FERRY_ERR_TEXT];
+        snprintf(was, sizeof was, "%s", m->err.text);
+        ferry_fail(&m->err, st, "%s; the buffers are torn (partly written) until the next successful update", was);
+    }
+    inf.seconds = ferry_mono_s() - t0;
+    if (info) *info = inf;
+    return st;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+static ferry_status_t reader_replay(meta_client_t *c, void *opaque, ferry_errbuf_t *err) {
+    (void)c;
+    ferry_reader_t *r = opaque;
+    return r->m.blob ? sync_recommit(&r->m, err) : FERRY_OK;
+}
+
+ferry_status_t ferry_reader_create(ferry_ctx_t *ctx, const ferry_model_t *model, const ferry_sync_params_t *params,
+                                   ferry_reader_t **out) {
+    if (!ctx || !out) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_reader_t *r = ferry_calloc(ctx, 1, sizeof *r);
+    if (!r) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "out of memory creating a reader");
+    ferry_status_t st = sync_member_init(&r->m, ctx, META_ROLE_READER, model, params);
+    if (st != FERRY_OK) {
+        ferry_free(ctx, r);
+        return st;
+    }
+    st = sync_member_connect(&r->m, reader_replay, r);
+    if (st != FERRY_OK) {
+        ferry_reader_destroy(r);
+        return st;
+    }
+    *out = r;
+    return FERRY_OK;
+}
+
+void ferry_reader_destroy(ferry_reader_t *r) {
+    if (!r) return;
+    epoch_free(r);
+    ferry_free(r->m.ctx, r->runs);
+    sync_member_fini(&r->m);
+    ferry_free(r->m.ctx, r);
+}
+
+ferry_status_t ferry_reader_add_buffer(ferry_reader_t *r, const char *name, ferry_dtype_t dtype, void *ptr,
+                                       uint64_t size, uint32_t *index) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    return sync_add_buffer(&r->m, name, dtype, ptr, size, false, index);
+}
+
+static void *reader_alloc(sync_member_t *m, const ferry_buffer_info_t *bi, uint32_t *index, ferry_status_t *st) {
+    void *p = calloc(1, bi->size ? bi->size : 1);
+    if (!p) {
+        *st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for buffer %s (%llu bytes)", bi->name,
+                         (unsigned long long)bi->size);
+        return NULL;
+    }
+    *st = sync_add_buffer(m, bi->name, bi->dtype, p, bi->size, true, index);
+    if (*st != FERRY_OK) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+ferry_status_t ferry_reader_add_piece(ferry_reader_t *r, const ferry_piece_t *piece) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    return sync_add_piece(&r->m, piece);
+}
+
+ferry_status_t ferry_reader_add_layout(ferry_reader_t *r, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
+                                       size_t nptrs) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    return sync_add_layout(&r->m, layout, rank, ptrs, nptrs, reader_alloc);
+}
+
+ferry_status_t ferry_reader_commit(ferry_reader_t *r) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_status_t st = sync_commit(&r->m);
+    r->committed = st == FERRY_OK;
+    return st;
+}

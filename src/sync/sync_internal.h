@@ -1,0 +1,97 @@
+/* The sync engine's shared state: what writers and readers have in common
+ * (their own buffers and pieces, the service connection, the transport,
+ * the layout epoch with both global layouts and this member's plan). */
+#ifndef FERRY_SYNC_INTERNAL_H
+#define FERRY_SYNC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "ferry/meta.h"
+#include "ferry/plan.h"
+#include "ferry/sync.h"
+#include "meta/client.h"
+
+typedef struct sync_buf {
+    char *name;
+    ferry_dtype_t dtype;
+    uint64_t size;
+    uint8_t *ptr;
+    bool owned;              /* reader: allocated here (free at the end) */
+    ferry_xport_mem_t *mem;  /* writer: its registration */
+} sync_buf_t;
+
+/* One side of an epoch, rebuilt from the service's LAYOUTS. */
+typedef struct sync_side {
+    ferry_model_t *model;    /* tensors of the side, sorted by name */
+    ferry_layout_t *layout;
+    uint32_t world;
+    uint32_t *buf_base;      /* first global buffer index of each rank */
+    uint32_t *hosts;         /* host label of each rank (shared numbering across sides) */
+} sync_side_t;
+
+typedef struct sync_member {
+    ferry_ctx_t *ctx;
+    ferry_errbuf_t err;
+    uint32_t role;           /* META_ROLE_WRITER or META_ROLE_READER */
+    ferry_sync_params_t p;
+    char job[257], meta_addr[300], token[257];
+    const ferry_model_t *model;
+    ferry_layout_t *local;   /* this rank's buffers and pieces (validates them) */
+    sync_buf_t *bufs;
+    size_t nbufs, cap_bufs;
+    uint8_t *blob;           /* the committed RankLayout */
+    size_t blob_len;
+    meta_client_t *meta;
+    ferry_xport_t *xp;
+    uint64_t epoch;          /* 0: none yet */
+    sync_side_t side[2];     /* [0] writers (source), [1] readers (destination) */
+    ferry_plan_t *plan;      /* this member's local plan */
+    uint64_t plan_digest;
+} sync_member_t;
+
+/* member.c */
+ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t role, const ferry_model_t *model,
+                                const ferry_sync_params_t *params);
+void sync_member_fini(sync_member_t *m);
+ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void *opaque);
+ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t dtype, void *ptr, uint64_t size,
+                               bool owned, uint32_t *index);
+ferry_status_t sync_add_piece(sync_member_t *m, const ferry_piece_t *piece);
+ferry_status_t sync_add_layout(sync_member_t *m, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
+                               size_t nptrs, void *(*alloc)(sync_member_t *, const ferry_buffer_info_t *, uint32_t *,
+                                                            ferry_status_t *));
+ferry_status_t sync_commit(sync_member_t *m);
+/* Sends the committed layout again (after a reconnection). */
+ferry_status_t sync_recommit(sync_member_t *m, ferry_errbuf_t *err);
+/* Fetches the layouts (waiting for every member to commit) and, if the
+ * epoch changed, rebuilds both sides and the local plan; *changed says so. */
+ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *changed);
+/* The local buffer index of a global one of this member's side. */
+static inline uint32_t sync_local_buffer(const sync_member_t *m, int side, uint32_t rank, uint32_t global) {
+    return global - m->side[side].buf_base[rank];
+}
+
+/* wire.c: RankLayout <-> layouts */
+ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,
+                                uint8_t **out, size_t *len, ferry_errbuf_t *err);
+/* Rebuilds a side from its members' encoded RankLayouts (blobs[r] is rank
+ * r's), with tensors sorted by name; everything is bounds-checked. */
+ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blobs, size_t n, const char *what,
+                                sync_side_t *side, char ***hosts, ferry_errbuf_t *err);
+void sync_side_free(ferry_ctx_t *ctx, sync_side_t *side);
+
+/* strided.c: moving and hashing boxes between strided and row-major bytes */
+bool sync_box_contiguous(const ferry_box_t *box, const int64_t *strides);
+/* row-major packed <-> strided (base + offset with element strides) */
+void sync_gather(uint8_t *packed, const uint8_t *base, uint64_t offset, const int64_t *strides, const ferry_box_t *box,
+                 size_t esz);
+void sync_scatter(uint8_t *base, uint64_t offset, const int64_t *strides, const ferry_box_t *box, size_t esz,
+                  const uint8_t *packed);
+void sync_copy_box(uint8_t *dst, const uint8_t *src, uint64_t offset, const int64_t *strides, const ferry_box_t *box,
+                   size_t esz);
+/* Bytes from the first to one past the last byte the box addresses. */
+uint64_t sync_box_span(const int64_t *strides, const ferry_box_t *box, size_t esz);
+
+#endif

@@ -1,0 +1,291 @@
+/* A member's layout on the wire (RankLayout, meta.proto) and the global
+ * layouts rebuilt from every member's. Decoding trusts nothing: counts,
+ * column lengths, dims and indices are checked before use, and the layout
+ * API checks every piece against its buffer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "meta/proto.h"
+#include "sync/sync_internal.h"
+
+ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,
+                                uint8_t **out, size_t *len, ferry_errbuf_t *err) {
+    const ferry_model_t *model = ferry_layout_model(local);
+    size_t first, np;
+    ferry_layout_rank_pieces(local, rank, &first, &np);
+    const ferry_piece_t *ps = ferry_layout_pieces(local) + first;
+    uint32_t nt = ferry_model_tensor_count(model), nb = ferry_layout_buffer_count(local);
+    size_t dims = 0;
+    for (size_t i = 0; i < np; i++) dims += ps[i].box.ndim;
+    /* wire tensor index of each model tensor a piece names (UINT32_MAX: unused) */
+    uint32_t *tmap = ferry_alloc(ctx, (nt ? nt : 1) * sizeof *tmap);
+    FerryMeta__Tensor *tens = ferry_calloc(ctx, nt ? nt : 1, sizeof *tens);
+    FerryMeta__Tensor **tenp = ferry_calloc(ctx, nt ? nt : 1, sizeof *tenp);
+    FerryMeta__Buffer *bufs = ferry_calloc(ctx, nb ? nb : 1, sizeof *bufs);
+    FerryMeta__Buffer **bufp = ferry_calloc(ctx, nb ? nb : 1, sizeof *bufp);
+    uint32_t *bmap = ferry_alloc(ctx, (nb ? nb : 1) * sizeof *bmap);
+    uint32_t *c_t = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_t), *c_b = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_b);
+    uint32_t *c_n = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_n);
+    uint64_t *c_o = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_o);
+    int64_t *c_box = ferry_alloc(ctx, (2 * dims + 1) * sizeof *c_box), *c_s = ferry_alloc(ctx, (dims + 1) * sizeof *c_s);
+    int64_t *shapes = ferry_alloc(ctx, ((size_t)nt * FERRY_MAX_DIMS + 1) * sizeof *shapes);
+    ferry_status_t st = FERRY_OK;
+    if (!tmap || !tens || !tenp || !bufs || !bufp || !bmap || !c_t || !c_b || !c_n || !c_o || !c_box || !c_s || !shapes) {
+        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory encoding the layout");
+        goto done;
+    }
+    for (uint32_t t = 0; t < nt; t++) tmap[t] = UINT32_MAX;
+    size_t ntw = 0, nbw = 0, at_box = 0, at_s = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        ferry_buffer_info_t bi;
+        bmap[b] = UINT32_MAX;
+        if (!ferry_layout_buffer(local, b, &bi) || bi.rank != rank) continue;
+        ferry_meta__buffer__init(&bufs[nbw]);
+        bufs[nbw].name = (char *)bi.name;
+        bufs[nbw].dtype = (uint32_t)bi.dtype;
+        bufs[nbw].size = bi.size;
+        bufp[nbw] = &bufs[nbw];
+        bmap[b] = (uint32_t)nbw++;
+    }
+    for (size_t i = 0; i < np; i++) {
+        const ferry_piece_t *p = &ps[i];
+        if (tmap[p->tensor] == UINT32_MAX) {
+            ferry_tensor_info_t ti;
+            ferry_model_tensor(model, p->tensor, &ti);
+            ferry_meta__tensor__init(&tens[ntw]);
+            tens[ntw].name = (char *)ti.name;
+            tens[ntw].dtype = (uint32_t)ti.dtype;
+            tens[ntw].n_shape = ti.ndim;
+            tens[ntw].shape = shapes + (size_t)ntw * FERRY_MAX_DIMS;
+            memcpy(tens[ntw].shape, ti.shape, ti.ndim * sizeof *ti.shape);
+            tenp[ntw] = &tens[ntw];
+            tmap[p->tensor] = (uint32_t)ntw++;
+        }
+        c_t[i] = tmap[p->tensor];
+        c_b[i] = bmap[p->buffer];
+        c_o[i] = p->byte_offset;
+        c_n[i] = p->box.ndim;
+        for (uint32_t d = 0; d < p->box.ndim; d++) c_box[at_box++] = p->box.offset[d];
+        for (uint32_t d = 0; d < p->box.ndim; d++) c_box[at_box++] = p->box.extent[d];
+        for (uint32_t d = 0; d < p->box.ndim; d++) c_s[at_s++] = p->strides[d];
+    }
+    FerryMeta__Pieces pc = FERRY_META__PIECES__INIT;
+    pc.n_tensor = pc.n_buffer = pc.n_byte_offset = pc.n_ndim = np;
+    pc.tensor = c_t;
+    pc.buffer = c_b;
+    pc.byte_offset = c_o;
+    pc.ndim = c_n;
+    pc.n_box = at_box;
+    pc.box = c_box;
+    pc.n_strides = at_s;
+    pc.strides = c_s;
+    FerryMeta__RankLayout rl = FERRY_META__RANK_LAYOUT__INIT;
+    rl.rank = rank;
+    rl.host = (char *)host;
+    rl.n_tensors = ntw;
+    rl.tensors = tenp;
+    rl.n_buffers = nbw;
+    rl.buffers = bufp;
+    rl.pieces = &pc;
+    size_t n = protobuf_c_message_get_packed_size(&rl.base);
+    uint8_t *buf = ferry_alloc(ctx, n ? n : 1);
+    if (!buf) {
+        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory encoding a %zu-byte layout", n);
+        goto done;
+    }
+    protobuf_c_message_pack(&rl.base, buf);
+    *out = buf;
+    *len = n;
+done:
+    ferry_free(ctx, tmap);
+    ferry_free(ctx, tens);
+    ferry_free(ctx, tenp);
+    ferry_free(ctx, bufs);
+    ferry_free(ctx, bufp);
+    ferry_free(ctx, bmap);
+    ferry_free(ctx, c_t);
+    ferry_free(ctx, c_b);
+    ferry_free(ctx, c_n);
+    ferry_free(ctx, c_o);
+    ferry_free(ctx, c_box);
+    ferry_free(ctx, c_s);
+    ferry_free(ctx, shapes);
+    return st;
+}
+
+void sync_side_free(ferry_ctx_t *ctx, sync_side_t *side) {
+    ferry_layout_destroy(side->layout);
+    ferry_model_destroy(side->model);
+    ferry_free(ctx, side->buf_base);
+    ferry_free(ctx, side->hosts);
+    memset(side, 0, sizeof *side);
+}
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp((*(FerryMeta__Tensor *const *)a)->name, (*(FerryMeta__Tensor *const *)b)->name);
+}
+
+/* Checks one decoded RankLayout's shape before anything in it is used. */
+static ferry_status_t check_rank_layout(const FerryMeta__RankLayout *rl, uint32_t want_rank, const char *what,
+                                        ferry_errbuf_t *err) {
+    if (rl->rank != want_rank)
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "%s layout %u says it is rank %u", what, want_rank, rl->rank);
+    if (rl->host && strlen(rl->host) > META_MAX_NAME)
+        return ferry_fail(err, FERRY_ERR_LIMIT, "%s %u: host name too long", what, want_rank);
+    const FerryMeta__Pieces *p = rl->pieces;
+    size_t np = p ? p->n_tensor : 0;
+    if (p && (p->n_buffer != np || p->n_byte_offset != np || p->n_ndim != np))
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: piece columns of different lengths", what, want_rank);
+    size_t dims = 0;
+    for (size_t i = 0; i < np; i++) {
+        if (p->ndim[i] > FERRY_MAX_DIMS)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: piece %zu has %u dims", what, want_rank, i, p->ndim[i]);
+        if (p->tensor[i] >= rl->n_tensors || p->buffer[i] >= rl->n_buffers)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: piece %zu names tensor %u of %zu, buffer %u of %zu",
+                              what, want_rank, i, p->tensor[i], rl->n_tensors, p->buffer[i], rl->n_buffers);
+        dims += p->ndim[i];
+    }
+    if (p && (p->n_box != 2 * dims || p->n_strides != dims))
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: box/stride columns do not match the dims", what, want_rank);
+    for (size_t t = 0; t < rl->n_tensors; t++) {
+        const FerryMeta__Tensor *tt = rl->tensors[t];
+        if (!tt->name || !*tt->name || strlen(tt->name) > 4096 || tt->n_shape > FERRY_MAX_DIMS)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: tensor %zu is malformed", what, want_rank, t);
+    }
+    for (size_t b = 0; b < rl->n_buffers; b++)
+        if (!rl->buffers[b]->name || strlen(rl->buffers[b]->name) > 4096)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: buffer %zu is malformed", what, want_rank, b);
+    return FERRY_OK;
+}
+
+ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blobs, size_t n, const char *what,
+                                sync_side_t *side, char ***hosts_out, ferry_errbuf_t *err) {
+    memset(side, 0, sizeof *side);
+    ProtobufCAllocator pa = meta_allocator(ctx);
+    FerryMeta__RankLayout **rls = ferry_calloc(ctx, n ? n : 1, sizeof *rls);
+    char **hosts = ferry_calloc(ctx, n ? n : 1, sizeof *hosts);
+    FerryMeta__Tensor **all = NULL;
+    uint32_t **tidx = ferry_calloc(ctx, n ? n : 1, sizeof *tidx); /* per rank: wire tensor -> model index */
+    ferry_status_t st = FERRY_OK;
+    size_t total_t = 0;
+    if (!rls || !hosts || !tidx) {
+        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory decoding layouts");
+        goto done;
+    }
+    for (size_t r = 0; r < n; r++) {
+        rls[r] = ferry_meta__rank_layout__unpack(&pa, blobs[r].len, blobs[r].len ? blobs[r].data : (const uint8_t *)"");
+        if (!rls[r]) {
+            st = ferry_fail(err, FERRY_ERR_CORRUPT, "%s %zu's layout (%zu bytes) does not decode", what, r, blobs[r].len);
+            goto done;
+        }
+        if ((st = check_rank_layout(rls[r], (uint32_t)r, what, err)) != FERRY_OK) goto done;
+        hosts[r] = ferry_strdup(ctx, rls[r]->host ? rls[r]->host : "");
+        if (!hosts[r]) {
+            st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory decoding layouts");
+            goto done;
+        }
+        total_t += rls[r]->n_tensors;
+    }
+    /* the side's tensors: the union of every rank's, sorted by name, each
+     * name with one dtype and shape */
+    all = ferry_calloc(ctx, total_t ? total_t : 1, sizeof *all);
+    if (!all) {
+        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory decoding layouts");
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t r = 0; r < n; r++)
+        for (size_t t = 0; t < rls[r]->n_tensors; t++) all[k++] = rls[r]->tensors[t];
+    qsort(all, total_t, sizeof *all, cmp_tensor_name);
+    if ((st = ferry_model_create(ctx, what, &side->model)) != FERRY_OK) {
+        st = ferry_fail(err, st, "%s", ferry_ctx_error(ctx));
+        goto done;
+    }
+    for (size_t i = 0; i < total_t; i++) {
+        if (i > 0 && strcmp(all[i]->name, all[i - 1]->name) == 0) {
+            const FerryMeta__Tensor *a = all[i], *b = all[i - 1];
+            bool same = a->dtype == b->dtype && a->n_shape == b->n_shape &&
+                        memcmp(a->shape, b->shape, a->n_shape * sizeof *a->shape) == 0;
+            if (!same) {
+                st = ferry_fail(err, FERRY_ERR_MISMATCH, "%ss disagree on tensor %s's dtype or shape", what, a->name);
+                goto done;
+            }
+            continue;
+        }
+        if (all[i]->dtype > 255) {
+            st = ferry_fail(err, FERRY_ERR_CORRUPT, "%s tensor %s: dtype %u", what, all[i]->name, all[i]->dtype);
+            goto done;
+        }
+        st = ferry_model_add_tensor(side->model, all[i]->name, (ferry_dtype_t)all[i]->dtype, (uint32_t)all[i]->n_shape,
+                                    all[i]->shape, NULL);
+        if (st != FERRY_OK) {
+            st = ferry_fail(err, st, "%s tensor %s: %s", what, all[i]->name, ferry_model_error(side->model));
+            goto done;
+        }
+    }
+    side->world = (uint32_t)n;
+    side->buf_base = ferry_calloc(ctx, n + 1, sizeof *side->buf_base);
+    if (!side->buf_base || (st = ferry_layout_create(ctx, side->model, (uint32_t)n, &side->layout)) != FERRY_OK) {
+        st = ferry_fail(err, st ? st : FERRY_ERR_NO_MEMORY, "cannot create the %s layout: %s", what, ferry_ctx_error(ctx));
+        goto done;
+    }
+    uint32_t nbuf = 0;
+    for (size_t r = 0; r < n; r++) {
+        const FerryMeta__RankLayout *rl = rls[r];
+        side->buf_base[r] = nbuf;
+        tidx[r] = ferry_alloc(ctx, (rl->n_tensors ? rl->n_tensors : 1) * sizeof **tidx);
+        if (!tidx[r]) {
+            st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory decoding layouts");
+            goto done;
+        }
+        for (size_t t = 0; t < rl->n_tensors; t++) ferry_model_find(side->model, rl->tensors[t]->name, &tidx[r][t]);
+        for (size_t b = 0; b < rl->n_buffers; b++) {
+            const FerryMeta__Buffer *bb = rl->buffers[b];
+            uint32_t idx;
+            st = ferry_layout_add_buffer(side->layout, (uint32_t)r, bb->name, (ferry_dtype_t)bb->dtype, bb->size, &idx);
+            if (st != FERRY_OK) {
+                st = ferry_fail(err, st, "%s %zu buffer %s: %s", what, r, bb->name, ferry_layout_error(side->layout));
+                goto done;
+            }
+            nbuf++;
+        }
+        const FerryMeta__Pieces *pc = rl->pieces;
+        size_t at_box = 0, at_s = 0;
+        for (size_t i = 0; pc && i < pc->n_tensor; i++) {
+            ferry_piece_t p;
+            memset(&p, 0, sizeof p);
+            p.tensor = tidx[r][pc->tensor[i]];
+            p.rank = (uint32_t)r;
+            p.buffer = side->buf_base[r] + pc->buffer[i];
+            p.byte_offset = pc->byte_offset[i];
+            p.box.ndim = pc->ndim[i];
+            for (uint32_t d = 0; d < p.box.ndim; d++) p.box.offset[d] = pc->box[at_box + d];
+            for (uint32_t d = 0; d < p.box.ndim; d++) p.box.extent[d] = pc->box[at_box + p.box.ndim + d];
+            for (uint32_t d = 0; d < p.box.ndim; d++) p.strides[d] = pc->strides[at_s + d];
+            at_box += 2u * p.box.ndim;
+            at_s += p.box.ndim;
+            st = ferry_layout_add_piece(side->layout, &p);
+            if (st != FERRY_OK) {
+                st = ferry_fail(err, st, "%s %zu piece %zu: %s", what, r, i, ferry_layout_error(side->layout));
+                goto done;
+            }
+        }
+    }
+    side->buf_base[n] = nbuf;
+done:
+    for (size_t r = 0; rls && r < n; r++) {
+        if (rls[r]) ferry_meta__rank_layout__free_unpacked(rls[r], &pa);
+        if (tidx) ferry_free(ctx, tidx[r]);
+    }
+    ferry_free(ctx, rls);
+    ferry_free(ctx, tidx);
+    ferry_free(ctx, all);
+    if (st != FERRY_OK) {
+        for (size_t r = 0; hosts && r < n; r++) ferry_free(ctx, hosts[r]);
+        ferry_free(ctx, hosts);
+        sync_side_free(ctx, side);
+        return st;
+    }
+    *hosts_out = hosts;
+    return FERRY_OK;
+}

@@ -1,0 +1,494 @@
+/* Writers: register the trainer rank's buffers, and per version pack the
+ * strided sources its plan serves, checksum every served region and
+ * publish where the bytes are (live buffers in sync mode, a staging slot in
+ * async mode). Readers do the moving; see docs/sync.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "meta/proto.h"
+#include "sync/sync_internal.h"
+
+#define SLOT_ALIGN 64
+
+typedef struct writer_slot {
+    uint64_t version;          /* held version, 0 if empty */
+    ferry_xport_mem_t *mem;    /* async: the slot's region (buffers, then pack area) */
+    uint8_t *base;             /* async: its memory */
+    uint64_t *sums;            /* one per op of the local plan */
+    FerryMeta__SlotMap map;
+    ProtobufCBinaryData *regions;
+    uint8_t *desc;             /* descriptor bytes of every region */
+    uint32_t *buffer_region;
+    uint64_t *buffer_offset;
+} writer_slot_t;
+
+struct ferry_writer {
+    sync_member_t m;
+    ferry_meta_service_t *svc;
+    bool committed;
+    uint64_t last_version;
+    /* per epoch */
+    uint64_t pack_bytes;
+    ferry_xport_mem_t *pack;   /* sync mode: the pack area */
+    uint64_t *slot_offset;     /* async: offset of each buffer in a slot */
+    uint64_t slot_bytes;
+    writer_slot_t *slots;
+    uint32_t nslots;
+    size_t *pack_ops;          /* ops that fill a pack slot (one per pack offset) */
+    size_t npack_ops;
+    size_t *hash_order;        /* ops sorted by the bytes they read (equal reads hash once) */
+    FerryMeta__PairSums *pair_sums;
+    FerryMeta__PairSums **pair_sums_p;
+    size_t npairs;
+};
+
+const char *ferry_writer_error(const ferry_writer_t *w) { return w ? w->m.err.text : ""; }
+const char *ferry_writer_service_address(const ferry_writer_t *w) {
+    return w && w->svc ? ferry_meta_service_address(w->svc) : "";
+}
+
+/* ---- per-epoch state ------------------------------------------------------------ */
+
+static void slot_free(ferry_writer_t *w, writer_slot_t *s) {
+    if (s->mem) ferry_xport_mem_deregister(s->mem);
+    ferry_free(w->m.ctx, s->sums);
+    ferry_free(w->m.ctx, s->regions);
+    ferry_free(w->m.ctx, s->desc);
+    ferry_free(w->m.ctx, s->buffer_region);
+    ferry_free(w->m.ctx, s->buffer_offset);
+    memset(s, 0, sizeof *s);
+}
+
+static void epoch_free(ferry_writer_t *w) {
+    for (uint32_t i = 0; i < w->nslots; i++) slot_free(w, &w->slots[i]);
+    ferry_free(w->m.ctx, w->slots);
+    if (w->pack) ferry_xport_mem_deregister(w->pack);
+    ferry_free(w->m.ctx, w->slot_offset);
+    ferry_free(w->m.ctx, w->pack_ops);
+    ferry_free(w->m.ctx, w->hash_order);
+    ferry_free(w->m.ctx, w->pair_sums);
+    ferry_free(w->m.ctx, w->pair_sums_p);
+    w->slots = NULL;
+    w->nslots = 0;
+    w->pack = NULL;
+    w->slot_offset = NULL;
+    w->pack_ops = w->hash_order = NULL;
+    w->pair_sums = NULL;
+    w->pair_sums_p = NULL;
+    w->npairs = w->npack_ops = 0;
+}
+
+/* Fills a slot's map: regions[] are the registrations' descriptors. */
+static ferry_status_t slot_map(ferry_writer_t *w, writer_slot_t *s, ferry_xport_mem_t **regs, size_t nregs,
+                               const uint32_t *buf_region, const uint64_t *buf_offset, int pack_region,
+                               uint64_t pack_offset) {
+    ferry_ctx_t *ctx = w->m.ctx;
+    s->regions = ferry_calloc(ctx, nregs ? nregs : 1, sizeof *s->regions);
+    s->desc = ferry_alloc(ctx, (nregs ? nregs : 1) * FERRY_XPORT_DESC_MAX);
+    s->buffer_region = ferry_calloc(ctx, w->m.nbufs ? w->m.nbufs : 1, sizeof *s->buffer_region);
+    s->buffer_offset = ferry_calloc(ctx, w->m.nbufs ? w->m.nbufs : 1, sizeof *s->buffer_offset);
+    s->sums = ferry_calloc(ctx, ferry_plan_op_count(w->m.plan) + 1, sizeof *s->sums);
+    if (!s->regions || !s->desc || !s->buffer_region || !s->buffer_offset || !s->sums)
+        return ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory for a staging slot");
+    for (size_t i = 0; i < nregs; i++) {
+        size_t len;
+        ferry_status_t st = ferry_xport_mem_pack(regs[i], s->desc + i * FERRY_XPORT_DESC_MAX, FERRY_XPORT_DESC_MAX, &len);
+        if (st != FERRY_OK) return ferry_fail(&w->m.err, st, "%s", ferry_xport_error(w->m.xp));
+        s->regions[i] = (ProtobufCBinaryData){len, s->desc + i * FERRY_XPORT_DESC_MAX};
+    }
+    memcpy(s->buffer_region, buf_region, w->m.nbufs * sizeof *buf_region);
+    memcpy(s->buffer_offset, buf_offset, w->m.nbufs * sizeof *buf_offset);
+    ferry_meta__slot_map__init(&s->map);
+    s->map.n_regions = nregs;
+    s->map.regions = s->regions;
+    s->map.n_buffer_region = s->map.n_buffer_offset = w->m.nbufs;
+    s->map.buffer_region = s->buffer_region;
+    s->map.buffer_offset = s->buffer_offset;
+    s->map.has_pack = pack_region >= 0;
+    s->map.pack_region = pack_region >= 0 ? (uint32_t)pack_region : 0;
+    s->map.pack_offset = pack_offset;
+    return FERRY_OK;
+}
+
+/* Where op i's bytes are read from: a pack offset or a local buffer offset. */
+static inline uint64_t op_key_region(const ferry_writer_t *w, const ferry_copy_op_t *op) {
+    return (op->flags & FERRY_OP_PACK) ? UINT64_MAX
+                                       : sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
+}
+static inline uint64_t op_key_offset(const ferry_copy_op_t *op) {
+    return (op->flags & FERRY_OP_PACK) ? op->pack_offset : op->src_offset;
+}
+
+static const ferry_copy_op_t *sort_ops; /* qsort has no context argument in C11 */
+static const ferry_writer_t *sort_w;
+static int cmp_read(const void *a, const void *b) {
+    const ferry_copy_op_t *x = &sort_ops[*(const size_t *)a], *y = &sort_ops[*(const size_t *)b];
+    uint64_t rx = op_key_region(sort_w, x), ry = op_key_region(sort_w, y);
+    if (rx != ry) return rx < ry ? -1 : 1;
+    uint64_t ox = op_key_offset(x), oy = op_key_offset(y);
+    if (ox != oy) return ox < oy ? -1 : 1;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? -1 : 1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+static ferry_status_t epoch_setup(ferry_writer_t *w) {
+    sync_member_t *m = &w->m;
+    ferry_ctx_t *ctx = m->ctx;
+    epoch_free(w);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    size_t nops = ferry_plan_op_count(m->plan);
+    w->pack_bytes = ferry_plan_pack_bytes(m->plan, m->p.rank);
+    /* ops that fill the pack area, each pack offset once */
+    w->pack_ops = ferry_alloc(ctx, (nops + 1) * sizeof *w->pack_ops);
+    w->hash_order = ferry_alloc(ctx, (nops + 1) * sizeof *w->hash_order);
+    if (!w->pack_ops || !w->hash_order) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < nops; i++) w->hash_order[i] = i;
+    sort_ops = ops;
+    sort_w = w;
+    qsort(w->hash_order, nops, sizeof *w->hash_order, cmp_read);
+    for (size_t k = 0; k < nops; k++) {
+        size_t i = w->hash_order[k];
+        if (!(ops[i].flags & FERRY_OP_PACK)) continue;
+        if (w->npack_ops && ops[w->pack_ops[w->npack_ops - 1]].pack_offset == ops[i].pack_offset) continue;
+        w->pack_ops[w->npack_ops++] = i;
+    }
+    /* checksums per reader */
+    w->npairs = ferry_plan_pair_count(m->plan);
+    w->pair_sums = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums);
+    w->pair_sums_p = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums_p);
+    w->nslots = m->p.mode == FERRY_SYNC_MODE_ASYNC ? m->p.slots : 1;
+    w->slots = ferry_calloc(ctx, w->nslots, sizeof *w->slots);
+    uint32_t *breg = ferry_calloc(ctx, m->nbufs + 1, sizeof *breg);
+    uint64_t *boff = ferry_calloc(ctx, m->nbufs + 1, sizeof *boff);
+    ferry_xport_mem_t **regs = ferry_calloc(ctx, m->nbufs + 2, sizeof *regs);
+    ferry_status_t st = FERRY_OK;
+    if (!w->pair_sums || !w->pair_sums_p || !w->slots || !breg || !boff || !regs) {
+        st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        goto done;
+    }
+    if (m->p.mode == FERRY_SYNC_MODE_SYNC) {
+        /* readers read the live buffers; strided sources go to one pack area */
+        for (size_t b = 0; b < m->nbufs; b++) {
+            regs[b] = m->bufs[b].mem;
+            breg[b] = (uint32_t)b;
+        }
+        int pack_region = -1;
+        if (w->pack_bytes) {
+            st = ferry_xport_mem_alloc(m->xp, w->pack_bytes, FERRY_MEM_HOST, &w->pack);
+            if (st != FERRY_OK) {
+                st = ferry_fail(&m->err, st, "pack area of %llu bytes: %s", (unsigned long long)w->pack_bytes,
+                                ferry_xport_error(m->xp));
+                goto done;
+            }
+            regs[m->nbufs] = w->pack;
+            pack_region = (int)m->nbufs;
+        }
+        st = slot_map(w, &w->slots[0], regs, m->nbufs + (pack_region >= 0), breg, boff, pack_region, 0);
+    } else {
+        /* a slot is one region: every buffer, then the pack area */
+        w->slot_offset = ferry_calloc(ctx, m->nbufs + 1, sizeof *w->slot_offset);
+        if (!w->slot_offset) {
+            st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+            goto done;
+        }
+        uint64_t at = 0;
+        for (size_t b = 0; b < m->nbufs; b++) {
+            w->slot_offset[b] = at;
+            at += (m->bufs[b].size + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+        }
+        uint64_t pack_at = at;
+        w->slot_bytes = at + w->pack_bytes;
+        for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++) {
+            writer_slot_t *s = &w->slots[k];
+            st = ferry_xport_mem_alloc(m->xp, w->slot_bytes ? w->slot_bytes : 1, FERRY_MEM_HOST, &s->mem);
+            if (st != FERRY_OK) {
+                st = ferry_fail(&m->err, st, "staging slot %u of %llu bytes: %s", k,
+                                (unsigned long long)w->slot_bytes, ferry_xport_error(m->xp));
+                break;
+            }
+            s->base = ferry_xport_mem_ptr(s->mem);
+            regs[0] = s->mem;
+            st = slot_map(w, s, regs, 1, breg, w->slot_offset, w->pack_bytes ? 0 : -1, pack_at);
+        }
+    }
+done:
+    ferry_free(ctx, breg);
+    ferry_free(ctx, boff);
+    ferry_free(ctx, regs);
+    return st;
+}
+
+/* ---- publishing --------------------------------------------------------------------- */
+
+/* Bytes of buffer b as this version's readers see them. */
+static uint8_t *buf_bytes(ferry_writer_t *w, const writer_slot_t *s, size_t b) {
+    return w->m.p.mode == FERRY_SYNC_MODE_ASYNC ? s->base + w->slot_offset[b] : w->m.bufs[b].ptr;
+}
+static uint8_t *pack_bytes(ferry_writer_t *w, const writer_slot_t *s) {
+    if (!w->pack_bytes) return NULL;
+    return w->m.p.mode == FERRY_SYNC_MODE_ASYNC ? s->base + s->map.pack_offset : ferry_xport_mem_ptr(w->pack);
+}
+
+static void pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
+    const ferry_model_t *dm = ferry_layout_model(w->m.side[1].layout);
+    uint8_t *pack = pack_bytes(w, s);
+    for (size_t k = 0; k < w->npack_ops; k++) {
+        const ferry_copy_op_t *op = &ops[w->pack_ops[k]];
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(dm, op->tensor, &ti);
+        uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
+        sync_gather(pack + op->pack_offset, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box,
+                    ferry_dtype_size(ti.dtype));
+    }
+}
+
+static void hash_slot(ferry_writer_t *w, writer_slot_t *s) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
+    size_t nops = ferry_plan_op_count(w->m.plan);
+    uint8_t *pack = pack_bytes(w, s);
+    const ferry_copy_op_t *prev = NULL;
+    uint64_t sum = 0;
+    for (size_t k = 0; k < nops; k++) {
+        const ferry_copy_op_t *op = &ops[w->hash_order[k]];
+        bool same = prev && op_key_region(w, op) == op_key_region(w, prev) &&
+                    op_key_offset(op) == op_key_offset(prev) && op->bytes == prev->bytes;
+        if (!same) {
+            const uint8_t *p = (op->flags & FERRY_OP_PACK)
+                                   ? pack + op->pack_offset
+                                   : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) +
+                                         op->src_offset;
+            sum = XXH3_64bits(p, op->bytes);
+        }
+        s->sums[w->hash_order[k]] = sum;
+        prev = op;
+    }
+}
+
+static void fill_pair_sums(ferry_writer_t *w, writer_slot_t *s) {
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
+    for (size_t i = 0; i < w->npairs; i++) {
+        ferry_meta__pair_sums__init(&w->pair_sums[i]);
+        w->pair_sums[i].dst_rank = pairs[i].dst_rank;
+        w->pair_sums[i].n_sums = pairs[i].op_count;
+        w->pair_sums[i].sums = s->sums + pairs[i].first_op;
+        w->pair_sums_p[i] = &w->pair_sums[i];
+    }
+}
+
+static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks, ferry_errbuf_t *err,
+                                   FerryMeta__Published **out) {
+    writer_slot_t *s = &w->slots[k];
+    fill_pair_sums(w, s);
+    FerryMeta__Publish p = FERRY_META__PUBLISH__INIT;
+    p.epoch = w->m.epoch;
+    p.plan_digest = w->m.plan_digest;
+    p.version = s->version;
+    p.slot = k;
+    p.map = &s->map;
+    p.n_sums = w->npairs;
+    p.sums = w->pair_sums_p;
+    p.wait_acks = wait_acks;
+    p.wait_ms = w->m.p.timeout_ms;
+    ProtobufCMessage *reply = NULL;
+    ferry_status_t st = meta_client_call(w->m.meta, META_PUBLISH, &p.base, META_PUBLISHED,
+                                         wait_acks ? w->m.p.timeout_ms : 0, &reply, err);
+    if (st == FERRY_OK && out) *out = (FerryMeta__Published *)reply;
+    else meta_free(w->m.ctx, reply);
+    return st;
+}
+
+/* After a reconnection: the new service learns the layout and the versions
+ * this writer still holds in its slots. */
+static ferry_status_t writer_replay(meta_client_t *c, void *opaque, ferry_errbuf_t *err) {
+    (void)c;
+    ferry_writer_t *w = opaque;
+    ferry_status_t st = w->m.blob ? sync_recommit(&w->m, err) : FERRY_OK;
+    if (st != FERRY_OK || w->m.p.mode != FERRY_SYNC_MODE_ASYNC || !w->m.epoch) return st;
+    bool changed;
+    st = sync_refresh_epoch(&w->m, w->m.p.timeout_ms, &changed);
+    if (st != FERRY_OK || changed) return st; /* a new epoch: nothing held is valid */
+    for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++)
+        if (w->slots[k].version) st = send_publish(w, k, false, err, NULL);
+    return st;
+}
+
+ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info) {
+    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+    sync_member_t *m = &w->m;
+    if (!w->committed) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "publish before commit");
+    if (version == 0 || version >= FERRY_VERSION_NEXT || version <= w->last_version)
+        return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT,
+                          "version %llu must be above the last published (%llu) and below 2^64-2",
+                          (unsigned long long)version, (unsigned long long)w->last_version);
+    ferry_publish_info_t inf;
+    memset(&inf, 0, sizeof inf);
+    inf.version = version;
+    double t0 = ferry_mono_s();
+    for (int attempt = 0;; attempt++) {
+        bool changed;
+        ferry_status_t st = sync_refresh_epoch(m, m->p.timeout_ms, &changed);
+        if (st == FERRY_OK && (changed || !w->slots)) st = epoch_setup(w);
+        if (st != FERRY_OK) {
+            if (changed) m->epoch = 0; /* set up again next time */
+            return st;
+        }
+        /* the slot to fill: empty, else the oldest; its readers must be done */
+        uint32_t k = 0;
+        for (uint32_t i = 1; i < w->nslots; i++)
+            if (w->slots[i].version < w->slots[k].version) k = i;
+        writer_slot_t *s = &w->slots[k];
+        if (s->version && m->p.mode == FERRY_SYNC_MODE_ASYNC) {
+            FerryMeta__Reclaim rc = FERRY_META__RECLAIM__INIT;
+            rc.version = s->version;
+            rc.wait_ms = m->p.timeout_ms;
+            ProtobufCMessage *reply = NULL;
+            st = meta_client_call(m->meta, META_RECLAIM, &rc.base, META_OK, rc.wait_ms, &reply, &m->err);
+            meta_free(m->ctx, reply);
+            if (st != FERRY_OK) return st;
+        }
+        s->version = 0;
+        double t = ferry_mono_s();
+        if (m->p.mode == FERRY_SYNC_MODE_ASYNC)
+            for (size_t b = 0; b < m->nbufs; b++) memcpy(buf_bytes(w, s, b), m->bufs[b].ptr, m->bufs[b].size);
+        inf.snapshot_seconds = ferry_mono_s() - t;
+        t = ferry_mono_s();
+        pack_slot(w, s);
+        inf.pack_seconds = ferry_mono_s() - t;
+        t = ferry_mono_s();
+        hash_slot(w, s);
+        inf.hash_seconds = ferry_mono_s() - t;
+        s->version = version;
+        t = ferry_mono_s();
+        FerryMeta__Published *pub = NULL;
+        st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub);
+        inf.wait_seconds = ferry_mono_s() - t;
+        if (st == FERRY_ERR_STALE && attempt == 0) { /* the epoch moved under us: plan again */
+            s->version = 0;
+            continue;
+        }
+        if (st != FERRY_OK) {
+            s->version = 0;
+            return st;
+        }
+        inf.readers_acked = pub->acked;
+        inf.readers_missing = (uint32_t)pub->n_missing;
+        meta_free(m->ctx, &pub->base);
+        if (m->p.mode == FERRY_SYNC_MODE_SYNC) {
+            /* the live weights move on as soon as we return */
+            FerryMeta__Retire rt = FERRY_META__RETIRE__INIT;
+            rt.version = version;
+            (void)meta_client_send(m->meta, META_RETIRE, &rt.base, &m->err);
+            s->version = 0;
+        }
+        break;
+    }
+    w->last_version = version;
+    inf.bytes_served = ferry_plan_src_bytes(m->plan, m->p.rank);
+    inf.seconds = ferry_mono_s() - t0;
+    if (info) *info = inf;
+    return FERRY_OK;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+ferry_status_t ferry_writer_create(ferry_ctx_t *ctx, const ferry_model_t *model, const ferry_sync_params_t *params,
+                                   ferry_writer_t **out) {
+    if (!ctx || !out) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_writer_t *w = ferry_calloc(ctx, 1, sizeof *w);
+    if (!w) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "out of memory creating a writer");
+    ferry_status_t st = sync_member_init(&w->m, ctx, META_ROLE_WRITER, model, params);
+    if (st != FERRY_OK) {
+        ferry_free(ctx, w);
+        return st;
+    }
+    if (w->m.p.serve) {
+        ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN |
+                                                FERRY_META_PARAM_LEASE_MS,
+                                  .listen = w->m.meta_addr,
+                                  .token = w->m.token,
+                                  .lease_ms = w->m.p.lease_ms};
+        st = ferry_meta_service_create(ctx, &mp, &w->svc);
+        if (st == FERRY_OK) /* port 0 resolved: connect where it listens */
+            snprintf(w->m.meta_addr, sizeof w->m.meta_addr, "%s", ferry_meta_service_address(w->svc));
+    }
+    if (st == FERRY_OK) st = sync_member_connect(&w->m, writer_replay, w);
+    if (st != FERRY_OK) {
+        ferry_writer_destroy(w);
+        return st;
+    }
+    *out = w;
+    return FERRY_OK;
+}
+
+void ferry_writer_destroy(ferry_writer_t *w) {
+    if (!w) return;
+    epoch_free(w);
+    sync_member_fini(&w->m);
+    ferry_meta_service_destroy(w->svc);
+    ferry_free(w->m.ctx, w);
+}
+
+ferry_status_t ferry_writer_add_buffer(ferry_writer_t *w, const char *name, ferry_dtype_t dtype, void *ptr,
+                                       uint64_t size, uint32_t *index) {
+    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+    return sync_add_buffer(&w->m, name, dtype, ptr, size, false, index);
+}
+
+static void *writer_alloc(sync_member_t *m, const ferry_buffer_info_t *bi, uint32_t *index, ferry_status_t *st) {
+    ferry_xport_mem_t *mem;
+    *st = ferry_xport_mem_alloc(m->xp, bi->size ? bi->size : 1, FERRY_MEM_HOST, &mem);
+    if (*st != FERRY_OK) {
+        *st = ferry_fail(&m->err, *st, "buffer %s (%llu bytes): %s", bi->name, (unsigned long long)bi->size,
+                         ferry_xport_error(m->xp));
+        return NULL;
+    }
+    *st = sync_add_buffer(m, bi->name, bi->dtype, ferry_xport_mem_ptr(mem), bi->size, false, index);
+    if (*st != FERRY_OK) {
+        ferry_xport_mem_deregister(mem);
+        return NULL;
+    }
+    m->bufs[*index].mem = mem;
+    return ferry_xport_mem_ptr(mem);
+}
+
+ferry_status_t ferry_writer_alloc_buffer(ferry_writer_t *w, const char *name, ferry_dtype_t dtype, uint64_t size,
+                                         void **ptr, uint32_t *index) {
+    if (!w || !ptr || !name) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_buffer_info_t bi = {.name = name, .rank = w->m.p.rank, .size = size, .dtype = dtype};
+    uint32_t idx;
+    ferry_status_t st;
+    void *p = writer_alloc(&w->m, &bi, &idx, &st);
+    if (st != FERRY_OK) return st;
+    *ptr = p;
+    if (index) *index = idx;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_writer_add_piece(ferry_writer_t *w, const ferry_piece_t *piece) {
+    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+    return sync_add_piece(&w->m, piece);
+}
+
+ferry_status_t ferry_writer_add_layout(ferry_writer_t *w, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
+                                       size_t nptrs) {
+    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+    return sync_add_layout(&w->m, layout, rank, ptrs, nptrs, writer_alloc);
+}
+
+ferry_status_t ferry_writer_commit(ferry_writer_t *w) {
+    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+    sync_member_t *m = &w->m;
+    for (size_t b = 0; b < m->nbufs; b++) {
+        if (m->bufs[b].mem || m->bufs[b].size == 0) continue;
+        ferry_status_t st = ferry_xport_mem_register(m->xp, m->bufs[b].ptr, m->bufs[b].size, FERRY_MEM_HOST,
+                                                     &m->bufs[b].mem);
+        if (st != FERRY_OK)
+            return ferry_fail(&m->err, st, "registering buffer %s: %s", m->bufs[b].name, ferry_xport_error(m->xp));
+    }
+    ferry_status_t st = sync_commit(m);
+    w->committed = st == FERRY_OK;
+    return st;
+}

@@ -1,0 +1,57 @@
+/* `ferry demo` and `ferry bench sync`: a real multi-process sync on this
+ * machine. The parent runs the metadata service and spawns W writer and R
+ * reader processes (this executable, hidden command `_sync-worker`); they
+ * report each step on a pipe and the parent assembles the figures. */
+#ifndef FERRY_TOOLS_DEMO_H
+#define FERRY_TOOLS_DEMO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferry/ferry.h"
+
+typedef struct demo_opts {
+    const char *model, *train, *infer;
+    uint32_t steps;
+    ferry_sync_mode_t mode;
+    ferry_xport_kind_t transport;
+    bool staged;
+    bool verify;          /* readers check every element against the reference */
+    double lr;
+    uint64_t seed;
+    uint32_t timeout_ms;  /* per update / publish */
+    uint32_t slots;
+    bool verbose;         /* per-process lines on stderr */
+} demo_opts_t;
+
+typedef struct demo_step {
+    uint64_t version;
+    uint64_t bytes;       /* pulled by all readers */
+    double seconds;       /* first publish start to last reader done */
+    double publish_max;   /* slowest writer's publish call */
+    double update_max;    /* slowest reader's update call */
+    uint32_t readers;     /* readers that hold this version */
+    uint32_t verified;    /* of them, matched the reference everywhere */
+    uint64_t mismatches;
+    uint64_t changed;     /* bf16 elements that differ from the previous version (reader 0s of each replica) */
+    uint64_t elements;
+} demo_step_t;
+
+typedef struct demo_result {
+    uint32_t writers, readers;
+    uint64_t model_bytes;
+    double total_seconds;
+    bool ok;              /* every process succeeded and every step verified */
+    char error[512];
+} demo_result_t;
+
+demo_opts_t demo_defaults(void);
+/* Runs the whole thing; steps[] has o->steps entries. Prints progress rows
+ * through row_fn as steps complete (may be NULL). */
+int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
+             void (*row_fn)(const demo_step_t *step, void *opaque), void *opaque);
+
+/* The hidden worker command. */
+int demo_worker_main(int argc, char **argv);
+
+#endif

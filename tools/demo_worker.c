@@ -1,0 +1,270 @@
+/* The processes of `ferry demo` / `ferry bench sync`: one writer (trainer
+ * rank) or one reader (engine rank). Reports go to fd 3, one line per
+ * event, each shorter than PIPE_BUF so lines from many processes never
+ * interleave:
+ *   W rank version t_start t_end bytes_served
+ *   R rank version t_start t_end bytes verified mismatches changed elements
+ *   E role rank message */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "demo.h"
+#include "demo_weights.h"
+
+#define REPORT_FD 3
+
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    ssize_t w = write(REPORT_FD, line, (size_t)n);
+    (void)w;
+}
+
+typedef struct worker {
+    const char *role;
+    uint32_t rank;
+    demo_opts_t o;
+    ferry_ctx_t *ctx;
+    ferry_model_t *model;
+    ferry_layout_t *layout;
+    void **bufs;
+    uint64_t *sizes;
+    size_t nbufs;
+} worker_t;
+
+static int fail(worker_t *w, const char *what, const char *detail) {
+    report("E %s %u %s: %s", w->role, w->rank, what, detail);
+    return CLI_FAIL;
+}
+
+/* Writes (fill) or checks (!fill) every element of the rank's pieces for
+ * version v; returns mismatches, and counts elements that differ from
+ * `prev` (a copy of the buffers before the update, or NULL). */
+static uint64_t weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, uint64_t *changed,
+                             uint64_t *elements) {
+    size_t first, count;
+    ferry_layout_rank_pieces(w->layout, w->rank, &first, &count);
+    uint32_t nb = ferry_layout_buffer_count(w->layout);
+    uint32_t base = UINT32_MAX; /* global index of the rank's first buffer */
+    for (uint32_t b = 0; b < nb && base == UINT32_MAX; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(w->layout, b, &bi);
+        if (bi.rank == w->rank) base = b;
+    }
+    uint64_t bad = 0, diff = 0, n = 0;
+    for (size_t i = first; i < first + count; i++) {
+        const ferry_piece_t *p = &ferry_layout_pieces(w->layout)[i];
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(w->model, p->tensor, &ti);
+        demo_tensor_t t = demo_tensor(w->o.seed, ti.name, w->o.lr, v);
+        uint8_t *buf = w->bufs[p->buffer - base];
+        uint8_t *old = prev ? prev[p->buffer - base] : NULL;
+        if (ti.dtype == FERRY_DTYPE_BF16) {
+            DEMO_FOR_EACH(&ti, p, 2, {
+                uint16_t want = demo_bf16(demo_master(&t, lin));
+                uint16_t *at = (uint16_t *)(buf + addr);
+                if (fill) *at = want;
+                else {
+                    bad += *at != want;
+                    if (old) diff += *(uint16_t *)(old + addr) != *at;
+                }
+            });
+        } else { /* F32 (checked at start) */
+            DEMO_FOR_EACH(&ti, p, 4, {
+                float want = demo_master(&t, lin);
+                float *at = (float *)(buf + addr);
+                if (fill) memcpy(at, &want, 4);
+                else {
+                    bad += memcmp(at, &want, 4) != 0;
+                    if (old) diff += memcmp(old + addr, at, 4) != 0;
+                }
+            });
+        }
+        n += (uint64_t)ferry_box_numel(&p->box);
+    }
+    if (changed) *changed = diff;
+    if (elements) *elements = n;
+    return bad;
+}
+
+static int run_writer(worker_t *w, uint32_t world) {
+    ferry_sync_params_t sp = {.field_mask = FERRY_SYNC_PARAM_MODE | FERRY_SYNC_PARAM_TRANSPORT |
+                                            FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_SERVE |
+                                            FERRY_SYNC_PARAM_SLOTS,
+                              .job = "demo",
+                              .rank = w->rank,
+                              .world = world,
+                              .mode = w->o.mode,
+                              .transport = w->o.transport,
+                              .timeout_ms = w->o.timeout_ms,
+                              .serve = false,
+                              .slots = w->o.slots};
+    ferry_writer_t *wr;
+    if (ferry_writer_create(w->ctx, w->model, &sp, &wr) != FERRY_OK) return fail(w, "create", ferry_ctx_error(w->ctx));
+    int rc = CLI_OK;
+    if (ferry_writer_add_layout(wr, w->layout, w->rank, w->bufs, w->nbufs) != FERRY_OK ||
+        ferry_writer_commit(wr) != FERRY_OK) {
+        rc = fail(w, "setup", ferry_writer_error(wr));
+        goto out;
+    }
+    for (uint64_t v = 1; v <= w->o.steps; v++) {
+        weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
+        ferry_publish_info_t info;
+        double t0 = cli_now_s();
+        ferry_status_t st = ferry_writer_publish(wr, v, &info);
+        double t1 = cli_now_s();
+        if (st != FERRY_OK) {
+            rc = fail(w, "publish", ferry_writer_error(wr));
+            goto out;
+        }
+        report("W %u %llu %.6f %.6f %llu %.6f %.6f %.6f", w->rank, (unsigned long long)v, t0, t1,
+               (unsigned long long)info.bytes_served, info.pack_seconds, info.hash_seconds, info.snapshot_seconds);
+    }
+    /* stay (serving the last versions) until the parent says every reader is done */
+    char c;
+    while (read(0, &c, 1) < 0 && errno == EINTR) {
+    }
+out:
+    ferry_writer_destroy(wr);
+    return rc;
+}
+
+static int run_reader(worker_t *w, uint32_t world) {
+    ferry_sync_params_t sp = {.field_mask = FERRY_SYNC_PARAM_TRANSPORT | FERRY_SYNC_PARAM_TIMEOUT_MS |
+                                            FERRY_SYNC_PARAM_STAGED,
+                              .job = "demo",
+                              .rank = w->rank,
+                              .world = world,
+                              .transport = w->o.transport,
+                              .timeout_ms = w->o.timeout_ms,
+                              .staged = w->o.staged};
+    ferry_reader_t *rd;
+    if (ferry_reader_create(w->ctx, w->model, &sp, &rd) != FERRY_OK) return fail(w, "create", ferry_ctx_error(w->ctx));
+    int rc = CLI_OK;
+    uint8_t **prev = NULL;
+    if (ferry_reader_add_layout(rd, w->layout, w->rank, w->bufs, w->nbufs) != FERRY_OK ||
+        ferry_reader_commit(rd) != FERRY_OK) {
+        rc = fail(w, "setup", ferry_reader_error(rd));
+        goto out;
+    }
+    /* the first rank of each engine instance counts changed elements (one copy of the model) */
+    ferry_rank_info_t ri;
+    ferry_layout_rank_info(w->layout, w->rank, &ri);
+    bool count_changes = w->o.verify && ri.replica == 0;
+    if (count_changes) {
+        prev = calloc(w->nbufs, sizeof *prev);
+        for (size_t b = 0; prev && b < w->nbufs; b++) {
+            prev[b] = malloc(w->sizes[b]);
+            if (!prev[b]) count_changes = false;
+        }
+        if (!prev) count_changes = false;
+    }
+    uint64_t held = 0;
+    while (held < w->o.steps) {
+        uint64_t want = w->o.mode == FERRY_SYNC_MODE_SYNC ? held + 1 : FERRY_VERSION_NEXT;
+        if (count_changes) {
+            for (size_t b = 0; b < w->nbufs; b++) memcpy(prev[b], w->bufs[b], w->sizes[b]);
+        }
+        ferry_update_info_t info;
+        double t0 = cli_now_s();
+        ferry_status_t st = ferry_reader_update(rd, want, w->o.timeout_ms, &info);
+        double t1 = cli_now_s();
+        if (st != FERRY_OK) {
+            rc = fail(w, "update", ferry_reader_error(rd));
+            goto out;
+        }
+        held = info.version;
+        uint64_t bad = 0, changed = 0, elements = 0;
+        if (w->o.verify) bad = weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
+        report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu", w->rank, (unsigned long long)held, t0, t1,
+               (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
+               (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0));
+        if (bad) rc = CLI_FAIL;
+    }
+out:
+    if (prev) {
+        for (size_t b = 0; b < w->nbufs; b++) free(prev[b]);
+        free(prev);
+    }
+    ferry_reader_destroy(rd);
+    return rc;
+}
+
+/* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS */
+int demo_worker_main(int argc, char **argv) {
+    if (argc != 15) {
+        fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`), %d arguments\n", argc);
+        return CLI_USAGE;
+    }
+    worker_t w;
+    memset(&w, 0, sizeof w);
+    w.role = argv[1];
+    w.rank = (uint32_t)strtoul(argv[2], NULL, 10);
+    w.o.model = argv[3];
+    w.o.train = argv[4];
+    w.o.infer = argv[5];
+    w.o.steps = (uint32_t)strtoul(argv[6], NULL, 10);
+    w.o.mode = (ferry_sync_mode_t)atoi(argv[7]);
+    w.o.transport = (ferry_xport_kind_t)atoi(argv[8]);
+    w.o.staged = atoi(argv[9]) != 0;
+    w.o.verify = atoi(argv[10]) != 0;
+    w.o.lr = strtod(argv[11], NULL);
+    w.o.seed = strtoull(argv[12], NULL, 10);
+    w.o.timeout_ms = (uint32_t)strtoul(argv[13], NULL, 10);
+    w.o.slots = (uint32_t)strtoul(argv[14], NULL, 10);
+    bool writer = strcmp(w.role, "writer") == 0;
+    w.ctx = cli_ctx();
+    if (!w.ctx) return CLI_FAIL;
+    int rc = CLI_FAIL;
+    w.model = cli_load_model(w.ctx, w.o.model, false);
+    if (!w.model) {
+        report("E %s %u cannot load model %s", w.role, w.rank, w.o.model);
+        goto out;
+    }
+    ferry_parallel_t par;
+    ferry_side_t side = writer ? FERRY_SIDE_TRAIN : FERRY_SIDE_INFER;
+    if (ferry_parallel_parse(w.ctx, side, writer ? w.o.train : w.o.infer, &par) != FERRY_OK ||
+        ferry_layout_build(w.ctx, w.model, &par, w.rank, &w.layout) != FERRY_OK) {
+        rc = fail(&w, "layout", ferry_ctx_error(w.ctx));
+        goto out;
+    }
+    for (uint32_t t = 0; t < ferry_model_tensor_count(w.model); t++) {
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(w.model, t, &ti);
+        if (ti.dtype != FERRY_DTYPE_BF16 && ti.dtype != FERRY_DTYPE_F32) {
+            rc = fail(&w, "model", "the demo generates bf16 and f32 tensors only");
+            goto out;
+        }
+    }
+    uint32_t nb = ferry_layout_buffer_count(w.layout);
+    w.bufs = calloc(nb + 1, sizeof *w.bufs);
+    w.sizes = calloc(nb + 1, sizeof *w.sizes);
+    if (!w.bufs || !w.sizes) goto out;
+    for (uint32_t b = 0; b < nb; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(w.layout, b, &bi);
+        if (bi.rank == w.rank) w.sizes[w.nbufs++] = bi.size;
+    }
+    uint32_t world = ferry_parallel_world_size(&par);
+    rc = writer ? run_writer(&w, world) : run_reader(&w, world);
+out:
+    free(w.bufs);
+    free(w.sizes);
+    ferry_layout_destroy(w.layout);
+    ferry_model_destroy(w.model);
+    ferry_ctx_destroy(w.ctx);
+    return rc;
+}
