@@ -68,9 +68,16 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     return rc == 0 ? pid : -1;
 }
 
+static void close_go(int *go, uint32_t n) {
+    for (uint32_t w = 0; w < n; w++) {
+        if (go[w] >= 0) close(go[w]);
+        go[w] = -1;
+    }
+}
+
 /* One report line: updates the step table. */
-static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, double *first_pub, double *last_read,
-                      demo_result_t *res) {
+static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, double *first_pub, double *rt,
+                      uint32_t nreaders, demo_result_t *res) {
     char kind = line[0];
     if (kind == 'E') {
         fprintf(stderr, "ferry demo: %s\n", line + 2);
@@ -88,6 +95,7 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
             return;
         demo_step_t *s = &steps[v - 1];
         if (first_pub[v - 1] == 0 || t0 < first_pub[v - 1]) first_pub[v - 1] = t0;
+        s->writers++;
         if (t1 - t0 > s->publish_max) s->publish_max = t1 - t0;
         if (o->verbose)
             fprintf(stderr, "  writer %u published %llu in %.3f s (pack %.3f, checksums %.3f, snapshot %.3f)\n", rank, v,
@@ -107,7 +115,10 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
         s->mismatches += bad;
         s->changed += changed;
         s->elements += elements;
-        if (t1 > last_read[v - 1]) last_read[v - 1] = t1;
+        if (rank < nreaders) {
+            rt[2 * ((v - 1) * nreaders + rank)] = t0;
+            rt[2 * ((v - 1) * nreaders + rank) + 1] = t1;
+        }
         if (t1 - t0 > s->update_max) s->update_max = t1 - t0;
         if (o->verbose)
             fprintf(stderr, "  reader %u holds %llu after %.3f s (%llu bytes, %s)\n", rank, v, t1 - t0, bytes,
@@ -126,10 +137,11 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     ferry_parallel_t tp, ip;
     ferry_meta_service_t *svc = NULL;
     child_t *kids = NULL;
-    double *first_pub = calloc(o->steps + 1, sizeof(double)), *last_read = calloc(o->steps + 1, sizeof(double));
-    int rep[2] = {-1, -1}, done[2] = {-1, -1};
+    double *first_pub = calloc(o->steps + 1, sizeof(double)), *rt = NULL;
+    int rep[2] = {-1, -1};
+    int *go = NULL; /* per writer: the write end of its stdin (a byte = publish the next version; EOF = leave) */
     uint32_t nk = 0;
-    if (!model || !first_pub || !last_read) goto out;
+    if (!model || !first_pub) goto out;
     if (ferry_parallel_parse(ctx, FERRY_SIDE_TRAIN, o->train, &tp) != FERRY_OK ||
         ferry_parallel_parse(ctx, FERRY_SIDE_INFER, o->infer, &ip) != FERRY_OK) {
         snprintf(res->error, sizeof res->error, "%s", ferry_ctx_error(ctx));
@@ -139,6 +151,8 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     res->writers = ferry_parallel_world_size(&tp);
     res->readers = ferry_parallel_world_size(&ip);
     res->model_bytes = ferry_model_byte_size(model);
+    rt = calloc(2 * (size_t)o->steps * res->readers + 1, sizeof *rt); /* each reader's update start, end */
+    if (!rt) goto out;
     /* a fresh token per run: only our children join */
     uint8_t rnd[16];
     char token[40];
@@ -153,14 +167,21 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     }
     setenv("FERRY_META", ferry_meta_service_address(svc), 1);
     setenv("FERRY_TOKEN", token, 1);
-    if (pipe2(rep, O_CLOEXEC) != 0 || pipe2(done, O_CLOEXEC) != 0) goto out;
     kids = calloc(res->writers + res->readers, sizeof *kids);
-    if (!kids) goto out;
+    go = malloc((res->writers + 1) * sizeof *go);
+    if (!kids || !go || pipe2(rep, O_CLOEXEC) != 0) goto out;
+    for (uint32_t w = 0; w < res->writers; w++) go[w] = -1;
     double t_start = cli_now_s();
     for (uint32_t i = 0; i < res->writers + res->readers; i++) {
         bool writer = i < res->writers;
         uint32_t rank = writer ? i : i - res->writers;
-        pid_t pid = spawn_worker(o, writer, rank, rep[1], done[0]);
+        int in[2] = {-1, -1};
+        if (writer && pipe2(in, O_CLOEXEC) != 0) goto out;
+        pid_t pid = spawn_worker(o, writer, rank, rep[1], writer ? in[0] : rep[0]);
+        if (writer) {
+            close(in[0]);
+            go[rank] = in[1];
+        }
         if (pid < 0) {
             snprintf(res->error, sizeof res->error, "cannot start a worker: %s", strerror(errno));
             goto out;
@@ -169,8 +190,6 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     }
     close(rep[1]);
     rep[1] = -1;
-    close(done[0]);
-    done[0] = -1;
     /* gather reports until every process is gone */
     char buf[1 << 16];
     size_t have = 0;
@@ -194,14 +213,23 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
             char *nl;
             while ((nl = memchr(buf, '\n', have))) {
                 *nl = '\0';
-                take_line(buf, steps, o, first_pub, last_read, res);
+                take_line(buf, steps, o, first_pub, rt, res->readers, res);
                 size_t used = (size_t)(nl + 1 - buf);
                 memmove(buf, nl + 1, have - used);
                 have -= used;
             }
-            while (next_row <= o->steps && steps[next_row - 1].readers == res->readers) {
+            while (next_row <= o->steps && steps[next_row - 1].readers == res->readers &&
+                   steps[next_row - 1].writers == res->writers) {
                 demo_step_t *s = &steps[next_row - 1];
-                s->seconds = last_read[next_row - 1] - first_pub[next_row - 1];
+                for (uint32_t r = 0; r < res->readers; r++) {
+                    const double *t = &rt[2 * ((next_row - 1) * res->readers + r)];
+                    if (t[1] - first_pub[next_row - 1] > s->seconds) s->seconds = t[1] - first_pub[next_row - 1];
+                }
+                /* every reader checked this version and waits for the next: the writers may publish it */
+                for (uint32_t w = 0; w < res->writers && next_row < o->steps; w++) {
+                    ssize_t wr = go[w] >= 0 ? write(go[w], "g", 1) : 0;
+                    (void)wr;
+                }
                 if (row_fn) row_fn(s, opaque);
                 next_row++;
             }
@@ -220,10 +248,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
                              kids[i].rank, WIFSIGNALED(ws) ? "killed by signal" : "exited with",
                              WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
             }
-            if (!kids[i].writer && --readers_left == 0 && done[1] >= 0) {
-                close(done[1]); /* writers may leave */
-                done[1] = -1;
-            }
+            if (!kids[i].writer && --readers_left == 0) close_go(go, res->writers); /* writers may leave */
         }
         if (cli_now_s() > deadline) {
             snprintf(res->error, sizeof res->error, "the run took longer than %.0f s; stopping it", deadline - t_start);
@@ -231,10 +256,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
                 if (!kids[i].done) kill(kids[i].pid, SIGKILL);
             deadline = 1e300;
         }
-        if (res->error[0] && done[1] >= 0) { /* something failed: let the writers go */
-            close(done[1]);
-            done[1] = -1;
-        }
+        if (res->error[0]) close_go(go, res->writers); /* something failed: let the writers go */
     }
     free(pf);
     res->total_seconds = cli_now_s() - t_start;
@@ -251,13 +273,13 @@ out:
         }
         if (kids[i].pidfd >= 0) close(kids[i].pidfd);
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         if (rep[i] >= 0) close(rep[i]);
-        if (done[i] >= 0) close(done[i]);
-    }
+    if (go) close_go(go, res->writers);
+    free(go);
     free(kids);
     free(first_pub);
-    free(last_read);
+    free(rt);
     ferry_meta_service_destroy(svc);
     ferry_model_destroy(model);
     ferry_ctx_destroy(ctx);

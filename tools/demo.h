@@ -27,9 +27,11 @@ typedef struct demo_opts {
 typedef struct demo_step {
     uint64_t version;
     uint64_t bytes;       /* pulled by all readers */
-    double seconds;       /* first publish start to last reader done */
+    double seconds;       /* sync latency: the longest any reader took from the moment it asked and
+                           * the first writer started publishing, to holding the version */
     double publish_max;   /* slowest writer's publish call */
     double update_max;    /* slowest reader's update call */
+    uint32_t writers;     /* writers that published it */
     uint32_t readers;     /* readers that hold this version */
     uint32_t verified;    /* of them, matched the reference everywhere */
     uint64_t mismatches;

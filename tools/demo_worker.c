@@ -122,6 +122,16 @@ static int run_writer(worker_t *w, uint32_t world) {
     }
     for (uint64_t v = 1; v <= w->o.steps; v++) {
         weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
+        /* the parent's go (stdin): every reader checked v - 1 and is waiting, so
+         * the figures measure the sync alone */
+        char go;
+        ssize_t k;
+        while (v > 1 && (k = read(0, &go, 1)) < 0 && errno == EINTR) {
+        }
+        if (v > 1 && k != 1) {
+            rc = fail(w, "publish", "the demo was stopped");
+            goto out;
+        }
         ferry_publish_info_t info;
         double t0 = cli_now_s();
         ferry_status_t st = ferry_writer_publish(wr, v, &info);
@@ -134,8 +144,10 @@ static int run_writer(worker_t *w, uint32_t world) {
                (unsigned long long)info.bytes_served, info.pack_seconds, info.hash_seconds, info.snapshot_seconds);
     }
     /* stay (serving the last versions) until the parent says every reader is done */
-    char c;
-    while (read(0, &c, 1) < 0 && errno == EINTR) {
+    for (;;) {
+        char c;
+        ssize_t k = read(0, &c, 1);
+        if (k == 0 || (k < 0 && errno != EINTR)) break;
     }
 out:
     ferry_writer_destroy(wr);

@@ -203,7 +203,8 @@ static void recompute_epoch(ferry_meta_service_t *s) {
     XXH3_state_t *h = XXH3_createState();
     if (!h) return;
     XXH3_64bits_reset(h);
-    bool complete = true;
+    /* both sides must be known: a side none of whose members said HELLO has world 0 */
+    bool complete = s->world[META_ROLE_WRITER] > 0 && s->world[META_ROLE_READER] > 0;
     for (uint32_t role = META_ROLE_WRITER; role <= META_ROLE_READER && complete; role++)
         for (uint32_t r = 0; r < s->world[role]; r++) {
             svc_member_t *m = &s->members[role][r];
@@ -240,8 +241,13 @@ static bool try_layouts(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
     if (s->epoch == 0) {
         if (!expired) return false;
         char miss[1024];
+        if (!s->world[META_ROLE_WRITER] || !s->world[META_ROLE_READER]) {
+            send_error(s, c, FERRY_ERR_TIMEOUT, "layouts incomplete: no %s has connected",
+                       !s->world[META_ROLE_WRITER] ? "writer" : "reader");
+            return true;
+        }
         missing_commits(s, miss, sizeof miss);
-        send_error(s, c, FERRY_ERR_TIMEOUT, "layouts incomplete: %s %s not committed", miss[0] ? miss : "?",
+        send_error(s, c, FERRY_ERR_TIMEOUT, "layouts incomplete: %s %s not committed", miss,
                    strchr(miss, ',') ? "have" : "has");
         return true;
     }
