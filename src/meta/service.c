@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -708,6 +710,8 @@ static void conn_accept(ferry_meta_service_t *s, double now) {
             close(fd);
             continue;
         }
+        int one = 1; /* replies are small and awaited: no Nagle delay */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->fd = fd;
         frame_reader_init(&c->rd, s->ctx, META_MAX_HELLO_BODY);
         c->deadline = now + HELLO_WAIT_S;
