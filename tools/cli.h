@@ -18,6 +18,11 @@ int cmd_layout(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int bench_sync(int argc, char **argv);
+int bench_sync_reader_main(int argc, char **argv);
+
+/* memcpy of len bytes split over nt threads (4 KiB-aligned parts). */
+void cli_memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t nt);
 
 /* Creates a context or prints why not; returns NULL on failure. */
 ferry_ctx_t *cli_ctx(void);

@@ -17,7 +17,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
+            "usage: ferry bench sync --help   (end-to-end sync vs files, TCP broadcast, memcpy)\n"
+            "       ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
             "                         [--memory alloc|user] [--repeat R] [--tls LIST]\n"
             "  Two processes: the owner registers a buffer and publishes its descriptor;\n"
             "  the reader gets it, one-sided, R times per size (median reported), beside\n"
@@ -56,8 +57,10 @@ static void *cp_thread(void *a) {
 }
 
 /* memcpy of len bytes with nt threads (the same 4 KiB-aligned split the transport uses) */
-static void memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t nt) {
-    cp_t c[64];
+void cli_memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t nt) {
+    if (nt < 1) nt = 1;
+    if (nt > 64) nt = 64;
+    cp_t c[64] = {{0}};
     pthread_t t[64];
     for (uint32_t i = 0; i < nt; i++) {
         size_t from = len * i / nt, to = len * (i + 1) / nt;
@@ -293,13 +296,13 @@ static int bench_xport(int argc, char **argv) {
         double get = median_gbps(t, (int)repeat, n);
         for (uint64_t i = 0; i < repeat; i++) {
             double t0 = cli_now_s();
-            memcpy_threads(local, src, n, 1);
+            cli_memcpy_threads(local, src, n, 1);
             t[i] = cli_now_s() - t0;
         }
         double m1 = median_gbps(t, (int)repeat, n);
         for (uint64_t i = 0; i < repeat; i++) {
             double t0 = cli_now_s();
-            memcpy_threads(local, src, n, (uint32_t)threads);
+            cli_memcpy_threads(local, src, n, (uint32_t)threads);
             t[i] = cli_now_s() - t0;
         }
         double mn = median_gbps(t, (int)repeat, n);
@@ -361,6 +364,7 @@ int cmd_bench(int argc, char **argv) {
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     if (!strcmp(argv[1], "xport")) return bench_xport(argc, argv);
-    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport)\n", argv[1]);
+    if (!strcmp(argv[1], "sync")) return bench_sync(argc - 1, argv + 1);
+    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport, sync)\n", argv[1]);
     return CLI_USAGE;
 }

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
             "  plan     the copies from a trainer layout to an engine layout: bytes per rank,\n"
             "           balance, ops, packing, and a check that every byte lands exactly once\n"
             "  model    a model spec from a Hugging Face config.json: tensors and parameters\n"
-            "  bench    benchmarks: xport (one-sided reads between two processes vs memcpy)\n"
+            "  bench    benchmarks: sync (end-to-end updates vs files, TCP broadcast, memcpy),\n"
+            "           xport (one-sided reads between two processes vs memcpy)\n"
             "  demo     a real multi-process sync: trainer processes publish RL-like updates,\n"
             "           engine processes pull them in place and verify every element\n"
             "  info     version, dependencies and (--config) the FERRY_* variables\n"
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "_sync-worker")) return demo_worker_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "_bench-reader")) return bench_sync_reader_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("ferry %s\n", ferry_version_string());
         return CLI_OK;
