@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "           xport (one-sided reads between two processes vs memcpy)\n"
             "  demo     a real multi-process sync: trainer processes publish RL-like updates,\n"
             "           engine processes pull them in place and verify every element\n"
+            "  meta     a standalone metadata service (--listen), or a running job's status\n"
             "  info     version, dependencies and (--config) the FERRY_* variables\n"
             "\n"
             "`ferry COMMAND --help` describes each command.\n");
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "meta")) return cmd_meta(argc - 1, argv + 1);
     if (!strcmp(cmd, "_sync-worker")) return demo_worker_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "_bench-reader")) return bench_sync_reader_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {

@@ -57,6 +57,14 @@ const char *ferry_meta_service_address(const ferry_meta_service_t *svc);
  * go away and reconnect to a new one if one comes up); NULL is accepted. */
 void ferry_meta_service_destroy(ferry_meta_service_t *svc);
 
+/* Asks a running service who is there: writes a JSON object (job, world
+ * sizes, epoch, newest ready version, and per member: role, rank, host, pid,
+ * committed, newest published / acknowledged version) into *json, which the
+ * caller frees with free(). Connects as an observer with `token` (NULL:
+ * FERRY_TOKEN). Errors: detail on ctx. Thread-safety: any thread. */
+ferry_status_t ferry_meta_status_json(ferry_ctx_t *ctx, const char *address, const char *token,
+                                      uint32_t timeout_ms, char **json);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

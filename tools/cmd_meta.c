@@ -1,0 +1,79 @@
+/* `ferry meta`: a standalone metadata service, or the status of one. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ferry meta --listen HOST:PORT [--lease-ms N]\n"
+            "       ferry meta --status [--meta HOST:PORT]\n"
+            "  --listen  runs the metadata service in the foreground until SIGINT/SIGTERM;\n"
+            "            members find it with FERRY_META=HOST:PORT and present FERRY_TOKEN\n"
+            "  --status  prints, as JSON, the job, its members and versions\n"
+            "            (address: --meta, else FERRY_META)\n");
+}
+
+int cmd_meta(int argc, char **argv) {
+    const char *listen = NULL, *addr = NULL;
+    bool status = false;
+    unsigned long lease = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (cli_opt(argc, argv, &i, "--listen", &v)) listen = v;
+        else if (cli_opt(argc, argv, &i, "--meta", &v)) addr = v;
+        else if (cli_opt(argc, argv, &i, "--lease-ms", &v)) lease = strtoul(v, NULL, 10);
+        else if (!strcmp(argv[i], "--status")) status = true;
+        else {
+            fprintf(stderr, "ferry meta: unknown option \"%s\"\n\n", argv[i]);
+            usage(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (!!listen == status) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    ferry_ctx_t *ctx = cli_ctx();
+    if (!ctx) return CLI_FAIL;
+    int rc = CLI_OK;
+    if (status) {
+        if (!addr) addr = ferry_ctx_config_value(ctx, "FERRY_META", NULL);
+        char *json;
+        if (ferry_meta_status_json(ctx, addr, NULL, 5000, &json) != FERRY_OK) {
+            fprintf(stderr, "ferry meta: %s\n", ferry_ctx_error(ctx));
+            rc = CLI_FAIL;
+        } else {
+            printf("%s\n", json);
+            free(json);
+        }
+    } else {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, NULL); /* the service thread inherits the mask */
+        ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | (lease ? FERRY_META_PARAM_LEASE_MS : 0),
+                                  .listen = listen,
+                                  .lease_ms = (uint32_t)lease};
+        ferry_meta_service_t *svc;
+        if (ferry_meta_service_create(ctx, &mp, &svc) != FERRY_OK) {
+            fprintf(stderr, "ferry meta: %s\n", ferry_ctx_error(ctx));
+            rc = CLI_FAIL;
+        } else {
+            printf("ferry meta: listening on %s (stop with SIGINT or SIGTERM)\n", ferry_meta_service_address(svc));
+            fflush(stdout);
+            int sig;
+            sigwait(&set, &sig);
+            ferry_meta_service_destroy(svc);
+        }
+    }
+    ferry_ctx_destroy(ctx);
+    return rc;
+}
