@@ -244,11 +244,13 @@ static ferry_status_t reconnect(meta_client_t *c, ferry_errbuf_t *err) {
     return st;
 }
 
-ferry_status_t meta_client_call(meta_client_t *c, uint8_t type, const ProtobufCMessage *req, uint8_t reply_type,
-                                uint32_t wait_ms, ProtobufCMessage **reply, ferry_errbuf_t *err) {
+ferry_status_t meta_client_call_between(meta_client_t *c, uint8_t type, const ProtobufCMessage *req, uint8_t reply_type,
+                                        uint32_t wait_ms, ProtobufCMessage **reply, meta_between_fn between,
+                                        void *opaque, ferry_errbuf_t *err) {
     for (int attempt = 0;; attempt++) {
         ferry_status_t st = c->fd >= 0 ? send_frame(c, type, req, err)
                                        : ferry_fail(err, FERRY_ERR_PEER_LOST, "meta: not connected");
+        if (st == FERRY_OK && between) st = between(c, opaque, err);
         if (st == FERRY_OK)
             st = read_reply(c, reply_type, ferry_mono_s() + (wait_ms + (double)c->p.timeout_ms) / 1000.0, reply, err);
         if (st != FERRY_ERR_PEER_LOST || c->replaying || attempt > 0) {
@@ -258,6 +260,17 @@ ferry_status_t meta_client_call(meta_client_t *c, uint8_t type, const ProtobufCM
         st = reconnect(c, err);
         if (st != FERRY_OK) return st;
     }
+}
+
+ferry_status_t meta_client_call(meta_client_t *c, uint8_t type, const ProtobufCMessage *req, uint8_t reply_type,
+                                uint32_t wait_ms, ProtobufCMessage **reply, ferry_errbuf_t *err) {
+    return meta_client_call_between(c, type, req, reply_type, wait_ms, reply, NULL, NULL, err);
+}
+
+/* A one-way message from inside a call (no reconnection there: the call's
+ * own retry covers it). */
+ferry_status_t meta_client_send_raw(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err) {
+    return send_frame(c, type, msg, err);
 }
 
 ferry_status_t meta_client_send(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err) {

@@ -41,6 +41,15 @@ void meta_client_set_replay(meta_client_t *c, meta_replay_fn fn, void *opaque);
  * returns its status with its detail. */
 ferry_status_t meta_client_call(meta_client_t *c, uint8_t type, const ProtobufCMessage *req, uint8_t reply_type,
                                 uint32_t wait_ms, ProtobufCMessage **reply, ferry_errbuf_t *err);
+/* As meta_client_call; between sending the request and reading its reply
+ * it runs between(), which may send one-way messages with
+ * meta_client_send_raw (e.g. a writer's SUMS while its PUBLISH waits). After
+ * a reconnection the request is sent again and between() runs again. */
+typedef ferry_status_t (*meta_between_fn)(meta_client_t *c, void *opaque, ferry_errbuf_t *err);
+ferry_status_t meta_client_call_between(meta_client_t *c, uint8_t type, const ProtobufCMessage *req, uint8_t reply_type,
+                                        uint32_t wait_ms, ProtobufCMessage **reply, meta_between_fn between,
+                                        void *opaque, ferry_errbuf_t *err);
+ferry_status_t meta_client_send_raw(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err);
 /* Sends a message that has no reply (RETIRE). */
 ferry_status_t meta_client_send(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err);
 

@@ -28,6 +28,8 @@ static const struct {
     [META_GET_STATUS] = {"GET_STATUS", &ferry_meta__get_status__descriptor},
     [META_STATUS] = {"STATUS", &ferry_meta__status__descriptor},
     [META_EVENT] = {"EVENT", &ferry_meta__event__descriptor},
+    [META_SUMS] = {"SUMS", &ferry_meta__sums__descriptor},
+    [META_GET_SUMS] = {"GET_SUMS", &ferry_meta__get_sums__descriptor},
 };
 
 const char *meta_type_name(uint8_t type) {
@@ -133,12 +135,15 @@ static ferry_status_t check_limits(uint8_t type, const ProtobufCMessage *m, ferr
         if (p->version == 0) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "meta: version 0 is reserved");
         return meta_check_slot_map(p->map, err);
     }
+    case META_SUMS: CHECK_N(((const FerryMeta__Sums *)m)->n_sums, META_MAX_WORLD, "per-reader checksum lists"); return FERRY_OK;
+    case META_GET_SUMS: CHECK_N(((const FerryMeta__GetSums *)m)->n_writers, META_MAX_WORLD, "writers"); return FERRY_OK;
     case META_PUBLISHED: CHECK_N(((const FerryMeta__Published *)m)->n_missing, META_MAX_WORLD, "missing readers"); return FERRY_OK;
     case META_READ_BEGIN: CHECK_N(((const FerryMeta__ReadBegin *)m)->n_writers, META_MAX_WORLD, "writers"); return FERRY_OK;
     case META_GRANT: {
         const FerryMeta__Grant *g = (const void *)m;
         CHECK_N(g->n_writers, META_MAX_WORLD, "writer grants");
         for (size_t i = 0; i < g->n_writers; i++) {
+            if (!g->writers[i]->map) continue; /* an answer to GET_SUMS carries checksums only */
             ferry_status_t st = meta_check_slot_map(g->writers[i]->map, err);
             if (st != FERRY_OK) return st;
         }

@@ -36,6 +36,8 @@ typedef enum meta_type {
     META_GET_STATUS = 18, /* GetStatus -> Status */
     META_STATUS = 19,
     META_EVENT = 20,      /* Event, pushed by the service */
+    META_SUMS = 21,       /* Sums, no reply (may follow a pending PUBLISH) */
+    META_GET_SUMS = 22,   /* GetSums -> Grant */
     META_TYPE_END
 } meta_type_t;
 

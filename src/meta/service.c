@@ -54,6 +54,7 @@ typedef struct svc_member {
     uint32_t pid;
     uint64_t acked, published;
     FerryMeta__Publish *recs[MAX_RECORDS]; /* writer: published versions still readable */
+    FerryMeta__Sums *sums[MAX_RECORDS];    /* their checksums when they followed the PUBLISH */
     size_t nrecs;
 } svc_member_t;
 
@@ -159,12 +160,39 @@ static svc_member_t *member_of(ferry_meta_service_t *s, const svc_conn_t *c) {
 
 static void drop_record(ferry_meta_service_t *s, svc_member_t *m, size_t i) {
     meta_free(s->ctx, &m->recs[i]->base);
-    m->recs[i] = m->recs[--m->nrecs];
+    meta_free(s->ctx, m->sums[i] ? &m->sums[i]->base : NULL);
+    m->nrecs--;
+    m->recs[i] = m->recs[m->nrecs];
+    m->sums[i] = m->sums[m->nrecs];
+    m->sums[m->nrecs] = NULL;
 }
 
 static FerryMeta__Publish *find_record(svc_member_t *m, uint64_t version) {
     for (size_t i = 0; i < m->nrecs; i++)
         if (m->recs[i]->version == version) return m->recs[i];
+    return NULL;
+}
+
+/* The checksums a writer's record holds for reader `rank`: *pending if they
+ * are still to come; NULL with !*pending if there are none for it. */
+static const FerryMeta__PairSums *record_sums(svc_member_t *m, uint64_t version, uint32_t rank, bool *pending) {
+    *pending = false;
+    for (size_t i = 0; i < m->nrecs; i++) {
+        if (m->recs[i]->version != version) continue;
+        FerryMeta__PairSums **ps = m->recs[i]->sums;
+        size_t n = m->recs[i]->n_sums;
+        if (m->recs[i]->sums_follow) {
+            if (!m->sums[i]) {
+                *pending = true;
+                return NULL;
+            }
+            ps = m->sums[i]->sums;
+            n = m->sums[i]->n_sums;
+        }
+        for (size_t k = 0; k < n; k++)
+            if (ps[k]->dst_rank == rank) return ps[k];
+        return NULL;
+    }
     return NULL;
 }
 
@@ -376,11 +404,13 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
         wg[i].incarnation = m->conn ? m->conn->incarnation : 0;
         wg[i].slot = p->slot;
         wg[i].map = p->map;
-        for (size_t k = 0; k < p->n_sums; k++)
-            if (p->sums[k]->dst_rank == c->rank) {
-                wg[i].n_sums = p->sums[k]->n_sums;
-                wg[i].sums = p->sums[k]->sums;
-            }
+        bool pending;
+        const FerryMeta__PairSums *ps = record_sums(m, v, c->rank, &pending);
+        wg[i].sums_pending = pending;
+        if (ps) {
+            wg[i].n_sums = ps->n_sums;
+            wg[i].sums = ps->sums;
+        }
         wp[i] = &wg[i];
     }
     FerryMeta__Grant g = FERRY_META__GRANT__INIT;
@@ -395,6 +425,53 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
     return true;
 }
 
+static bool try_get_sums(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
+    const FerryMeta__GetSums *gs = (const void *)c->parked_msg;
+    size_t n = gs->n_writers;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = gs->writers[i];
+        if (w >= s->world[META_ROLE_WRITER] || !find_record(&s->members[META_ROLE_WRITER][w], gs->version)) {
+            send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer held by writer %u",
+                       (unsigned long long)gs->version, w);
+            return true;
+        }
+        bool pending;
+        record_sums(&s->members[META_ROLE_WRITER][w], gs->version, c->rank, &pending);
+        if (pending) {
+            if (!expired) return false;
+            send_error(s, c, FERRY_ERR_TIMEOUT, "writer %u sent no checksums for version %llu within %u ms", w,
+                       (unsigned long long)gs->version, gs->wait_ms);
+            return true;
+        }
+    }
+    FerryMeta__WriterGrant *wg = ferry_calloc(s->ctx, n ? n : 1, sizeof *wg);
+    FerryMeta__WriterGrant **wp = ferry_calloc(s->ctx, n ? n : 1, sizeof *wp);
+    if (!wg || !wp) {
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering GET_SUMS");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            bool pending;
+            const FerryMeta__PairSums *ps =
+                record_sums(&s->members[META_ROLE_WRITER][gs->writers[i]], gs->version, c->rank, &pending);
+            ferry_meta__writer_grant__init(&wg[i]);
+            wg[i].rank = gs->writers[i];
+            if (ps) {
+                wg[i].n_sums = ps->n_sums;
+                wg[i].sums = ps->sums;
+            }
+            wp[i] = &wg[i];
+        }
+        FerryMeta__Grant g = FERRY_META__GRANT__INIT;
+        g.version = gs->version;
+        g.n_writers = n;
+        g.writers = wp;
+        send_msg(s, c, META_GRANT, &g.base);
+    }
+    ferry_free(s->ctx, wg);
+    ferry_free(s->ctx, wp);
+    return true;
+}
+
 /* Answers c's parked request if it can (or its deadline passed). */
 static void evaluate(ferry_meta_service_t *s, svc_conn_t *c, double now) {
     if (!c->parked || c->dead) return;
@@ -404,6 +481,7 @@ static void evaluate(ferry_meta_service_t *s, svc_conn_t *c, double now) {
     case META_PUBLISH: done = try_publish_acks(s, c, expired); break;
     case META_RECLAIM: done = try_reclaim(s, c, expired, now); break;
     case META_READ_BEGIN: done = try_read_begin(s, c, expired, now); break;
+    case META_GET_SUMS: done = try_get_sums(s, c, expired); break;
     default: done = true;
     }
     if (done) unpark(s, c);
@@ -521,6 +599,7 @@ static void handle_publish(ferry_meta_service_t *s, svc_conn_t *c, svc_member_t 
             if (m->recs[i]->version < m->recs[oldest]->version) oldest = i;
         drop_record(s, m, oldest);
     }
+    m->sums[m->nrecs] = NULL;
     m->recs[m->nrecs++] = p;
     *pp = NULL;
     if (p->version > m->published) m->published = p->version;
@@ -601,7 +680,7 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
     c->deadline = now + c->lease_ms / 1000.0; /* any frame renews the lease */
     svc_member_t *m = member_of(s, c);
     bool writer = c->role == META_ROLE_WRITER, reader = c->role == META_ROLE_READER;
-    if (c->parked && type != META_HEARTBEAT && type != META_RETIRE && type != META_BYE) {
+    if (c->parked && type != META_HEARTBEAT && type != META_RETIRE && type != META_BYE && type != META_SUMS) {
         send_error(s, c, FERRY_ERR_BUSY, "%s while a %s is pending", meta_type_name(type), meta_type_name(c->parked));
         meta_free(s->ctx, msg);
         return;
@@ -644,6 +723,29 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
         break;
     case META_RETIRE:
         if (writer) drop_version(s, m, ((FerryMeta__Retire *)msg)->version);
+        break;
+    case META_SUMS: /* one-way: an error cannot be answered while a PUBLISH is pending, so bad sums are dropped */
+        if (writer) {
+            FerryMeta__Sums *sm = (void *)msg;
+            for (size_t i = 0; i < m->nrecs; i++) {
+                if (m->recs[i]->version != sm->version || !m->recs[i]->sums_follow) continue;
+                bool ok = true;
+                for (size_t k = 0; k < sm->n_sums; k++) ok &= sm->sums[k]->dst_rank < s->world[META_ROLE_READER];
+                if (!ok) {
+                    ferry_log(s->ctx, FERRY_LOG_WARN, "meta service: writer %u sent checksums for unknown readers",
+                              c->rank);
+                    break;
+                }
+                meta_free(s->ctx, m->sums[i] ? &m->sums[i]->base : NULL);
+                m->sums[i] = sm;
+                msg = NULL;
+                break;
+            }
+        }
+        break;
+    case META_GET_SUMS:
+        if (!reader) send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only readers ask for checksums");
+        else park(s, c, type, &msg, ((FerryMeta__GetSums *)msg)->wait_ms, now);
         break;
     case META_READ_BEGIN:
         if (!reader) send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only readers read");

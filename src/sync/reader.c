@@ -20,6 +20,8 @@ typedef struct reader_src {      /* one writer's transport regions, as last gran
     ferry_xport_rmem_t **rmem;
     uint64_t *desc_sum;          /* xxh3 of each region's descriptor */
     const FerryMeta__WriterGrant *grant; /* of the current update */
+    const uint64_t *sums;        /* its checksums for us (from the grant, or GET_SUMS) */
+    size_t nsums;
 } reader_src_t;
 
 struct ferry_reader {
@@ -38,6 +40,7 @@ struct ferry_reader {
     size_t gather_cap;
     ferry_xport_run_t *runs;
     size_t cap_runs;
+    uint64_t *got;               /* per op: xxh3 of its destination region after landing */
 };
 
 const char *ferry_reader_error(const ferry_reader_t *r) { return r ? r->m.err.text : ""; }
@@ -61,6 +64,8 @@ static void epoch_free(ferry_reader_t *r) {
     for (size_t b = 0; r->shadow && b < r->m.nbufs; b++) free(r->shadow[b]);
     ferry_free(ctx, r->shadow);
     ferry_free(ctx, r->writers);
+    ferry_free(ctx, r->got);
+    r->got = NULL;
     free(r->scratch);
     free(r->gather);
     r->src = NULL;
@@ -96,6 +101,8 @@ static ferry_status_t epoch_setup(ferry_reader_t *r) {
                               m->bufs[b].name, (unsigned long long)bi.size, (unsigned long long)m->bufs[b].size);
     }
     r->nsrc = m->side[0].world;
+    r->got = ferry_calloc(ctx, ferry_plan_op_count(m->plan) + 1, sizeof *r->got);
+    if (!r->got) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     r->src = ferry_calloc(ctx, r->nsrc, sizeof *r->src);
     r->writers = ferry_calloc(ctx, r->nsrc, sizeof *r->writers);
     if (!r->src || !r->writers) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
@@ -140,6 +147,7 @@ static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGran
     if (g->rank >= r->nsrc) return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "grant for writer %u of %u", g->rank, r->nsrc);
     reader_src_t *s = &r->src[g->rank];
     const FerryMeta__SlotMap *map = g->map;
+    if (!map) return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "the grant for writer %u has no slot map", g->rank);
     uint32_t want_bufs = m->side[0].buf_base[g->rank + 1] - m->side[0].buf_base[g->rank];
     if (map->n_buffer_region != want_bufs)
         return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u's map has %zu buffers, its layout %u", g->rank,
@@ -163,6 +171,8 @@ static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGran
         s->desc_sum[i] = sum;
     }
     s->grant = g;
+    s->sums = g->sums;
+    s->nsums = g->n_sums;
     return FERRY_OK;
 }
 
@@ -249,17 +259,56 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
     double t2 = ferry_mono_s();
     ps->pull_s += t2 - t;
     for (size_t j = j0; j < j1; j++)
-        for (size_t i = bk[j].first_op; i < bk[j].first_op + bk[j].op_count; i++) {
-            uint64_t want = s->grant->sums[i - p->first_op], got = dst_sum(r, &ops[i]);
-            if (got != want) {
+        for (size_t i = bk[j].first_op; i < bk[j].first_op + bk[j].op_count; i++) r->got[i] = dst_sum(r, &ops[i]);
+    ps->verify_s += ferry_mono_s() - t2;
+    return FERRY_OK;
+}
+
+/* Checksums that were still being computed when the grant came, then every
+ * op's landed bytes against its writer's checksum. */
+static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCMessage **sums_reply, double deadline) {
+    sync_member_t *m = &r->m;
+    uint32_t *pending = ferry_calloc(m->ctx, r->nwriters + 1, sizeof *pending);
+    if (!pending) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t np = 0;
+    for (size_t i = 0; i < r->nwriters; i++)
+        if (r->src[r->writers[i]].grant && r->src[r->writers[i]].grant->sums_pending) pending[np++] = r->writers[i];
+    ferry_status_t st = FERRY_OK;
+    if (np) {
+        FerryMeta__GetSums gs = FERRY_META__GET_SUMS__INIT;
+        double left = deadline - ferry_mono_s();
+        gs.version = version;
+        gs.n_writers = np;
+        gs.writers = pending;
+        gs.wait_ms = left > 0 ? (uint32_t)(left * 1000.0) : 0;
+        st = meta_client_call(m->meta, META_GET_SUMS, &gs.base, META_GRANT, gs.wait_ms, sums_reply, &m->err);
+        if (st == FERRY_OK) {
+            const FerryMeta__Grant *g = (const void *)*sums_reply;
+            for (size_t i = 0; i < g->n_writers; i++)
+                if (g->writers[i]->rank < r->nsrc) {
+                    r->src[g->writers[i]->rank].sums = g->writers[i]->sums;
+                    r->src[g->writers[i]->rank].nsums = g->writers[i]->n_sums;
+                }
+        }
+    }
+    ferry_free(m->ctx, pending);
+    if (st != FERRY_OK) return st;
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    for (size_t pi = 0; pi < ferry_plan_pair_count(m->plan); pi++) {
+        const ferry_plan_pair_t *p = &pairs[pi];
+        const reader_src_t *s = &r->src[p->src_rank];
+        if (s->nsums != p->op_count)
+            return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u sent %zu checksums for reader %u, the plan has %zu ops",
+                              p->src_rank, s->nsums, m->p.rank, p->op_count);
+        for (size_t i = p->first_op; i < p->first_op + p->op_count; i++)
+            if (r->got[i] != s->sums[i - p->first_op]) {
                 char what[400];
                 op_text(r, &ops[i], what, sizeof what);
-                ps->verify_s += ferry_mono_s() - t2;
                 return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "checksum mismatch on %s (xxh3 %016llx, writer's %016llx)",
-                                  what, (unsigned long long)got, (unsigned long long)want);
+                                  what, (unsigned long long)r->got[i], (unsigned long long)s->sums[i - p->first_op]);
             }
-        }
-    ps->verify_s += ferry_mono_s() - t2;
+    }
     return FERRY_OK;
 }
 
@@ -269,10 +318,8 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     for (size_t pi = 0; pi < ferry_plan_pair_count(m->plan); pi++) {
         const ferry_plan_pair_t *p = &pairs[pi];
-        const FerryMeta__WriterGrant *g = r->src[p->src_rank].grant;
-        if (!g || g->n_sums != p->op_count)
-            return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u sent %zu checksums for reader %u, the plan has %zu ops",
-                              p->src_rank, g ? g->n_sums : 0, m->p.rank, p->op_count);
+        if (!r->src[p->src_rank].grant)
+            return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "the grant has no map for writer %u", p->src_rank);
         size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count;
         while (j < end) {
             /* a batch: buckets up to inflight bytes whose staged parts fit the scratch */
@@ -371,7 +418,14 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         for (uint32_t i = 0; i < r->nsrc; i++) r->src[i].grant = NULL;
         for (size_t i = 0; i < g->n_writers && st == FERRY_OK; i++) st = resolve_src(r, g->writers[i]);
         pull_stats_t ps = {0};
+        ProtobufCMessage *sums_reply = NULL;
         if (st == FERRY_OK) st = pull_all(r, &ps);
+        if (st == FERRY_OK) {
+            double tv = ferry_mono_s();
+            st = verify_all(r, v, &sums_reply, deadline);
+            ps.verify_s += ferry_mono_s() - tv;
+        }
+        meta_free(m->ctx, sums_reply);
         inf.pull_seconds += ps.pull_s;
         inf.verify_seconds += ps.verify_s;
         inf.bytes += ps.bytes;

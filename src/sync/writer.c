@@ -17,6 +17,7 @@ typedef struct writer_slot {
     ferry_xport_mem_t *mem;    /* async: the slot's region (buffers, then pack area) */
     uint8_t *base;             /* async: its memory */
     uint64_t *sums;            /* one per op of the local plan */
+    bool sums_ready;           /* sums hold this version's checksums */
     FerryMeta__SlotMap map;
     ProtobufCBinaryData *regions;
     uint8_t *desc;             /* descriptor bytes of every region */
@@ -278,23 +279,56 @@ static void fill_pair_sums(ferry_writer_t *w, writer_slot_t *s) {
     }
 }
 
+typedef struct publish_ctx {
+    ferry_writer_t *w;
+    writer_slot_t *s;
+    double hash_seconds;
+} publish_ctx_t;
+
+/* Runs while the PUBLISH is pending (readers are already pulling): the
+ * checksums, then SUMS. */
+static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errbuf_t *err) {
+    publish_ctx_t *pc = opaque;
+    if (!pc->s->sums_ready) {
+        double t = ferry_mono_s();
+        hash_slot(pc->w, pc->s);
+        pc->hash_seconds = ferry_mono_s() - t;
+        pc->s->sums_ready = true;
+    }
+    fill_pair_sums(pc->w, pc->s);
+    FerryMeta__Sums sm = FERRY_META__SUMS__INIT;
+    sm.version = pc->s->version;
+    sm.n_sums = pc->w->npairs;
+    sm.sums = pc->w->pair_sums_p;
+    return meta_client_send_raw(c, META_SUMS, &sm.base, err);
+}
+
+/* PUBLISH of slot k. Fresh versions announce the slot first and send their
+ * checksums while readers pull (sums_follow); a replay has them already. */
 static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks, ferry_errbuf_t *err,
-                                   FerryMeta__Published **out) {
+                                   FerryMeta__Published **out, double *hash_seconds) {
     writer_slot_t *s = &w->slots[k];
-    fill_pair_sums(w, s);
     FerryMeta__Publish p = FERRY_META__PUBLISH__INIT;
     p.epoch = w->m.epoch;
     p.plan_digest = w->m.plan_digest;
     p.version = s->version;
     p.slot = k;
     p.map = &s->map;
-    p.n_sums = w->npairs;
-    p.sums = w->pair_sums_p;
     p.wait_acks = wait_acks;
     p.wait_ms = w->m.p.timeout_ms;
+    publish_ctx_t pc = {w, s, 0};
+    if (s->sums_ready) {
+        fill_pair_sums(w, s);
+        p.n_sums = w->npairs;
+        p.sums = w->pair_sums_p;
+    } else {
+        p.sums_follow = true;
+    }
     ProtobufCMessage *reply = NULL;
-    ferry_status_t st = meta_client_call(w->m.meta, META_PUBLISH, &p.base, META_PUBLISHED,
-                                         wait_acks ? w->m.p.timeout_ms : 0, &reply, err);
+    ferry_status_t st = meta_client_call_between(w->m.meta, META_PUBLISH, &p.base, META_PUBLISHED,
+                                                 wait_acks ? w->m.p.timeout_ms : 0, &reply,
+                                                 p.sums_follow ? publish_between : NULL, &pc, err);
+    if (hash_seconds) *hash_seconds = pc.hash_seconds;
     if (st == FERRY_OK && out) *out = (FerryMeta__Published *)reply;
     else meta_free(w->m.ctx, reply);
     return st;
@@ -311,7 +345,7 @@ static ferry_status_t writer_replay(meta_client_t *c, void *opaque, ferry_errbuf
     st = sync_refresh_epoch(&w->m, w->m.p.timeout_ms, &changed);
     if (st != FERRY_OK || changed) return st; /* a new epoch: nothing held is valid */
     for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++)
-        if (w->slots[k].version) st = send_publish(w, k, false, err, NULL);
+        if (w->slots[k].version && w->slots[k].sums_ready) st = send_publish(w, k, false, err, NULL, NULL);
     return st;
 }
 
@@ -350,6 +384,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
             if (st != FERRY_OK) return st;
         }
         s->version = 0;
+        s->sums_ready = false;
         double t = ferry_mono_s();
         if (m->p.mode == FERRY_SYNC_MODE_ASYNC)
             for (size_t b = 0; b < m->nbufs; b++) memcpy(buf_bytes(w, s, b), m->bufs[b].ptr, m->bufs[b].size);
@@ -357,20 +392,19 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
         t = ferry_mono_s();
         pack_slot(w, s);
         inf.pack_seconds = ferry_mono_s() - t;
-        t = ferry_mono_s();
-        hash_slot(w, s);
-        inf.hash_seconds = ferry_mono_s() - t;
         s->version = version;
         t = ferry_mono_s();
         FerryMeta__Published *pub = NULL;
-        st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub);
-        inf.wait_seconds = ferry_mono_s() - t;
+        st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub, &inf.hash_seconds);
+        inf.wait_seconds = ferry_mono_s() - t - inf.hash_seconds;
         if (st == FERRY_ERR_STALE && attempt == 0) { /* the epoch moved under us: plan again */
             s->version = 0;
+            s->sums_ready = false;
             continue;
         }
         if (st != FERRY_OK) {
             s->version = 0;
+            s->sums_ready = false;
             return st;
         }
         inf.readers_acked = pub->acked;
@@ -382,6 +416,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
             rt.version = version;
             (void)meta_client_send(m->meta, META_RETIRE, &rt.base, &m->err);
             s->version = 0;
+            s->sums_ready = false;
         }
         break;
     }
