@@ -186,6 +186,50 @@ bool ferry_reader_torn(const ferry_reader_t *r);
 const char *ferry_reader_error(const ferry_reader_t *r);
 void ferry_reader_destroy(ferry_reader_t *r);
 
+/* ---- TensorTable -------------------------------------------------------- */
+
+/* A table of arbitrary tensors on the same machinery: members put boxes of
+ * named tensors under a sequence id, say complete, and any member gets any
+ * box of any of them once every member completed that sequence id — the
+ * box is cut from whichever puts cover it (resharded), read one-sided, and
+ * checked tile by tile against the putters' xxh3 (docs/sync.md).
+ * Members of a table share the job's service with role "table"; world is
+ * the number of table members, each of which completes every sequence id
+ * (with or without puts). */
+typedef struct ferry_table ferry_table_t;
+
+typedef struct ferry_table_entry {
+    const char *name;
+    ferry_dtype_t dtype;        /* put: the tensor's dtype; get: checked if not 0 */
+    uint32_t ndim;              /* put: the tensor's rank */
+    const int64_t *shape;       /* put: the whole tensor's shape */
+    ferry_box_t box;            /* the part put, or wanted */
+    void *data;                 /* the box's elements, row-major: read by put, written by get */
+} ferry_table_entry_t;
+
+/* params: job, rank, world as for writers; meta, token, transport,
+ * timeout_ms, lease_ms, serve (default false) apply. */
+ferry_status_t ferry_table_create(ferry_ctx_t *ctx, const ferry_sync_params_t *params, ferry_table_t **out);
+/* Copies each entry's data (the caller may reuse it at once). Errors name
+ * the entry: a box outside the shape, a name put twice in one sequence with
+ * another dtype or shape. */
+ferry_status_t ferry_table_put(ferry_table_t *t, uint64_t seq_id, const ferry_table_entry_t *entry);
+ferry_status_t ferry_table_multi_put(ferry_table_t *t, uint64_t seq_id, const ferry_table_entry_t *entries, size_t n);
+/* Publishes this member's puts of seq_id (none is fine); they stay readable
+ * until ferry_table_drop or the table's end. */
+ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id);
+/* Fills entry->data with entry->box of the tensor, waiting up to timeout_ms
+ * for every member to complete seq_id. FERRY_ERR_COVERAGE names a box no
+ * put covers; FERRY_ERR_CORRUPT a tile whose checksum fails (nothing is
+ * reported as read unless every tile verified). */
+ferry_status_t ferry_table_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entry, uint32_t timeout_ms);
+ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entries, size_t n,
+                                     uint32_t timeout_ms);
+/* Frees this member's puts of seq_id; gets still reading them fail (STALE). */
+ferry_status_t ferry_table_drop(ferry_table_t *t, uint64_t seq_id);
+const char *ferry_table_error(const ferry_table_t *t);
+void ferry_table_destroy(ferry_table_t *t);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -30,6 +30,10 @@ static const struct {
     [META_EVENT] = {"EVENT", &ferry_meta__event__descriptor},
     [META_SUMS] = {"SUMS", &ferry_meta__sums__descriptor},
     [META_GET_SUMS] = {"GET_SUMS", &ferry_meta__get_sums__descriptor},
+    [META_TABLE_COMPLETE] = {"TABLE_COMPLETE", &ferry_meta__table_complete__descriptor},
+    [META_TABLE_GET] = {"TABLE_GET", &ferry_meta__table_get__descriptor},
+    [META_TABLE_CONTENTS] = {"TABLE_CONTENTS", &ferry_meta__table_contents__descriptor},
+    [META_TABLE_DROP] = {"TABLE_DROP", &ferry_meta__table_drop__descriptor},
 };
 
 const char *meta_type_name(uint8_t type) {
@@ -108,6 +112,22 @@ ferry_status_t meta_check_slot_map(const FerryMeta__SlotMap *map, ferry_errbuf_t
     return FERRY_OK;
 }
 
+static ferry_status_t check_table_complete(const FerryMeta__TableComplete *t, ferry_errbuf_t *err) {
+    CHECK_N(t->n_regions, META_MAX_REGIONS, "table regions");
+    CHECK_N(t->n_entries, META_MAX_BUFFERS, "table entries");
+    for (size_t i = 0; i < t->n_regions; i++)
+        if (t->regions[i].len == 0 || t->regions[i].len > 1024)
+            return ferry_fail(err, FERRY_ERR_LIMIT, "meta: table region %zu has a %zu-byte descriptor", i, t->regions[i].len);
+    for (size_t i = 0; i < t->n_entries; i++) {
+        const FerryMeta__TableEntry *e = t->entries[i];
+        CHECK_STR(e->name, 4096, "tensor name");
+        if (!e->name || !*e->name || e->n_shape > 8 || e->n_offset != e->n_shape || e->n_extent != e->n_shape ||
+            e->region >= t->n_regions)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "meta: table entry %zu is malformed", i);
+    }
+    return FERRY_OK;
+}
+
 static ferry_status_t check_limits(uint8_t type, const ProtobufCMessage *m, ferry_errbuf_t *err) {
     switch (type) {
     case META_HELLO: {
@@ -115,8 +135,8 @@ static ferry_status_t check_limits(uint8_t type, const ProtobufCMessage *m, ferr
         CHECK_N(h->token.len, META_MAX_TOKEN, "token bytes");
         CHECK_STR(h->job, META_MAX_NAME, "job name");
         CHECK_STR(h->host, META_MAX_NAME, "host name");
-        if (h->role < META_ROLE_WRITER || h->role > META_ROLE_OBSERVER)
-            return ferry_fail(err, FERRY_ERR_CORRUPT, "meta: role %u is not writer, reader or observer", h->role);
+        if (h->role < META_ROLE_WRITER || h->role >= META_ROLE_END)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "meta: role %u is not writer, reader, observer or table", h->role);
         if (h->role != META_ROLE_OBSERVER && (h->world == 0 || h->world > META_MAX_WORLD || h->rank >= h->world))
             return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "meta: rank %u of world %u", h->rank, h->world);
         return FERRY_OK;
@@ -137,6 +157,17 @@ static ferry_status_t check_limits(uint8_t type, const ProtobufCMessage *m, ferr
     }
     case META_SUMS: CHECK_N(((const FerryMeta__Sums *)m)->n_sums, META_MAX_WORLD, "per-reader checksum lists"); return FERRY_OK;
     case META_GET_SUMS: CHECK_N(((const FerryMeta__GetSums *)m)->n_writers, META_MAX_WORLD, "writers"); return FERRY_OK;
+    case META_TABLE_COMPLETE: return check_table_complete((const FerryMeta__TableComplete *)m, err);
+    case META_TABLE_CONTENTS: {
+        const FerryMeta__TableContents *tc = (const void *)m;
+        CHECK_N(tc->n_members, META_MAX_WORLD, "table members");
+        for (size_t i = 0; i < tc->n_members; i++) {
+            if (!tc->members[i]->seq) return ferry_fail(err, FERRY_ERR_CORRUPT, "meta: table member %zu without puts", i);
+            ferry_status_t st = check_table_complete(tc->members[i]->seq, err);
+            if (st != FERRY_OK) return st;
+        }
+        return FERRY_OK;
+    }
     case META_PUBLISHED: CHECK_N(((const FerryMeta__Published *)m)->n_missing, META_MAX_WORLD, "missing readers"); return FERRY_OK;
     case META_READ_BEGIN: CHECK_N(((const FerryMeta__ReadBegin *)m)->n_writers, META_MAX_WORLD, "writers"); return FERRY_OK;
     case META_GRANT: {

@@ -38,10 +38,14 @@ typedef enum meta_type {
     META_EVENT = 20,      /* Event, pushed by the service */
     META_SUMS = 21,       /* Sums, no reply (may follow a pending PUBLISH) */
     META_GET_SUMS = 22,   /* GetSums -> Grant */
+    META_TABLE_COMPLETE = 23, /* TableComplete -> Ok */
+    META_TABLE_GET = 24,      /* TableGet -> TableContents */
+    META_TABLE_CONTENTS = 25,
+    META_TABLE_DROP = 26,     /* TableDrop, no reply */
     META_TYPE_END
 } meta_type_t;
 
-enum { META_ROLE_WRITER = 1, META_ROLE_READER = 2, META_ROLE_OBSERVER = 3 };
+enum { META_ROLE_WRITER = 1, META_ROLE_READER = 2, META_ROLE_OBSERVER = 3, META_ROLE_TABLE = 4, META_ROLE_END };
 enum { META_EVENT_JOINED = 1, META_EVENT_LEFT = 2, META_EVENT_READY = 3 };
 
 /* Hard limits a decoded message must respect (beyond the frame's size). */

@@ -55,6 +55,8 @@ typedef struct svc_member {
     uint64_t acked, published;
     FerryMeta__Publish *recs[MAX_RECORDS]; /* writer: published versions still readable */
     FerryMeta__Sums *sums[MAX_RECORDS];    /* their checksums when they followed the PUBLISH */
+    FerryMeta__TableComplete *tseq[MAX_RECORDS]; /* table member: completed sequence ids */
+    size_t ntseq;
     size_t nrecs;
 } svc_member_t;
 
@@ -70,8 +72,8 @@ struct ferry_meta_service {
     uint64_t service_id;
     bool have_job;
     char job[META_MAX_NAME + 1];
-    uint32_t world[3];       /* by role: [1] writers, [2] readers */
-    svc_member_t *members[3];
+    uint32_t world[META_ROLE_END];   /* by role: [1] writers, [2] readers, [4] table members */
+    svc_member_t *members[META_ROLE_END];
     svc_conn_t **conns;
     size_t nconns, cap_conns;
     uint64_t epoch;          /* digest of every member's layout; 0 until all committed */
@@ -150,7 +152,10 @@ static void broadcast_event(ferry_meta_service_t *s, uint32_t kind, uint32_t rol
 /* ---- state ------------------------------------------------------------------------ */
 
 static const char *role_name(uint32_t role) {
-    return role == META_ROLE_WRITER ? "writer" : role == META_ROLE_READER ? "reader" : "observer";
+    return role == META_ROLE_WRITER   ? "writer"
+           : role == META_ROLE_READER ? "reader"
+           : role == META_ROLE_TABLE  ? "table member"
+                                      : "observer";
 }
 
 static svc_member_t *member_of(ferry_meta_service_t *s, const svc_conn_t *c) {
@@ -165,6 +170,20 @@ static void drop_record(ferry_meta_service_t *s, svc_member_t *m, size_t i) {
     m->recs[i] = m->recs[m->nrecs];
     m->sums[i] = m->sums[m->nrecs];
     m->sums[m->nrecs] = NULL;
+}
+
+static void drop_table_seq(ferry_meta_service_t *s, svc_member_t *m, uint64_t seq_id, bool all) {
+    for (size_t i = m->ntseq; i-- > 0;)
+        if (all || m->tseq[i]->seq_id == seq_id) {
+            meta_free(s->ctx, &m->tseq[i]->base);
+            m->tseq[i] = m->tseq[--m->ntseq];
+        }
+}
+
+static FerryMeta__TableComplete *find_table_seq(svc_member_t *m, uint64_t seq_id) {
+    for (size_t i = 0; i < m->ntseq; i++)
+        if (m->tseq[i]->seq_id == seq_id) return m->tseq[i];
+    return NULL;
 }
 
 static FerryMeta__Publish *find_record(svc_member_t *m, uint64_t version) {
@@ -472,6 +491,45 @@ static bool try_get_sums(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
     return true;
 }
 
+static bool try_table_get(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
+    const FerryMeta__TableGet *tg = (const void *)c->parked_msg;
+    uint32_t n = s->world[META_ROLE_TABLE];
+    char miss[512];
+    size_t at = 0;
+    miss[0] = '\0';
+    for (uint32_t r = 0; r < n; r++)
+        if (!find_table_seq(&s->members[META_ROLE_TABLE][r], tg->seq_id) && at + 16 < sizeof miss)
+            at += (size_t)snprintf(miss + at, sizeof miss - at, "%s%u", at ? ", " : "", r);
+    if (at) {
+        if (!expired) return false;
+        send_error(s, c, FERRY_ERR_TIMEOUT, "sequence %llu is not complete within %u ms: table member(s) %s did not complete it",
+                   (unsigned long long)tg->seq_id, tg->wait_ms, miss);
+        return true;
+    }
+    FerryMeta__TableMember *tm = ferry_calloc(s->ctx, n ? n : 1, sizeof *tm);
+    FerryMeta__TableMember **tp = ferry_calloc(s->ctx, n ? n : 1, sizeof *tp);
+    if (!tm || !tp) {
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering TABLE_GET");
+    } else {
+        for (uint32_t r = 0; r < n; r++) {
+            svc_member_t *m = &s->members[META_ROLE_TABLE][r];
+            ferry_meta__table_member__init(&tm[r]);
+            tm[r].rank = r;
+            tm[r].incarnation = m->conn ? m->conn->incarnation : 0;
+            tm[r].seq = find_table_seq(m, tg->seq_id);
+            tp[r] = &tm[r];
+        }
+        FerryMeta__TableContents tc = FERRY_META__TABLE_CONTENTS__INIT;
+        tc.seq_id = tg->seq_id;
+        tc.n_members = n;
+        tc.members = tp;
+        send_msg(s, c, META_TABLE_CONTENTS, &tc.base);
+    }
+    ferry_free(s->ctx, tm);
+    ferry_free(s->ctx, tp);
+    return true;
+}
+
 /* Answers c's parked request if it can (or its deadline passed). */
 static void evaluate(ferry_meta_service_t *s, svc_conn_t *c, double now) {
     if (!c->parked || c->dead) return;
@@ -482,6 +540,7 @@ static void evaluate(ferry_meta_service_t *s, svc_conn_t *c, double now) {
     case META_RECLAIM: done = try_reclaim(s, c, expired, now); break;
     case META_READ_BEGIN: done = try_read_begin(s, c, expired, now); break;
     case META_GET_SUMS: done = try_get_sums(s, c, expired); break;
+    case META_TABLE_GET: done = try_table_get(s, c, expired); break;
     default: done = true;
     }
     if (done) unpark(s, c);
@@ -553,6 +612,7 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
             old->joined = false;
             if (h->role == META_ROLE_WRITER)
                 while (m->nrecs) drop_record(s, m, m->nrecs - 1);
+            drop_table_seq(s, m, 0, true);
         }
         m->conn = c;
         snprintf(m->host, sizeof m->host, "%s", h->host ? h->host : "");
@@ -680,7 +740,9 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
     c->deadline = now + c->lease_ms / 1000.0; /* any frame renews the lease */
     svc_member_t *m = member_of(s, c);
     bool writer = c->role == META_ROLE_WRITER, reader = c->role == META_ROLE_READER;
-    if (c->parked && type != META_HEARTBEAT && type != META_RETIRE && type != META_BYE && type != META_SUMS) {
+    bool table = c->role == META_ROLE_TABLE;
+    if (c->parked && type != META_HEARTBEAT && type != META_RETIRE && type != META_BYE && type != META_SUMS &&
+        type != META_TABLE_DROP) {
         send_error(s, c, FERRY_ERR_BUSY, "%s while a %s is pending", meta_type_name(type), meta_type_name(c->parked));
         meta_free(s->ctx, msg);
         return;
@@ -768,6 +830,29 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
         }
         break;
     case META_GET_STATUS: handle_status(s, c); break;
+    case META_TABLE_COMPLETE:
+        if (!table) {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only table members complete sequences");
+        } else {
+            FerryMeta__TableComplete *tc = (void *)msg;
+            drop_table_seq(s, m, tc->seq_id, false);
+            if (m->ntseq == MAX_RECORDS) {
+                send_error(s, c, FERRY_ERR_LIMIT, "table member %u holds %d sequences; drop some first", c->rank,
+                           MAX_RECORDS);
+                break;
+            }
+            m->tseq[m->ntseq++] = tc;
+            msg = NULL;
+            send_ok(s, c);
+        }
+        break;
+    case META_TABLE_GET:
+        if (!table) send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only table members get");
+        else park(s, c, type, &msg, ((FerryMeta__TableGet *)msg)->wait_ms, now);
+        break;
+    case META_TABLE_DROP:
+        if (table) drop_table_seq(s, m, ((FerryMeta__TableDrop *)msg)->seq_id, false);
+        break;
     default:
         send_error(s, c, FERRY_ERR_UNSUPPORTED, "unexpected %s from a client", meta_type_name(type));
     }
@@ -787,6 +872,7 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
             m->conn = NULL;
             if (role == META_ROLE_WRITER) /* its memory is gone with it */
                 while (m->nrecs) drop_record(s, m, m->nrecs - 1);
+            drop_table_seq(s, m, 0, true);
         }
         ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s %u left (%s)", role_name(role), rank, why);
     }
@@ -966,11 +1052,12 @@ void ferry_meta_service_destroy(ferry_meta_service_t *s) {
         s->conns[s->nconns - 1]->joined = false; /* no events on the way out */
         conn_close(s, s->nconns - 1, "service stopped", now);
     }
-    for (int role = META_ROLE_WRITER; role <= META_ROLE_READER; role++) {
+    for (int role = META_ROLE_WRITER; role < META_ROLE_END; role++) {
         for (uint32_t r = 0; r < s->world[role]; r++) {
             svc_member_t *m = &s->members[role][r];
             ferry_free(s->ctx, m->commit);
             while (m->nrecs) drop_record(s, m, m->nrecs - 1);
+            drop_table_seq(s, m, 0, true);
         }
         ferry_free(s->ctx, s->members[role]);
     }

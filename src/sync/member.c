@@ -20,8 +20,8 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
     m->ctx = ctx;
     m->role = role;
     m->model = model;
-    const char *who = role == META_ROLE_WRITER ? "writer" : "reader";
-    if (!params || !model || !params->job)
+    const char *who = role == META_ROLE_WRITER ? "writer" : role == META_ROLE_READER ? "reader" : "table";
+    if (!params || (!model && role != META_ROLE_TABLE) || !params->job)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: model, params and params->job are required", who);
     if (params->world == 0 || params->world > META_MAX_WORLD || params->rank >= params->world)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: rank %u of world %u", who, params->rank, params->world);
@@ -49,7 +49,7 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: mode %d is neither sync nor async", who, m->p.mode);
     if (m->p.slots < 1 || m->p.slots > 16)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: %u staging slots (1..16)", who, m->p.slots);
-    ferry_status_t st = ferry_layout_create(ctx, model, m->p.world, &m->local);
+    ferry_status_t st = model ? ferry_layout_create(ctx, model, m->p.world, &m->local) : FERRY_OK;
     if (st != FERRY_OK) return st;
     ferry_xport_params_t xpp = {.field_mask = FERRY_XPORT_PARAM_KIND | FERRY_XPORT_PARAM_TIMEOUT_MS |
                                               FERRY_XPORT_PARAM_THREADS,

@@ -13,6 +13,9 @@
 #include "sync/sync_internal.h"
 
 #define MAX_CORRUPT_RETRIES 2
+/* shm: a DIRECT bucket lands in chunks this large, each hashed while it is
+ * still in cache (one pass over the destination instead of two) */
+#define FUSE_CHUNK (1u << 20)
 
 typedef struct reader_src {      /* one writer's transport regions, as last granted */
     uint64_t incarnation;
@@ -41,6 +44,7 @@ struct ferry_reader {
     ferry_xport_run_t *runs;
     size_t cap_runs;
     uint64_t *got;               /* per op: xxh3 of its destination region after landing */
+    XXH3_state_t *hash;          /* an op's checksum, fed chunk by chunk as it lands */
 };
 
 const char *ferry_reader_error(const ferry_reader_t *r) { return r ? r->m.err.text : ""; }
@@ -312,6 +316,66 @@ static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCM
     return FERRY_OK;
 }
 
+/* shm: one DIRECT bucket, landed chunk by chunk and hashed as it lands. */
+static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair_t *p, size_t j, pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_bucket_t *b = &ferry_plan_buckets(m->plan)[j];
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    reader_src_t *s = &r->src[p->src_rank];
+    const FerryMeta__SlotMap *map = s->grant->map;
+    ferry_xport_run_t run;
+    if (b->flags & FERRY_BUCKET_PACKED) {
+        if (!map->has_pack) return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u has no pack area", p->src_rank);
+        run.rmem = s->rmem[map->pack_region];
+        run.remote_offset = map->pack_offset + b->src_offset;
+    } else {
+        uint32_t lb = sync_local_buffer(m, 0, p->src_rank, b->src_buffer);
+        run.rmem = s->rmem[map->buffer_region[lb]];
+        run.remote_offset = map->buffer_offset[lb] + b->src_offset;
+    }
+    uint8_t *dst = dst_base(r, sync_local_buffer(m, 1, m->p.rank, b->dst_buffer)) + b->dst_offset;
+    if (!r->hash && !(r->hash = XXH3_createState())) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    double t = ferry_mono_s();
+    size_t op = b->first_op, op_end = b->first_op + b->op_count;
+    uint64_t op_left = op < op_end ? ops[op].bytes : 0, base_off = run.remote_offset;
+    bool streaming = false;
+    for (uint64_t at = 0; at < b->bytes;) {
+        uint64_t n = b->bytes - at < FUSE_CHUNK ? b->bytes - at : FUSE_CHUNK;
+        run.remote_offset = base_off + at;
+        run.local = dst + at;
+        run.len = n;
+        ferry_xport_req_t *req = NULL;
+        ferry_status_t st = ferry_xport_get(m->xp, &run, 1, &req);
+        if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+        ferry_xport_req_free(req);
+        if (st != FERRY_OK)
+            return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
+        r->torn = !r->shadow;
+        for (uint64_t c = at; c < at + n && op < op_end;) {
+            uint64_t take = op_left < at + n - c ? op_left : at + n - c;
+            if (!streaming && take == ops[op].bytes) {
+                r->got[op] = XXH3_64bits(dst + c, take);
+                op_left = 0;
+            } else {
+                if (!streaming) XXH3_64bits_reset(r->hash);
+                streaming = true;
+                XXH3_64bits_update(r->hash, dst + c, take);
+                op_left -= take;
+                if (op_left == 0) r->got[op] = XXH3_64bits_digest(r->hash);
+            }
+            c += take;
+            if (op_left == 0) {
+                streaming = false;
+                if (++op < op_end) op_left = ops[op].bytes;
+            }
+        }
+        at += n;
+    }
+    ps->bytes += b->bytes;
+    ps->pull_s += ferry_mono_s() - t;
+    return FERRY_OK;
+}
+
 static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
     sync_member_t *m = &r->m;
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
@@ -321,11 +385,18 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
         if (!r->src[p->src_rank].grant)
             return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "the grant has no map for writer %u", p->src_rank);
         size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count;
+        bool fuse = m->p.transport == FERRY_XPORT_SHM;
         while (j < end) {
+            if (fuse && (bk[j].flags & FERRY_BUCKET_DIRECT)) {
+                ferry_status_t st = pull_direct_fused(r, p, j, ps);
+                if (st != FERRY_OK) return st;
+                j++;
+                continue;
+            }
             /* a batch: buckets up to inflight bytes whose staged parts fit the scratch */
             size_t k = j;
             uint64_t bytes = 0, staged = 0;
-            while (k < end) {
+            while (k < end && !(fuse && (bk[k].flags & FERRY_BUCKET_DIRECT))) {
                 uint64_t sb = (bk[k].flags & FERRY_BUCKET_DIRECT) ? 0 : bk[k].bytes;
                 if (k > j && (bytes + bk[k].bytes > m->p.inflight_bytes || staged + sb > r->scratch_cap)) break;
                 bytes += bk[k].bytes;
@@ -499,6 +570,7 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     if (!r) return;
     epoch_free(r);
     ferry_free(r->m.ctx, r->runs);
+    if (r->hash) XXH3_freeState(r->hash);
     sync_member_fini(&r->m);
     ferry_free(r->m.ctx, r);
 }

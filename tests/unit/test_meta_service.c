@@ -8,6 +8,7 @@
  *
  * Checks that expose a bug in the service are BUG_CHECKs: they report and
  * make the test fail at the end, but let the remaining sections run. */
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -595,6 +596,18 @@ static void test_versions(void) {
     rb_t rb;
     rb_init(&rb, epoch ^ 2, 1, 0, 100, 1000);
     CHECK_FAILS(read_begin(r0, &rb, &g, &err), FERRY_ERR_STALE, err.text, "is not the job's current one");
+    /* each side may only do its own part */
+    pub_init(&b, epoch, 1, 2);
+    CHECK_FAILS(publish(r0, &b, &pd, &err), FERRY_ERR_INVALID_ARGUMENT, err.text, "only writers publish");
+    rb_init(&rb, epoch, 1, 0, 100, 1000);
+    CHECK_FAILS(read_begin(w, &rb, &g, &err), FERRY_ERR_INVALID_ARGUMENT, err.text, "only readers read");
+    FerryMeta__ReadEnd re = FERRY_META__READ_END__INIT;
+    FerryMeta__Reclaim rcl = FERRY_META__RECLAIM__INIT;
+    ProtobufCMessage *rep;
+    CHECK_FAILS(call(w, META_READ_END, &re.base, META_READ_ENDED, 0, &rep, &err), FERRY_ERR_INVALID_ARGUMENT,
+                err.text, "only readers end reads");
+    CHECK_FAILS(call(r0, META_RECLAIM, &rcl.base, META_OK, 0, &rep, &err), FERRY_ERR_INVALID_ARGUMENT, err.text,
+                "only writers reclaim");
     pub_init(&b, epoch, 1, 2);
     b.ps[1].dst_rank = 5;
     CHECK_FAILS(publish(w, &b, &pd, &err), FERRY_ERR_INVALID_ARGUMENT, err.text, "checksums for reader 5 of 2");
@@ -920,7 +933,7 @@ static void test_bad_frames(void) {
         {"not hello", FERRY_ERR_INVALID_ARGUMENT, "expected HELLO first, got GET_STATUS"},
         {"bad body", FERRY_ERR_CORRUPT, "not a valid Hello message"},
         {"protocol", FERRY_ERR_UNSUPPORTED, "protocol 2, this service speaks 1"},
-        {"role", FERRY_ERR_CORRUPT, "role 7 is not writer, reader or observer"},
+        {"role", FERRY_ERR_CORRUPT, "role 7 is not writer, reader"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *what = cases[i].what;
@@ -1084,6 +1097,13 @@ static void test_restart(void) {
     CHECK(member(st, META_ROLE_WRITER, 0)->committed); /* the replay's commit came before this answer */
     CHECK(member(st, META_ROLE_WRITER, 0)->pid == (uint32_t)getpid());
     meta_free(ctx, &st->base);
+    /* the port is taken: a second service there is refused */
+    ferry_meta_params_t dup = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN,
+                               .listen = listen,
+                               .token = TOKEN};
+    ferry_meta_service_t *s2 = NULL;
+    CHECK_FAILS(ferry_meta_service_create(ctx, &dup, &s2), FERRY_ERR_IO, ferry_ctx_error(ctx), "cannot listen");
+    CHECK(s2 == NULL);
     /* gone again, and back only while the next request is already retrying */
     ferry_meta_service_destroy(s);
     later_t l = {.delay_ms = 300};
@@ -1116,6 +1136,97 @@ static void test_restart(void) {
            "it retries) and replays before its request is answered\n");
 }
 
+/* ---- 9. heartbeats while reconnecting ------------------------------------------------ */
+
+/* The client's context allocates slowly on the main thread while `slow` is
+ * set: that stretches the moment between a reconnection's connect() and its
+ * HELLO, in which the heartbeat thread must not use the new connection. */
+static atomic_bool slow;
+static pthread_t main_thread;
+
+static void *slow_alloc(void *opaque, size_t size) {
+    (void)opaque;
+    if (atomic_load(&slow) && pthread_equal(pthread_self(), main_thread)) sleep_ms(60);
+    return malloc(size);
+}
+static void *slow_realloc(void *opaque, void *ptr, size_t size) {
+    (void)opaque;
+    return realloc(ptr, size);
+}
+static void slow_free(void *opaque, void *ptr) {
+    (void)opaque;
+    free(ptr);
+}
+
+/* Stands in for the service on its port: accepts one connection and notes
+ * the type of the first frame it receives. */
+typedef struct fake_service {
+    int lfd;
+    int first_type; /* -1: none */
+} fake_service_t;
+
+static void *fake_main(void *arg) {
+    fake_service_t *f = arg;
+    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+    if (poll(&p, 1, 3000) != 1) return NULL;
+    int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return NULL;
+    frame_reader_t rd;
+    frame_reader_init(&rd, ctx, 0);
+    uint8_t type;
+    const uint8_t *body;
+    uint32_t len;
+    ferry_errbuf_t err;
+    if (meta_read_frame(fd, &rd, ferry_mono_s() + 3, &type, &body, &len, &err) == FERRY_OK) f->first_type = type;
+    frame_reader_free(&rd);
+    close(fd);
+    return NULL;
+}
+
+static void test_heartbeat_reconnect(void) {
+    main_thread = pthread_self();
+    ferry_ctx_params_t cp = {.field_mask = FERRY_CTX_PARAM_ALLOCATOR,
+                             .allocator = {slow_alloc, slow_realloc, slow_free, NULL}};
+    ferry_ctx_t *cctx = NULL;
+    char detail[256];
+    CHECK_OK(ferry_ctx_create(&cp, &cctx, detail, sizeof detail), detail);
+    ferry_meta_service_t *s = svc_start("127.0.0.1:0");
+    uint16_t port = svc_port(s);
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s", ferry_meta_service_address(s));
+    meta_client_params_t p = {.address = listen, .token = TOKEN, .job = JOB, .role = META_ROLE_WRITER,
+                              .rank = 0, .world = 1, .lease_ms = 90, /* a heartbeat every 30 ms */
+                              .timeout_ms = 500};
+    meta_client_t *c = NULL;
+    ferry_errbuf_t err;
+    CHECK_OK(meta_client_create(cctx, &p, &c, &err), err.text);
+    ferry_meta_service_destroy(s);
+    /* what the client sends first when it reconnects */
+    fake_service_t f = {.lfd = -1, .first_type = -1};
+    uint16_t bound;
+    CHECK_OK(meta_listen("127.0.0.1", port, &f.lfd, &bound, &err), err.text);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, fake_main, &f) == 0);
+    atomic_store(&slow, true);
+    FerryMeta__GetStatus gs = FERRY_META__GET_STATUS__INIT;
+    ProtobufCMessage *r = NULL;
+    err.text[0] = '\0';
+    ferry_status_t st = meta_client_call(c, META_GET_STATUS, &gs.base, META_STATUS, 0, &r, &err);
+    atomic_store(&slow, false);
+    CHECK(st != FERRY_OK); /* the stand-in never answers */
+    CHECK(pthread_join(th, NULL) == 0);
+    close(f.lfd);
+    CHECK(f.first_type != -1);
+    BUG_CHECK(f.first_type == META_HELLO,
+              "the first frame on a reconnection was %s, not HELLO: connect_once() (client.c) stores the new fd "
+              "where the heartbeat thread sends before it sends HELLO; a service refuses such a connection "
+              "(\"expected HELLO first, got HEARTBEAT\", a permanent INVALID_ARGUMENT for the client)",
+              meta_type_name((uint8_t)f.first_type));
+    meta_client_destroy(c);
+    ferry_ctx_destroy(cctx);
+    printf("  heartbeat vs reconnect: the first frame of a reconnection, with a heartbeat due before HELLO\n");
+}
+
 int main(void) {
     ctx = test_ctx();
     double t0 = ferry_mono_s();
@@ -1127,6 +1238,7 @@ int main(void) {
     test_lease();
     test_bad_frames();
     test_restart();
+    test_heartbeat_reconnect();
     printf("meta service: all sections ran in %.2f s%s\n", ferry_mono_s() - t0,
            bugs ? "; BUG_CHECKs failed (see above)" : "");
     ferry_ctx_destroy(ctx);

@@ -1,0 +1,725 @@
+/* TensorTable: put / complete / get of arbitrary tensor boxes keyed by
+ * (sequence id, name, box), on the same machinery as writers and readers:
+ * the service holds who put what, the planner cuts a get from the puts
+ * that cover it, the transport reads one-sided, and xxh3 checks every
+ * canonical tile (docs/sync.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "meta/proto.h"
+#include "sync/sync_internal.h"
+
+#define TILE_2D_COLS 512
+#define TILE_2D_ROWS 128
+#define TILE_1D 65536
+
+typedef struct tput {
+    char *name;
+    ferry_dtype_t dtype;
+    uint32_t ndim;
+    int64_t shape[FERRY_MAX_DIMS];
+    ferry_box_t box;
+    uint8_t *data; /* row-major copy */
+    uint64_t bytes;
+} tput_t;
+
+typedef struct tseq {
+    uint64_t seq_id;
+    bool completed;
+    tput_t *puts;
+    size_t n, cap;
+    ferry_xport_mem_t *mem; /* after complete: every put, row-major, one after another */
+    uint8_t *sent;          /* the TABLE_COMPLETE sent, for a restarted service */
+    size_t sent_len;
+} tseq_t;
+
+typedef struct tpeer { /* another member's regions, as last resolved */
+    uint64_t incarnation;
+    size_t n;
+    ferry_xport_rmem_t **rmem;
+    uint64_t *desc_sum;
+} tpeer_t;
+
+struct ferry_table {
+    sync_member_t m;
+    ferry_meta_service_t *svc;
+    tseq_t *seqs;
+    size_t nseqs, cap_seqs;
+    tpeer_t *peers;
+    uint8_t *scratch;
+    size_t scratch_cap;
+};
+
+const char *ferry_table_error(const ferry_table_t *t) { return t ? t->m.err.text : ""; }
+
+/* ---- tiles ----------------------------------------------------------------------- */
+
+/* The canonical tiling of a tensor: depends on its shape only, so putters
+ * and getters agree without talking. */
+static void tile_shape(uint32_t ndim, const int64_t *shape, int64_t *tile) {
+    for (uint32_t d = 0; d < ndim; d++) tile[d] = 1;
+    if (ndim == 0) return;
+    int64_t last = ndim == 1 ? TILE_1D : TILE_2D_COLS;
+    tile[ndim - 1] = shape[ndim - 1] < last ? shape[ndim - 1] : last;
+    if (ndim >= 2) tile[ndim - 2] = shape[ndim - 2] < TILE_2D_ROWS ? shape[ndim - 2] : TILE_2D_ROWS;
+}
+
+/* Tile-grid range [lo, hi) of the tiles a box meets. */
+static void tile_range(const ferry_box_t *b, const int64_t *tile, int64_t *lo, int64_t *hi) {
+    for (uint32_t d = 0; d < b->ndim; d++) {
+        lo[d] = b->offset[d] / tile[d];
+        hi[d] = (b->offset[d] + b->extent[d] - 1) / tile[d] + 1;
+    }
+}
+
+static uint64_t tile_count(const ferry_box_t *b, const int64_t *tile) {
+    int64_t lo[FERRY_MAX_DIMS], hi[FERRY_MAX_DIMS];
+    tile_range(b, tile, lo, hi);
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < b->ndim; d++) n *= (uint64_t)(hi[d] - lo[d]);
+    return n;
+}
+
+static ferry_box_t tile_box(uint32_t ndim, const int64_t *idx, const int64_t *tile) {
+    ferry_box_t t = {.ndim = ndim};
+    for (uint32_t d = 0; d < ndim; d++) {
+        t.offset[d] = idx[d] * tile[d];
+        t.extent[d] = tile[d];
+    }
+    return t;
+}
+
+/* Row-major element strides of a box's own extents. */
+static void rm_strides(const ferry_box_t *b, int64_t *s) {
+    int64_t acc = 1;
+    for (int d = (int)b->ndim - 1; d >= 0; d--) {
+        s[d] = acc;
+        acc *= b->extent[d];
+    }
+}
+
+/* Byte offset of sub-box x's first element inside row-major box b. */
+static uint64_t sub_offset(const ferry_box_t *b, const ferry_box_t *x, size_t esz) {
+    int64_t s[FERRY_MAX_DIMS] = {0}, e = 0;
+    rm_strides(b, s);
+    for (uint32_t d = 0; d < b->ndim; d++) e += (x->offset[d] - b->offset[d]) * s[d];
+    return (uint64_t)e * esz;
+}
+
+static bool next_idx(int64_t *idx, const int64_t *lo, const int64_t *hi, uint32_t ndim) {
+    for (int d = (int)ndim - 1; d >= 0; d--) {
+        if (++idx[d] < hi[d]) return true;
+        idx[d] = lo[d];
+    }
+    return false;
+}
+
+/* ---- puts ------------------------------------------------------------------------ */
+
+static tseq_t *find_seq(ferry_table_t *t, uint64_t seq_id, bool create) {
+    for (size_t i = 0; i < t->nseqs; i++)
+        if (t->seqs[i].seq_id == seq_id) return &t->seqs[i];
+    if (!create || ferry_grow(t->m.ctx, (void **)&t->seqs, sizeof *t->seqs, &t->cap_seqs, t->nseqs + 1) != 0)
+        return NULL;
+    tseq_t *s = &t->seqs[t->nseqs++];
+    memset(s, 0, sizeof *s);
+    s->seq_id = seq_id;
+    return s;
+}
+
+static void seq_free(ferry_table_t *t, tseq_t *s) {
+    for (size_t i = 0; i < s->n; i++) {
+        ferry_free(t->m.ctx, s->puts[i].name);
+        free(s->puts[i].data);
+    }
+    ferry_free(t->m.ctx, s->puts);
+    if (s->mem) ferry_xport_mem_deregister(s->mem);
+    ferry_free(t->m.ctx, s->sent);
+    memset(s, 0, sizeof *s);
+}
+
+static ferry_status_t check_entry(ferry_table_t *t, const ferry_table_entry_t *e, bool put) {
+    if (!e->name || !*e->name || !e->data)
+        return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "table entry: a name and data are required");
+    if (e->box.ndim > FERRY_MAX_DIMS)
+        return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "%s: %u dims", e->name, e->box.ndim);
+    for (uint32_t d = 0; d < e->box.ndim; d++)
+        if (e->box.offset[d] < 0 || e->box.extent[d] <= 0)
+            return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "%s: empty or negative box", e->name);
+    if (!put) return FERRY_OK;
+    if (ferry_dtype_size(e->dtype) == 0)
+        return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "%s: dtype %d", e->name, (int)e->dtype);
+    if (e->ndim != e->box.ndim || (e->ndim && !e->shape))
+        return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "%s: the box has %u dims, the tensor %u", e->name,
+                          e->box.ndim, e->ndim);
+    for (uint32_t d = 0; d < e->ndim; d++)
+        if (e->shape[d] <= 0 || e->box.offset[d] + e->box.extent[d] > e->shape[d]) {
+            char b[200];
+            ferry_box_format(&e->box, b, sizeof b);
+            return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "%s: box %s is outside the tensor", e->name, b);
+        }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_table_multi_put(ferry_table_t *t, uint64_t seq_id, const ferry_table_entry_t *entries, size_t n) {
+    if (!t || (!entries && n)) return FERRY_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++) {
+        ferry_status_t st = check_entry(t, &entries[i], true);
+        if (st != FERRY_OK) return st;
+    }
+    tseq_t *s = find_seq(t, seq_id, true);
+    if (!s) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    if (s->completed)
+        return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "sequence %llu is already complete",
+                          (unsigned long long)seq_id);
+    for (size_t i = 0; i < n; i++) {
+        const ferry_table_entry_t *e = &entries[i];
+        for (size_t k = 0; k < s->n; k++) /* one name, one tensor */
+            if (!strcmp(s->puts[k].name, e->name) &&
+                (s->puts[k].dtype != e->dtype || s->puts[k].ndim != e->ndim ||
+                 memcmp(s->puts[k].shape, e->shape, e->ndim * sizeof *e->shape)))
+                return ferry_fail(&t->m.err, FERRY_ERR_MISMATCH, "%s was put with another dtype or shape", e->name);
+        if (ferry_grow(t->m.ctx, (void **)&s->puts, sizeof *s->puts, &s->cap, s->n + 1) != 0)
+            return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+        tput_t *p = &s->puts[s->n];
+        memset(p, 0, sizeof *p);
+        p->bytes = (uint64_t)ferry_box_numel(&e->box) * ferry_dtype_size(e->dtype);
+        p->name = ferry_strdup(t->m.ctx, e->name);
+        p->data = malloc(p->bytes ? p->bytes : 1);
+        if (!p->name || !p->data) {
+            ferry_free(t->m.ctx, p->name);
+            free(p->data);
+            return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory copying %s", e->name);
+        }
+        memcpy(p->data, e->data, p->bytes);
+        p->dtype = e->dtype;
+        p->ndim = e->ndim;
+        memcpy(p->shape, e->shape, e->ndim * sizeof *e->shape);
+        p->box = e->box;
+        s->n++;
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_table_put(ferry_table_t *t, uint64_t seq_id, const ferry_table_entry_t *entry) {
+    return ferry_table_multi_put(t, seq_id, entry, 1);
+}
+
+/* xxh3 of every tile the put meets (restricted to the put), in order. */
+static ferry_status_t put_sums(ferry_table_t *t, const tput_t *p, uint64_t *sums) {
+    size_t esz = ferry_dtype_size(p->dtype);
+    int64_t tile[FERRY_MAX_DIMS], lo[FERRY_MAX_DIMS], hi[FERRY_MAX_DIMS], idx[FERRY_MAX_DIMS], ps[FERRY_MAX_DIMS];
+    tile_shape(p->ndim, p->shape, tile);
+    tile_range(&p->box, tile, lo, hi);
+    rm_strides(&p->box, ps);
+    memcpy(idx, lo, sizeof lo);
+    size_t k = 0;
+    do {
+        ferry_box_t tb = tile_box(p->ndim, idx, tile), r;
+        if (p->ndim) ferry_box_intersect(&tb, &p->box, &r);
+        else r = p->box;
+        uint64_t bytes = (uint64_t)ferry_box_numel(&r) * esz;
+        if (bytes > t->scratch_cap) {
+            uint8_t *n = realloc(t->scratch, bytes);
+            if (!n) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+            t->scratch = n;
+            t->scratch_cap = bytes;
+        }
+        sync_gather(t->scratch, p->data, sub_offset(&p->box, &r, esz), ps, &r, esz);
+        sums[k++] = XXH3_64bits(t->scratch, bytes);
+    } while (p->ndim && next_idx(idx, lo, hi, p->ndim));
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id) {
+    if (!t) return FERRY_ERR_INVALID_ARGUMENT;
+    tseq_t *s = find_seq(t, seq_id, true);
+    if (!s) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    if (s->completed)
+        return ferry_fail(&t->m.err, FERRY_ERR_INVALID_ARGUMENT, "sequence %llu is already complete",
+                          (unsigned long long)seq_id);
+    ferry_ctx_t *ctx = t->m.ctx;
+    uint64_t total = 0;
+    for (size_t i = 0; i < s->n; i++) total += (s->puts[i].bytes + 63) / 64 * 64;
+    ferry_status_t st = ferry_xport_mem_alloc(t->m.xp, total ? total : 64, FERRY_MEM_HOST, &s->mem);
+    if (st != FERRY_OK) return ferry_fail(&t->m.err, st, "%s", ferry_xport_error(t->m.xp));
+    FerryMeta__TableEntry *es = ferry_calloc(ctx, s->n + 1, sizeof *es);
+    FerryMeta__TableEntry **ep = ferry_calloc(ctx, s->n + 1, sizeof *ep);
+    int64_t *dims = ferry_calloc(ctx, 3 * FERRY_MAX_DIMS * (s->n + 1), sizeof *dims);
+    uint64_t nsums = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        int64_t tile[FERRY_MAX_DIMS];
+        tile_shape(s->puts[i].ndim, s->puts[i].shape, tile);
+        nsums += tile_count(&s->puts[i].box, tile);
+    }
+    uint64_t *sums = ferry_calloc(ctx, nsums + 1, sizeof *sums);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = 0;
+    if (!es || !ep || !dims || !sums) st = ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    if (st == FERRY_OK) {
+        st = ferry_xport_mem_pack(s->mem, desc, sizeof desc, &dlen);
+        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "%s", ferry_xport_error(t->m.xp));
+    }
+    uint8_t *base = ferry_xport_mem_ptr(s->mem);
+    uint64_t at = 0, k = 0;
+    for (size_t i = 0; i < s->n && st == FERRY_OK; i++) {
+        tput_t *p = &s->puts[i];
+        memcpy(base + at, p->data, p->bytes);
+        int64_t tile[FERRY_MAX_DIMS];
+        tile_shape(p->ndim, p->shape, tile);
+        uint64_t nt = tile_count(&p->box, tile);
+        st = put_sums(t, p, sums + k);
+        ferry_meta__table_entry__init(&es[i]);
+        es[i].name = p->name;
+        es[i].dtype = (uint32_t)p->dtype;
+        int64_t *d = dims + 3 * FERRY_MAX_DIMS * i;
+        memcpy(d, p->shape, p->ndim * sizeof *d);
+        memcpy(d + FERRY_MAX_DIMS, p->box.offset, p->ndim * sizeof *d);
+        memcpy(d + 2 * FERRY_MAX_DIMS, p->box.extent, p->ndim * sizeof *d);
+        es[i].n_shape = es[i].n_offset = es[i].n_extent = p->ndim;
+        es[i].shape = d;
+        es[i].offset = d + FERRY_MAX_DIMS;
+        es[i].extent = d + 2 * FERRY_MAX_DIMS;
+        es[i].region = 0;
+        es[i].byte_offset = at;
+        es[i].n_tile_sums = nt;
+        es[i].tile_sums = sums + k;
+        ep[i] = &es[i];
+        k += nt;
+        at += (p->bytes + 63) / 64 * 64;
+    }
+    if (st == FERRY_OK) {
+        FerryMeta__TableComplete tc = FERRY_META__TABLE_COMPLETE__INIT;
+        ProtobufCBinaryData region = {dlen, desc};
+        tc.seq_id = seq_id;
+        tc.n_regions = 1;
+        tc.regions = &region;
+        tc.n_entries = s->n;
+        tc.entries = ep;
+        s->sent_len = protobuf_c_message_get_packed_size(&tc.base);
+        s->sent = ferry_alloc(ctx, s->sent_len + 1);
+        if (!s->sent) st = ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+        else protobuf_c_message_pack(&tc.base, s->sent);
+        ProtobufCMessage *reply = NULL;
+        if (st == FERRY_OK) st = meta_client_call(t->m.meta, META_TABLE_COMPLETE, &tc.base, META_OK, 0, &reply, &t->m.err);
+        meta_free(ctx, reply);
+    }
+    ferry_free(ctx, es);
+    ferry_free(ctx, ep);
+    ferry_free(ctx, dims);
+    ferry_free(ctx, sums);
+    if (st != FERRY_OK) {
+        ferry_xport_mem_deregister(s->mem);
+        s->mem = NULL;
+        ferry_free(ctx, s->sent);
+        s->sent = NULL;
+        return st;
+    }
+    s->completed = true;
+    for (size_t i = 0; i < s->n; i++) { /* the region holds them now */
+        free(s->puts[i].data);
+        s->puts[i].data = NULL;
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_table_drop(ferry_table_t *t, uint64_t seq_id) {
+    if (!t) return FERRY_ERR_INVALID_ARGUMENT;
+    tseq_t *s = find_seq(t, seq_id, false);
+    if (!s) return ferry_fail(&t->m.err, FERRY_ERR_NOT_FOUND, "sequence %llu has no puts here", (unsigned long long)seq_id);
+    FerryMeta__TableDrop d = FERRY_META__TABLE_DROP__INIT;
+    d.seq_id = seq_id;
+    ferry_status_t st = s->completed ? meta_client_send(t->m.meta, META_TABLE_DROP, &d.base, &t->m.err) : FERRY_OK;
+    seq_free(t, s);
+    *s = t->seqs[--t->nseqs];
+    return st;
+}
+
+/* ---- gets ------------------------------------------------------------------------ */
+
+typedef struct tget { /* what a get needs from the contents */
+    ferry_model_t *model;
+    ferry_layout_t *src, *dst;
+    uint32_t *src_base; /* per member: its first buffer (region 0) in src */
+    const FerryMeta__TableContents *tc;
+} tget_t;
+
+static int cmp_entry_name(const void *a, const void *b) {
+    return strcmp((*(FerryMeta__TableEntry *const *)a)->name, (*(FerryMeta__TableEntry *const *)b)->name);
+}
+
+/* Unpacks every member's regions (reusing those that did not change). */
+static ferry_status_t resolve_peers(ferry_table_t *t, const FerryMeta__TableContents *tc) {
+    for (size_t i = 0; i < tc->n_members; i++) {
+        const FerryMeta__TableMember *mb = tc->members[i];
+        if (mb->rank >= t->m.p.world)
+            return ferry_fail(&t->m.err, FERRY_ERR_CORRUPT, "table member %u of %u", mb->rank, t->m.p.world);
+        tpeer_t *pe = &t->peers[mb->rank];
+        const FerryMeta__TableComplete *sq = mb->seq;
+        if (pe->incarnation != mb->incarnation || pe->n < sq->n_regions) {
+            for (size_t k = 0; k < pe->n; k++)
+                if (pe->rmem[k]) ferry_xport_rmem_release(pe->rmem[k]);
+            ferry_free(t->m.ctx, pe->rmem);
+            ferry_free(t->m.ctx, pe->desc_sum);
+            pe->rmem = ferry_calloc(t->m.ctx, sq->n_regions + 1, sizeof *pe->rmem);
+            pe->desc_sum = ferry_calloc(t->m.ctx, sq->n_regions + 1, sizeof *pe->desc_sum);
+            pe->n = sq->n_regions;
+            pe->incarnation = mb->incarnation;
+            if (!pe->rmem || !pe->desc_sum) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+        }
+        for (size_t k = 0; k < sq->n_regions; k++) {
+            uint64_t sum = XXH3_64bits(sq->regions[k].data, sq->regions[k].len);
+            if (pe->rmem[k] && pe->desc_sum[k] == sum) continue;
+            if (pe->rmem[k]) ferry_xport_rmem_release(pe->rmem[k]);
+            pe->rmem[k] = NULL;
+            ferry_status_t st = ferry_xport_rmem_unpack(t->m.xp, sq->regions[k].data, sq->regions[k].len, &pe->rmem[k]);
+            if (st != FERRY_OK)
+                return ferry_fail(&t->m.err, st, "table member %u region %zu: %s", mb->rank, k, ferry_xport_error(t->m.xp));
+            pe->desc_sum[k] = sum;
+        }
+    }
+    return FERRY_OK;
+}
+
+/* Both layouts of a get: every put as a source piece (rank = member,
+ * buffer = its region), every wanted box as a destination piece. */
+static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_entry_t *want, size_t n) {
+    ferry_ctx_t *ctx = t->m.ctx;
+    const FerryMeta__TableContents *tc = g->tc;
+    size_t total = 0;
+    for (size_t i = 0; i < tc->n_members; i++) total += tc->members[i]->seq->n_entries;
+    FerryMeta__TableEntry **all = ferry_calloc(ctx, total + 1, sizeof *all);
+    if (!all) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < tc->n_members; i++)
+        for (size_t e = 0; e < tc->members[i]->seq->n_entries; e++) all[k++] = tc->members[i]->seq->entries[e];
+    qsort(all, total, sizeof *all, cmp_entry_name);
+    ferry_status_t st = ferry_model_create(ctx, "table", &g->model);
+    for (size_t i = 0; i < total && st == FERRY_OK; i++) {
+        if (i && !strcmp(all[i]->name, all[i - 1]->name)) {
+            if (all[i]->dtype != all[i - 1]->dtype || all[i]->n_shape != all[i - 1]->n_shape ||
+                memcmp(all[i]->shape, all[i - 1]->shape, all[i]->n_shape * sizeof *all[i]->shape))
+                st = ferry_fail(&t->m.err, FERRY_ERR_MISMATCH, "table: %s was put with different dtypes or shapes",
+                                all[i]->name);
+            continue;
+        }
+        st = ferry_model_add_tensor(g->model, all[i]->name, (ferry_dtype_t)all[i]->dtype, (uint32_t)all[i]->n_shape,
+                                    all[i]->shape, NULL);
+        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table: %s", ferry_model_error(g->model));
+    }
+    ferry_free(ctx, all);
+    if (st != FERRY_OK) return st;
+    st = ferry_layout_create(ctx, g->model, t->m.p.world, &g->src);
+    if (st == FERRY_OK) st = ferry_layout_create(ctx, g->model, 1, &g->dst);
+    if (st != FERRY_OK) return ferry_fail(&t->m.err, st, "%s", ferry_ctx_error(ctx));
+    g->src_base = ferry_calloc(ctx, t->m.p.world + 1, sizeof *g->src_base);
+    if (!g->src_base) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < tc->n_members && st == FERRY_OK; i++) {
+        const FerryMeta__TableMember *mb = tc->members[i];
+        uint32_t first = ferry_layout_buffer_count(g->src);
+        g->src_base[mb->rank] = first;
+        for (size_t r = 0; r < mb->seq->n_regions && st == FERRY_OK; r++) {
+            char name[32];
+            uint32_t idx;
+            snprintf(name, sizeof name, "region%zu", r);
+            st = ferry_layout_add_buffer(g->src, mb->rank, name, FERRY_DTYPE_U8,
+                                         ferry_xport_rmem_size(t->peers[mb->rank].rmem[r]), &idx);
+        }
+        for (size_t e = 0; e < mb->seq->n_entries && st == FERRY_OK; e++) {
+            const FerryMeta__TableEntry *te = mb->seq->entries[e];
+            ferry_piece_t p;
+            memset(&p, 0, sizeof p);
+            ferry_model_find(g->model, te->name, &p.tensor);
+            p.rank = mb->rank;
+            p.buffer = first + te->region;
+            p.byte_offset = te->byte_offset;
+            p.box.ndim = (uint32_t)te->n_shape;
+            memcpy(p.box.offset, te->offset, te->n_shape * sizeof *te->offset);
+            memcpy(p.box.extent, te->extent, te->n_shape * sizeof *te->extent);
+            rm_strides(&p.box, p.strides);
+            st = ferry_layout_add_piece(g->src, &p);
+        }
+        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table member %u: %s", mb->rank, ferry_layout_error(g->src));
+    }
+    for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+        ferry_piece_t p;
+        memset(&p, 0, sizeof p);
+        ferry_tensor_info_t ti;
+        if (!ferry_model_find(g->model, want[i].name, &p.tensor))
+            return ferry_fail(&t->m.err, FERRY_ERR_NOT_FOUND, "table: no member put %s in this sequence", want[i].name);
+        ferry_model_tensor(g->model, p.tensor, &ti);
+        if (want[i].dtype && want[i].dtype != ti.dtype)
+            return ferry_fail(&t->m.err, FERRY_ERR_MISMATCH, "table: %s is %s, not %s", want[i].name,
+                              ferry_dtype_name(ti.dtype), ferry_dtype_name(want[i].dtype));
+        uint64_t bytes = (uint64_t)ferry_box_numel(&want[i].box) * ferry_dtype_size(ti.dtype);
+        st = ferry_layout_add_buffer(g->dst, 0, want[i].name, ti.dtype, bytes, &p.buffer);
+        p.box = want[i].box;
+        rm_strides(&p.box, p.strides);
+        if (st == FERRY_OK) st = ferry_layout_add_piece(g->dst, &p);
+        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table get of %s: %s", want[i].name, ferry_layout_error(g->dst));
+    }
+    return st;
+}
+
+/* Trailing dims contiguous under both strides: the elements of one run and
+ * the number of leading dims to walk. */
+static int64_t both_run(const ferry_box_t *b, const int64_t *s1, const int64_t *s2, uint32_t *outer) {
+    int64_t run = 1;
+    int d = (int)b->ndim - 1;
+    for (; d >= 0; d--) {
+        if (b->extent[d] != 1 && (s1[d] != run || s2[d] != run)) break;
+        run *= b->extent[d];
+    }
+    *outer = (uint32_t)(d + 1);
+    return run;
+}
+
+/* Reads every op of the plan straight into the wanted buffers. */
+static ferry_status_t pull_ops(ferry_table_t *t, const ferry_plan_t *plan, const tget_t *g, ferry_table_entry_t *want) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(plan);
+    size_t nops = ferry_plan_op_count(plan), nruns = 0;
+    for (size_t i = 0; i < nops; i++) nruns += ops[i].runs;
+    ferry_xport_run_t *runs = malloc((nruns + 1) * sizeof *runs);
+    if (!runs) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory for %zu runs", nruns);
+    size_t k = 0;
+    for (size_t i = 0; i < nops; i++) {
+        const ferry_copy_op_t *op = &ops[i];
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(g->model, op->tensor, &ti);
+        size_t esz = ferry_dtype_size(ti.dtype);
+        ferry_xport_rmem_t *rmem = t->peers[op->src_rank].rmem[op->src_buffer - g->src_base[op->src_rank]];
+        uint8_t *dst = want[op->dst_buffer].data;
+        uint32_t outer;
+        int64_t run = both_run(&op->box, op->src_strides, op->dst_strides, &outer);
+        int64_t idx[FERRY_MAX_DIMS] = {0};
+        for (;;) {
+            int64_t se = 0, de = 0;
+            for (uint32_t d = 0; d < outer; d++) {
+                se += idx[d] * op->src_strides[d];
+                de += idx[d] * op->dst_strides[d];
+            }
+            runs[k++] = (ferry_xport_run_t){rmem, op->src_offset + (uint64_t)se * esz, dst + op->dst_offset + (uint64_t)de * esz,
+                                            (size_t)run * esz};
+            int d = (int)outer - 1;
+            for (; d >= 0; d--) {
+                if (++idx[d] < op->box.extent[d]) break;
+                idx[d] = 0;
+            }
+            if (d < 0) break;
+        }
+    }
+    ferry_xport_req_t *req = NULL;
+    ferry_status_t st = ferry_xport_get(t->m.xp, runs, k, &req);
+    if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+    ferry_xport_req_free(req);
+    free(runs);
+    if (st != FERRY_OK) return ferry_fail(&t->m.err, st, "table get: %s", ferry_xport_error(t->m.xp));
+    return FERRY_OK;
+}
+
+/* Every tile of every put a wanted box meets: a tile the box holds whole is
+ * hashed where it landed; one it holds in part is read whole from the
+ * putter, hashed, and its wanted part copied from that verified copy. */
+static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_table_entry_t *want, size_t n) {
+    const FerryMeta__TableContents *tc = g->tc;
+    for (size_t i = 0; i < tc->n_members; i++) {
+        const FerryMeta__TableMember *mb = tc->members[i];
+        for (size_t e = 0; e < mb->seq->n_entries; e++) {
+            const FerryMeta__TableEntry *te = mb->seq->entries[e];
+            ferry_box_t P = {.ndim = (uint32_t)te->n_shape};
+            memcpy(P.offset, te->offset, te->n_shape * sizeof *te->offset);
+            memcpy(P.extent, te->extent, te->n_shape * sizeof *te->extent);
+            size_t esz = ferry_dtype_size((ferry_dtype_t)te->dtype);
+            int64_t tile[FERRY_MAX_DIMS], plo[FERRY_MAX_DIMS], phi[FERRY_MAX_DIMS], pstr[FERRY_MAX_DIMS];
+            tile_shape(P.ndim, te->shape, tile);
+            tile_range(&P, tile, plo, phi);
+            rm_strides(&P, pstr);
+            if (te->n_tile_sums != tile_count(&P, tile))
+                return ferry_fail(&t->m.err, FERRY_ERR_CORRUPT, "table member %u: %s has %zu tile checksums, not %llu",
+                                  mb->rank, te->name, te->n_tile_sums, (unsigned long long)tile_count(&P, tile));
+            for (size_t w = 0; w < n; w++) {
+                ferry_box_t X;
+                if (strcmp(want[w].name, te->name) != 0) continue;
+                if (P.ndim && !ferry_box_intersect(&P, &want[w].box, &X)) continue;
+                if (!P.ndim) X = P;
+                int64_t lo[FERRY_MAX_DIMS], hi[FERRY_MAX_DIMS], idx[FERRY_MAX_DIMS], gstr[FERRY_MAX_DIMS];
+                tile_range(&X, tile, lo, hi);
+                rm_strides(&want[w].box, gstr);
+                memcpy(idx, lo, sizeof lo);
+                do {
+                    ferry_box_t tb = tile_box(P.ndim, idx, tile), R, RG;
+                    if (P.ndim) ferry_box_intersect(&tb, &P, &R);
+                    else R = P;
+                    uint64_t k = 0; /* R's index among P's tiles */
+                    for (uint32_t d = 0; d < P.ndim; d++) k = k * (uint64_t)(phi[d] - plo[d]) + (uint64_t)(idx[d] - plo[d]);
+                    uint64_t bytes = (uint64_t)ferry_box_numel(&R) * esz;
+                    if (bytes > t->scratch_cap) {
+                        uint8_t *nb = realloc(t->scratch, bytes);
+                        if (!nb) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+                        t->scratch = nb;
+                        t->scratch_cap = bytes;
+                    }
+                    bool whole = !P.ndim || ferry_box_contains(&want[w].box, &R);
+                    if (whole) {
+                        sync_gather(t->scratch, want[w].data, sub_offset(&want[w].box, &R, esz), gstr, &R, esz);
+                    } else { /* read the tile's part of the put whole */
+                        ferry_xport_run_t run;
+                        ferry_xport_req_t *req = NULL;
+                        uint32_t outer;
+                        int64_t rs[FERRY_MAX_DIMS];
+                        rm_strides(&R, rs);
+                        int64_t len = both_run(&R, pstr, rs, &outer);
+                        int64_t ri[FERRY_MAX_DIMS] = {0};
+                        uint8_t *to = t->scratch;
+                        ferry_status_t st = FERRY_OK;
+                        for (;;) {
+                            int64_t pe = 0;
+                            for (uint32_t d = 0; d < outer; d++) pe += ri[d] * pstr[d];
+                            run = (ferry_xport_run_t){t->peers[mb->rank].rmem[te->region],
+                                                      te->byte_offset + sub_offset(&P, &R, esz) + (uint64_t)pe * esz, to,
+                                                      (size_t)len * esz};
+                            st = ferry_xport_get(t->m.xp, &run, 1, &req);
+                            if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+                            ferry_xport_req_free(req);
+                            req = NULL;
+                            if (st != FERRY_OK)
+                                return ferry_fail(&t->m.err, st, "table get: %s", ferry_xport_error(t->m.xp));
+                            to += (size_t)len * esz;
+                            int d = (int)outer - 1;
+                            for (; d >= 0; d--) {
+                                if (++ri[d] < R.extent[d]) break;
+                                ri[d] = 0;
+                            }
+                            if (d < 0) break;
+                        }
+                    }
+                    uint64_t got = XXH3_64bits(t->scratch, bytes);
+                    if (got != te->tile_sums[k]) {
+                        char b[200];
+                        ferry_box_format(&R, b, sizeof b);
+                        return ferry_fail(&t->m.err, FERRY_ERR_CORRUPT,
+                                          "table: checksum mismatch on %s%s from member %u (xxh3 %016llx, put's %016llx)",
+                                          te->name, b, mb->rank, (unsigned long long)got,
+                                          (unsigned long long)te->tile_sums[k]);
+                    }
+                    if (!whole && ferry_box_intersect(&R, &want[w].box, &RG)) {
+                        /* the wanted part, from the verified copy */
+                        int64_t rs[FERRY_MAX_DIMS];
+                        rm_strides(&R, rs);
+                        uint64_t rg_bytes = (uint64_t)ferry_box_numel(&RG) * esz;
+                        uint8_t *tmp = malloc(rg_bytes);
+                        if (!tmp) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+                        sync_gather(tmp, t->scratch, sub_offset(&R, &RG, esz), rs, &RG, esz);
+                        sync_scatter(want[w].data, sub_offset(&want[w].box, &RG, esz), gstr, &RG, esz, tmp);
+                        free(tmp);
+                    }
+                } while (P.ndim && next_idx(idx, lo, hi, P.ndim));
+            }
+        }
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entries, size_t n,
+                                     uint32_t timeout_ms) {
+    if (!t || (!entries && n)) return FERRY_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++) {
+        ferry_status_t st = check_entry(t, &entries[i], false);
+        if (st != FERRY_OK) return st;
+    }
+    FerryMeta__TableGet tg = FERRY_META__TABLE_GET__INIT;
+    tg.seq_id = seq_id;
+    tg.wait_ms = timeout_ms;
+    ProtobufCMessage *reply = NULL;
+    ferry_status_t st = meta_client_call(t->m.meta, META_TABLE_GET, &tg.base, META_TABLE_CONTENTS, timeout_ms, &reply,
+                                         &t->m.err);
+    if (st != FERRY_OK) return st;
+    tget_t g = {.tc = (const void *)reply};
+    ferry_plan_t *plan = NULL;
+    st = resolve_peers(t, g.tc);
+    if (st == FERRY_OK) st = build_layouts(t, &g, entries, n);
+    if (st == FERRY_OK) {
+        ferry_plan_params_t pp = {.field_mask = FERRY_PLAN_PARAM_PACK_BELOW, .pack_below = 0};
+        st = ferry_plan_build(t->m.ctx, g.src, g.dst, &pp, &plan);
+        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table get from sequence %llu: %s", (unsigned long long)seq_id,
+                                            ferry_ctx_error(t->m.ctx));
+    }
+    if (st == FERRY_OK) st = pull_ops(t, plan, &g, entries);
+    if (st == FERRY_OK) st = verify_tiles(t, &g, entries, n);
+    ferry_plan_destroy(plan);
+    ferry_free(t->m.ctx, g.src_base);
+    ferry_layout_destroy(g.src);
+    ferry_layout_destroy(g.dst);
+    ferry_model_destroy(g.model);
+    meta_free(t->m.ctx, reply);
+    return st;
+}
+
+ferry_status_t ferry_table_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entry, uint32_t timeout_ms) {
+    return ferry_table_multi_get(t, seq_id, entry, 1, timeout_ms);
+}
+
+/* ---- lifetime -------------------------------------------------------------------- */
+
+/* A restarted service learns every sequence this member completed. */
+static ferry_status_t table_replay(meta_client_t *c, void *opaque, ferry_errbuf_t *err) {
+    ferry_table_t *t = opaque;
+    ferry_status_t st = FERRY_OK;
+    for (size_t i = 0; i < t->nseqs && st == FERRY_OK; i++) {
+        if (!t->seqs[i].completed) continue;
+        ProtobufCMessage *m = NULL;
+        st = meta_decode(t->m.ctx, META_TABLE_COMPLETE, t->seqs[i].sent, t->seqs[i].sent_len, &m, err);
+        ProtobufCMessage *reply = NULL;
+        if (st == FERRY_OK) st = meta_client_call(c, META_TABLE_COMPLETE, m, META_OK, 0, &reply, err);
+        meta_free(t->m.ctx, reply);
+        meta_free(t->m.ctx, m);
+    }
+    return st;
+}
+
+ferry_status_t ferry_table_create(ferry_ctx_t *ctx, const ferry_sync_params_t *params, ferry_table_t **out) {
+    if (!ctx || !out) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_table_t *t = ferry_calloc(ctx, 1, sizeof *t);
+    if (!t) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "out of memory creating a table");
+    ferry_status_t st = sync_member_init(&t->m, ctx, META_ROLE_TABLE, NULL, params);
+    if (st != FERRY_OK) {
+        ferry_free(ctx, t);
+        return st;
+    }
+    t->peers = ferry_calloc(ctx, t->m.p.world, sizeof *t->peers);
+    if (!t->peers) st = ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "out of memory");
+    if (st == FERRY_OK && t->m.p.serve) {
+        ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN | FERRY_META_PARAM_LEASE_MS,
+                                  .listen = t->m.meta_addr,
+                                  .token = t->m.token,
+                                  .lease_ms = t->m.p.lease_ms};
+        st = ferry_meta_service_create(ctx, &mp, &t->svc);
+        if (st == FERRY_OK) snprintf(t->m.meta_addr, sizeof t->m.meta_addr, "%s", ferry_meta_service_address(t->svc));
+    }
+    if (st == FERRY_OK) st = sync_member_connect(&t->m, table_replay, t);
+    if (st != FERRY_OK) {
+        ferry_table_destroy(t);
+        return st;
+    }
+    *out = t;
+    return FERRY_OK;
+}
+
+void ferry_table_destroy(ferry_table_t *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->nseqs; i++) seq_free(t, &t->seqs[i]);
+    ferry_free(t->m.ctx, t->seqs);
+    for (uint32_t r = 0; t->peers && r < t->m.p.world; r++) {
+        for (size_t k = 0; k < t->peers[r].n; k++)
+            if (t->peers[r].rmem[k]) ferry_xport_rmem_release(t->peers[r].rmem[k]);
+        ferry_free(t->m.ctx, t->peers[r].rmem);
+        ferry_free(t->m.ctx, t->peers[r].desc_sum);
+    }
+    ferry_free(t->m.ctx, t->peers);
+    free(t->scratch);
+    sync_member_fini(&t->m);
+    ferry_meta_service_destroy(t->svc);
+    ferry_free(t->m.ctx, t);
+}
