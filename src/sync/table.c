@@ -54,6 +54,11 @@ struct ferry_table {
 
 const char *ferry_table_error(const ferry_table_t *t) { return t ? t->m.err.text : ""; }
 
+/* memcpy of n dims; 0-d tensors come with NULL arrays */
+static void copy_dims(int64_t *dst, const int64_t *src, size_t n) {
+    if (n) memcpy(dst, src, n * sizeof *dst);
+}
+
 /* ---- tiles ----------------------------------------------------------------------- */
 
 /* The canonical tiling of a tensor: depends on its shape only, so putters
@@ -179,7 +184,7 @@ ferry_status_t ferry_table_multi_put(ferry_table_t *t, uint64_t seq_id, const fe
         for (size_t k = 0; k < s->n; k++) /* one name, one tensor */
             if (!strcmp(s->puts[k].name, e->name) &&
                 (s->puts[k].dtype != e->dtype || s->puts[k].ndim != e->ndim ||
-                 memcmp(s->puts[k].shape, e->shape, e->ndim * sizeof *e->shape)))
+                 (e->ndim && memcmp(s->puts[k].shape, e->shape, e->ndim * sizeof *e->shape))))
                 return ferry_fail(&t->m.err, FERRY_ERR_MISMATCH, "%s was put with another dtype or shape", e->name);
         if (ferry_grow(t->m.ctx, (void **)&s->puts, sizeof *s->puts, &s->cap, s->n + 1) != 0)
             return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
@@ -196,7 +201,7 @@ ferry_status_t ferry_table_multi_put(ferry_table_t *t, uint64_t seq_id, const fe
         memcpy(p->data, e->data, p->bytes);
         p->dtype = e->dtype;
         p->ndim = e->ndim;
-        memcpy(p->shape, e->shape, e->ndim * sizeof *e->shape);
+        copy_dims(p->shape, e->shape, e->ndim);
         p->box = e->box;
         s->n++;
     }
@@ -275,9 +280,9 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id) {
         es[i].name = p->name;
         es[i].dtype = (uint32_t)p->dtype;
         int64_t *d = dims + 3 * FERRY_MAX_DIMS * i;
-        memcpy(d, p->shape, p->ndim * sizeof *d);
-        memcpy(d + FERRY_MAX_DIMS, p->box.offset, p->ndim * sizeof *d);
-        memcpy(d + 2 * FERRY_MAX_DIMS, p->box.extent, p->ndim * sizeof *d);
+        copy_dims(d, p->shape, p->ndim);
+        copy_dims(d + FERRY_MAX_DIMS, p->box.offset, p->ndim);
+        copy_dims(d + 2 * FERRY_MAX_DIMS, p->box.extent, p->ndim);
         es[i].n_shape = es[i].n_offset = es[i].n_extent = p->ndim;
         es[i].shape = d;
         es[i].offset = d + FERRY_MAX_DIMS;
@@ -400,7 +405,7 @@ static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_ent
     for (size_t i = 0; i < total && st == FERRY_OK; i++) {
         if (i && !strcmp(all[i]->name, all[i - 1]->name)) {
             if (all[i]->dtype != all[i - 1]->dtype || all[i]->n_shape != all[i - 1]->n_shape ||
-                memcmp(all[i]->shape, all[i - 1]->shape, all[i]->n_shape * sizeof *all[i]->shape))
+                (all[i]->n_shape && memcmp(all[i]->shape, all[i - 1]->shape, all[i]->n_shape * sizeof *all[i]->shape)))
                 st = ferry_fail(&t->m.err, FERRY_ERR_MISMATCH, "table: %s was put with different dtypes or shapes",
                                 all[i]->name);
             continue;
@@ -436,8 +441,8 @@ static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_ent
             p.buffer = first + te->region;
             p.byte_offset = te->byte_offset;
             p.box.ndim = (uint32_t)te->n_shape;
-            memcpy(p.box.offset, te->offset, te->n_shape * sizeof *te->offset);
-            memcpy(p.box.extent, te->extent, te->n_shape * sizeof *te->extent);
+            copy_dims(p.box.offset, te->offset, te->n_shape);
+            copy_dims(p.box.extent, te->extent, te->n_shape);
             rm_strides(&p.box, p.strides);
             st = ferry_layout_add_piece(g->src, &p);
         }
@@ -529,8 +534,8 @@ static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_tabl
         for (size_t e = 0; e < mb->seq->n_entries; e++) {
             const FerryMeta__TableEntry *te = mb->seq->entries[e];
             ferry_box_t P = {.ndim = (uint32_t)te->n_shape};
-            memcpy(P.offset, te->offset, te->n_shape * sizeof *te->offset);
-            memcpy(P.extent, te->extent, te->n_shape * sizeof *te->extent);
+            copy_dims(P.offset, te->offset, te->n_shape);
+            copy_dims(P.extent, te->extent, te->n_shape);
             size_t esz = ferry_dtype_size((ferry_dtype_t)te->dtype);
             int64_t tile[FERRY_MAX_DIMS], plo[FERRY_MAX_DIMS], phi[FERRY_MAX_DIMS], pstr[FERRY_MAX_DIMS];
             tile_shape(P.ndim, te->shape, tile);

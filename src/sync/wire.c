@@ -205,7 +205,7 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
         if (i > 0 && strcmp(all[i]->name, all[i - 1]->name) == 0) {
             const FerryMeta__Tensor *a = all[i], *b = all[i - 1];
             bool same = a->dtype == b->dtype && a->n_shape == b->n_shape &&
-                        memcmp(a->shape, b->shape, a->n_shape * sizeof *a->shape) == 0;
+                        (a->n_shape == 0 || memcmp(a->shape, b->shape, a->n_shape * sizeof *a->shape) == 0);
             if (!same) {
                 st = ferry_fail(err, FERRY_ERR_MISMATCH, "%ss disagree on tensor %s's dtype or shape", what, a->name);
                 goto done;

@@ -736,6 +736,100 @@ static void test_versions(void) {
            "reader's sums, retired max_version STALE, wait_acks waits for READ_END(ok) or lists the missing\n");
 }
 
+/* ---- 4b. checksums that follow the PUBLISH --------------------------------------------- */
+
+static ferry_status_t get_sums(meta_client_t *c, uint64_t version, uint32_t wait_ms, FerryMeta__Grant **out,
+                               ferry_errbuf_t *err) {
+    FerryMeta__GetSums g = FERRY_META__GET_SUMS__INIT;
+    uint32_t writers[1] = {0};
+    g.version = version;
+    g.n_writers = 1;
+    g.writers = writers;
+    g.wait_ms = wait_ms;
+    return call(c, META_GET_SUMS, &g.base, META_GRANT, wait_ms, (ProtobufCMessage **)out, err);
+}
+
+static void test_sums_follow(void) {
+    ferry_meta_service_t *s = svc_start("127.0.0.1:0");
+    meta_client_t *w = client(s, META_ROLE_WRITER, 0, 1);
+    meta_client_t *r0 = client(s, META_ROLE_READER, 0, 2), *r1 = client(s, META_ROLE_READER, 1, 2);
+    commit(w, "W");
+    commit(r0, "R0");
+    commit(r1, "R1");
+    uint64_t epoch = epoch_of(w);
+    ferry_errbuf_t err;
+    pub_t b;
+    pub_init(&b, epoch, 1, 2);
+    b.p.sums_follow = 1;
+    b.p.n_sums = 0;
+    FerryMeta__Published *pd;
+    CHECK_OK(publish(w, &b, &pd, &err), err.text);
+    CHECK(pd->ready); /* ready before its checksums */
+    meta_free(ctx, &pd->base);
+    FerryMeta__Grant *g = read_begin_ok(r0, epoch, 1, 0, 5000);
+    CHECK(g->version == 1 && g->n_writers == 1);
+    CHECK(g->writers[0]->sums_pending && g->writers[0]->n_sums == 0);
+    CHECK(g->writers[0]->map && g->writers[0]->map->n_regions == 1);
+    meta_free(ctx, &g->base);
+    CHECK_FAILS(get_sums(r0, 1, 100, &g, &err), FERRY_ERR_TIMEOUT, err.text,
+                "writer 0 sent no checksums for version 1 within 100 ms");
+    CHECK_FAILS(get_sums(w, 1, 100, &g, &err), FERRY_ERR_INVALID_ARGUMENT, err.text, "only readers ask");
+    /* GET_SUMS parks until the writer's SUMS come */
+    FerryMeta__GetSums gs = FERRY_META__GET_SUMS__INIT;
+    uint32_t writers[1] = {0};
+    gs.version = 1;
+    gs.n_writers = 1;
+    gs.writers = writers;
+    gs.wait_ms = 3000;
+    async_call_t a;
+    async_start(&a, r1, META_GET_SUMS, &gs.base, META_GRANT, gs.wait_ms);
+    sleep_ms(100);
+    CHECK(!atomic_load(&a.done));
+    /* checksums naming a reader the job does not have are dropped whole */
+    FerryMeta__Sums sm = FERRY_META__SUMS__INIT;
+    pub_t sb;
+    pub_init(&sb, epoch, 1, 2);
+    sb.ps[1].dst_rank = 9;
+    sm.version = 1;
+    sm.n_sums = 2;
+    sm.sums = sb.psp;
+    CHECK_OK(meta_client_send(w, META_SUMS, &sm.base, &err), err.text);
+    FerryMeta__Status *st = get_status(w); /* orders the SUMS before what follows */
+    meta_free(ctx, &st->base);
+    CHECK(!atomic_load(&a.done));
+    sb.ps[1].dst_rank = 1;
+    double t_sums = ferry_mono_s();
+    CHECK_OK(meta_client_send(w, META_SUMS, &sm.base, &err), err.text);
+    async_join(&a);
+    CHECK_OK(a.st, a.err.text);
+    CHECK(a.t_done >= t_sums);
+    g = (FerryMeta__Grant *)a.reply;
+    CHECK(g->version == 1 && g->n_writers == 1 && g->writers[0]->rank == 0 && !g->writers[0]->sums_pending);
+    CHECK(g->writers[0]->n_sums == 3 && g->writers[0]->sums[0] == (1ull << 32 | 1) && g->writers[0]->sums[1] == 0x1001);
+    meta_free(ctx, a.reply);
+    /* now they are in: at once, and in later grants */
+    CHECK_OK(get_sums(r0, 1, 1000, &g, &err), err.text);
+    CHECK(g->writers[0]->n_sums == 3 && g->writers[0]->sums[0] == 1ull << 32);
+    meta_free(ctx, &g->base);
+    g = read_begin_ok(r1, epoch, 1, 0, 5000);
+    check_grant(g, 1, 1, meta_client_incarnation(w));
+    CHECK(!g->writers[0]->sums_pending);
+    meta_free(ctx, &g->base);
+    /* a version the writer no longer holds */
+    FerryMeta__Retire rt = FERRY_META__RETIRE__INIT;
+    rt.version = 1;
+    CHECK_OK(meta_client_send(w, META_RETIRE, &rt.base, &err), err.text);
+    st = get_status(w);
+    meta_free(ctx, &st->base);
+    CHECK_FAILS(get_sums(r0, 1, 1000, &g, &err), FERRY_ERR_STALE, err.text, "version 1 is no longer held by writer 0");
+    meta_client_destroy(r0);
+    meta_client_destroy(r1);
+    meta_client_destroy(w);
+    ferry_meta_service_destroy(s);
+    printf("  sums follow: a grant says sums_pending, GET_SUMS parks until SUMS (bad ones dropped), times out "
+           "naming the writer, STALE once the version is gone\n");
+}
+
 /* ---- 5. reclaim ------------------------------------------------------------------------ */
 
 static void test_reclaim(void) {
@@ -1039,14 +1133,14 @@ static void test_bad_frames(void) {
 /* ---- 8. restart ---------------------------------------------------------------------- */
 
 typedef struct replay_state {
-    int calls;
+    atomic_int calls;
     uint64_t service_id; /* as seen from inside the replay */
     ferry_status_t st;
 } replay_state_t;
 
 static ferry_status_t replay(meta_client_t *c, void *opaque, ferry_errbuf_t *err) {
     replay_state_t *rs = opaque;
-    rs->calls++;
+    atomic_fetch_add(&rs->calls, 1);
     FerryMeta__GetStatus gs = FERRY_META__GET_STATUS__INIT;
     ProtobufCMessage *r;
     ferry_status_t st = meta_client_call(c, META_GET_STATUS, &gs.base, META_STATUS, 0, &r, err);
@@ -1091,7 +1185,7 @@ static void test_restart(void) {
     s = svc_start(listen);
     CHECK(!strcmp(ferry_meta_service_address(s), listen));
     st = get_status(w); /* reconnects, replays, then asks again */
-    CHECK_EQ_INT(rs.calls, 1);
+    CHECK_EQ_INT(atomic_load(&rs.calls), 1);
     CHECK_OK(rs.st, "replay");
     CHECK(st->service_id != id1 && st->service_id == rs.service_id);
     CHECK(member(st, META_ROLE_WRITER, 0)->committed); /* the replay's commit came before this answer */
@@ -1117,18 +1211,31 @@ static void test_restart(void) {
     CHECK(pthread_join(th, NULL) == 0);
     s = l.svc;
     CHECK(took >= 0.25 && took < 3.0);
-    CHECK_EQ_INT(rs.calls, 2);
+    CHECK_EQ_INT(atomic_load(&rs.calls), 2);
     CHECK(st->service_id == rs.service_id && st->service_id != id1);
     CHECK(member(st, META_ROLE_WRITER, 0)->committed);
     meta_free(ctx, &st->base);
-    /* the replayed layout is the one the new service hands out */
+    /* a restart while a request is parked: it is replayed and sent again to the new service */
+    async_call_t a;
+    FerryMeta__GetLayouts gl = FERRY_META__GET_LAYOUTS__INIT;
+    gl.wait_ms = 4000;
+    async_start(&a, w, META_GET_LAYOUTS, &gl.base, META_LAYOUTS, gl.wait_ms);
+    sleep_ms(100);
+    CHECK(!atomic_load(&a.done));
+    ferry_meta_service_destroy(s);
+    s = svc_start(listen);
     r = client(s, META_ROLE_READER, 0, 1);
+    for (int i = 0; i < 200 && atomic_load(&rs.calls) < 3; i++) sleep_ms(10);
+    CHECK_EQ_INT(atomic_load(&rs.calls), 3);
+    CHECK(!atomic_load(&a.done));
     commit(r, "reader");
-    FerryMeta__Layouts *lay;
-    ferry_errbuf_t err;
-    CHECK_OK(get_layouts(r, 1000, 0, &lay, &err), err.text);
+    async_join(&a);
+    CHECK_OK(a.st, a.err.text);
+    FerryMeta__Layouts *lay = (FerryMeta__Layouts *)a.reply;
+    /* the replayed layout is the one the new service hands out */
     CHECK(lay->n_writers == 1 && lay->writers[0].len == 8 && !memcmp(lay->writers[0].data, "replayed", 8));
-    meta_free(ctx, &lay->base);
+    CHECK(lay->n_readers == 1 && lay->readers[0].len == 6);
+    meta_free(ctx, a.reply);
     meta_client_destroy(r);
     meta_client_destroy(w);
     ferry_meta_service_destroy(s);
@@ -1234,6 +1341,7 @@ int main(void) {
     test_job_world();
     test_layouts();
     test_versions();
+    test_sums_follow();
     test_reclaim();
     test_lease();
     test_bad_frames();
