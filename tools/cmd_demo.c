@@ -87,6 +87,11 @@ int cmd_demo(int argc, char **argv) {
     fflush(stdout);
     demo_result_t res;
     int rc = demo_run(&o, steps, &res, print_row, NULL);
+    if (rc == CLI_USAGE) {
+        fprintf(stderr, "ferry demo: %s\n", res.error);
+        free(steps);
+        return CLI_USAGE;
+    }
     double bytes = 0, secs = 0;
     for (uint32_t v = 0; v < o.steps; v++) {
         bytes += (double)steps[v].bytes;

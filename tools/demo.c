@@ -148,6 +148,16 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
         rc = CLI_USAGE;
         goto out;
     }
+    /* refuse a layout that cannot be built before starting anything */
+    for (int side = 0; side < 2; side++) {
+        ferry_layout_t *l = NULL;
+        if (ferry_layout_build(ctx, model, side ? &ip : &tp, 0, &l) != FERRY_OK) {
+            snprintf(res->error, sizeof res->error, "%s layout: %s", side ? "engine" : "trainer", ferry_ctx_error(ctx));
+            rc = CLI_USAGE;
+            goto out;
+        }
+        ferry_layout_destroy(l);
+    }
     res->writers = ferry_parallel_world_size(&tp);
     res->readers = ferry_parallel_world_size(&ip);
     res->model_bytes = ferry_model_byte_size(model);
@@ -196,7 +206,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     uint32_t alive = nk, readers_left = res->readers;
     uint64_t next_row = 1;
     double deadline = t_start + (double)o->timeout_ms / 1000.0 * (o->steps + 2) + 60.0;
-    bool reading = true;
+    bool reading = true, stopping = false;
     struct pollfd *pf = calloc(nk + 1, sizeof *pf);
     if (!pf) goto out;
     while (alive > 0) {
@@ -256,7 +266,12 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
                 if (!kids[i].done) kill(kids[i].pid, SIGKILL);
             deadline = 1e300;
         }
-        if (res->error[0]) close_go(go, res->writers); /* something failed: let the writers go */
+        if (res->error[0] && !stopping) { /* something failed: the run is lost, stop everyone now */
+            close_go(go, res->writers);
+            for (uint32_t i = 0; i < nk; i++)
+                if (!kids[i].done) kill(kids[i].pid, SIGTERM);
+            stopping = true;
+        }
     }
     free(pf);
     res->total_seconds = cli_now_s() - t_start;

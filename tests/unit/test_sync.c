@@ -285,7 +285,8 @@ static uint64_t dirty_bytes(worker_t *w) {
 }
 
 /* The watcher: stops or kills this process as soon as bytes of the update
- * land in buffer 0 (the update is then in the middle of its transfers). */
+ * land in the buffer it watches ("stop:B", default 0): the update is then in
+ * the middle of its transfers, holding its grant. */
 typedef struct watch {
     pthread_t th;
     const volatile uint8_t *at;
@@ -325,10 +326,13 @@ static void reader_update(worker_t *w, const char *want_s, uint32_t timeout_ms, 
     memset(&wt, 0, sizeof wt);
     bool watching = strcmp(fault, "-") != 0;
     if (watching) {
-        wt.at = w->ptrs[0];
-        wt.n = w->sizes[0] < sizeof wt.before ? w->sizes[0] : sizeof wt.before;
-        memcpy(wt.before, w->ptrs[0], wt.n);
-        wt.kill9 = !strcmp(fault, "kill");
+        const char *colon = strchr(fault, ':');
+        uint32_t b = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
+        CHECK(b < w->nbufs);
+        wt.at = w->ptrs[b];
+        wt.n = w->sizes[b] < sizeof wt.before ? w->sizes[b] : sizeof wt.before;
+        memcpy(wt.before, w->ptrs[b], wt.n);
+        wt.kill9 = !strncmp(fault, "kill", 4);
         CHECK(pthread_create(&wt.th, NULL, watch_main, &wt) == 0);
     }
     ferry_update_info_t info;
@@ -538,13 +542,24 @@ typedef struct job {
 } job_t;
 
 static const char *g_self = "/proc/self/exe";
+static int g_bugs; /* failed checks of known library bugs (the run goes on, then fails) */
+
+/* A check that a known bug in the library fails: reported with BUG and
+ * counted; the remaining cases still run, and the program exits 1 at the end. */
+static bool bug_check(bool ok, const char *what, const char *line) {
+    if (!ok) {
+        fprintf(stderr, "BUG: %s\n     report: %s\n", what, line);
+        g_bugs++;
+    }
+    return ok;
+}
 static bool g_verbose; /* TEST_SYNC_VERBOSE=1: print every report */
 
 static bool pick(int sel, uint32_t rank) { return sel == 1 || (sel == 2 && rank % 2 == 1) || (sel == 3 && rank % 2 == 0); }
 
 /* Starts one member: fork + exec of this program (never a bare fork: the
  * service thread runs here). Its commands arrive on fd 3, reports leave on fd 4. */
-static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_env) {
+static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_env, const char *spec) {
     const config_t *c = j->cfg;
     int cp[2], rp[2];
     CHECK(pipe2(cp, O_CLOEXEC) == 0 && pipe2(rp, O_CLOEXEC) == 0);
@@ -553,7 +568,7 @@ static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_en
     snprintf(a[n++], sizeof a[0], "role=%s", writer ? "writer" : "reader");
     snprintf(a[n++], sizeof a[0], "rank=%u", rank);
     snprintf(a[n++], sizeof a[0], "model=%s", c->model);
-    snprintf(a[n++], sizeof a[0], "spec=%s", writer ? c->train : c->infer);
+    snprintf(a[n++], sizeof a[0], "spec=%s", spec ? spec : writer ? c->train : c->infer);
     snprintf(a[n++], sizeof a[0], "meta=%s", j->addr);
     if (!token_env) snprintf(a[n++], sizeof a[0], "token=%s", j->token);
     snprintf(a[n++], sizeof a[0], "mode=%d", (int)c->mode);
@@ -738,8 +753,8 @@ static void start_service(job_t *j, const char *listen) {
     snprintf(j->addr, sizeof j->addr, "%s", ferry_meta_service_address(j->svc));
 }
 
-static child_t *start_member(job_t *j, bool writer, uint32_t rank) {
-    child_t *ch = spawn(j, writer, rank, NULL);
+static child_t *start_member(job_t *j, bool writer, uint32_t rank, const char *spec) {
+    child_t *ch = spawn(j, writer, rank, NULL, spec);
     const char *l = expect_line(ch, 'R', 60);
     if (kv_i(l, "st") != 0) {
         fprintf(stderr, "%s: setup failed: %s\n", ch->name, l);
@@ -760,8 +775,8 @@ static void job_start(job_t *j, const config_t *cfg) {
     j->nr = side_world(j->ctx, cfg->model, FERRY_SIDE_INFER, cfg->infer);
     CHECK(j->nw <= MAXK && j->nr <= MAXK);
     /* all spawned first (they start in parallel), then each must report ready */
-    for (uint32_t i = 0; i < j->nw; i++) j->w[i] = spawn(j, true, i, NULL);
-    for (uint32_t i = 0; i < j->nr; i++) j->r[i] = spawn(j, false, i, NULL);
+    for (uint32_t i = 0; i < j->nw; i++) j->w[i] = spawn(j, true, i, NULL, NULL);
+    for (uint32_t i = 0; i < j->nr; i++) j->r[i] = spawn(j, false, i, NULL, NULL);
     for (uint32_t i = 0; i < j->nw + j->nr; i++) {
         child_t *ch = i < j->nw ? j->w[i] : j->r[i - j->nw];
         const char *l = expect_line(ch, 'R', 60);
@@ -927,7 +942,7 @@ static void case_laggard(void) {
     send_cmd(j.r[1], "U L 3000 -");
     expect_updated(j.r[1], 4, wait_s(&j));
     /* a reader process that starts after four versions were published */
-    j.r[2] = start_member(&j, false, 2);
+    j.r[2] = start_member(&j, false, 2, NULL);
     send_cmd(j.r[2], "U L 3000 -");
     expect_updated(j.r[2], 4, wait_s(&j));
     send_cmd(j.r[2], "U 3 3000 -");
@@ -957,9 +972,9 @@ static void case_laggard(void) {
 
 /* ---- C: readers stopped or killed mid-update ---------------------------- */
 
+/* Sync mode, 3 x 16 MiB, one writer, three readers holding all of it. */
 static void case_reader_faults(void) {
     double t0 = now_s();
-    /* 3 x 16 MiB bf16, one writer, three readers holding all of it */
     static const config_t cfg = {.name = "reader faults", .model = "big:3:8388608", .train = "world=1",
                                  .infer = "world=3", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
                                  .timeout_ms = 2000};
@@ -967,7 +982,8 @@ static void case_reader_faults(void) {
     job_start(&j, &cfg);
     double to = cfg.timeout_ms / 1000.0;
     /* v1: reader 1 stops itself when its bytes start landing (it holds a
-     * grant and its connection stays up) */
+     * grant and its connection stays up): publish returns at its timeout
+     * naming it missing; the others verify */
     publish_all(&j, 1);
     send_cmd(j.r[0], "U 1 2000 -");
     send_cmd(j.r[1], "U 1 2000 stop");
@@ -980,33 +996,170 @@ static void case_reader_faults(void) {
         fprintf(stderr, "writer 0: publish with a stopped reader must return at its timeout, 1 missing: %s\n", l);
         exit(1);
     }
-    kill(j.r[1]->pid, SIGKILL);
-    reap_killed(&j.r[1]);
-    /* v2: reader 2 dies (-9) while its bytes land: publish returns once the
-     * service sees it go, without waiting out the timeout */
+    /* v2: the writer's live weights move on under the stopped reader; once
+     * the others hold 2, reader 1 continues its read of 1 from them: the
+     * mix must be caught (never applied), the buffers reported torn */
     publish_all(&j, 2);
     send_cmd(j.r[0], "U 2 2000 -");
-    send_cmd(j.r[2], "U 2 2000 kill");
+    send_cmd(j.r[2], "U 2 2000 -");
     expect_updated(j.r[0], 2, wait_s(&j));
+    expect_updated(j.r[2], 2, wait_s(&j));
+    kill(j.r[1]->pid, SIGCONT);
+    l = expect_failed(j.r[1], false, 0, 30, wait_s(&j));
+    ferry_status_t st = (ferry_status_t)kv_i(l, "st");
+    if ((st != FERRY_ERR_STALE && st != FERRY_ERR_CORRUPT) || kv_i(l, "torn") != 1) {
+        fprintf(stderr, "reader 1: a read of version 1 that met version 2's bytes must fail (stale or corrupt), torn: %s\n",
+                l);
+        exit(1);
+    }
+    send_cmd(j.r[1], "U 2 2000 -"); /* repaired while the writer still waits */
+    expect_updated(j.r[1], 2, wait_s(&j));
     l = expect_published(j.w[0], wait_s(&j));
-    if (kv_i(l, "acked") != 1 || kv_i(l, "missing") != 0 || kv_d(l, "sec") > to * 0.75) {
+    if (kv_i(l, "acked") + kv_i(l, "missing") != 3 || kv_i(l, "acked") < 2) {
+        fprintf(stderr, "writer 0: version 2: %s\n", l);
+        exit(1);
+    }
+    /* v3: reader 2 dies (-9) while its bytes land: publish returns once the
+     * service sees it go, without waiting out the timeout */
+    publish_all(&j, 3);
+    send_cmd(j.r[0], "U 3 2000 -");
+    send_cmd(j.r[1], "U N 2000 -");
+    send_cmd(j.r[2], "U 3 2000 kill");
+    expect_updated(j.r[0], 3, wait_s(&j));
+    expect_updated(j.r[1], 3, wait_s(&j));
+    l = expect_published(j.w[0], wait_s(&j));
+    if (kv_i(l, "acked") != 2 || kv_i(l, "missing") != 0 || kv_d(l, "sec") > to * 0.75) {
         fprintf(stderr, "writer 0: publish with a killed reader must return early, none missing: %s\n", l);
         exit(1);
     }
     CHECK(!next_line(j.r[2], 10)); /* no report: it died in the update */
     reap_killed(&j.r[2]);
-    /* v3: both come back as new processes and catch up */
-    j.r[1] = start_member(&j, false, 1);
-    j.r[2] = start_member(&j, false, 2);
-    publish_all(&j, 3);
-    update_all(&j, "3");
-    updated_all(&j, 3);
+    /* v4: it comes back as a new process and catches up */
+    j.r[2] = start_member(&j, false, 2, NULL);
+    publish_all(&j, 4);
+    update_all(&j, "4");
+    updated_all(&j, 4);
     published_all(&j, 3);
     job_end(&j);
-    printf("  C reader stopped / killed -9 mid-update, restarted               %.2f s\n", now_s() - t0);
+    printf("  C reader stopped mid-update (torn read caught), killed -9, back   %.2f s\n", now_s() - t0);
+}
+
+/* Async mode: readers stopped while holding a grant on a slot. While the
+ * grant lasts the writer may not overwrite the slot (publish fails after
+ * its timeout); once it expired the writer reuses the slot under the
+ * stopped readers, who must then detect it and never apply it. */
+static void case_slot_reuse(void) {
+    double t0 = now_s();
+    static const config_t cfg = {.name = "slot reuse", .model = "big:2:8388608", .train = "world=1",
+                                 .infer = "world=2", .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM,
+                                 .staged = 2, .timeout_ms = 1000, .slots = 2};
+    job_t j;
+    job_start(&j, &cfg);
+    publish_all(&j, 1);
+    published_all(&j, 0);
+    update_all(&j, "1");
+    updated_all(&j, 1);
+    publish_all(&j, 2);
+    published_all(&j, 0);
+    /* readers' timeout 1.5 s: their grants last wait + timeout, about 3 s */
+    send_cmd(j.r[0], "U 2 1500 stop");
+    send_cmd(j.r[1], "U 2 1500 -");
+    expect_line(j.r[0], 'S', wait_s(&j));
+    kill(j.r[1]->pid, SIGSTOP);
+    double t_grant = now_s();
+    publish_all(&j, 3); /* the other slot (version 1): free */
+    published_all(&j, 0);
+    publish_all(&j, 4); /* version 2's slot: held by the stopped readers */
+    const char *l = expect_line(j.w[0], 'P', wait_s(&j));
+    ferry_status_t st = (ferry_status_t)kv_i(l, "st");
+    if ((st != FERRY_ERR_TIMEOUT && st != FERRY_ERR_BUSY) || !strstr(kv_err(l), "reader") || kv_d(l, "sec") > 3) {
+        fprintf(stderr, "writer 0: a slot under a live grant must not be reused (publish fails in ~1 s): %s\n", l);
+        exit(1);
+    }
+    if (st != FERRY_ERR_TIMEOUT)
+        printf("    note: publish over a held slot gave %s; sync.h documents FERRY_ERR_TIMEOUT\n",
+               ferry_status_name(st));
+    /* the grants run out; the writer may then take the slot */
+    double left = t_grant + 3.6 - now_s();
+    if (left > 0) sleep_ms((long)(left * 1000));
+    publish_all(&j, 4);
+    published_all(&j, 0);
+    kill(j.r[0]->pid, SIGCONT);
+    kill(j.r[1]->pid, SIGCONT);
+    l = expect_failed(j.r[0], false, 1, 30, wait_s(&j));
+    if (kv_i(l, "torn") != 1) {
+        fprintf(stderr, "reader 0: its slot was overwritten mid-read; expected a torn failure: %s\n", l);
+        exit(1);
+    }
+    /* the detail names the op whose checksum failed, once (reader.c formats
+     * "retired while being read (%s)" with its own error text as the argument) */
+    if (strstr(kv_err(l), "retired while being read"))
+        bug_check(!strstr(kv_err(l), "being read (version") && strstr(kv_err(l), "checksum mismatch on big."),
+                  "reader 0: garbled detail after a slot was retired mid-read (ferry_fail formats m->err.text "
+                  "into itself in ferry_reader_update)",
+                  l);
+    l = expect_line(j.r[1], 'U', wait_s(&j));
+    if (kv_i(l, "st") == 0) check_updated(j.r[1], l, 2); /* it had all of 2 before the stop */
+    else if (kv_i(l, "held") != 1 || kv_i(l, "torn") != 0 || kv_i(l, "badheld") != 0) {
+        fprintf(stderr, "reader 1 (staged): expected a failure keeping version 1 intact: %s\n", l);
+        exit(1);
+    }
+    update_all(&j, "L");
+    updated_all(&j, 4);
+    job_end(&j);
+    printf("  C async slot kept under a grant, reused after it expired (caught) %.2f s\n", now_s() - t0);
 }
 
 /* ---- D: writers stopped or killed --------------------------------------- */
+
+/* Writer 0 killed inside its publish while readers pull from it: reader 0
+ * stops itself when the first bytes from that writer land (watching buffer
+ * `buf`), reader 1 is stopped at the same moment, the writer dies, both go
+ * on against a dead peer. */
+static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint32_t buf, uint64_t v, double to) {
+    publish_all(j, v);
+    send_cmd(j->r[0], "U %llu 2000 stop:%u", (unsigned long long)v, buf);
+    send_cmd(j->r[1], "U %llu 2000 -", (unsigned long long)v);
+    expect_line(j->r[0], 'S', wait_s(j));
+    kill(j->r[1]->pid, SIGSTOP);
+    kill(j->w[victim]->pid, SIGKILL);
+    reap_killed(&j->w[victim]);
+    sleep_ms(100);
+    kill(j->r[0]->pid, SIGCONT);
+    kill(j->r[1]->pid, SIGCONT);
+    const char *l = expect_failed(j->r[0], false, v - 1, to + 3, wait_s(j));
+    if (kv_i(l, "torn") != 1) {
+        fprintf(stderr, "reader 0: bytes of version %llu had landed in place; expected torn: %s\n",
+                (unsigned long long)v, l);
+        exit(1);
+    }
+    l = expect_line(j->r[1], 'U', wait_s(j));
+    bool staged_got_it = kv_i(l, "st") == 0;
+    if (staged_got_it) check_updated(j->r[1], l, v); /* it had everything before the kill: verified */
+    else {
+        ferry_status_t st = (ferry_status_t)kv_i(l, "st");
+        if (!(st == FERRY_ERR_TIMEOUT || st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_STALE) ||
+            (uint64_t)kv_i(l, "held") != v - 1 || kv_i(l, "torn") != 0 || kv_i(l, "badheld") != 0 ||
+            kv_d(l, "sec") > to + 3) {
+            fprintf(stderr, "reader 1 (staged): expected a clear failure keeping version %llu intact: %s\n",
+                    (unsigned long long)(v - 1), l);
+            exit(1);
+        }
+    }
+    uint32_t other = 1 - victim;
+    l = expect_published(j->w[other], wait_s(j));
+    if (kv_d(l, "sec") > to + 3 || kv_i(l, "missing") + kv_i(l, "acked") != 2) {
+        fprintf(stderr, "%s: publish must return by its timeout: %s\n", j->w[other]->name, l);
+        exit(1);
+    }
+    /* the writer comes back; the torn reader is repaired */
+    j->w[victim] = start_member(j, true, victim, NULL);
+    publish_all(j, v + 1);
+    update_all(j, "N");
+    updated_all(j, v + 1);
+    published_all(j, 2);
+    return staged_got_it;
+}
 
 static void case_writer_faults(void) {
     double t0 = now_s();
@@ -1047,56 +1200,18 @@ static void case_writer_faults(void) {
         exit(1);
     }
     /* v3: writer 1 restarted */
-    j.w[1] = start_member(&j, true, 1);
+    j.w[1] = start_member(&j, true, 1, NULL);
     publish_all(&j, 3);
     update_all(&j, "3");
     updated_all(&j, 3);
     published_all(&j, 2);
-
-    /* v4: writer 0 killed -9 inside its publish while readers pull from it.
-     * Reader 0 stops itself when the first bytes land; reader 1 is stopped
-     * at the same moment; writer 0 dies; both continue against a dead peer. */
-    publish_all(&j, 4);
-    send_cmd(j.r[0], "U 4 2000 stop");
-    send_cmd(j.r[1], "U 4 2000 -");
-    expect_line(j.r[0], 'S', wait_s(&j));
-    kill(j.r[1]->pid, SIGSTOP);
-    kill(j.w[0]->pid, SIGKILL);
-    reap_killed(&j.w[0]);
-    sleep_ms(100);
-    kill(j.r[0]->pid, SIGCONT);
-    kill(j.r[1]->pid, SIGCONT);
-    l = expect_failed(j.r[0], false, 3, to + 3, wait_s(&j));
-    if (kv_i(l, "torn") != 1) {
-        fprintf(stderr, "reader 0: bytes of version 4 had landed in place; expected torn: %s\n", l);
-        exit(1);
-    }
-    l = expect_line(j.r[1], 'U', wait_s(&j));
-    bool staged_ok = kv_i(l, "st") == 0;
-    if (staged_ok) check_updated(j.r[1], l, 4); /* it had everything before the kill: verified */
-    else {
-        /* re-check the failure rules on the same line */
-        ferry_status_t st = (ferry_status_t)kv_i(l, "st");
-        if (!(st == FERRY_ERR_TIMEOUT || st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_STALE) ||
-            kv_i(l, "held") != 3 || kv_i(l, "torn") != 0 || kv_i(l, "badheld") != 0 || kv_d(l, "sec") > to + 3) {
-            fprintf(stderr, "reader 1 (staged): expected a clear failure keeping version 3 intact: %s\n", l);
-            exit(1);
-        }
-    }
-    l = expect_published(j.w[1], wait_s(&j));
-    if (kv_d(l, "sec") > to + 3 || kv_i(l, "missing") + kv_i(l, "acked") != 2) {
-        fprintf(stderr, "writer 1: publish must return by its timeout: %s\n", l);
-        exit(1);
-    }
-    /* v5: writer 0 restarted; the torn reader is repaired */
-    j.w[0] = start_member(&j, true, 0);
-    publish_all(&j, 5);
-    update_all(&j, "5");
-    updated_all(&j, 5);
-    published_all(&j, 2);
+    /* v4: writer 0 (its own memory, process_vm_readv) killed mid-read; v5 repairs */
+    bool s1 = kill_writer_mid_read(&j, 0, 0, 4, to);
+    /* v6: writer 1 (memory ferry allocated, mapped by the readers) killed mid-read; v7 repairs */
+    bool s2 = kill_writer_mid_read(&j, 1, 1, 6, to);
     job_end(&j);
-    printf("  D writer stopped before publish / killed -9 mid-publish%s  %.2f s\n",
-           staged_ok ? " (staged got it)" : "                 ", now_s() - t0);
+    printf("  D writer stopped before publish; killed -9 mid-publish (vm, mapped)%s %.2f s\n",
+           s1 || s2 ? " (staged reader finished first)" : "", now_s() - t0);
 }
 
 /* ---- E: service restart -------------------------------------------------- */
@@ -1121,7 +1236,7 @@ static void case_restart_sync(void) {
     update_all(&j, "1");
     updated_all(&j, 1);
     published_all(&j, 2);
-    /* readers wait for the next version; the service goes and comes back */
+    /* readers wait in update for the next version; the service goes and comes back */
     update_all(&j, "N");
     sleep_ms(200);
     restart_service(&j);
@@ -1129,12 +1244,21 @@ static void case_restart_sync(void) {
     publish_all(&j, 2);
     updated_all(&j, 2);
     published_all(&j, 2);
+    /* writers wait in publish for acknowledgements; the service goes and comes back */
     publish_all(&j, 3);
+    sleep_ms(300);
+    restart_service(&j);
+    sleep_ms(100);
     update_all(&j, "3");
     updated_all(&j, 3);
     published_all(&j, 2);
+    /* and a quiet version after it all */
+    publish_all(&j, 4);
+    update_all(&j, "N");
+    updated_all(&j, 4);
+    published_all(&j, 2);
     job_end(&j);
-    printf("  E service restarted while readers wait (sync, shm)               %.2f s\n", now_s() - t0);
+    printf("  E service restarted under waiting readers, under a waiting publish %.2f s\n", now_s() - t0);
 }
 
 static void case_restart_async(void) {
@@ -1153,7 +1277,8 @@ static void case_restart_async(void) {
     send_cmd(j.r[0], "U N 5000 -");
     expect_updated(j.r[0], 2, wait_s(&j));
     restart_service(&j);
-    /* the writers replay the versions they hold when they reconnect */
+    /* the writers replay the versions they hold when they reconnect: the
+     * laggard gets exactly 2 from the new service */
     publish_all(&j, 3);
     send_cmd(j.r[1], "U 2 5000 -");
     send_cmd(j.r[0], "U N 5000 -");
@@ -1164,6 +1289,79 @@ static void case_restart_async(void) {
     expect_updated(j.r[1], 3, wait_s(&j));
     job_end(&j);
     printf("  E service restarted between versions (async, ucx, replay)        %.2f s\n", now_s() - t0);
+}
+
+/* A reader killed while the job goes on, then the service restarted: the
+ * new service learns layouts only from members that reconnect, so the dead
+ * reader's is missing. Per DESIGN.md a dead reader never blocks the writer
+ * or the other readers; checked as a known bug (today: "layouts incomplete:
+ * reader 2 has not committed" for everyone, until reader 2 comes back). */
+static void case_restart_dead_member(void) {
+    double t0 = now_s();
+    static const config_t cfg = {.name = "restart with a dead reader", .model = "golden:tiny-qwen3", .train = "tp=2",
+                                 .infer = "tp=1,replicas=3", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
+                                 .timeout_ms = 2000};
+    job_t j;
+    job_start(&j, &cfg);
+    publish_all(&j, 1);
+    update_all(&j, "1");
+    updated_all(&j, 1);
+    published_all(&j, 3);
+    kill(j.r[2]->pid, SIGKILL);
+    reap_killed(&j.r[2]);
+    publish_all(&j, 2); /* the job goes on without it */
+    update_all(&j, "2");
+    updated_all(&j, 2);
+    published_all(&j, 2);
+    restart_service(&j);
+    publish_all(&j, 3);
+    update_all(&j, "3");
+    bool ok = true;
+    for (uint32_t r = 0; r < 2; r++) {
+        const char *l = expect_line(j.r[r], 'U', wait_s(&j));
+        CHECK(kv_i(l, "badheld") == 0 && kv_i(l, "bad") == 0);
+        if (ok) ok = bug_check(kv_i(l, "st") == 0 && kv_i(l, "v") == 3,
+                               "after a service restart a dead reader's missing layout blocks every member", l);
+    }
+    for (uint32_t w = 0; w < 2; w++) {
+        const char *l = expect_line(j.w[w], 'P', wait_s(&j));
+        if (ok) ok = bug_check(kv_i(l, "st") == 0, "after a service restart a dead reader blocks publish", l);
+    }
+    /* it comes back: everyone goes on */
+    j.r[2] = start_member(&j, false, 2, NULL);
+    publish_all(&j, 4);
+    update_all(&j, "4");
+    updated_all(&j, 4);
+    published_all(&j, 3);
+    job_end(&j);
+    printf("  E service restarted after a reader died%s %.2f s\n", ok ? "                          " : " (BUG: blocked)", now_s() - t0);
+}
+
+/* ---- G: a member comes back with another layout ------------------------- */
+
+static void case_relayout(ferry_sync_mode_t mode, ferry_xport_kind_t xport) {
+    double t0 = now_s();
+    config_t cfg = {.name = "relayout", .model = "golden:tiny-qwen3", .train = "tp=2,pp=2",
+                    .infer = "tp=2,replicas=2", .mode = mode, .xport = xport, .timeout_ms = 5000};
+    bool sync = mode == FERRY_SYNC_MODE_SYNC;
+    job_t j;
+    job_start(&j, &cfg);
+    publish_all(&j, 1);
+    update_all(&j, "1");
+    updated_all(&j, 1);
+    published_all(&j, sync ? 4 : 0);
+    /* reader 3 is replaced by a process with transposed, flat buffers: a new
+     * layout epoch; everyone plans again */
+    quit(j.r[3]);
+    child_free(j.r[3]);
+    j.r[3] = start_member(&j, false, 3, "tp=2,replicas=2,buffers=flat,transpose=*proj*");
+    publish_all(&j, 2);
+    update_all(&j, sync ? "2" : "L");
+    updated_all(&j, 2);
+    published_all(&j, sync ? 4 : 0);
+    job_end(&j);
+    printf("  G a reader rejoins with another layout (new epoch; %s, %s)     %.2f s\n", sync ? "sync" : "async",
+           xport == FERRY_XPORT_UCX ? "ucx" : "shm", now_s() - t0);
 }
 
 /* ---- F: token and job mismatch ------------------------------------------ */
@@ -1200,7 +1398,7 @@ static void case_token(void) {
     sp.job = "other";
     CHECK_FAILS(ferry_reader_create(j.ctx, m, &sp, &r), FERRY_ERR_MISMATCH, ferry_ctx_error(j.ctx), "job");
     /* a reader process whose FERRY_TOKEN is wrong */
-    child_t *ch = spawn(&j, false, 0, "not-the-token");
+    child_t *ch = spawn(&j, false, 0, "not-the-token", NULL);
     const char *l = expect_line(ch, 'R', 30);
     if (kv_i(l, "st") != FERRY_ERR_INVALID_ARGUMENT || !strstr(kv_err(l), "token")) {
         fprintf(stderr, "reader with a wrong FERRY_TOKEN: expected INVALID_ARGUMENT naming the token: %s\n", l);
@@ -1259,11 +1457,24 @@ int main(int argc, char **argv) {
     if (!only || strchr(only, 'A'))
         for (size_t i = 0; i < sizeof matrix / sizeof *matrix; i++) case_matrix(&matrix[i]);
     if (!only || strchr(only, 'B')) case_laggard();
-    if (!only || strchr(only, 'C')) case_reader_faults();
+    if (!only || strchr(only, 'C')) {
+        case_reader_faults();
+        case_slot_reuse();
+    }
     if (!only || strchr(only, 'D')) case_writer_faults();
     if (!only || strchr(only, 'E')) {
         case_restart_sync();
         case_restart_async();
+        case_restart_dead_member();
+    }
+    if (!only || strchr(only, 'G')) {
+        case_relayout(FERRY_SYNC_MODE_SYNC, FERRY_XPORT_SHM);
+        case_relayout(FERRY_SYNC_MODE_ASYNC, FERRY_XPORT_UCX);
+    }
+    if (g_bugs) {
+        printf("test_sync: %d check(s) of known library bugs failed (BUG above); everything else passed, %.2f s\n",
+               g_bugs, now_s() - t0);
+        return 1;
     }
     printf("test_sync: all passed in %.2f s\n", now_s() - t0);
     return 0;

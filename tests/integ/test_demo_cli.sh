@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `ferry demo` end to end on the tiny models: a service, writer and reader
+# processes, several (train, infer) layout pairs (fused QKV/gate_up, tp
+# changes, pp, ep, trainer dp replicas, transposed and flat buffers), both
+# modes, both transports, staged readers; every element verified. Then
+# `ferry bench sync` (smoke), `ferry meta`, and refusals of bad input.
+set -u
+ferry=$1
+golden="$(dirname "$0")/../golden"
+source "$(dirname "$0")/expect.sh"
+ok="every reader verified every version bit-exactly"
+moe="--model $golden/tiny-moe.json --train tp=2,ep=2,pp=2"
+expect 0 "$ok" -- demo $moe --infer tp=2,ep=2,replicas=2,transpose=*w2* --steps 3
+expect 0 "$ok" -- demo $moe --infer tp=1,replicas=2 --steps 3 --mode async --slots 3
+expect 0 "$ok" -- demo $moe --infer tp=2,ep=2 --steps 3 --transport ucx --staged
+expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,dp=2,vocab_multiple=4 \
+    --infer tp=4,dp=2,vocab_multiple=8 --steps 3 --mode async --transport ucx
+expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,buffers=flat --infer tp=1,replicas=3 --steps 2 --staged
+expect 0 "$ok" -- demo --model $golden/tiny-mla.json --train tp=2,ep=2,experts=grouped_t,buffers=flat \
+    --infer tp=2,ep=1,replicas=2 --steps 3
+expect 0 "verification off" -- demo $moe --infer tp=2 --steps 2 --no-verify
+expect 0 "tcp broadcast" -- bench sync $moe --infer tp=2,ep=2,replicas=2 --steps 3 --repeat 1
+expect 2 "--mode must be sync or async" -- demo --mode eventual
+expect 2 "--transport must be shm or ucx" -- demo --transport carrier-pigeon
+expect 2 "--steps must be" -- demo --steps 0
+expect 2 "unknown option" -- demo --frobnicate
+expect 2 "trainer layout" -- demo --model $golden/tiny-qwen3.json --train tp=3 --steps 1
+expect 2 "usage: ferry meta" -- meta
+expect 1 "cannot connect" -- meta --status --meta 127.0.0.1:1
+# a standalone service answers --status
+"$ferry" meta --listen 127.0.0.1:0 >/tmp/ferry-meta-$$.out 2>&1 &
+svc=$!
+for _ in $(seq 50); do grep -q listening /tmp/ferry-meta-$$.out && break; sleep 0.1; done
+addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' /tmp/ferry-meta-$$.out)
+expect 0 '"members"' -- meta --status --meta "$addr"
+kill -TERM $svc
+wait $svc
+rc=$?
+if [ $rc -ne 0 ]; then echo "FAIL: ferry meta --listen exited $rc on SIGTERM"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+rm -f /tmp/ferry-meta-$$.out
+expect_done
