@@ -1127,12 +1127,20 @@ static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint32_t buf, uint64
     sleep_ms(100);
     kill(j->r[0]->pid, SIGCONT);
     kill(j->r[1]->pid, SIGCONT);
-    const char *l = expect_failed(j->r[0], false, v - 1, to + 3, wait_s(j));
-    if (kv_i(l, "torn") != 1) {
-        fprintf(stderr, "reader 0: bytes of version %llu had landed in place; expected torn: %s\n",
-                (unsigned long long)v, l);
+    /* reader 0: a clear failure in time; bytes had landed in place, so it
+     * must say torn and hold no version (never the previous one with
+     * other bytes in its buffers) */
+    const char *l = expect_line(j->r[0], 'U', wait_s(j));
+    ferry_status_t st0 = (ferry_status_t)kv_i(l, "st");
+    if (!(st0 == FERRY_ERR_TIMEOUT || st0 == FERRY_ERR_PEER_LOST || st0 == FERRY_ERR_STALE) ||
+        strlen(kv_err(l)) < 10 || kv_d(l, "sec") > to + 3 || kv_i(l, "dirty") != 0) {
+        fprintf(stderr, "reader 0: expected a clear failure within %.1f s: %s\n", to + 3, l);
         exit(1);
     }
+    bug_check(kv_i(l, "torn") == 1 && kv_i(l, "held") == 0 && kv_i(l, "badheld") == 0,
+              "reader 0 (in place): the first transfer of the update failed after landing bytes, yet the reader is "
+              "not torn and reports the previous version (pull_batch sets torn only after a successful get)",
+              l);
     l = expect_line(j->r[1], 'U', wait_s(j));
     bool staged_got_it = kv_i(l, "st") == 0;
     if (staged_got_it) check_updated(j->r[1], l, v); /* it had everything before the kill: verified */
@@ -1163,13 +1171,13 @@ static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint32_t buf, uint64
 
 static void case_writer_faults(void) {
     double t0 = now_s();
-    /* 4 x 16 MiB: writer 0 holds tensors 0 and 2 in its own memory (read with
-     * process_vm_readv), writer 1 holds 1 and 3 in memory ferry allocated
-     * (mapped by the readers); reader 0 in place, reader 1 staged; 1 MiB in
-     * flight so a pull is many transfers */
+    /* 4 x 16 MiB: writer 0 holds tensors 0 and 2 in memory ferry allocated
+     * (mapped by the readers), writer 1 holds 1 and 3 in its own memory (read
+     * with process_vm_readv); reader 0 in place, reader 1 staged. Readers
+     * pull writer 0's part first, each writer's part in one transfer. */
     static const config_t cfg = {.name = "writer faults", .model = "big:4:8388608", .train = "world=2",
                                  .infer = "world=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .staged = 2, .wown = 3, .timeout_ms = 2000, .inflight = 1u << 20};
+                                 .staged = 2, .wown = 2, .timeout_ms = 2000};
     job_t j;
     job_start(&j, &cfg);
     double to = cfg.timeout_ms / 1000.0;
@@ -1205,13 +1213,53 @@ static void case_writer_faults(void) {
     update_all(&j, "3");
     updated_all(&j, 3);
     published_all(&j, 2);
-    /* v4: writer 0 (its own memory, process_vm_readv) killed mid-read; v5 repairs */
+    /* v4: writer 0 (mapped) killed while the update's first transfer lands; v5 repairs */
     bool s1 = kill_writer_mid_read(&j, 0, 0, 4, to);
-    /* v6: writer 1 (memory ferry allocated, mapped by the readers) killed mid-read; v7 repairs */
+    /* v6: writer 1 (process_vm_readv) killed mid-read, after writer 0's part landed; v7 repairs */
     bool s2 = kill_writer_mid_read(&j, 1, 1, 6, to);
     job_end(&j);
     printf("  D writer stopped before publish; killed -9 mid-publish (vm, mapped)%s %.2f s\n",
            s1 || s2 ? " (staged reader finished first)" : "", now_s() - t0);
+}
+
+/* One writer, one in-place reader: the writer (memory ferry allocated,
+ * mapped by the reader) dies while the update's only transfer lands. The
+ * reader's buffers then hold part of the new version: it must say torn. */
+static void case_writer_first_transfer(bool own) {
+    double t0 = now_s();
+    config_t cfg = {.name = "first transfer", .model = "big:2:8388608", .train = "world=1", .infer = "world=1",
+                    .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = own, .timeout_ms = 2000};
+    job_t j;
+    job_start(&j, &cfg);
+    publish_all(&j, 1);
+    update_all(&j, "1");
+    updated_all(&j, 1);
+    published_all(&j, 1);
+    publish_all(&j, 2);
+    send_cmd(j.r[0], "U 2 2000 stop");
+    expect_line(j.r[0], 'S', wait_s(&j));
+    kill(j.w[0]->pid, SIGKILL);
+    reap_killed(&j.w[0]);
+    sleep_ms(100);
+    kill(j.r[0]->pid, SIGCONT);
+    const char *l = expect_line(j.r[0], 'U', wait_s(&j));
+    ferry_status_t st = (ferry_status_t)kv_i(l, "st");
+    if (!(st == FERRY_ERR_TIMEOUT || st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_STALE) || kv_d(l, "sec") > 5) {
+        fprintf(stderr, "reader 0: expected a clear failure in time: %s\n", l);
+        exit(1);
+    }
+    bool ok = bug_check(kv_i(l, "torn") == 1 && kv_i(l, "held") == 0 && kv_i(l, "badheld") == 0,
+                        "reader 0 (in place): its only transfer failed after landing bytes, yet it is not torn and "
+                        "reports the previous version (pull_batch sets torn only after a successful get)",
+                        l);
+    j.w[0] = start_member(&j, true, 0, NULL);
+    publish_all(&j, 3);
+    update_all(&j, "3");
+    updated_all(&j, 3);
+    published_all(&j, 1);
+    job_end(&j);
+    printf("  D writer (%s) killed -9 during the update's first transfer%s %.2f s\n", own ? "vm" : "mapped",
+           ok ? "     " : " (BUG)", now_s() - t0);
 }
 
 /* ---- E: service restart -------------------------------------------------- */
@@ -1461,7 +1509,11 @@ int main(int argc, char **argv) {
         case_reader_faults();
         case_slot_reuse();
     }
-    if (!only || strchr(only, 'D')) case_writer_faults();
+    if (!only || strchr(only, 'D')) {
+        case_writer_faults();
+        case_writer_first_transfer(false);
+        case_writer_first_transfer(true);
+    }
     if (!only || strchr(only, 'E')) {
         case_restart_sync();
         case_restart_async();
