@@ -102,9 +102,6 @@ static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errb
     int fd;
     ferry_status_t st = meta_connect(c->service_host, c->port, deadline, &fd, err);
     if (st != FERRY_OK) return st;
-    pthread_mutex_lock(&c->send_lock);
-    c->fd = fd;
-    pthread_mutex_unlock(&c->send_lock);
     FerryMeta__Hello h = FERRY_META__HELLO__INIT;
     h.protocol = META_PROTOCOL;
     h.token = (ProtobufCBinaryData){strlen(c->token), (uint8_t *)c->token};
@@ -116,7 +113,22 @@ static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errb
     h.pid = (uint32_t)getpid();
     h.incarnation = c->incarnation;
     h.lease_ms = c->p.lease_ms;
-    st = send_frame(c, META_HELLO, &h.base, err);
+    /* HELLO goes out before the heartbeat thread can see the socket: the
+     * service wants it first */
+    uint8_t *buf;
+    size_t len;
+    st = meta_encode(c->ctx, META_HELLO, &h.base, &buf, &len, err);
+    if (st == FERRY_OK) {
+        st = meta_write_all(fd, buf, len, deadline, err);
+        ferry_free(c->ctx, buf);
+    }
+    if (st != FERRY_OK) {
+        close(fd);
+        return st;
+    }
+    pthread_mutex_lock(&c->send_lock);
+    c->fd = fd;
+    pthread_mutex_unlock(&c->send_lock);
     ProtobufCMessage *w = NULL;
     if (st == FERRY_OK) st = read_reply(c, META_WELCOME, deadline, &w, err);
     if (st != FERRY_OK) {

@@ -190,6 +190,31 @@ static ferry_status_t check_limits(uint8_t type, const ProtobufCMessage *m, ferr
     }
 }
 
+/* Drops the fields this side does not know, in m and every message inside
+ * it: they are never relayed (protobuf-c keeps some it could not encode
+ * back, e.g. field number 0 behind a two-byte tag). */
+static void strip_unknown(ProtobufCMessage *m, ProtobufCAllocator *a) {
+    for (unsigned i = 0; i < m->n_unknown_fields; i++) a->free(a->allocator_data, m->unknown_fields[i].data);
+    if (m->unknown_fields) a->free(a->allocator_data, m->unknown_fields);
+    m->unknown_fields = NULL;
+    m->n_unknown_fields = 0;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned f = 0; f < d->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &d->fields[f];
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        char *at = (char *)m + fd->offset;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(size_t *)((char *)m + fd->quantifier_offset);
+            ProtobufCMessage **subs = *(ProtobufCMessage ***)at;
+            for (size_t k = 0; k < n; k++)
+                if (subs[k]) strip_unknown(subs[k], a);
+        } else {
+            ProtobufCMessage *sub = *(ProtobufCMessage **)at;
+            if (sub) strip_unknown(sub, a);
+        }
+    }
+}
+
 ferry_status_t meta_decode(ferry_ctx_t *ctx, uint8_t type, const uint8_t *body, size_t len,
                            ProtobufCMessage **out, ferry_errbuf_t *err) {
     const ProtobufCMessageDescriptor *d = meta_descriptor(type);
@@ -199,6 +224,7 @@ ferry_status_t meta_decode(ferry_ctx_t *ctx, uint8_t type, const uint8_t *body, 
     if (!m)
         return ferry_fail(err, FERRY_ERR_CORRUPT, "meta: a %zu-byte %s body is not a valid %s message", len,
                           meta_type_name(type), d->short_name);
+    strip_unknown(m, &a);
     ferry_status_t st = check_limits(type, m, err);
     if (st != FERRY_OK) {
         protobuf_c_message_free_unpacked(m, &a);

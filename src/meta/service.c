@@ -385,6 +385,11 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
                    (unsigned long long)rb->epoch, (unsigned long long)s->epoch);
         return true;
     }
+    if (s->plan_digest && rb->plan_digest != s->plan_digest) { /* set while this request waited */
+        send_error(s, c, FERRY_ERR_MISMATCH, "reader %u planned digest %016llx, the writers %016llx", c->rank,
+                   (unsigned long long)rb->plan_digest, (unsigned long long)s->plan_digest);
+        return true;
+    }
     uint64_t v = newest_ready(s, rb->min_version, rb->max_version);
     if (v == 0) {
         uint64_t any = newest_ready(s, 1, 0);
@@ -640,8 +645,7 @@ static void handle_publish(ferry_meta_service_t *s, svc_conn_t *c, svc_member_t 
                    (unsigned long long)p->epoch, (unsigned long long)s->epoch);
         return;
     }
-    if (s->plan_digest == 0) s->plan_digest = p->plan_digest;
-    if (p->plan_digest != s->plan_digest) {
+    if (p->plan_digest != s->plan_digest && s->plan_digest) {
         send_error(s, c, FERRY_ERR_MISMATCH, "writer %u planned digest %016llx, the job's members %016llx", c->rank,
                    (unsigned long long)p->plan_digest, (unsigned long long)s->plan_digest);
         return;
@@ -652,6 +656,7 @@ static void handle_publish(ferry_meta_service_t *s, svc_conn_t *c, svc_member_t 
                        s->world[META_ROLE_READER]);
             return;
         }
+    s->plan_digest = p->plan_digest; /* the first valid PUBLISH of the epoch fixes it */
     drop_version(s, m, p->version);
     if (m->nrecs == MAX_RECORDS) { /* forget the oldest */
         size_t oldest = 0;
