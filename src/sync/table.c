@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "common/hash.h"
 
 #include "meta/proto.h"
 #include "sync/sync_internal.h"
