@@ -130,8 +130,9 @@ ferry_status_t ferry_writer_add_layout(ferry_writer_t *w, const ferry_layout_t *
 ferry_status_t ferry_writer_commit(ferry_writer_t *w);
 
 /* Publishes `version` (> every version published before). info may be NULL.
- * Errors: FERRY_ERR_TIMEOUT (the epoch never completed, or readers kept a
- * slot), FERRY_ERR_MISMATCH (members planned differently), detail on w. */
+ * Errors: FERRY_ERR_TIMEOUT (the epoch never completed: some member has not
+ * committed), FERRY_ERR_BUSY (async: readers kept every slot past the
+ * timeout), FERRY_ERR_MISMATCH (members planned differently), detail on w. */
 ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info);
 
 const char *ferry_writer_error(const ferry_writer_t *w);

@@ -155,6 +155,12 @@ static ferry_status_t check_limits(uint8_t type, const ProtobufCMessage *m, ferr
         if (p->version == 0) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "meta: version 0 is reserved");
         return meta_check_slot_map(p->map, err);
     }
+    case META_COMMIT: {
+        const FerryMeta__Commit *c = (const void *)m;
+        CHECK_N(c->n_epoch_writers, META_MAX_WORLD, "epoch writer layouts");
+        CHECK_N(c->n_epoch_readers, META_MAX_WORLD, "epoch reader layouts");
+        return FERRY_OK;
+    }
     case META_SUMS: CHECK_N(((const FerryMeta__Sums *)m)->n_sums, META_MAX_WORLD, "per-reader checksum lists"); return FERRY_OK;
     case META_GET_SUMS: CHECK_N(((const FerryMeta__GetSums *)m)->n_writers, META_MAX_WORLD, "writers"); return FERRY_OK;
     case META_TABLE_COMPLETE: return check_table_complete((const FerryMeta__TableComplete *)m, err);

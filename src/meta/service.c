@@ -53,6 +53,7 @@ typedef struct svc_member {
     char host[META_MAX_NAME + 1];
     uint32_t pid;
     uint64_t acked, published;
+    bool seen;           /* connected to this service at some point */
     FerryMeta__Publish *recs[MAX_RECORDS]; /* writer: published versions still readable */
     FerryMeta__Sums *sums[MAX_RECORDS];    /* their checksums when they followed the PUBLISH */
     FerryMeta__TableComplete *tseq[MAX_RECORDS]; /* table member: completed sequence ids */
@@ -77,8 +78,16 @@ struct ferry_meta_service {
     svc_conn_t **conns;
     size_t nconns, cap_conns;
     uint64_t epoch;          /* digest of every member's layout; 0 until all committed */
+    double grace_end;        /* until then, members known only from a replayed epoch count as live */
     uint64_t plan_digest;    /* first plan digest reported in this epoch */
 };
+
+static const char *role_name(uint32_t role) {
+    return role == META_ROLE_WRITER   ? "writer"
+           : role == META_ROLE_READER ? "reader"
+           : role == META_ROLE_TABLE  ? "table member"
+                                      : "observer";
+}
 
 /* ---- sending ------------------------------------------------------------------ */
 
@@ -124,6 +133,7 @@ static void send_error(ferry_meta_service_t *s, svc_conn_t *c, ferry_status_t st
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
+    ferry_log(s->ctx, FERRY_LOG_DEBUG, "meta service: error to %s %u: %s", role_name(c->role), c->rank, detail);
     FerryMeta__Error e = FERRY_META__ERROR__INIT;
     e.status = (uint32_t)st;
     e.detail = detail;
@@ -151,12 +161,6 @@ static void broadcast_event(ferry_meta_service_t *s, uint32_t kind, uint32_t rol
 
 /* ---- state ------------------------------------------------------------------------ */
 
-static const char *role_name(uint32_t role) {
-    return role == META_ROLE_WRITER   ? "writer"
-           : role == META_ROLE_READER ? "reader"
-           : role == META_ROLE_TABLE  ? "table member"
-                                      : "observer";
-}
 
 static svc_member_t *member_of(ferry_meta_service_t *s, const svc_conn_t *c) {
     if (!c->joined || c->role == META_ROLE_OBSERVER) return NULL;
@@ -338,10 +342,14 @@ static bool try_publish_acks(ferry_meta_service_t *s, svc_conn_t *c, bool expire
         send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering PUBLISH");
         return true;
     }
+    double now = ferry_mono_s();
     for (uint32_t r = 0; r < nr; r++) {
         svc_member_t *m = &s->members[META_ROLE_READER][r];
+        /* live readers are waited for; after a restart, also those the replayed
+         * epoch names that have not had a lease's time to come back */
+        bool live = m->conn || (!m->seen && m->commit && now < s->grace_end);
         if (m->acked >= p->version) acked++;
-        else if (m->conn) miss[missing++] = r; /* only live readers are waited for */
+        else if (live) miss[missing++] = r;
     }
     if (missing > 0 && !expired) {
         ferry_free(s->ctx, miss);
@@ -566,6 +574,26 @@ static void park(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, ProtobufC
 
 /* ---- requests ------------------------------------------------------------------------ */
 
+/* Sizes a role's member table (first member of the role, or a replayed epoch). */
+static bool ensure_world(ferry_meta_service_t *s, uint32_t role, uint32_t world) {
+    if (s->world[role]) return s->world[role] == world;
+    s->members[role] = ferry_calloc(s->ctx, world, sizeof(svc_member_t));
+    if (!s->members[role]) return false;
+    s->world[role] = world;
+    return true;
+}
+
+static bool set_commit(ferry_meta_service_t *s, svc_member_t *m, const ProtobufCBinaryData *b) {
+    uint8_t *copy = ferry_alloc(s->ctx, b->len ? b->len : 1);
+    if (!copy) return false;
+    if (b->len) memcpy(copy, b->data, b->len);
+    ferry_free(s->ctx, m->commit);
+    m->commit = copy;
+    m->commit_len = b->len;
+    m->commit_digest = XXH3_64bits(copy, b->len);
+    return true;
+}
+
 static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hello *h, double now) {
     size_t tl = strlen(s->token);
     unsigned diff = (unsigned)(h->token.len != tl);
@@ -593,13 +621,11 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
             return;
         }
         if (s->world[h->role] == 0) {
-            s->members[h->role] = ferry_calloc(s->ctx, h->world, sizeof(svc_member_t));
-            if (!s->members[h->role]) {
+            if (!ensure_world(s, h->role, h->world)) {
                 send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory for %u members", h->world);
                 c->dead = true;
                 return;
             }
-            s->world[h->role] = h->world;
         } else if (s->world[h->role] != h->world) {
             send_error(s, c, FERRY_ERR_MISMATCH, "%s %u says %u %ss, the job has %u", role_name(h->role), h->rank,
                        h->world, role_name(h->role), s->world[h->role]);
@@ -620,6 +646,7 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
             drop_table_seq(s, m, 0, true);
         }
         m->conn = c;
+        m->seen = true;
         snprintf(m->host, sizeof m->host, "%s", h->host ? h->host : "");
         m->pid = h->pid;
     }
@@ -743,6 +770,7 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
         return;
     }
     c->deadline = now + c->lease_ms / 1000.0; /* any frame renews the lease */
+    if (type != META_HEARTBEAT) ferry_log(s->ctx, FERRY_LOG_DEBUG, "meta service: %s from %s %u", meta_type_name(type), role_name(c->role), c->rank);
     svc_member_t *m = member_of(s, c);
     bool writer = c->role == META_ROLE_WRITER, reader = c->role == META_ROLE_READER;
     bool table = c->role == META_ROLE_TABLE;
@@ -761,16 +789,24 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
             break;
         } else {
             FerryMeta__Commit *cm = (void *)msg;
-            uint8_t *copy = ferry_alloc(s->ctx, cm->layout.len ? cm->layout.len : 1);
-            if (!copy) {
+            if ((cm->n_epoch_writers && s->world[META_ROLE_WRITER] && s->world[META_ROLE_WRITER] != cm->n_epoch_writers) ||
+                (cm->n_epoch_readers && s->world[META_ROLE_READER] && s->world[META_ROLE_READER] != cm->n_epoch_readers)) {
+                send_error(s, c, FERRY_ERR_MISMATCH, "the replayed epoch has %zu writers and %zu readers, the job %u and %u",
+                           cm->n_epoch_writers, cm->n_epoch_readers, s->world[META_ROLE_WRITER], s->world[META_ROLE_READER]);
+                break;
+            }
+            if (!set_commit(s, m, &cm->layout)) {
                 send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory storing a %zu-byte layout", cm->layout.len);
                 break;
             }
-            memcpy(copy, cm->layout.data, cm->layout.len);
-            ferry_free(s->ctx, m->commit);
-            m->commit = copy;
-            m->commit_len = cm->layout.len;
-            m->commit_digest = XXH3_64bits(copy, cm->layout.len);
+            /* a restarted service: the epoch as this member saw it stands in for members not back yet */
+            for (uint32_t role = META_ROLE_WRITER; role <= META_ROLE_READER; role++) {
+                size_t n = role == META_ROLE_WRITER ? cm->n_epoch_writers : cm->n_epoch_readers;
+                ProtobufCBinaryData *b = role == META_ROLE_WRITER ? cm->epoch_writers : cm->epoch_readers;
+                if (!n || !ensure_world(s, role, (uint32_t)n)) continue;
+                for (size_t r = 0; r < n; r++)
+                    if (!s->members[role][r].commit) set_commit(s, &s->members[role][r], &b[r]);
+            }
             recompute_epoch(s);
             send_ok(s, c);
         }
@@ -953,6 +989,7 @@ static void *service_main(void *arg) {
     size_t cap = 0;
     while (!atomic_load(&s->stop)) {
         double now = ferry_mono_s(), next = now + 3600;
+        if (now < s->grace_end) next = s->grace_end; /* waits on absent members end then */
         for (size_t i = 0; i < s->nconns; i++) {
             svc_conn_t *c = s->conns[i];
             if (c->deadline < next) next = c->deadline;
@@ -1021,6 +1058,7 @@ ferry_status_t ferry_meta_service_create(ferry_ctx_t *ctx, const ferry_meta_para
     s->wake[0] = s->wake[1] = s->listen_fd = -1;
     snprintf(s->token, sizeof s->token, "%s", token);
     s->lease_ms = (mask & FERRY_META_PARAM_LEASE_MS) && params->lease_ms ? params->lease_ms : 10000;
+    s->grace_end = ferry_mono_s() + s->lease_ms / 1000.0;
     s->max_body = (mask & FERRY_META_PARAM_MAX_FRAME) && params->max_frame ? params->max_frame : 256u << 20;
     if (getrandom(&s->service_id, sizeof s->service_id, 0) != sizeof s->service_id)
         s->service_id = (uint64_t)ferry_mono_s() ^ (uint64_t)getpid() << 32;

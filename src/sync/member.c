@@ -80,6 +80,7 @@ ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void
 
 void sync_member_fini(sync_member_t *m) {
     meta_client_destroy(m->meta);
+    meta_free(m->ctx, m->epoch_layouts);
     ferry_plan_destroy(m->plan);
     sync_side_free(m->ctx, &m->side[0]);
     sync_side_free(m->ctx, &m->side[1]);
@@ -179,6 +180,13 @@ ferry_status_t sync_add_layout(sync_member_t *m, const ferry_layout_t *layout, u
 ferry_status_t sync_recommit(sync_member_t *m, ferry_errbuf_t *err) {
     FerryMeta__Commit c = FERRY_META__COMMIT__INIT;
     c.layout = (ProtobufCBinaryData){m->blob_len, m->blob};
+    if (m->epoch_layouts) {
+        const FerryMeta__Layouts *l = (const void *)m->epoch_layouts;
+        c.n_epoch_writers = l->n_writers;
+        c.epoch_writers = l->writers;
+        c.n_epoch_readers = l->n_readers;
+        c.epoch_readers = l->readers;
+    }
     ProtobufCMessage *reply = NULL;
     ferry_status_t st = meta_client_call(m->meta, META_COMMIT, &c.base, META_OK, 0, &reply, err);
     meta_free(m->ctx, reply);
@@ -268,6 +276,9 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
         m->epoch = l->epoch;
         m->plan_digest = ferry_plan_digest(m->plan);
         *changed = true;
+        meta_free(m->ctx, m->epoch_layouts); /* kept for a restarted service */
+        m->epoch_layouts = reply;
+        reply = NULL;
         ferry_log(m->ctx, FERRY_LOG_INFO, "%s %u: epoch %016llx planned in %.1f ms (%zu ops)",
                   m->role == META_ROLE_WRITER ? "writer" : "reader", m->p.rank, (unsigned long long)m->epoch,
                   (ferry_mono_s() - t0) * 1e3, ferry_plan_op_count(m->plan));

@@ -242,11 +242,11 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
         }
     }
     ferry_xport_req_t *req = NULL;
+    if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
     ferry_status_t st = ferry_xport_get(m->xp, r->runs, j1 - j0, &req);
     if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
     ferry_xport_req_free(req);
     if (st != FERRY_OK) return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
-    r->torn = !r->shadow; /* live bytes changed */
     scratch_at = 0;
     for (size_t j = j0; j < j1; j++) {
         const ferry_plan_bucket_t *b = &bk[j];
@@ -345,12 +345,12 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
         run.local = dst + at;
         run.len = n;
         ferry_xport_req_t *req = NULL;
+        if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
         ferry_status_t st = ferry_xport_get(m->xp, &run, 1, &req);
         if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
         ferry_xport_req_free(req);
         if (st != FERRY_OK)
             return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
-        r->torn = !r->shadow;
         for (uint64_t c = at; c < at + n && op < op_end;) {
             uint64_t take = op_left < at + n - c ? op_left : at + n - c;
             if (!streaming && take == ops[op].bytes) {
@@ -444,6 +444,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
     memset(&inf, 0, sizeof inf);
     double t0 = ferry_mono_s(), deadline = t0 + timeout_ms / 1000.0;
     uint32_t corrupt = 0;
+    char first_err[FERRY_ERR_TEXT] = "";
     ferry_status_t st = FERRY_OK;
     for (;;) {
         double left = deadline - ferry_mono_s();
@@ -519,20 +520,28 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         /* failed: torn by the writer moving on, corrupt, or a writer lost */
         inf.retries++;
         bool exact = version < FERRY_VERSION_NEXT;
-        if (retired && st == FERRY_ERR_CORRUPT)
+        if (retired && st == FERRY_ERR_CORRUPT) {
+            char why[FERRY_ERR_TEXT];
+            snprintf(why, sizeof why, "%s", m->err.text);
             st = ferry_fail(&m->err, FERRY_ERR_STALE, "version %llu was retired while being read (%s)",
-                            (unsigned long long)v, m->err.text);
-        else if (st == FERRY_ERR_CORRUPT && ++corrupt > MAX_CORRUPT_RETRIES)
+                            (unsigned long long)v, why);
+        } else if (st == FERRY_ERR_CORRUPT && ++corrupt > MAX_CORRUPT_RETRIES)
             break;
+        if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", m->err.text);
         if (exact && st == FERRY_ERR_STALE) break;
         if (ferry_mono_s() >= deadline) break;
         ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: version %llu failed (%s); retrying", m->p.rank,
                   (unsigned long long)v, m->err.text);
     }
+    if (st != FERRY_OK && first_err[0] && strcmp(first_err, m->err.text) != 0) {
+        char was[FERRY_ERR_TEXT];
+        snprintf(was, sizeof was, "%s", m->err.text);
+        ferry_fail(&m->err, st, "%.200s (after a first attempt failed: %.250s)", was, first_err);
+    }
     if (st != FERRY_OK && r->torn) {
         char was[FERRY_ERR_TEXT];
         snprintf(was, sizeof was, "%s", m->err.text);
-        ferry_fail(&m->err, st, "%s; the buffers are torn (partly written) until the next successful update", was);
+        ferry_fail(&m->err, st, "%.400s; the buffers are torn (partly written) until the next successful update", was);
     }
     inf.seconds = ferry_mono_s() - t0;
     if (info) *info = inf;

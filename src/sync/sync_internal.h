@@ -46,6 +46,7 @@ typedef struct sync_member {
     meta_client_t *meta;
     ferry_xport_t *xp;
     uint64_t epoch;          /* 0: none yet */
+    ProtobufCMessage *epoch_layouts; /* the LAYOUTS of the epoch, replayed to a restarted service */
     sync_side_t side[2];     /* [0] writers (source), [1] readers (destination) */
     ferry_plan_t *plan;      /* this member's local plan */
     uint64_t plan_digest;
