@@ -15,7 +15,7 @@
 #define MAX_CORRUPT_RETRIES 2
 /* shm: a DIRECT bucket lands in chunks this large, each hashed while it is
  * still in cache (one pass over the destination instead of two) */
-#define FUSE_CHUNK (1u << 20)
+#define FUSE_CHUNK (256u << 10)
 
 typedef struct reader_src {      /* one writer's transport regions, as last granted */
     uint64_t incarnation;
