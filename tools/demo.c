@@ -103,8 +103,9 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
     } else if (kind == 'R') {
         unsigned long long bytes, bad, changed, elements;
         int ok;
-        if (sscanf(line + 2, "%u %llu %lf %lf %llu %d %llu %llu %llu", &rank, &v, &t0, &t1, &bytes, &ok, &bad, &changed,
-                   &elements) != 9 ||
+        double ws, ps, vs;
+        if (sscanf(line + 2, "%u %llu %lf %lf %llu %d %llu %llu %llu %lf %lf %lf", &rank, &v, &t0, &t1, &bytes, &ok, &bad,
+                   &changed, &elements, &ws, &ps, &vs) != 12 ||
             v < 1 || v > o->steps)
             return;
         demo_step_t *s = &steps[v - 1];
@@ -121,8 +122,8 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
         }
         if (t1 - t0 > s->update_max) s->update_max = t1 - t0;
         if (o->verbose)
-            fprintf(stderr, "  reader %u holds %llu after %.3f s (%llu bytes, %s)\n", rank, v, t1 - t0, bytes,
-                    ok ? "verified" : bad ? "MISMATCH" : "not checked");
+            fprintf(stderr, "  reader %u holds %llu after %.3f s (waiting %.3f, pulling %.3f, checksums %.3f; %llu bytes, %s)\n",
+                    rank, v, t1 - t0, ws, ps, vs, bytes, ok ? "verified" : bad ? "MISMATCH" : "not checked");
     }
 }
 

@@ -201,9 +201,10 @@ static int run_reader(worker_t *w, uint32_t world) {
         held = info.version;
         uint64_t bad = 0, changed = 0, elements = 0;
         if (w->o.verify) bad = weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
-        report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu", w->rank, (unsigned long long)held, t0, t1,
+        report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f", w->rank, (unsigned long long)held, t0, t1,
                (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
-               (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0));
+               (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0),
+               info.wait_seconds, info.pull_seconds, info.verify_seconds);
         if (bad) rc = CLI_FAIL;
     }
 out:
