@@ -37,6 +37,9 @@ typedef enum ferry_log_level {
 
 typedef void (*ferry_log_fn)(void *opaque, ferry_log_level_t level, const char *message);
 
+/* Allocator and log callbacks may be called from ferry's own threads (the
+ * metadata service, heartbeats, transport threads) while the caller uses the
+ * context: they must be thread-safe. */
 typedef struct ferry_allocator {
     void *(*alloc)(void *opaque, size_t size);
     void *(*realloc)(void *opaque, void *ptr, size_t size);

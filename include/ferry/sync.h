@@ -226,7 +226,9 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id);
 ferry_status_t ferry_table_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entry, uint32_t timeout_ms);
 ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entries, size_t n,
                                      uint32_t timeout_ms);
-/* Frees this member's puts of seq_id; gets still reading them fail (STALE). */
+/* Frees this member's puts of seq_id. Later gets of seq_id wait for this
+ * member to complete it again (and time out); a get reading meanwhile fails
+ * with a transport error or its checksums, never with wrong data. */
 ferry_status_t ferry_table_drop(ferry_table_t *t, uint64_t seq_id);
 const char *ferry_table_error(const ferry_table_t *t);
 void ferry_table_destroy(ferry_table_t *t);

@@ -21,6 +21,7 @@ struct meta_client {
     char service_host[META_HOST_MAX];
     uint64_t incarnation, service_id;
     atomic_uint_fast64_t events;
+    bool service_error;  /* the last failure was an ERROR the service sent (the stream is in step) */
     meta_replay_fn replay;
     void *replay_opaque;
     bool replaying;
@@ -71,6 +72,7 @@ static ferry_status_t read_reply(meta_client_t *c, uint8_t want, double deadline
         st = meta_decode(c->ctx, type, body, len, &m, err);
         if (st != FERRY_OK) return st;
         if (type == META_ERROR) {
+            c->service_error = true;
             FerryMeta__Error *e = (void *)m;
             ferry_status_t es = e->status >= FERRY_ERR_INVALID_ARGUMENT ? (ferry_status_t)e->status : FERRY_ERR_INTERNAL;
             st = ferry_fail(err, es, "meta service: %s", e->detail ? e->detail : "");
@@ -88,7 +90,7 @@ static void disconnect(meta_client_t *c) {
     c->fd = -1;
     pthread_mutex_unlock(&c->send_lock);
     frame_reader_free(&c->rd);
-    frame_reader_init(&c->rd, c->ctx, 0);
+    frame_reader_init(&c->rd, c->ctx, META_MAX_REPLY);
 }
 
 /* Refusals that reconnecting cannot cure. */
@@ -146,9 +148,20 @@ static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errb
 static ferry_status_t connect_retry(meta_client_t *c, ferry_errbuf_t *err) {
     double deadline = ferry_mono_s() + c->p.timeout_ms / 1000.0;
     long pause_ms = 5;
+    ferry_status_t refused = FERRY_OK;
+    ferry_errbuf_t why;
     for (;;) {
+        c->service_error = false;
         ferry_status_t st = connect_once(c, deadline, err);
-        if (st == FERRY_OK || permanent(st) || ferry_mono_s() >= deadline) return st;
+        if (st != FERRY_OK && c->service_error) { /* the service said no: the most telling answer */
+            refused = st;
+            why = *err;
+        }
+        if (st == FERRY_OK || permanent(st)) return st;
+        if (ferry_mono_s() >= deadline) {
+            if (refused != FERRY_OK) *err = why;
+            return refused != FERRY_OK ? refused : st;
+        }
         struct timespec ts = {0, pause_ms * 1000000L};
         nanosleep(&ts, NULL);
         if (pause_ms < 200) pause_ms *= 2;
@@ -203,7 +216,7 @@ ferry_status_t meta_client_create(ferry_ctx_t *ctx, const meta_client_params_t *
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->hb_cond, &ca);
     pthread_condattr_destroy(&ca);
-    frame_reader_init(&c->rd, ctx, 0);
+    frame_reader_init(&c->rd, ctx, META_MAX_REPLY);
     ferry_status_t st = meta_addr_parse(c->address, c->service_host, &c->port, err);
     if (st == FERRY_OK) st = connect_retry(c, err);
     if (st == FERRY_OK && pthread_create(&c->hb, NULL, heartbeat_main, c) != 0)
@@ -260,13 +273,16 @@ ferry_status_t meta_client_call_between(meta_client_t *c, uint8_t type, const Pr
                                         uint32_t wait_ms, ProtobufCMessage **reply, meta_between_fn between,
                                         void *opaque, ferry_errbuf_t *err) {
     for (int attempt = 0;; attempt++) {
+        c->service_error = false;
         ferry_status_t st = c->fd >= 0 ? send_frame(c, type, req, err)
                                        : ferry_fail(err, FERRY_ERR_PEER_LOST, "meta: not connected");
         if (st == FERRY_OK && between) st = between(c, opaque, err);
         if (st == FERRY_OK)
             st = read_reply(c, reply_type, ferry_mono_s() + (wait_ms + (double)c->p.timeout_ms) / 1000.0, reply, err);
         if (st != FERRY_ERR_PEER_LOST || c->replaying || attempt > 0) {
-            if (st == FERRY_ERR_TIMEOUT && !strstr(err->text, "meta service:")) disconnect(c); /* reply may still come */
+            /* any failure but the service's own ERROR leaves the stream out of
+             * step (a reply may still come, a frame was lost): start afresh */
+            if (st != FERRY_OK && !c->service_error) disconnect(c);
             return st;
         }
         st = reconnect(c, err);

@@ -88,6 +88,7 @@ ferry_status_t meta_listen(const char *host, uint16_t port, int *fd_out, uint16_
 static int remaining_ms(double deadline) {
     if (deadline < 0) return -1;
     double left = deadline - ferry_mono_s();
+    if (left > 2e6) return -1; /* beyond int milliseconds: as good as forever */
     return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
 }
 

@@ -56,6 +56,7 @@ enum { META_EVENT_JOINED = 1, META_EVENT_LEFT = 2, META_EVENT_READY = 3 };
 #define META_MAX_REGIONS (1u << 20) /* transport regions in one slot map */
 #define META_MAX_BUFFERS (1u << 24)
 #define META_MAX_HELLO_BODY 4096   /* before the handshake, frames are tiny */
+#define META_MAX_REPLY (1u << 30)  /* a client accepts replies this large (LAYOUTS holds every member's) */
 
 const char *meta_type_name(uint8_t type);
 

@@ -54,6 +54,7 @@ typedef struct svc_member {
     uint32_t pid;
     uint64_t acked, published;
     bool seen;           /* connected to this service at some point */
+    uint64_t retired_max; /* writer: newest version it retired or reclaimed */
     FerryMeta__Publish *recs[MAX_RECORDS]; /* writer: published versions still readable */
     FerryMeta__Sums *sums[MAX_RECORDS];    /* their checksums when they followed the PUBLISH */
     FerryMeta__TableComplete *tseq[MAX_RECORDS]; /* table member: completed sequence ids */
@@ -399,6 +400,15 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
         return true;
     }
     uint64_t v = newest_ready(s, rb->min_version, rb->max_version);
+    if (v == 0 && rb->max_version) /* an exact version some writer already let go of never comes back */
+        for (uint32_t w = 0; w < s->world[META_ROLE_WRITER]; w++) {
+            svc_member_t *m = &s->members[META_ROLE_WRITER][w];
+            if (m->retired_max >= rb->max_version && !find_record(m, rb->max_version)) {
+                send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer available (writer %u let it go)",
+                           (unsigned long long)rb->max_version, w);
+                return true;
+            }
+        }
     if (v == 0) {
         uint64_t any = newest_ready(s, 1, 0);
         if (rb->max_version && any > rb->max_version) {
@@ -633,7 +643,15 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
             return;
         }
         svc_member_t *m = &s->members[h->role][h->rank];
-        if (m->conn) { /* a restarted member replaces its old connection */
+        if (m->conn && m->conn->incarnation != h->incarnation) {
+            /* another process claims a live rank: it waits for the holder to
+             * go (connection closed or lease expired); BUSY makes it retry */
+            send_error(s, c, FERRY_ERR_BUSY, "%s %u is held by another live process (pid %u); retry once it is gone",
+                       role_name(h->role), h->rank, m->pid);
+            c->dead = true;
+            return;
+        }
+        if (m->conn) { /* the same process reconnected: its new connection replaces the old one */
             ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s %u reconnected; dropping its old connection",
                       role_name(h->role), h->rank);
             svc_conn_t *old = m->conn;
@@ -756,12 +774,21 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
     ferry_errbuf_t err;
     ferry_status_t st = meta_decode(s->ctx, type, body, len, &msg, &err);
     if (st != FERRY_OK) {
-        send_error(s, c, st, "%s", err.text);
-        if (!c->joined) c->dead = true;
+        bool one_way = type == META_HEARTBEAT || type == META_BYE || type == META_RETIRE || type == META_SUMS ||
+                       type == META_TABLE_DROP;
+        if (one_way) { /* nobody waits for an answer: an ERROR would be read as the next reply */
+            ferry_log(s->ctx, FERRY_LOG_WARN, "meta service: dropping %s %u: %s", role_name(c->role), c->rank, err.text);
+        } else {
+            send_error(s, c, st, "%s", err.text);
+        }
+        if (!c->joined || one_way) c->dead = true;
         return;
     }
     if (!c->joined) {
-        if (type == META_HELLO) handle_hello(s, c, (FerryMeta__Hello *)msg, now);
+        if (type == META_HELLO) {
+            handle_hello(s, c, (FerryMeta__Hello *)msg, now);
+            evaluate_all(s, now); /* a replaced connection may have taken records with it */
+        }
         else {
             send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "expected HELLO first, got %s", meta_type_name(type));
             c->dead = true;
@@ -822,10 +849,14 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
             break;
         }
         drop_version(s, m, ((FerryMeta__Reclaim *)msg)->version); /* no new grants from here on */
+        if (((FerryMeta__Reclaim *)msg)->version > m->retired_max) m->retired_max = ((FerryMeta__Reclaim *)msg)->version;
         park(s, c, type, &msg, ((FerryMeta__Reclaim *)msg)->wait_ms, now);
         break;
     case META_RETIRE:
-        if (writer) drop_version(s, m, ((FerryMeta__Retire *)msg)->version);
+        if (writer) {
+            drop_version(s, m, ((FerryMeta__Retire *)msg)->version);
+            if (((FerryMeta__Retire *)msg)->version > m->retired_max) m->retired_max = ((FerryMeta__Retire *)msg)->version;
+        }
         break;
     case META_SUMS: /* one-way: an error cannot be answered while a PUBLISH is pending, so bad sums are dropped */
         if (writer) {

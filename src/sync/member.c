@@ -248,6 +248,20 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
         meta_free(m->ctx, reply);
         return FERRY_OK;
     }
+    /* the service's copy of this member must be what it committed: another
+     * process with the same rank, or a confused service, must not steer our
+     * plan onto other offsets */
+    size_t own_n = m->role == META_ROLE_WRITER ? l->n_writers : l->n_readers;
+    const ProtobufCBinaryData *own = m->role == META_ROLE_WRITER ? l->writers : l->readers;
+    if (own_n != m->p.world || own[m->p.rank].len != m->blob_len ||
+        (m->blob_len && memcmp(own[m->p.rank].data, m->blob, m->blob_len) != 0)) {
+        meta_free(m->ctx, reply);
+        return ferry_fail(&m->err, FERRY_ERR_MISMATCH,
+                          "the service's layouts (%zu %ss) do not hold this %s's own layout as committed (rank %u of %u): "
+                          "is another process running with this rank?",
+                          own_n, m->role == META_ROLE_WRITER ? "writer" : "reader",
+                          m->role == META_ROLE_WRITER ? "writer" : "reader", m->p.rank, m->p.world);
+    }
     double t0 = ferry_mono_s();
     ferry_plan_destroy(m->plan);
     m->plan = NULL;

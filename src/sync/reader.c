@@ -13,6 +13,7 @@
 #include "sync/sync_internal.h"
 
 #define MAX_CORRUPT_RETRIES 2
+#define MAX_ATTEMPTS 8 /* failed attempts of one update, whatever the cause */
 /* shm: a DIRECT bucket lands in chunks this large, each hashed while it is
  * still in cache (one pass over the destination instead of two) */
 #define FUSE_CHUNK (256u << 10)
@@ -467,7 +468,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         rb.max_version = version >= FERRY_VERSION_NEXT ? 0 : version;
         left = deadline - ferry_mono_s();
         rb.wait_ms = left > 0 ? (uint32_t)(left * 1000.0) : 0;
-        rb.grant_ms = rb.wait_ms + m->p.timeout_ms;
+        rb.grant_ms = rb.wait_ms > UINT32_MAX - m->p.timeout_ms ? UINT32_MAX : rb.wait_ms + m->p.timeout_ms;
         rb.n_writers = r->nwriters;
         rb.writers = r->writers;
         ProtobufCMessage *reply = NULL;
@@ -529,6 +530,10 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
             break;
         if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", m->err.text);
         if (exact && st == FERRY_ERR_STALE) break;
+        /* what another attempt cannot change, and a bound on attempts in all */
+        if (st == FERRY_ERR_MISMATCH || st == FERRY_ERR_INVALID_ARGUMENT || st == FERRY_ERR_UNSUPPORTED ||
+            st == FERRY_ERR_NO_MEMORY || st == FERRY_ERR_COVERAGE || inf.retries >= MAX_ATTEMPTS)
+            break;
         if (ferry_mono_s() >= deadline) break;
         ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: version %llu failed (%s); retrying", m->p.rank,
                   (unsigned long long)v, m->err.text);

@@ -370,9 +370,9 @@ static ferry_status_t resolve_peers(ferry_table_t *t, const FerryMeta__TableCont
             ferry_free(t->m.ctx, pe->desc_sum);
             pe->rmem = ferry_calloc(t->m.ctx, sq->n_regions + 1, sizeof *pe->rmem);
             pe->desc_sum = ferry_calloc(t->m.ctx, sq->n_regions + 1, sizeof *pe->desc_sum);
-            pe->n = sq->n_regions;
+            pe->n = pe->rmem && pe->desc_sum ? sq->n_regions : 0;
             pe->incarnation = mb->incarnation;
-            if (!pe->rmem || !pe->desc_sum) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+            if (!pe->n && sq->n_regions) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
         }
         for (size_t k = 0; k < sq->n_regions; k++) {
             uint64_t sum = XXH3_64bits(sq->regions[k].data, sq->regions[k].len);

@@ -27,6 +27,7 @@ typedef struct writer_slot {
 
 struct ferry_writer {
     sync_member_t m;
+    uint64_t setup_epoch;      /* the epoch the state below was built for (0: none) */
     ferry_meta_service_t *svc;
     bool committed;
     uint64_t last_version;
@@ -79,6 +80,7 @@ static void epoch_free(ferry_writer_t *w) {
     w->pair_sums = NULL;
     w->pair_sums_p = NULL;
     w->npairs = w->npack_ops = 0;
+    w->setup_epoch = 0;
 }
 
 /* Fills a slot's map: regions[] are the registrations' descriptors. */
@@ -122,11 +124,13 @@ static inline uint64_t op_key_offset(const ferry_copy_op_t *op) {
     return (op->flags & FERRY_OP_PACK) ? op->pack_offset : op->src_offset;
 }
 
-static const ferry_copy_op_t *sort_ops; /* qsort has no context argument in C11 */
-static const ferry_writer_t *sort_w;
-static int cmp_read(const void *a, const void *b) {
-    const ferry_copy_op_t *x = &sort_ops[*(const size_t *)a], *y = &sort_ops[*(const size_t *)b];
-    uint64_t rx = op_key_region(sort_w, x), ry = op_key_region(sort_w, y);
+/* Orders ops by the bytes they read (qsort_r: writers in several threads
+ * sort at once). */
+static int cmp_read(const void *a, const void *b, void *arg) {
+    const ferry_writer_t *sw = arg;
+    const ferry_copy_op_t *ops = ferry_plan_ops(sw->m.plan);
+    const ferry_copy_op_t *x = &ops[*(const size_t *)a], *y = &ops[*(const size_t *)b];
+    uint64_t rx = op_key_region(sw, x), ry = op_key_region(sw, y);
     if (rx != ry) return rx < ry ? -1 : 1;
     uint64_t ox = op_key_offset(x), oy = op_key_offset(y);
     if (ox != oy) return ox < oy ? -1 : 1;
@@ -146,9 +150,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     w->hash_order = ferry_alloc(ctx, (nops + 1) * sizeof *w->hash_order);
     if (!w->pack_ops || !w->hash_order) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < nops; i++) w->hash_order[i] = i;
-    sort_ops = ops;
-    sort_w = w;
-    qsort(w->hash_order, nops, sizeof *w->hash_order, cmp_read);
+    qsort_r(w->hash_order, nops, sizeof *w->hash_order, cmp_read, w);
     for (size_t k = 0; k < nops; k++) {
         size_t i = w->hash_order[k];
         if (!(ops[i].flags & FERRY_OP_PACK)) continue;
@@ -159,8 +161,9 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     w->npairs = ferry_plan_pair_count(m->plan);
     w->pair_sums = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums);
     w->pair_sums_p = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums_p);
-    w->nslots = m->p.mode == FERRY_SYNC_MODE_ASYNC ? m->p.slots : 1;
-    w->slots = ferry_calloc(ctx, w->nslots, sizeof *w->slots);
+    uint32_t nslots = m->p.mode == FERRY_SYNC_MODE_ASYNC ? m->p.slots : 1;
+    w->slots = ferry_calloc(ctx, nslots, sizeof *w->slots);
+    w->nslots = w->slots ? nslots : 0;
     uint32_t *breg = ferry_calloc(ctx, m->nbufs + 1, sizeof *breg);
     uint64_t *boff = ferry_calloc(ctx, m->nbufs + 1, sizeof *boff);
     ferry_xport_mem_t **regs = ferry_calloc(ctx, m->nbufs + 2, sizeof *regs);
@@ -289,6 +292,7 @@ typedef struct publish_ctx {
  * checksums, then SUMS. */
 static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errbuf_t *err) {
     publish_ctx_t *pc = opaque;
+    if (pc->w->setup_epoch != pc->w->m.epoch) return FERRY_OK; /* replanned meanwhile: the PUBLISH gets STALE */
     if (!pc->s->sums_ready) {
         double t = ferry_mono_s();
         hash_slot(pc->w, pc->s);
@@ -343,7 +347,9 @@ static ferry_status_t writer_replay(meta_client_t *c, void *opaque, ferry_errbuf
     if (st != FERRY_OK || w->m.p.mode != FERRY_SYNC_MODE_ASYNC || !w->m.epoch) return st;
     bool changed;
     st = sync_refresh_epoch(&w->m, w->m.p.timeout_ms, &changed);
-    if (st != FERRY_OK || changed) return st; /* a new epoch: nothing held is valid */
+    /* a new epoch: nothing held is valid; setup_epoch no longer matches, so
+     * publish sets everything up again (not here: a PUBLISH may be in flight) */
+    if (st != FERRY_OK || changed) return st;
     for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++)
         if (w->slots[k].version && w->slots[k].sums_ready) st = send_publish(w, k, false, err, NULL, NULL);
     return st;
@@ -364,9 +370,12 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
     for (int attempt = 0;; attempt++) {
         bool changed;
         ferry_status_t st = sync_refresh_epoch(m, m->p.timeout_ms, &changed);
-        if (st == FERRY_OK && (changed || !w->slots)) st = epoch_setup(w);
+        if (st == FERRY_OK && (changed || w->setup_epoch != m->epoch)) {
+            st = epoch_setup(w);
+            if (st == FERRY_OK) w->setup_epoch = m->epoch;
+        }
         if (st != FERRY_OK) {
-            if (changed) m->epoch = 0; /* set up again next time */
+            m->epoch = 0; /* plan and set up again next time */
             return st;
         }
         /* the slot to fill: empty, else the oldest; its readers must be done */

@@ -350,7 +350,9 @@ static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
         return ferry_fail(&xp->err, e == ENOMEM || e == ENOSPC ? FERRY_ERR_NO_MEMORY : FERRY_ERR_IO,
                           "shm: sizing a %zu-byte memfd: %s", m->size, strerror(e));
     }
-    void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* populated now: the pages are about to be written, and faulting them in
+     * one by one later costs more than the copy (seconds per GiB here) */
+    void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
@@ -533,7 +535,8 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
                           "shm descriptor: registration %u claims %llu bytes, the owner's memory has %lld", slot,
                           (unsigned long long)size, (long long)sb.st_size);
     }
-    void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* page tables filled once here, not by faults during the first reads */
+    void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         put_peer(xp, peer);
