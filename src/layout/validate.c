@@ -349,13 +349,19 @@ static bool same_lattice(ferry_layout_t *l, const span_t *sp, size_t n, ferry_st
         uint64_t off = p->byte_offset / esz;
         grid[i].ndim = nd;
         for (int k = (int)nd - 1; k >= 0 && ok; k--) {
-            uint64_t s = (uint64_t)p0->strides[order[k]];
-            grid[i].offset[k] = (int64_t)(off / s);
+            uint64_t s = (uint64_t)p0->strides[order[k]], q = off / s, end, bytes;
             off %= s;
+            /* coordinates that do not fit int64 (buffers past 2^63 bytes) or
+             * that reach the next radix would alias: leave those to the slow path */
+            if (q > (uint64_t)INT64_MAX - (uint64_t)p->box.extent[order[k]]) {
+                ok = false;
+                break;
+            }
+            grid[i].offset[k] = (int64_t)q;
             grid[i].extent[k] = p->box.extent[order[k]];
-            /* a coordinate must stay below the radix, or the grid aliases */
+            end = q + (uint64_t)grid[i].extent[k];
             if (k + 1 < (int)nd &&
-                (uint64_t)(grid[i].offset[k] + grid[i].extent[k]) * s > (uint64_t)p0->strides[order[k + 1]])
+                (__builtin_mul_overflow(end, s, &bytes) || bytes > (uint64_t)p0->strides[order[k + 1]]))
                 ok = false;
         }
     }

@@ -13,7 +13,7 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
     const ferry_model_t *model = ferry_layout_model(local);
     size_t first, np;
     ferry_layout_rank_pieces(local, rank, &first, &np);
-    const ferry_piece_t *ps = ferry_layout_pieces(local) + first;
+    const ferry_piece_t *ps = np ? ferry_layout_pieces(local) + first : NULL;
     uint32_t nt = ferry_model_tensor_count(model), nb = ferry_layout_buffer_count(local);
     size_t dims = 0;
     for (size_t i = 0; i < np; i++) dims += ps[i].box.ndim;
