@@ -18,11 +18,18 @@
  * still in cache (one pass over the destination instead of two) */
 #define FUSE_CHUNK (256u << 10)
 
-typedef struct reader_src {      /* one writer's transport regions, as last granted */
+typedef struct rmem_entry {      /* a resolved region, by the xxh3 of its descriptor */
+    uint64_t desc_sum;
+    uint64_t used;               /* update that last used it (least recently used goes first) */
+    ferry_xport_rmem_t *rmem;
+} rmem_entry_t;
+
+typedef struct reader_src {      /* one writer's transport regions */
     uint64_t incarnation;
-    size_t nregions;
-    ferry_xport_rmem_t **rmem;
-    uint64_t *desc_sum;          /* xxh3 of each region's descriptor */
+    rmem_entry_t *cache;         /* every slot's regions stay resolved (async slots alternate) */
+    size_t ncache, cap_cache;
+    ferry_xport_rmem_t **rmem;   /* the current grant's regions, in its map's order */
+    size_t nregions, cap_regions;
     const FerryMeta__WriterGrant *grant; /* of the current update */
     const uint64_t *sums;        /* its checksums for us (from the grant, or GET_SUMS) */
     size_t nsums;
@@ -45,6 +52,7 @@ struct ferry_reader {
     ferry_xport_run_t *runs;
     size_t cap_runs;
     uint64_t *got;               /* per op: xxh3 of its destination region after landing */
+    uint64_t updates;            /* grants resolved so far (the region cache's clock) */
     XXH3_state_t *hash;          /* an op's checksum, fed chunk by chunk as it lands */
 };
 
@@ -55,10 +63,9 @@ bool ferry_reader_torn(const ferry_reader_t *r) { return r && r->torn; }
 /* ---- per-epoch state ------------------------------------------------------------ */
 
 static void src_release(reader_src_t *s, ferry_ctx_t *ctx) {
-    for (size_t i = 0; i < s->nregions; i++)
-        if (s->rmem[i]) ferry_xport_rmem_release(s->rmem[i]);
+    for (size_t i = 0; i < s->ncache; i++) ferry_xport_rmem_release(s->cache[i].rmem);
+    ferry_free(ctx, s->cache);
     ferry_free(ctx, s->rmem);
-    ferry_free(ctx, s->desc_sum);
     memset(s, 0, sizeof *s);
 }
 
@@ -157,23 +164,40 @@ static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGran
     if (map->n_buffer_region != want_bufs)
         return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u's map has %zu buffers, its layout %u", g->rank,
                           map->n_buffer_region, want_bufs);
-    if (s->incarnation != g->incarnation || s->nregions != map->n_regions) {
+    if (s->incarnation != g->incarnation) { /* a new process: nothing of the old one is valid */
         src_release(s, m->ctx);
-        s->rmem = ferry_calloc(m->ctx, map->n_regions + 1, sizeof *s->rmem);
-        s->desc_sum = ferry_calloc(m->ctx, map->n_regions + 1, sizeof *s->desc_sum);
-        if (!s->rmem || !s->desc_sum) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-        s->nregions = map->n_regions;
         s->incarnation = g->incarnation;
     }
+    if (ferry_grow(m->ctx, (void **)&s->rmem, sizeof *s->rmem, &s->cap_regions, map->n_regions + 1) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    s->nregions = map->n_regions;
+    r->updates++;
     for (size_t i = 0; i < map->n_regions; i++) {
         uint64_t sum = XXH3_64bits(map->regions[i].data, map->regions[i].len);
-        if (s->rmem[i] && s->desc_sum[i] == sum) continue;
-        if (s->rmem[i]) ferry_xport_rmem_release(s->rmem[i]);
-        s->rmem[i] = NULL;
-        ferry_status_t st = ferry_xport_rmem_unpack(m->xp, map->regions[i].data, map->regions[i].len, &s->rmem[i]);
-        if (st != FERRY_OK)
-            return ferry_fail(&m->err, st, "writer %u region %zu: %s", g->rank, i, ferry_xport_error(m->xp));
-        s->desc_sum[i] = sum;
+        size_t k = 0;
+        while (k < s->ncache && s->cache[k].desc_sum != sum) k++;
+        if (k == s->ncache) {
+            /* keep every region of the last few grants: at most 4 per region of this one */
+            size_t cap = 4 * map->n_regions + 4;
+            if (s->ncache >= cap) {
+                size_t lru = 0;
+                for (size_t e = 1; e < s->ncache; e++)
+                    if (s->cache[e].used < s->cache[lru].used) lru = e;
+                if (s->cache[lru].used == r->updates) /* never drop one this grant uses */
+                    return ferry_fail(&m->err, FERRY_ERR_INTERNAL, "region cache of writer %u is full", g->rank);
+                ferry_xport_rmem_release(s->cache[lru].rmem);
+                s->cache[lru] = s->cache[--s->ncache];
+            }
+            if (ferry_grow(m->ctx, (void **)&s->cache, sizeof *s->cache, &s->cap_cache, s->ncache + 1) != 0)
+                return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+            ferry_xport_rmem_t *rm = NULL;
+            ferry_status_t st = ferry_xport_rmem_unpack(m->xp, map->regions[i].data, map->regions[i].len, &rm);
+            if (st != FERRY_OK)
+                return ferry_fail(&m->err, st, "writer %u region %zu: %s", g->rank, i, ferry_xport_error(m->xp));
+            s->cache[k = s->ncache++] = (rmem_entry_t){sum, 0, rm};
+        }
+        s->cache[k].used = r->updates;
+        s->rmem[i] = s->cache[k].rmem;
     }
     s->grant = g;
     s->sums = g->sums;
