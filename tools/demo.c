@@ -87,6 +87,10 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
     unsigned rank;
     unsigned long long v;
     double t0, t1;
+    if (kind == 'F') {
+        if (sscanf(line + 2, "%u %llu", &rank, &v) == 2 && v >= 1 && v <= o->steps) steps[v - 1].filled++;
+        return;
+    }
     if (kind == 'W') {
         unsigned long long served;
         double pk, hs, sn;
@@ -205,7 +209,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     char buf[1 << 16];
     size_t have = 0;
     uint32_t alive = nk, readers_left = res->readers;
-    uint64_t next_row = 1;
+    uint64_t next_row = 1, go_sent = 1; /* version 1 needs no go */
     double deadline = t_start + (double)o->timeout_ms / 1000.0 * (o->steps + 2) + 60.0;
     bool reading = true, stopping = false;
     struct pollfd *pf = calloc(nk + 1, sizeof *pf);
@@ -236,13 +240,17 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
                     const double *t = &rt[2 * ((next_row - 1) * res->readers + r)];
                     if (t[1] - first_pub[next_row - 1] > s->seconds) s->seconds = t[1] - first_pub[next_row - 1];
                 }
-                /* every reader checked this version and waits for the next: the writers may publish it */
-                for (uint32_t w = 0; w < res->writers && next_row < o->steps; w++) {
+                if (row_fn) row_fn(s, opaque);
+                next_row++;
+            }
+            /* version g goes out once every reader checked g - 1 and waits, and
+             * every writer has computed g: the figures then time the sync alone */
+            while (go_sent < o->steps && next_row > go_sent && steps[go_sent].filled == res->writers) {
+                for (uint32_t w = 0; w < res->writers; w++) {
                     ssize_t wr = go[w] >= 0 ? write(go[w], "g", 1) : 0;
                     (void)wr;
                 }
-                if (row_fn) row_fn(s, opaque);
-                next_row++;
+                go_sent++;
             }
         }
         for (uint32_t i = 0; i < nk; i++) {

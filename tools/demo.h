@@ -32,6 +32,7 @@ typedef struct demo_step {
     double publish_max;   /* slowest writer's publish call */
     double update_max;    /* slowest reader's update call */
     uint32_t writers;     /* writers that published it */
+    uint32_t filled;      /* writers that computed it and wait to publish */
     uint32_t readers;     /* readers that hold this version */
     uint32_t verified;    /* of them, matched the reference everywhere */
     uint64_t mismatches;

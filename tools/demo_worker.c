@@ -2,6 +2,7 @@
  * rank) or one reader (engine rank). Reports go to fd 3, one line per
  * event, each shorter than PIPE_BUF so lines from many processes never
  * interleave:
+ *   F rank version                      (a writer computed the version)
  *   W rank version t_start t_end bytes_served
  *   R rank version t_start t_end bytes verified mismatches changed elements
  *   E role rank message */
@@ -122,6 +123,7 @@ static int run_writer(worker_t *w, uint32_t world) {
     }
     for (uint64_t v = 1; v <= w->o.steps; v++) {
         weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
+        report("F %u %llu", w->rank, (unsigned long long)v);
         /* the parent's go (stdin): every reader checked v - 1 and is waiting, so
          * the figures measure the sync alone */
         char go;
@@ -187,9 +189,6 @@ static int run_reader(worker_t *w, uint32_t world) {
     uint64_t held = 0;
     while (held < w->o.steps) {
         uint64_t want = w->o.mode == FERRY_SYNC_MODE_SYNC ? held + 1 : FERRY_VERSION_NEXT;
-        if (count_changes) {
-            for (size_t b = 0; b < w->nbufs; b++) memcpy(prev[b], w->bufs[b], w->sizes[b]);
-        }
         ferry_update_info_t info;
         double t0 = cli_now_s();
         ferry_status_t st = ferry_reader_update(rd, want, w->o.timeout_ms, &info);
@@ -201,6 +200,8 @@ static int run_reader(worker_t *w, uint32_t world) {
         held = info.version;
         uint64_t bad = 0, changed = 0, elements = 0;
         if (w->o.verify) bad = weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
+        if (count_changes) /* the base the next version's changes are counted against, taken before reporting */
+            for (size_t b = 0; b < w->nbufs; b++) memcpy(prev[b], w->bufs[b], w->sizes[b]);
         report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f", w->rank, (unsigned long long)held, t0, t1,
                (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
                (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0),
