@@ -65,6 +65,17 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
 }
 
 ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void *opaque) {
+    if (m->p.serve && !m->svc) {
+        ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN |
+                                                FERRY_META_PARAM_LEASE_MS,
+                                  .listen = m->meta_addr,
+                                  .token = m->token,
+                                  .lease_ms = m->p.lease_ms};
+        ferry_status_t st = ferry_meta_service_create(m->ctx, &mp, &m->svc);
+        if (st != FERRY_OK) return st;
+        /* port 0 resolved: connect where it listens */
+        snprintf(m->meta_addr, sizeof m->meta_addr, "%s", ferry_meta_service_address(m->svc));
+    }
     meta_client_params_t cp = {.address = m->meta_addr,
                                .token = m->token,
                                .job = m->job,
@@ -93,6 +104,7 @@ void sync_member_fini(sync_member_t *m) {
     ferry_free(m->ctx, m->bufs);
     ferry_free(m->ctx, m->blob);
     ferry_layout_destroy(m->local);
+    ferry_meta_service_destroy(m->svc); /* last: members of other processes lose it now */
 }
 
 ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t dtype, void *ptr, uint64_t size,

@@ -44,6 +44,7 @@ typedef struct sync_member {
     uint8_t *blob;           /* the committed RankLayout */
     size_t blob_len;
     meta_client_t *meta;
+    ferry_meta_service_t *svc; /* p.serve: the service this member runs */
     ferry_xport_t *xp;
     uint64_t epoch;          /* 0: none yet */
     ProtobufCMessage *epoch_layouts; /* the LAYOUTS of the epoch, replayed to a restarted service */
@@ -56,6 +57,7 @@ typedef struct sync_member {
 ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t role, const ferry_model_t *model,
                                 const ferry_sync_params_t *params);
 void sync_member_fini(sync_member_t *m);
+/* Starts the service first if the member serves it, then connects. */
 ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void *opaque);
 ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t dtype, void *ptr, uint64_t size,
                                bool owned, uint32_t *index);

@@ -44,7 +44,6 @@ typedef struct tpeer { /* another member's regions, as last resolved */
 
 struct ferry_table {
     sync_member_t m;
-    ferry_meta_service_t *svc;
     tseq_t *seqs;
     size_t nseqs, cap_seqs;
     tpeer_t *peers;
@@ -695,14 +694,6 @@ ferry_status_t ferry_table_create(ferry_ctx_t *ctx, const ferry_sync_params_t *p
     }
     t->peers = ferry_calloc(ctx, t->m.p.world, sizeof *t->peers);
     if (!t->peers) st = ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "out of memory");
-    if (st == FERRY_OK && t->m.p.serve) {
-        ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN | FERRY_META_PARAM_LEASE_MS,
-                                  .listen = t->m.meta_addr,
-                                  .token = t->m.token,
-                                  .lease_ms = t->m.p.lease_ms};
-        st = ferry_meta_service_create(ctx, &mp, &t->svc);
-        if (st == FERRY_OK) snprintf(t->m.meta_addr, sizeof t->m.meta_addr, "%s", ferry_meta_service_address(t->svc));
-    }
     if (st == FERRY_OK) st = sync_member_connect(&t->m, table_replay, t);
     if (st != FERRY_OK) {
         ferry_table_destroy(t);
@@ -725,6 +716,5 @@ void ferry_table_destroy(ferry_table_t *t) {
     ferry_free(t->m.ctx, t->peers);
     free(t->scratch);
     sync_member_fini(&t->m);
-    ferry_meta_service_destroy(t->svc);
     ferry_free(t->m.ctx, t);
 }

@@ -28,7 +28,6 @@ typedef struct writer_slot {
 struct ferry_writer {
     sync_member_t m;
     uint64_t setup_epoch;      /* the epoch the state below was built for (0: none) */
-    ferry_meta_service_t *svc;
     bool committed;
     uint64_t last_version;
     /* per epoch */
@@ -48,7 +47,7 @@ struct ferry_writer {
 
 const char *ferry_writer_error(const ferry_writer_t *w) { return w ? w->m.err.text : ""; }
 const char *ferry_writer_service_address(const ferry_writer_t *w) {
-    return w && w->svc ? ferry_meta_service_address(w->svc) : "";
+    return w && w->m.svc ? ferry_meta_service_address(w->m.svc) : "";
 }
 
 /* ---- per-epoch state ------------------------------------------------------------ */
@@ -448,17 +447,7 @@ ferry_status_t ferry_writer_create(ferry_ctx_t *ctx, const ferry_model_t *model,
         ferry_free(ctx, w);
         return st;
     }
-    if (w->m.p.serve) {
-        ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN |
-                                                FERRY_META_PARAM_LEASE_MS,
-                                  .listen = w->m.meta_addr,
-                                  .token = w->m.token,
-                                  .lease_ms = w->m.p.lease_ms};
-        st = ferry_meta_service_create(ctx, &mp, &w->svc);
-        if (st == FERRY_OK) /* port 0 resolved: connect where it listens */
-            snprintf(w->m.meta_addr, sizeof w->m.meta_addr, "%s", ferry_meta_service_address(w->svc));
-    }
-    if (st == FERRY_OK) st = sync_member_connect(&w->m, writer_replay, w);
+    st = sync_member_connect(&w->m, writer_replay, w);
     if (st != FERRY_OK) {
         ferry_writer_destroy(w);
         return st;
@@ -471,7 +460,6 @@ void ferry_writer_destroy(ferry_writer_t *w) {
     if (!w) return;
     epoch_free(w);
     sync_member_fini(&w->m);
-    ferry_meta_service_destroy(w->svc);
     ferry_free(w->m.ctx, w);
 }
 
