@@ -1,0 +1,122 @@
+/* A writer that serves the metadata service itself (writer rank 0's
+ * default), a reader that finds it by the writer's address, in one process:
+ * async versions sync and verify; the reader's copy matches the writer's
+ * buffers byte for byte after each update. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ferry/ferry.h"
+
+static ferry_layout_t *build(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side, const char *spec) {
+    ferry_parallel_t p;
+    ferry_layout_t *l;
+    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), ferry_ctx_error(ctx));
+    return l;
+}
+
+int main(void) {
+    ferry_ctx_t *ctx;
+    CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
+    ferry_model_t *model;
+    CHECK_OK(ferry_model_from_hf_config_file(ctx, FERRY_TEST_GOLDEN "/tiny-qwen3.json", NULL, &model),
+             ferry_ctx_error(ctx));
+    ferry_layout_t *src = build(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build(ctx, model, FERRY_SIDE_INFER, "tp=1");
+
+    /* the writer serves (rank 0's default) on a free port */
+    ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN | FERRY_SYNC_PARAM_MODE |
+                                            FERRY_SYNC_PARAM_TIMEOUT_MS,
+                              .job = "embedded", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
+                              .mode = FERRY_SYNC_MODE_ASYNC, .timeout_ms = 5000};
+    ferry_writer_t *w;
+    CHECK_OK(ferry_writer_create(ctx, model, &wp, &w), ferry_ctx_error(ctx));
+    const char *addr = ferry_writer_service_address(w);
+    CHECK(addr[0] != '\0' && strstr(addr, "127.0.0.1:") && strcmp(addr, "127.0.0.1:0") != 0);
+
+    ferry_sync_params_t rp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN | FERRY_SYNC_PARAM_TIMEOUT_MS,
+                              .job = "embedded", .rank = 0, .world = 1, .meta = addr, .token = "t", .timeout_ms = 5000};
+    ferry_reader_t *r;
+    CHECK_OK(ferry_reader_create(ctx, model, &rp, &r), ferry_ctx_error(ctx));
+
+    /* one buffer per parameter on both sides, same shapes (tp=1): equal bytes after a sync */
+    uint32_t nb = ferry_layout_buffer_count(src);
+    CHECK_EQ_INT(nb, ferry_layout_buffer_count(dst));
+    void **wb = calloc(nb, sizeof *wb), **rb = calloc(nb, sizeof *rb);
+    uint64_t *size = calloc(nb, sizeof *size);
+    CHECK(wb && rb && size);
+    CHECK_OK(ferry_writer_add_layout(w, src, 0, wb, nb), ferry_writer_error(w));
+    CHECK_OK(ferry_reader_add_layout(r, dst, 0, rb, nb), ferry_reader_error(r));
+    for (uint32_t b = 0; b < nb; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(src, b, &bi);
+        size[b] = bi.size;
+        CHECK(wb[b] && rb[b]);
+    }
+    CHECK_OK(ferry_writer_commit(w), ferry_writer_error(w));
+    CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
+
+    for (uint64_t v = 1; v <= 3; v++) {
+        for (uint32_t b = 0; b < nb; b++)
+            for (uint64_t k = 0; k < size[b]; k++) ((uint8_t *)wb[b])[k] = (uint8_t)(k * 31 + b * 7 + v * 13);
+        ferry_publish_info_t pi;
+        CHECK_OK(ferry_writer_publish(w, v, &pi), ferry_writer_error(w));
+        ferry_update_info_t ui;
+        CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 5000, &ui), ferry_reader_error(r));
+        CHECK_EQ_INT(ui.version, v);
+        CHECK_EQ_INT(ferry_reader_version(r), v);
+        /* every element of every engine piece equals the trainer's element */
+        size_t nd = ferry_layout_piece_count(dst), ns = ferry_layout_piece_count(src), checked = 0;
+        for (size_t i = 0; i < nd; i++) {
+            const ferry_piece_t *dp = &ferry_layout_pieces(dst)[i];
+            ferry_tensor_info_t ti;
+            ferry_model_tensor(model, dp->tensor, &ti);
+            size_t esz = ferry_dtype_size(ti.dtype);
+            int64_t idx[FERRY_MAX_DIMS] = {0};
+            for (;;) {
+                int64_t doff = 0;
+                for (uint32_t d = 0; d < dp->box.ndim; d++) doff += idx[d] * dp->strides[d];
+                const uint8_t *got = (const uint8_t *)rb[dp->buffer] + dp->byte_offset + (uint64_t)doff * esz;
+                bool found = false;
+                for (size_t j = 0; j < ns && !found; j++) {
+                    const ferry_piece_t *sp = &ferry_layout_pieces(src)[j];
+                    if (sp->tensor != dp->tensor) continue;
+                    int64_t soff = 0;
+                    bool in = true;
+                    for (uint32_t d = 0; d < dp->box.ndim && in; d++) {
+                        int64_t g = dp->box.offset[d] + idx[d] - sp->box.offset[d];
+                        in = g >= 0 && g < sp->box.extent[d];
+                        soff += g * sp->strides[d];
+                    }
+                    if (!in) continue;
+                    found = true;
+                    CHECK(memcmp(got, (const uint8_t *)wb[sp->buffer] + sp->byte_offset + (uint64_t)soff * esz, esz) == 0);
+                    checked++;
+                }
+                CHECK(found);
+                int d = (int)dp->box.ndim - 1;
+                for (; d >= 0; d--) {
+                    if (++idx[d] < dp->box.extent[d]) break;
+                    idx[d] = 0;
+                }
+                if (d < 0) break;
+            }
+        }
+        CHECK(checked > 0);
+    }
+    /* the reader already holds the newest: LATEST returns at once, NEXT times out */
+    CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 1000, NULL), ferry_reader_error(r));
+    CHECK(ferry_reader_update(r, FERRY_VERSION_NEXT, 200, NULL) == FERRY_ERR_TIMEOUT);
+    CHECK_EQ_INT(ferry_reader_version(r), 3);
+
+    ferry_reader_destroy(r);
+    ferry_writer_destroy(w);
+    free(wb), free(rb), free(size);
+    ferry_layout_destroy(src);
+    ferry_layout_destroy(dst);
+    ferry_model_destroy(model);
+    ferry_ctx_destroy(ctx);
+    printf("test_sync_embedded: a writer serving the service, a reader finding it by address, 3 async versions\n");
+    return 0;
+}
