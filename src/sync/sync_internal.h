@@ -94,6 +94,14 @@ void sync_scatter(uint8_t *base, uint64_t offset, const int64_t *strides, const 
                   const uint8_t *packed);
 void sync_copy_box(uint8_t *dst, const uint8_t *src, uint64_t offset, const int64_t *strides, const ferry_box_t *box,
                    size_t esz);
+/* Elements of the trailing run contiguous under s1 (and s2 unless NULL),
+ * and the number of leading dims to walk. */
+int64_t sync_box_run(const ferry_box_t *box, const int64_t *s1, const int64_t *s2, uint32_t *outer);
+/* Calls fn once per such run, in row-major order, with its byte offset under
+ * s1, and under s2 (or, if s2 is NULL, in the row-major packed box). */
+typedef void (*sync_run_fn)(void *arg, uint64_t at1, uint64_t at2, size_t bytes);
+void sync_box_runs(const ferry_box_t *box, const int64_t *s1, const int64_t *s2, size_t esz, sync_run_fn fn,
+                   void *arg);
 /* Bytes from the first to one past the last byte the box addresses. */
 uint64_t sync_box_span(const int64_t *strides, const ferry_box_t *box, size_t esz);
 

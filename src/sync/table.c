@@ -120,6 +120,16 @@ static bool next_idx(int64_t *idx, const int64_t *lo, const int64_t *hi, uint32_
     return false;
 }
 
+/* t->scratch holds at least bytes. */
+static ferry_status_t scratch_fit(ferry_table_t *t, uint64_t bytes) {
+    if (bytes <= t->scratch_cap) return FERRY_OK;
+    uint8_t *n = realloc(t->scratch, bytes);
+    if (!n) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory for %llu bytes", (unsigned long long)bytes);
+    t->scratch = n;
+    t->scratch_cap = bytes;
+    return FERRY_OK;
+}
+
 /* ---- puts ------------------------------------------------------------------------ */
 
 static tseq_t *find_seq(ferry_table_t *t, uint64_t seq_id, bool create) {
@@ -225,12 +235,8 @@ static ferry_status_t put_sums(ferry_table_t *t, const tput_t *p, uint64_t *sums
         if (p->ndim) ferry_box_intersect(&tb, &p->box, &r);
         else r = p->box;
         uint64_t bytes = (uint64_t)ferry_box_numel(&r) * esz;
-        if (bytes > t->scratch_cap) {
-            uint8_t *n = realloc(t->scratch, bytes);
-            if (!n) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
-            t->scratch = n;
-            t->scratch_cap = bytes;
-        }
+        ferry_status_t st = scratch_fit(t, bytes);
+        if (st != FERRY_OK) return st;
         sync_gather(t->scratch, p->data, sub_offset(&p->box, &r, esz), ps, &r, esz);
         sums[k++] = XXH3_64bits(t->scratch, bytes);
     } while (p->ndim && next_idx(idx, lo, hi, p->ndim));
@@ -467,60 +473,68 @@ static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_ent
     return st;
 }
 
-/* Trailing dims contiguous under both strides: the elements of one run and
- * the number of leading dims to walk. */
-static int64_t both_run(const ferry_box_t *b, const int64_t *s1, const int64_t *s2, uint32_t *outer) {
-    int64_t run = 1;
-    int d = (int)b->ndim - 1;
-    for (; d >= 0; d--) {
-        if (b->extent[d] != 1 && (s1[d] != run || s2[d] != run)) break;
-        run *= b->extent[d];
+/* Runs of one batched get, collected by sync_box_runs. */
+typedef struct run_batch {
+    ferry_ctx_t *ctx;
+    ferry_xport_run_t *runs;
+    size_t n, cap;
+    bool oom;
+    ferry_xport_rmem_t *rmem; /* where the runs being added read from, and land */
+    uint64_t remote;
+    uint8_t *local;
+} run_batch_t;
+
+static void add_run(void *arg, uint64_t remote, uint64_t local, size_t bytes) {
+    run_batch_t *b = arg;
+    if (ferry_grow(b->ctx, (void **)&b->runs, sizeof *b->runs, &b->cap, b->n + 1) != 0) {
+        b->oom = true;
+        return;
     }
-    *outer = (uint32_t)(d + 1);
-    return run;
+    b->runs[b->n++] = (ferry_xport_run_t){b->rmem, b->remote + remote, b->local + local, bytes};
 }
+
+static ferry_status_t batch_get(ferry_table_t *t, run_batch_t *b) {
+    ferry_status_t st = b->oom ? ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory for %zu runs", b->n)
+                               : FERRY_OK;
+    ferry_xport_req_t *req = NULL;
+    if (st == FERRY_OK && b->n) {
+        st = ferry_xport_get(t->m.xp, b->runs, b->n, &req);
+        if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+        ferry_xport_req_free(req);
+        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table get: %s", ferry_xport_error(t->m.xp));
+    }
+    ferry_free(b->ctx, b->runs);
+    b->runs = NULL;
+    b->n = b->cap = 0;
+    return st;
+}
+
 
 /* Reads every op of the plan straight into the wanted buffers. */
 static ferry_status_t pull_ops(ferry_table_t *t, const ferry_plan_t *plan, const tget_t *g, ferry_table_entry_t *want) {
     const ferry_copy_op_t *ops = ferry_plan_ops(plan);
-    size_t nops = ferry_plan_op_count(plan), nruns = 0;
-    for (size_t i = 0; i < nops; i++) nruns += ops[i].runs;
-    ferry_xport_run_t *runs = malloc((nruns + 1) * sizeof *runs);
-    if (!runs) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory for %zu runs", nruns);
-    size_t k = 0;
-    for (size_t i = 0; i < nops; i++) {
+    run_batch_t b = {.ctx = t->m.ctx};
+    for (size_t i = 0; i < ferry_plan_op_count(plan); i++) {
         const ferry_copy_op_t *op = &ops[i];
         ferry_tensor_info_t ti;
         ferry_model_tensor(g->model, op->tensor, &ti);
-        size_t esz = ferry_dtype_size(ti.dtype);
-        ferry_xport_rmem_t *rmem = t->peers[op->src_rank].rmem[op->src_buffer - g->src_base[op->src_rank]];
-        uint8_t *dst = want[op->dst_buffer].data;
-        uint32_t outer;
-        int64_t run = both_run(&op->box, op->src_strides, op->dst_strides, &outer);
-        int64_t idx[FERRY_MAX_DIMS] = {0};
-        for (;;) {
-            int64_t se = 0, de = 0;
-            for (uint32_t d = 0; d < outer; d++) {
-                se += idx[d] * op->src_strides[d];
-                de += idx[d] * op->dst_strides[d];
-            }
-            runs[k++] = (ferry_xport_run_t){rmem, op->src_offset + (uint64_t)se * esz, dst + op->dst_offset + (uint64_t)de * esz,
-                                            (size_t)run * esz};
-            int d = (int)outer - 1;
-            for (; d >= 0; d--) {
-                if (++idx[d] < op->box.extent[d]) break;
-                idx[d] = 0;
-            }
-            if (d < 0) break;
-        }
+        b.rmem = t->peers[op->src_rank].rmem[op->src_buffer - g->src_base[op->src_rank]];
+        b.remote = op->src_offset;
+        b.local = (uint8_t *)want[op->dst_buffer].data + op->dst_offset;
+        sync_box_runs(&op->box, op->src_strides, op->dst_strides, ferry_dtype_size(ti.dtype), add_run, &b);
     }
-    ferry_xport_req_t *req = NULL;
-    ferry_status_t st = ferry_xport_get(t->m.xp, runs, k, &req);
-    if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
-    ferry_xport_req_free(req);
-    free(runs);
-    if (st != FERRY_OK) return ferry_fail(&t->m.err, st, "table get: %s", ferry_xport_error(t->m.xp));
-    return FERRY_OK;
+    return batch_get(t, &b);
+}
+
+typedef struct copy2 {
+    uint8_t *to;
+    const uint8_t *from;
+} copy2_t;
+
+/* A run between two strided boxes: at1 in the source, at2 in the destination. */
+static void copy2_run(void *arg, uint64_t at1, uint64_t at2, size_t bytes) {
+    copy2_t *c = arg;
+    memcpy(c->to + at2, c->from + at1, bytes);
 }
 
 /* Every tile of every put a wanted box meets: a tile the box holds whole is
@@ -559,45 +573,18 @@ static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_tabl
                     uint64_t k = 0; /* R's index among P's tiles */
                     for (uint32_t d = 0; d < P.ndim; d++) k = k * (uint64_t)(phi[d] - plo[d]) + (uint64_t)(idx[d] - plo[d]);
                     uint64_t bytes = (uint64_t)ferry_box_numel(&R) * esz;
-                    if (bytes > t->scratch_cap) {
-                        uint8_t *nb = realloc(t->scratch, bytes);
-                        if (!nb) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
-                        t->scratch = nb;
-                        t->scratch_cap = bytes;
-                    }
+                    ferry_status_t st = scratch_fit(t, bytes);
+                    if (st != FERRY_OK) return st;
                     bool whole = !P.ndim || ferry_box_contains(&want[w].box, &R);
                     if (whole) {
                         sync_gather(t->scratch, want[w].data, sub_offset(&want[w].box, &R, esz), gstr, &R, esz);
-                    } else { /* read the tile's part of the put whole */
-                        ferry_xport_run_t run;
-                        ferry_xport_req_t *req = NULL;
-                        uint32_t outer;
-                        int64_t rs[FERRY_MAX_DIMS];
-                        rm_strides(&R, rs);
-                        int64_t len = both_run(&R, pstr, rs, &outer);
-                        int64_t ri[FERRY_MAX_DIMS] = {0};
-                        uint8_t *to = t->scratch;
-                        ferry_status_t st = FERRY_OK;
-                        for (;;) {
-                            int64_t pe = 0;
-                            for (uint32_t d = 0; d < outer; d++) pe += ri[d] * pstr[d];
-                            run = (ferry_xport_run_t){t->peers[mb->rank].rmem[te->region],
-                                                      te->byte_offset + sub_offset(&P, &R, esz) + (uint64_t)pe * esz, to,
-                                                      (size_t)len * esz};
-                            st = ferry_xport_get(t->m.xp, &run, 1, &req);
-                            if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
-                            ferry_xport_req_free(req);
-                            req = NULL;
-                            if (st != FERRY_OK)
-                                return ferry_fail(&t->m.err, st, "table get: %s", ferry_xport_error(t->m.xp));
-                            to += (size_t)len * esz;
-                            int d = (int)outer - 1;
-                            for (; d >= 0; d--) {
-                                if (++ri[d] < R.extent[d]) break;
-                                ri[d] = 0;
-                            }
-                            if (d < 0) break;
-                        }
+                    } else { /* read the tile's part of the put whole, row-major into scratch */
+                        run_batch_t b = {.ctx = t->m.ctx,
+                                         .rmem = t->peers[mb->rank].rmem[te->region],
+                                         .remote = te->byte_offset + sub_offset(&P, &R, esz),
+                                         .local = t->scratch};
+                        sync_box_runs(&R, pstr, NULL, esz, add_run, &b);
+                        if ((st = batch_get(t, &b)) != FERRY_OK) return st;
                     }
                     uint64_t got = XXH3_64bits(t->scratch, bytes);
                     if (got != te->tile_sums[k]) {
@@ -612,12 +599,9 @@ static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_tabl
                         /* the wanted part, from the verified copy */
                         int64_t rs[FERRY_MAX_DIMS];
                         rm_strides(&R, rs);
-                        uint64_t rg_bytes = (uint64_t)ferry_box_numel(&RG) * esz;
-                        uint8_t *tmp = malloc(rg_bytes);
-                        if (!tmp) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
-                        sync_gather(tmp, t->scratch, sub_offset(&R, &RG, esz), rs, &RG, esz);
-                        sync_scatter(want[w].data, sub_offset(&want[w].box, &RG, esz), gstr, &RG, esz, tmp);
-                        free(tmp);
+                        copy2_t c = {(uint8_t *)want[w].data + sub_offset(&want[w].box, &RG, esz),
+                                     t->scratch + sub_offset(&R, &RG, esz)};
+                        sync_box_runs(&RG, rs, gstr, esz, copy2_run, &c);
                     }
                 } while (P.ndim && next_idx(idx, lo, hi, P.ndim));
             }
