@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "meta/proto.h"
 #include "sync/sync_internal.h"
 
@@ -311,4 +312,49 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
     }
     meta_free(m->ctx, reply);
     return st;
+}
+
+void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx) {
+    for (size_t i = 0; i < rg->ncache; i++) ferry_xport_rmem_release(rg->cache[i].rmem);
+    ferry_free(ctx, rg->cache);
+    ferry_free(ctx, rg->cur);
+    memset(rg, 0, sizeof *rg);
+}
+
+ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64_t incarnation,
+                                    const ProtobufCBinaryData *descs, size_t n, const char *what, uint32_t rank) {
+    if (rg->incarnation != incarnation) { /* a new process: nothing of the old one is valid */
+        sync_regions_free(rg, m->ctx);
+        rg->incarnation = incarnation;
+    }
+    if (ferry_grow(m->ctx, (void **)&rg->cur, sizeof *rg->cur, &rg->cap_cur, n + 1) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    rg->ncur = n;
+    rg->clock++;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t sum = XXH3_64bits(descs[i].data, descs[i].len);
+        size_t k = 0;
+        while (k < rg->ncache && rg->cache[k].desc_sum != sum) k++;
+        if (k == rg->ncache) {
+            if (rg->ncache >= 4 * n + 4) { /* room for a few resolves' regions */
+                size_t lru = 0;
+                for (size_t e = 1; e < rg->ncache; e++)
+                    if (rg->cache[e].used < rg->cache[lru].used) lru = e;
+                if (rg->cache[lru].used == rg->clock) /* never drop one this resolve uses */
+                    return ferry_fail(&m->err, FERRY_ERR_INTERNAL, "region cache of %s %u is full", what, rank);
+                ferry_xport_rmem_release(rg->cache[lru].rmem);
+                rg->cache[lru] = rg->cache[--rg->ncache];
+            }
+            if (ferry_grow(m->ctx, (void **)&rg->cache, sizeof *rg->cache, &rg->cap_cache, rg->ncache + 1) != 0)
+                return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+            ferry_xport_rmem_t *rm = NULL;
+            ferry_status_t st = ferry_xport_rmem_unpack(m->xp, descs[i].data, descs[i].len, &rm);
+            if (st != FERRY_OK)
+                return ferry_fail(&m->err, st, "%s %u region %zu: %s", what, rank, i, ferry_xport_error(m->xp));
+            rg->cache[k = rg->ncache++] = (sync_region_t){sum, 0, rm};
+        }
+        rg->cache[k].used = rg->clock;
+        rg->cur[i] = rg->cache[k].rmem;
+    }
+    return FERRY_OK;
 }

@@ -18,18 +18,8 @@
  * still in cache (one pass over the destination instead of two) */
 #define FUSE_CHUNK (256u << 10)
 
-typedef struct rmem_entry {      /* a resolved region, by the xxh3 of its descriptor */
-    uint64_t desc_sum;
-    uint64_t used;               /* update that last used it (least recently used goes first) */
-    ferry_xport_rmem_t *rmem;
-} rmem_entry_t;
-
-typedef struct reader_src {      /* one writer's transport regions */
-    uint64_t incarnation;
-    rmem_entry_t *cache;         /* every slot's regions stay resolved (async slots alternate) */
-    size_t ncache, cap_cache;
-    ferry_xport_rmem_t **rmem;   /* the current grant's regions, in its map's order */
-    size_t nregions, cap_regions;
+typedef struct reader_src {      /* one writer as the current update sees it */
+    sync_regions_t regions;
     const FerryMeta__WriterGrant *grant; /* of the current update */
     const uint64_t *sums;        /* its checksums for us (from the grant, or GET_SUMS) */
     size_t nsums;
@@ -52,7 +42,6 @@ struct ferry_reader {
     ferry_xport_run_t *runs;
     size_t cap_runs;
     uint64_t *got;               /* per op: xxh3 of its destination region after landing */
-    uint64_t updates;            /* grants resolved so far (the region cache's clock) */
     XXH3_state_t *hash;          /* an op's checksum, fed chunk by chunk as it lands */
 };
 
@@ -62,16 +51,9 @@ bool ferry_reader_torn(const ferry_reader_t *r) { return r && r->torn; }
 
 /* ---- per-epoch state ------------------------------------------------------------ */
 
-static void src_release(reader_src_t *s, ferry_ctx_t *ctx) {
-    for (size_t i = 0; i < s->ncache; i++) ferry_xport_rmem_release(s->cache[i].rmem);
-    ferry_free(ctx, s->cache);
-    ferry_free(ctx, s->rmem);
-    memset(s, 0, sizeof *s);
-}
-
 static void epoch_free(ferry_reader_t *r) {
     ferry_ctx_t *ctx = r->m.ctx;
-    for (uint32_t i = 0; i < r->nsrc; i++) src_release(&r->src[i], ctx);
+    for (uint32_t i = 0; i < r->nsrc; i++) sync_regions_free(&r->src[i].regions, ctx);
     ferry_free(ctx, r->src);
     for (size_t b = 0; r->shadow && b < r->m.nbufs; b++) free(r->shadow[b]);
     ferry_free(ctx, r->shadow);
@@ -164,41 +146,9 @@ static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGran
     if (map->n_buffer_region != want_bufs)
         return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u's map has %zu buffers, its layout %u", g->rank,
                           map->n_buffer_region, want_bufs);
-    if (s->incarnation != g->incarnation) { /* a new process: nothing of the old one is valid */
-        src_release(s, m->ctx);
-        s->incarnation = g->incarnation;
-    }
-    if (ferry_grow(m->ctx, (void **)&s->rmem, sizeof *s->rmem, &s->cap_regions, map->n_regions + 1) != 0)
-        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-    s->nregions = map->n_regions;
-    r->updates++;
-    for (size_t i = 0; i < map->n_regions; i++) {
-        uint64_t sum = XXH3_64bits(map->regions[i].data, map->regions[i].len);
-        size_t k = 0;
-        while (k < s->ncache && s->cache[k].desc_sum != sum) k++;
-        if (k == s->ncache) {
-            /* keep every region of the last few grants: at most 4 per region of this one */
-            size_t cap = 4 * map->n_regions + 4;
-            if (s->ncache >= cap) {
-                size_t lru = 0;
-                for (size_t e = 1; e < s->ncache; e++)
-                    if (s->cache[e].used < s->cache[lru].used) lru = e;
-                if (s->cache[lru].used == r->updates) /* never drop one this grant uses */
-                    return ferry_fail(&m->err, FERRY_ERR_INTERNAL, "region cache of writer %u is full", g->rank);
-                ferry_xport_rmem_release(s->cache[lru].rmem);
-                s->cache[lru] = s->cache[--s->ncache];
-            }
-            if (ferry_grow(m->ctx, (void **)&s->cache, sizeof *s->cache, &s->cap_cache, s->ncache + 1) != 0)
-                return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-            ferry_xport_rmem_t *rm = NULL;
-            ferry_status_t st = ferry_xport_rmem_unpack(m->xp, map->regions[i].data, map->regions[i].len, &rm);
-            if (st != FERRY_OK)
-                return ferry_fail(&m->err, st, "writer %u region %zu: %s", g->rank, i, ferry_xport_error(m->xp));
-            s->cache[k = s->ncache++] = (rmem_entry_t){sum, 0, rm};
-        }
-        s->cache[k].used = r->updates;
-        s->rmem[i] = s->cache[k].rmem;
-    }
+    ferry_status_t st = sync_regions_resolve(m, &s->regions, g->incarnation, map->regions, map->n_regions, "writer",
+                                             g->rank);
+    if (st != FERRY_OK) return st;
     s->grant = g;
     s->sums = g->sums;
     s->nsums = g->n_sums;
@@ -251,11 +201,11 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
         ferry_xport_run_t *run = &r->runs[j - j0];
         if (b->flags & FERRY_BUCKET_PACKED) {
             if (!map->has_pack) return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u has no pack area", p->src_rank);
-            run->rmem = s->rmem[map->pack_region];
+            run->rmem = s->regions.cur[map->pack_region];
             run->remote_offset = map->pack_offset + b->src_offset;
         } else {
             uint32_t lb = sync_local_buffer(m, 0, p->src_rank, b->src_buffer);
-            run->rmem = s->rmem[map->buffer_region[lb]];
+            run->rmem = s->regions.cur[map->buffer_region[lb]];
             run->remote_offset = map->buffer_offset[lb] + b->src_offset;
         }
         run->len = b->bytes;
@@ -351,11 +301,11 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
     ferry_xport_run_t run;
     if (b->flags & FERRY_BUCKET_PACKED) {
         if (!map->has_pack) return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u has no pack area", p->src_rank);
-        run.rmem = s->rmem[map->pack_region];
+        run.rmem = s->regions.cur[map->pack_region];
         run.remote_offset = map->pack_offset + b->src_offset;
     } else {
         uint32_t lb = sync_local_buffer(m, 0, p->src_rank, b->src_buffer);
-        run.rmem = s->rmem[map->buffer_region[lb]];
+        run.rmem = s->regions.cur[map->buffer_region[lb]];
         run.remote_offset = map->buffer_offset[lb] + b->src_offset;
     }
     uint8_t *dst = dst_base(r, sync_local_buffer(m, 1, m->p.rank, b->dst_buffer)) + b->dst_offset;

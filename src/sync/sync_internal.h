@@ -31,6 +31,24 @@ typedef struct sync_side {
     uint32_t *hosts;         /* host label of each rank (shared numbering across sides) */
 } sync_side_t;
 
+/* Another member's transport regions, resolved from their descriptors and
+ * kept while they are in use: the regions of a member's recent grants stay
+ * resolved (least recently used go first), so alternating async slots are
+ * mapped once; a new incarnation (a restarted process) drops them all. */
+typedef struct sync_region {
+    uint64_t desc_sum;  /* xxh3 of the descriptor */
+    uint64_t used;      /* the resolve that last used it */
+    ferry_xport_rmem_t *rmem;
+} sync_region_t;
+
+typedef struct sync_regions {
+    uint64_t incarnation, clock;
+    sync_region_t *cache;
+    size_t ncache, cap_cache;
+    ferry_xport_rmem_t **cur; /* the regions of the last resolve, in its order */
+    size_t ncur, cap_cur;
+} sync_regions_t;
+
 typedef struct sync_member {
     ferry_ctx_t *ctx;
     ferry_errbuf_t err;
@@ -75,6 +93,12 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
 static inline uint32_t sync_local_buffer(const sync_member_t *m, int side, uint32_t rank, uint32_t global) {
     return global - m->side[side].buf_base[rank];
 }
+
+/* Resolves the n descriptors one member (rank, of `what`) gives into
+ * rg->cur[0..n), reusing what is cached. */
+ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64_t incarnation,
+                                    const ProtobufCBinaryData *descs, size_t n, const char *what, uint32_t rank);
+void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx);
 
 /* wire.c: RankLayout <-> layouts */
 ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,

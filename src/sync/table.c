@@ -35,18 +35,12 @@ typedef struct tseq {
     size_t sent_len;
 } tseq_t;
 
-typedef struct tpeer { /* another member's regions, as last resolved */
-    uint64_t incarnation;
-    size_t n;
-    ferry_xport_rmem_t **rmem;
-    uint64_t *desc_sum;
-} tpeer_t;
 
 struct ferry_table {
     sync_member_t m;
     tseq_t *seqs;
     size_t nseqs, cap_seqs;
-    tpeer_t *peers;
+    sync_regions_t *peers;   /* by member rank */
     uint8_t *scratch;
     size_t scratch_cap;
 };
@@ -366,29 +360,9 @@ static ferry_status_t resolve_peers(ferry_table_t *t, const FerryMeta__TableCont
         const FerryMeta__TableMember *mb = tc->members[i];
         if (mb->rank >= t->m.p.world)
             return ferry_fail(&t->m.err, FERRY_ERR_CORRUPT, "table member %u of %u", mb->rank, t->m.p.world);
-        tpeer_t *pe = &t->peers[mb->rank];
-        const FerryMeta__TableComplete *sq = mb->seq;
-        if (pe->incarnation != mb->incarnation || pe->n < sq->n_regions) {
-            for (size_t k = 0; k < pe->n; k++)
-                if (pe->rmem[k]) ferry_xport_rmem_release(pe->rmem[k]);
-            ferry_free(t->m.ctx, pe->rmem);
-            ferry_free(t->m.ctx, pe->desc_sum);
-            pe->rmem = ferry_calloc(t->m.ctx, sq->n_regions + 1, sizeof *pe->rmem);
-            pe->desc_sum = ferry_calloc(t->m.ctx, sq->n_regions + 1, sizeof *pe->desc_sum);
-            pe->n = pe->rmem && pe->desc_sum ? sq->n_regions : 0;
-            pe->incarnation = mb->incarnation;
-            if (!pe->n && sq->n_regions) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
-        }
-        for (size_t k = 0; k < sq->n_regions; k++) {
-            uint64_t sum = XXH3_64bits(sq->regions[k].data, sq->regions[k].len);
-            if (pe->rmem[k] && pe->desc_sum[k] == sum) continue;
-            if (pe->rmem[k]) ferry_xport_rmem_release(pe->rmem[k]);
-            pe->rmem[k] = NULL;
-            ferry_status_t st = ferry_xport_rmem_unpack(t->m.xp, sq->regions[k].data, sq->regions[k].len, &pe->rmem[k]);
-            if (st != FERRY_OK)
-                return ferry_fail(&t->m.err, st, "table member %u region %zu: %s", mb->rank, k, ferry_xport_error(t->m.xp));
-            pe->desc_sum[k] = sum;
-        }
+        ferry_status_t st = sync_regions_resolve(&t->m, &t->peers[mb->rank], mb->incarnation, mb->seq->regions,
+                                                 mb->seq->n_regions, "table member", mb->rank);
+        if (st != FERRY_OK) return st;
     }
     return FERRY_OK;
 }
@@ -435,7 +409,7 @@ static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_ent
             uint32_t idx;
             snprintf(name, sizeof name, "region%zu", r);
             st = ferry_layout_add_buffer(g->src, mb->rank, name, FERRY_DTYPE_U8,
-                                         ferry_xport_rmem_size(t->peers[mb->rank].rmem[r]), &idx);
+                                         ferry_xport_rmem_size(t->peers[mb->rank].cur[r]), &idx);
         }
         for (size_t e = 0; e < mb->seq->n_entries && st == FERRY_OK; e++) {
             const FerryMeta__TableEntry *te = mb->seq->entries[e];
@@ -518,7 +492,7 @@ static ferry_status_t pull_ops(ferry_table_t *t, const ferry_plan_t *plan, const
         const ferry_copy_op_t *op = &ops[i];
         ferry_tensor_info_t ti;
         ferry_model_tensor(g->model, op->tensor, &ti);
-        b.rmem = t->peers[op->src_rank].rmem[op->src_buffer - g->src_base[op->src_rank]];
+        b.rmem = t->peers[op->src_rank].cur[op->src_buffer - g->src_base[op->src_rank]];
         b.remote = op->src_offset;
         b.local = (uint8_t *)want[op->dst_buffer].data + op->dst_offset;
         sync_box_runs(&op->box, op->src_strides, op->dst_strides, ferry_dtype_size(ti.dtype), add_run, &b);
@@ -580,7 +554,7 @@ static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_tabl
                         sync_gather(t->scratch, want[w].data, sub_offset(&want[w].box, &R, esz), gstr, &R, esz);
                     } else { /* read the tile's part of the put whole, row-major into scratch */
                         run_batch_t b = {.ctx = t->m.ctx,
-                                         .rmem = t->peers[mb->rank].rmem[te->region],
+                                         .rmem = t->peers[mb->rank].cur[te->region],
                                          .remote = te->byte_offset + sub_offset(&P, &R, esz),
                                          .local = t->scratch};
                         sync_box_runs(&R, pstr, NULL, esz, add_run, &b);
@@ -691,12 +665,7 @@ void ferry_table_destroy(ferry_table_t *t) {
     if (!t) return;
     for (size_t i = 0; i < t->nseqs; i++) seq_free(t, &t->seqs[i]);
     ferry_free(t->m.ctx, t->seqs);
-    for (uint32_t r = 0; t->peers && r < t->m.p.world; r++) {
-        for (size_t k = 0; k < t->peers[r].n; k++)
-            if (t->peers[r].rmem[k]) ferry_xport_rmem_release(t->peers[r].rmem[k]);
-        ferry_free(t->m.ctx, t->peers[r].rmem);
-        ferry_free(t->m.ctx, t->peers[r].desc_sum);
-    }
+    for (uint32_t r = 0; t->peers && r < t->m.p.world; r++) sync_regions_free(&t->peers[r], t->m.ctx);
     ferry_free(t->m.ctx, t->peers);
     free(t->scratch);
     sync_member_fini(&t->m);
