@@ -387,6 +387,53 @@ static bool try_reclaim(ferry_meta_service_t *s, svc_conn_t *c, bool expired, do
     return true;
 }
 
+/* Sends a GRANT of `version` from the named writers (which hold it): their
+ * checksums for c's rank, and with_map their slot maps (READ_BEGIN) or not
+ * (GET_SUMS). False if it sent an ERROR instead. */
+static bool send_grant(ferry_meta_service_t *s, svc_conn_t *c, uint64_t version, const uint32_t *writers, size_t n,
+                       bool with_map) {
+    for (size_t i = 0; i < n; i++)
+        if (writers[i] >= s->world[META_ROLE_WRITER]) {
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "%s names writer %u of %u", meta_type_name(c->parked),
+                       writers[i], s->world[META_ROLE_WRITER]);
+            return false;
+        }
+    FerryMeta__WriterGrant *wg = ferry_calloc(s->ctx, n ? n : 1, sizeof *wg);
+    FerryMeta__WriterGrant **wp = ferry_calloc(s->ctx, n ? n : 1, sizeof *wp);
+    bool ok = wg && wp;
+    if (!ok) {
+        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering %s", meta_type_name(c->parked));
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            svc_member_t *m = &s->members[META_ROLE_WRITER][writers[i]];
+            ferry_meta__writer_grant__init(&wg[i]);
+            wg[i].rank = writers[i];
+            if (with_map) {
+                const FerryMeta__Publish *p = find_record(m, version);
+                wg[i].incarnation = m->conn ? m->conn->incarnation : 0;
+                wg[i].slot = p->slot;
+                wg[i].map = p->map;
+            }
+            bool pending;
+            const FerryMeta__PairSums *ps = record_sums(m, version, c->rank, &pending);
+            wg[i].sums_pending = pending;
+            if (ps) {
+                wg[i].n_sums = ps->n_sums;
+                wg[i].sums = ps->sums;
+            }
+            wp[i] = &wg[i];
+        }
+        FerryMeta__Grant g = FERRY_META__GRANT__INIT;
+        g.version = version;
+        g.n_writers = n;
+        g.writers = wp;
+        send_msg(s, c, META_GRANT, &g.base);
+    }
+    ferry_free(s->ctx, wg);
+    ferry_free(s->ctx, wp);
+    return ok;
+}
+
 static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired, double now) {
     const FerryMeta__ReadBegin *rb = (const void *)c->parked_msg;
     if (rb->epoch != s->epoch || s->epoch == 0) {
@@ -421,47 +468,7 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
                    (unsigned long long)rb->min_version, rb->wait_ms, (unsigned long long)any);
         return true;
     }
-    size_t n = rb->n_writers;
-    FerryMeta__WriterGrant *wg = ferry_calloc(s->ctx, n ? n : 1, sizeof *wg);
-    FerryMeta__WriterGrant **wp = ferry_calloc(s->ctx, n ? n : 1, sizeof *wp);
-    if (!wg || !wp) {
-        ferry_free(s->ctx, wg);
-        ferry_free(s->ctx, wp);
-        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering READ_BEGIN");
-        return true;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t w = rb->writers[i];
-        if (w >= s->world[META_ROLE_WRITER]) {
-            ferry_free(s->ctx, wg);
-            ferry_free(s->ctx, wp);
-            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "READ_BEGIN names writer %u of %u", w,
-                       s->world[META_ROLE_WRITER]);
-            return true;
-        }
-        svc_member_t *m = &s->members[META_ROLE_WRITER][w];
-        FerryMeta__Publish *p = find_record(m, v);
-        ferry_meta__writer_grant__init(&wg[i]);
-        wg[i].rank = w;
-        wg[i].incarnation = m->conn ? m->conn->incarnation : 0;
-        wg[i].slot = p->slot;
-        wg[i].map = p->map;
-        bool pending;
-        const FerryMeta__PairSums *ps = record_sums(m, v, c->rank, &pending);
-        wg[i].sums_pending = pending;
-        if (ps) {
-            wg[i].n_sums = ps->n_sums;
-            wg[i].sums = ps->sums;
-        }
-        wp[i] = &wg[i];
-    }
-    FerryMeta__Grant g = FERRY_META__GRANT__INIT;
-    g.version = v;
-    g.n_writers = n;
-    g.writers = wp;
-    send_msg(s, c, META_GRANT, &g.base);
-    ferry_free(s->ctx, wg);
-    ferry_free(s->ctx, wp);
+    if (!send_grant(s, c, v, rb->writers, rb->n_writers, true)) return true;
     c->pin_version = v;
     c->pin_deadline = now + (rb->grant_ms ? rb->grant_ms : 60000) / 1000.0;
     return true;
@@ -486,31 +493,7 @@ static bool try_get_sums(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
             return true;
         }
     }
-    FerryMeta__WriterGrant *wg = ferry_calloc(s->ctx, n ? n : 1, sizeof *wg);
-    FerryMeta__WriterGrant **wp = ferry_calloc(s->ctx, n ? n : 1, sizeof *wp);
-    if (!wg || !wp) {
-        send_error(s, c, FERRY_ERR_NO_MEMORY, "out of memory answering GET_SUMS");
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            bool pending;
-            const FerryMeta__PairSums *ps =
-                record_sums(&s->members[META_ROLE_WRITER][gs->writers[i]], gs->version, c->rank, &pending);
-            ferry_meta__writer_grant__init(&wg[i]);
-            wg[i].rank = gs->writers[i];
-            if (ps) {
-                wg[i].n_sums = ps->n_sums;
-                wg[i].sums = ps->sums;
-            }
-            wp[i] = &wg[i];
-        }
-        FerryMeta__Grant g = FERRY_META__GRANT__INIT;
-        g.version = gs->version;
-        g.n_writers = n;
-        g.writers = wp;
-        send_msg(s, c, META_GRANT, &g.base);
-    }
-    ferry_free(s->ctx, wg);
-    ferry_free(s->ctx, wp);
+    send_grant(s, c, gs->version, gs->writers, n, false);
     return true;
 }
 
