@@ -8,6 +8,7 @@
 #include "ferry/plan.h"
 #include "ferry/xport.h"
 #include "ferry/meta.h"
+#include "ferry/codec.h"
 #include "ferry/sync.h"
 #include "ferry/status.h"
 

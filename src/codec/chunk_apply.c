@@ -1,0 +1,159 @@
+/* Applying one chunk: decode every change against the untouched base (the
+ * classes come from base magnitudes), then write them, keeping the old
+ * values as the undo log, then verify the chunk's next checksum. A chunk
+ * that fails is restored before the error returns. */
+#include "codec/codec_internal.h"
+#include "common/hash.h"
+
+/* Where one class's stream stands while decoding. */
+typedef struct class_cursor {
+    bitr_t br;
+    uint64_t target;  /* rank of the class's next change; UINT64_MAX when done */
+    uint64_t seen;    /* class elements in the blocks before this one */
+    uint32_t left;    /* changes still to decode */
+    uint32_t j;       /* index of the next change within the class */
+    uint32_t nu_next; /* index of the next non-unit change */
+    uint32_t nu_left;
+} class_cursor_t;
+
+/* Decodes one change of class k: its value change, then where the next is. */
+static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
+    uint32_t neg = bitr_bits(&q->br, 1);
+    uint64_t a = 1;
+    if (q->nu_left && q->j == q->nu_next) {
+        a = bitr_expg(&q->br, e->k_mag) + 2;
+        if (--q->nu_left) q->nu_next += bitr_rice(&q->br, e->k_nu, e->changed) + 1;
+    }
+    q->j++;
+    if (--q->left == 0)
+        q->target = UINT64_MAX;
+    else
+        q->target += (uint64_t)bitr_rice(&q->br, e->k_gap, e->count) + 1;
+    return neg ? -(int64_t)a : (int64_t)a;
+}
+
+/* Decodes a sparse chunk's changes into c->log[c->log_n, ...). */
+DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t *h, const uint8_t *base,
+                                              size_t *n_out) {
+    uint32_t w = h->width, K = h->classes;
+    if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log))
+        return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
+    delta_change_t *out = c->log + c->log_n;
+    size_t n = 0;
+    class_cursor_t q[FERRY_DELTA_CLASSES_MAX];
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX];
+    const uint8_t *p = h->payload;
+    for (uint32_t k = 0; k < K; k++) {
+        const delta_class_t *e = &h->cls[k];
+        lower[k] = e->lower;
+        bitr_init(&q[k].br, p, e->len);
+        p += e->len;
+        q[k].seen = 0;
+        q[k].j = 0;
+        q[k].left = e->changed;
+        q[k].nu_left = e->nonunit;
+        q[k].nu_next = e->nonunit ? bitr_rice(&q[k].br, e->k_nu, e->changed) : 0;
+        q[k].target = e->changed ? bitr_rice(&q[k].br, e->k_gap, e->count) : UINT64_MAX;
+    }
+    for (uint32_t at = 0; at < h->elems; at += 64) {
+        uint32_t nb = h->elems - at < 64 ? h->elems - at : 64;
+        uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1];
+        c->masks(base + (size_t)at * w, NULL, w, nb, lower + 1, K - 1, NULL, ge + 1);
+        ge[0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
+        ge[K] = 0;
+        for (uint32_t k = 0; k < K; k++) {
+            uint64_t cm = ge[k] & ~ge[k + 1];
+            uint64_t cnt = (uint64_t)__builtin_popcountll(cm);
+            class_cursor_t *qk = &q[k];
+            while (qk->target < qk->seen + cnt) {
+                uint32_t pos = at + select_bit(cm, (uint32_t)(qk->target - qk->seen));
+                int64_t d = next_value(qk, &h->cls[k]);
+                uint32_t v;
+                if (qk->br.overrun || !elem_unord(elem_ord(elem_get(base, w, pos), w) + d, w, &v))
+                    return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream cut short or a value out of range", k);
+                out[n].pos = pos;
+                out[n].val = v;
+                n++;
+            }
+            qk->seen += cnt;
+        }
+    }
+    for (uint32_t k = 0; k < K; k++) {
+        if (q[k].seen != h->cls[k].count)
+            return delta_fail(c, FERRY_ERR_MISMATCH,
+                              "the region is not this delta's base: magnitude class %u holds %llu elements, "
+                              "the delta's base had %u",
+                              k, (unsigned long long)q[k].seen, h->cls[k].count);
+    }
+    for (uint32_t k = 0; k < K; k++) {
+        if (q[k].left || q[k].nu_left || q[k].br.overrun)
+            return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: %u of %u changes left undecoded or a stream cut short",
+                              k, q[k].left, h->cls[k].changed);
+    }
+    *n_out = n;
+    return FERRY_OK;
+}
+
+/* After a failed check: tells a wrong base from damaged data. */
+static ferry_status_t blame(ferry_delta_codec_t *c, const delta_chunk_t *h, const uint8_t *base) {
+    if (XXH3_64bits(base, (size_t)h->elems * h->width) != h->base_sum)
+        return delta_fail(c, FERRY_ERR_MISMATCH, "the region is not this delta's base (base checksum differs)");
+    return delta_fail(c, FERRY_ERR_CORRUPT, "the applied chunk does not match the delta's checksum");
+}
+
+ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dtype, const void *chunk,
+                                       size_t chunk_len, void *base_, uint32_t elems) {
+    if (!c) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_err_clear(&c->err);
+    uint8_t *base = base_;
+    uint32_t w = delta_width(dtype);
+    if (!w) return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta of dtype %s", ferry_dtype_name(dtype));
+    if (!chunk || !base) return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk apply: NULL chunk or region");
+    delta_chunk_t h;
+    ferry_status_t st = delta_chunk_parse(chunk, chunk_len, w, &h, &c->err);
+    if (st != FERRY_OK) return st;
+    if (h.elems != elems)
+        return delta_fail(c, FERRY_ERR_MISMATCH, "chunk of %u elements applied to %u elements", h.elems, elems);
+    size_t bytes = (size_t)elems * w;
+    if (!delta_grow(c, (void **)&c->undo, &c->undo_cap, c->undo_n + 1, sizeof *c->undo))
+        return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory");
+    delta_undo_t *u = &c->undo[c->undo_n];
+    *u = (delta_undo_t){.base = base, .width = w, .elems = elems, .first = c->log_n, .count = 0, .raw_off = SIZE_MAX};
+
+    if (h.mode == CHUNK_UNCHANGED) {
+        if (XXH3_64bits(base, bytes) != h.next_sum)
+            return delta_fail(c, FERRY_ERR_MISMATCH, "the region is not this delta's base (unchanged chunk differs)");
+        return FERRY_OK; /* nothing to undo */
+    }
+    if (h.mode == CHUNK_RAW) {
+        if (XXH3_64bits(base, bytes) != h.base_sum)
+            return delta_fail(c, FERRY_ERR_MISMATCH, "the region is not this delta's base (base checksum differs)");
+        if (XXH3_64bits(h.payload, bytes) != h.next_sum)
+            return delta_fail(c, FERRY_ERR_CORRUPT, "raw chunk's contents do not match its checksum");
+        if (!delta_grow(c, (void **)&c->arena, &c->arena_cap, c->arena_n + bytes, 1))
+            return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for a %zu-byte undo copy", bytes);
+        memcpy(c->arena + c->arena_n, base, bytes);
+        memcpy(base, h.payload, bytes);
+        u->raw_off = c->arena_n;
+        c->arena_n += bytes;
+        c->undo_n++;
+        return FERRY_OK;
+    }
+    size_t n = 0;
+    st = decode_sparse(c, &h, base, &n);
+    if (st != FERRY_OK) return st;
+    delta_change_t *ch = c->log + c->log_n;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t old = elem_get(base, w, ch[i].pos);
+        elem_put(base, w, ch[i].pos, ch[i].val);
+        ch[i].val = old;
+    }
+    if (XXH3_64bits(base, bytes) != h.next_sum) {
+        for (size_t i = n; i-- > 0;) elem_put(base, w, ch[i].pos, ch[i].val);
+        return blame(c, &h, base);
+    }
+    u->count = n;
+    c->log_n += n;
+    c->undo_n++;
+    return FERRY_OK;
+}

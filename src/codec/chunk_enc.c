@@ -1,0 +1,273 @@
+/* Encoding one chunk: find the changed elements, choose magnitude classes,
+ * then per class one bit stream: Rice-coded gaps, sign bits, and the rare
+ * changes of more than one ulp as a sparse stream of their own.
+ * Falls back to the raw next contents when that is not larger. */
+#include <math.h>
+
+#include "codec/codec_internal.h"
+#include "common/hash.h"
+
+size_t ferry_delta_chunk_bound(ferry_dtype_t dtype, uint32_t elems) {
+    uint32_t w = delta_width(dtype);
+    if (!w || elems == 0 || elems > FERRY_DELTA_CHUNK_MAX) return 0;
+    return CHUNK_HEADER + (size_t)elems * w; /* raw is the worst case */
+}
+
+static void write_header(uint8_t *rec, uint32_t mode, uint32_t width, uint32_t classes, uint32_t elems,
+                         uint32_t changed, uint32_t payload_len, uint64_t base_sum, uint64_t next_sum) {
+    memset(rec, 0, CHUNK_HEADER);
+    rec[0] = (uint8_t)mode;
+    rec[1] = (uint8_t)width;
+    rec[2] = (uint8_t)classes;
+    put_u32(rec + 4, elems);
+    put_u32(rec + 8, changed);
+    put_u32(rec + 12, payload_len);
+    put_u64(rec + 16, base_sum);
+    put_u64(rec + 24, next_sum);
+}
+
+static void seal(uint8_t *rec, size_t len) { put_u64(rec + 32, delta_record_sum(rec, len)); }
+
+/* Rice parameter near the optimum for geometric gaps of this mean; the
+ * caller then tries it and its two neighbours on the real gaps. */
+static int rice_guess(double mean) { return mean > 1 ? (int)floor(log2(mean * 0.69314718)) : 0; }
+
+static uint64_t expg_len(uint64_t v, uint32_t k) {
+    uint32_t len = 64u - (uint32_t)__builtin_clzll(v + (1ull << k));
+    return 2ull * len - 1 - k;
+}
+
+/* The Rice parameter that codes a class's gaps in the fewest bits. idx
+ * lists the class's changes in position order, rank[] their ranks. */
+static uint32_t rice_pick_ranks(const uint32_t *idx, size_t m, const uint32_t *rank, uint64_t count) {
+    int k0 = rice_guess((double)(count - m) / (double)m);
+    uint32_t best = 0;
+    uint64_t best_bits = UINT64_MAX;
+    for (int k = k0 - 1; k <= k0 + 1; k++) {
+        if (k < 0 || k > 24) continue;
+        uint64_t bits = 0, prev = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint64_t g = rank[idx[i]] - prev;
+            prev = (uint64_t)rank[idx[i]] + 1;
+            bits += (g >> k) + 1 + (uint64_t)k;
+        }
+        if (bits < best_bits) {
+            best_bits = bits;
+            best = (uint32_t)k;
+        }
+    }
+    return best;
+}
+
+/* Index of the first change at or after j that is more than one ulp. */
+static size_t next_nonunit(const uint32_t *val, size_t m, size_t j) {
+    while (j < m && val[j] == 0) j++;
+    return j;
+}
+
+/* Likewise for the gaps between non-unit changes (val[j] > 0). */
+static uint32_t rice_pick_nonunit(const uint32_t *val, size_t m, size_t nu) {
+    int k0 = rice_guess((double)(m - nu) / (double)nu);
+    uint32_t best = 0;
+    uint64_t best_bits = UINT64_MAX;
+    for (int k = k0 - 1; k <= k0 + 1; k++) {
+        if (k < 0 || k > 24) continue;
+        uint64_t bits = 0, prev = 0;
+        for (size_t j = 0; j < m; j++) {
+            if (!val[j]) continue;
+            bits += ((j - prev) >> k) + 1 + (uint64_t)k;
+            prev = j + 1;
+        }
+        if (bits < best_bits) {
+            best_bits = bits;
+            best = (uint32_t)k;
+        }
+    }
+    return best;
+}
+
+static bool scratch(ferry_delta_codec_t *c, size_t n) {
+    return delta_grow(c, (void **)&c->pos, &c->pos_cap, n, 4) && delta_grow(c, (void **)&c->rank, &c->rank_cap, n, 4) &&
+           delta_grow(c, (void **)&c->order, &c->order_cap, n, 4) && delta_grow(c, (void **)&c->cls, &c->cls_cap, n, 1) &&
+           delta_grow(c, (void **)&c->val, &c->val_cap, n, 4) && delta_grow(c, (void **)&c->sign, &c->sign_cap, n, 1) &&
+           delta_grow(c, (void **)&c->cval, &c->cval_cap, n, 4) && delta_grow(c, (void **)&c->csign, &c->csign_cap, n, 1);
+}
+
+/* Writes the sparse record into dst[0, room); returns its length, or 0 when
+ * it does not fit. The changes are c->pos[0, m), as find_changes left them. */
+DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_classes, const uint8_t *base,
+                                      uint32_t elems, size_t m, uint8_t *dst, size_t room) {
+    /* classes from the changed elements' magnitudes and a sample of all */
+    double hist_all[256] = {0}, hist_chg[256] = {0};
+    uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w);
+    uint32_t stride = elems >= (1u << 16) ? 32 : 1;
+    for (uint32_t i = 0; i < elems; i += stride) hist_all[(elem_get(base, w, i) & mm) >> shift] += stride;
+    for (size_t i = 0; i < m; i++) hist_chg[c->cls[i]] += 1;
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX];
+    uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
+
+    /* pass 2: each change's class and rank within its class */
+    uint64_t count[FERRY_DELTA_CLASSES_MAX] = {0}, changed[FERRY_DELTA_CLASSES_MAX] = {0};
+    size_t i = 0;
+    for (uint32_t at = 0; at < elems; at += 64) {
+        uint32_t n = elems - at < 64 ? elems - at : 64;
+        uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1];
+        c->masks(base + (size_t)at * w, NULL, w, n, lower + 1, K - 1, NULL, ge + 1);
+        ge[0] = n == 64 ? ~0ull : (1ull << n) - 1;
+        ge[K] = 0;
+        for (; i < m && c->pos[i] < at + n; i++) {
+            uint32_t bit = c->pos[i] - at, k = 0;
+            for (uint32_t j = 1; j < K; j++) k += (uint32_t)((ge[j] >> bit) & 1); /* nested masks */
+            uint64_t cm = ge[k] & ~ge[k + 1];
+            c->cls[i] = (uint8_t)k;
+            c->rank[i] = (uint32_t)(count[k] + (uint64_t)__builtin_popcountll(cm & ((1ull << bit) - 1)));
+            changed[k]++;
+        }
+        for (uint32_t k = 0; k < K; k++) count[k] += (uint64_t)__builtin_popcountll(ge[k] & ~ge[k + 1]);
+    }
+    /* the changes grouped by class, each group in position order */
+    size_t start[FERRY_DELTA_CLASSES_MAX + 1] = {0};
+    for (uint32_t k = 0; k < K; k++) start[k + 1] = start[k] + changed[k];
+    size_t fill[FERRY_DELTA_CLASSES_MAX];
+    memcpy(fill, start, sizeof fill);
+    for (i = 0; i < m; i++) c->order[fill[c->cls[i]]++] = (uint32_t)i;
+
+    size_t off = CHUNK_HEADER + (size_t)K * CLASS_ENTRY;
+    if (off >= room) return 0;
+    for (uint32_t k = 0; k < K; k++) {
+        uint8_t *entry = dst + CHUNK_HEADER + (size_t)k * CLASS_ENTRY;
+        memset(entry, 0, CLASS_ENTRY);
+        put_u32(entry, lower[k]);
+        put_u32(entry + 4, (uint32_t)count[k]);
+        put_u32(entry + 8, (uint32_t)changed[k]);
+        if (!changed[k]) continue;
+        const uint32_t *idx = c->order + start[k];
+        size_t mk = changed[k];
+        /* this class's value changes, in its order */
+        uint32_t *val = c->cval;
+        uint8_t *sign = c->csign;
+        size_t nu = 0;
+        uint64_t mag_bits[5] = {0};
+        for (size_t j = 0; j < mk; j++) {
+            val[j] = c->val[idx[j]];
+            sign[j] = c->sign[idx[j]];
+            if (val[j]) {
+                nu++;
+                for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[j] - 1, e);
+            }
+        }
+        uint32_t k_gap = rice_pick_ranks(idx, mk, c->rank, count[k]);
+        uint32_t k_nu = nu ? rice_pick_nonunit(val, mk, nu) : 0, k_mag = 0;
+        for (uint32_t e = 1; e < 5; e++)
+            if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
+        bitw_t bw;
+        bitw_init(&bw, dst + off, room - off);
+        size_t next_nu = 0, nu_left = nu;
+        if (nu_left) next_nu = next_nonunit(val, mk, 0);
+        if (nu_left) bitw_rice(&bw, (uint32_t)next_nu, k_nu);
+        uint64_t prev = 0;
+        for (size_t j = 0; j < mk; j++) {
+            bitw_rice(&bw, (uint32_t)(c->rank[idx[j]] - prev), k_gap);
+            prev = (uint64_t)c->rank[idx[j]] + 1;
+            bitw_put(&bw, sign[j], 1);
+            if (nu_left && j == next_nu) {
+                bitw_expg(&bw, val[j] - 1, k_mag);
+                if (--nu_left) {
+                    size_t after = next_nonunit(val, mk, j + 1);
+                    bitw_rice(&bw, (uint32_t)(after - j - 1), k_nu);
+                    next_nu = after;
+                }
+            }
+        }
+        size_t len = bitw_finish(&bw);
+        if (bw.overflow) return 0;
+        off += len;
+        put_u32(entry + 12, (uint32_t)nu);
+        put_u32(entry + 16, (uint32_t)len);
+        entry[20] = (uint8_t)k_gap;
+        entry[21] = (uint8_t)k_nu;
+        entry[22] = (uint8_t)k_mag;
+    }
+    write_header(dst, CHUNK_SPARSE, w, K, elems, (uint32_t)m, (uint32_t)(off - CHUNK_HEADER - K * CLASS_ENTRY), 0, 0);
+    return off;
+}
+
+/* Pass 1: the changed elements, in position order, into c->pos, with their
+ * value changes (c->val: |d| - 1, c->sign) and base magnitude buckets
+ * (c->cls, until classes replace them), read while the block is in L1;
+ * returns their count. */
+DELTA_HOT static size_t find_changes(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
+                                     uint32_t elems) {
+    size_t m = 0;
+    uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w);
+    for (uint32_t at = 0; at < elems; at += 64) {
+        uint32_t n = elems - at < 64 ? elems - at : 64;
+        uint64_t ch;
+        c->masks(base + (size_t)at * w, next + (size_t)at * w, w, n, NULL, 0, &ch, NULL);
+        for (; ch; ch &= ch - 1) {
+            uint32_t p = at + (uint32_t)__builtin_ctzll(ch);
+            uint32_t b = elem_get(base, w, p);
+            int64_t d = elem_ord(elem_get(next, w, p), w) - elem_ord(b, w);
+            uint64_t a = d < 0 ? (uint64_t)-d : (uint64_t)d;
+            c->pos[m] = p;
+            c->val[m] = (uint32_t)(a - 1);
+            c->sign[m] = d < 0;
+            c->cls[m] = (uint8_t)((b & mm) >> shift);
+            m++;
+        }
+    }
+    return m;
+}
+
+ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dtype, uint32_t max_classes,
+                                        const void *base_, const void *next_, uint32_t elems, void *dst_,
+                                        size_t cap, size_t *len, uint64_t *base_sum_out, uint64_t *next_sum_out) {
+    if (!c) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_err_clear(&c->err);
+    const uint8_t *base = base_, *next = next_;
+    uint8_t *dst = dst_;
+    uint32_t w = delta_width(dtype);
+    if (!w)
+        return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta of dtype %s: only bf16, f16, f32 and f8 are supported",
+                          ferry_dtype_name(dtype));
+    if (!base || !next || !dst || !len || elems == 0 || elems > FERRY_DELTA_CHUNK_MAX)
+        return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk encode: a NULL buffer or %u elements (1 to %u)",
+                          elems, FERRY_DELTA_CHUNK_MAX);
+    if (max_classes == 0) max_classes = FERRY_DELTA_CLASSES_MAX;
+    if (max_classes > FERRY_DELTA_CLASSES_MAX)
+        return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "max_classes %u (1 to %u allowed)", max_classes,
+                          FERRY_DELTA_CLASSES_MAX);
+    size_t raw_len = CHUNK_HEADER + (size_t)elems * w;
+    if (cap < CHUNK_HEADER)
+        return delta_fail(c, FERRY_ERR_LIMIT, "chunk encode: %zu bytes of room, at least %u needed", cap,
+                          CHUNK_HEADER);
+    if (!scratch(c, elems)) return delta_fail(c, FERRY_ERR_NO_MEMORY, "chunk encode: out of memory");
+    uint64_t bs = XXH3_64bits(base, (size_t)elems * w), ns = XXH3_64bits(next, (size_t)elems * w);
+    if (base_sum_out) *base_sum_out = bs;
+    if (next_sum_out) *next_sum_out = ns;
+
+    size_t m = find_changes(c, w, base, next, elems);
+    if (m == 0) {
+        write_header(dst, CHUNK_UNCHANGED, w, 0, elems, 0, 0, bs, ns);
+        seal(dst, CHUNK_HEADER);
+        *len = CHUNK_HEADER;
+        return FERRY_OK;
+    }
+    /* sparse must be smaller than raw to be worth decoding */
+    size_t room = cap < raw_len - 1 ? cap : raw_len - 1;
+    size_t off = encode_sparse(c, w, max_classes, base, elems, m, dst, room);
+    if (off) {
+        put_u64(dst + 16, bs);
+        put_u64(dst + 24, ns);
+        seal(dst, off);
+        *len = off;
+        return FERRY_OK;
+    }
+    if (cap < raw_len)
+        return delta_fail(c, FERRY_ERR_LIMIT, "chunk encode: %zu bytes of room, %zu needed", cap, raw_len);
+    write_header(dst, CHUNK_RAW, w, 0, elems, (uint32_t)m, elems * w, bs, ns);
+    memcpy(dst + CHUNK_HEADER, next, (size_t)elems * w);
+    seal(dst, raw_len);
+    *len = raw_len;
+    return FERRY_OK;
+}

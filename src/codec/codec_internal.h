@@ -1,0 +1,353 @@
+/* Internals of the delta codec: record layouts, the bit and range coders,
+ * the block kernels. Pure: no I/O, no threads. Layouts in docs/delta-format.md. */
+#ifndef FERRY_CODEC_INTERNAL_H
+#define FERRY_CODEC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "ferry/codec.h"
+
+/* ---- Frame and chunk records (little-endian) ---- */
+#define DELTA_MAGIC 0x4C445246u /* "FRDL" */
+#define DELTA_FORMAT 1u
+#define DELTA_FRAME_HEADER 64u
+#define CHUNK_HEADER 40u
+#define CLASS_ENTRY 24u
+
+enum { CHUNK_UNCHANGED = 0, CHUNK_SPARSE = 1, CHUNK_RAW = 2 };
+
+/* A chunk's class table entry, decoded. */
+typedef struct delta_class {
+    uint32_t lower;   /* smallest magnitude (bit pattern without sign) in the class */
+    uint32_t count;   /* elements of the chunk in the class */
+    uint32_t changed; /* of them, changed */
+    uint32_t nonunit; /* of those, changed by more than one ulp */
+    uint32_t len;     /* bytes of the class's stream */
+    uint32_t k_gap;   /* Rice parameter of the position gaps */
+    uint32_t k_nu;    /* Rice parameter of the gaps between non-unit changes */
+    uint32_t k_mag;   /* exp-Golomb order of non-unit magnitudes (|d| - 2) */
+} delta_class_t;
+
+/* A chunk header, decoded and bounds-checked against the record length. */
+typedef struct delta_chunk {
+    uint32_t mode, width, classes;
+    uint32_t elems, changed, payload_len;
+    uint64_t base_sum, next_sum, rec_sum;
+    delta_class_t cls[FERRY_DELTA_CLASSES_MAX];
+    const uint8_t *payload;
+} delta_chunk_t;
+
+static inline void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+
+/* Width in bytes of a dtype the codec takes (sign bit is the top bit), or 0. */
+uint32_t delta_width(ferry_dtype_t dtype);
+
+/* Parses a chunk record of width-byte elements; FERRY_ERR_CORRUPT with detail. */
+ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, delta_chunk_t *out,
+                                 ferry_errbuf_t *err);
+
+/* Walks a class's stream without the base (positions need it, the codes do
+ * not): false when it is malformed; else the bits spent on positions and on
+ * values. */
+bool delta_class_walk(const delta_class_t *e, const uint8_t *stream, uint64_t *pos_bits, uint64_t *val_bits);
+
+/* xxh3 of a record's bytes except its rec_sum field. */
+uint64_t delta_record_sum(const uint8_t *rec, size_t len);
+
+/* ---- Element views ---- */
+static inline uint32_t elem_get(const uint8_t *p, uint32_t width, size_t i) {
+    switch (width) {
+    case 1: return p[i];
+    case 2: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    default: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    }
+}
+static inline void elem_put(uint8_t *p, uint32_t width, size_t i, uint32_t v) {
+    switch (width) {
+    case 1: p[i] = (uint8_t)v; break;
+    case 2: { uint16_t h = (uint16_t)v; memcpy(p + 2 * i, &h, 2); break; }
+    default: memcpy(p + 4 * i, &v, 4); break;
+    }
+}
+static inline uint32_t mag_mask(uint32_t width) { return width == 4 ? 0x7FFFFFFFu : (1u << (8 * width - 1)) - 1; }
+
+/* Order-preserving signed view of a bit pattern: +x -> mag, -x -> -mag-1.
+ * A bijection, so -0 and +0 stay apart. */
+static inline int64_t elem_ord(uint32_t v, uint32_t width) {
+    uint32_t m = v & mag_mask(width);
+    return ((v >> (8 * width - 1)) & 1u) ? -(int64_t)m - 1 : (int64_t)m;
+}
+/* Inverse of elem_ord; false when o is outside the width's range. */
+static inline bool elem_unord(int64_t o, uint32_t width, uint32_t *v) {
+    int64_t lim = (int64_t)mag_mask(width);
+    if (o > lim || o < -lim - 1) return false;
+    *v = o >= 0 ? (uint32_t)o : ((uint32_t)(-(o + 1)) | (mag_mask(width) + 1));
+    return true;
+}
+
+/* ---- Block kernels: 64 elements at a time ----
+ * For up to 64 elements from p (n <= 64): *changed (if next) gets a bit per
+ * element that differs from next, ge[j] a bit per element whose magnitude is
+ * >= thr[j] (thr[j] >= 1), j < nthr. */
+typedef void (*delta_masks_fn)(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
+                               const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge);
+delta_masks_fn delta_masks_pick(void);
+void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
+                        const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge);
+
+/* Hot loops over every element or every change are built twice, for
+ * x86-64-v3 (AVX2, BMI, POPCNT: popcounts become one instruction) and for
+ * the baseline, and the loader picks one (GCC/clang function multiversioning). */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define DELTA_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define DELTA_HOT
+#endif
+
+/* The r-th (0-based) set bit of m, which has more than r set bits. Branch
+ * free (broadword: byte popcounts, their prefix sums by one multiply, the
+ * byte found by a SWAR compare, the bit by a table), because a branchy loop
+ * mispredicts on nearly every changed element. */
+extern const uint8_t delta_select8[256][8];
+static inline uint32_t select_bit(uint64_t m, uint32_t r) {
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t s = m - ((m >> 1) & 0x5555555555555555ull);
+    s = (s & 0x3333333333333333ull) + ((s >> 2) & 0x3333333333333333ull);
+    s = (s + (s >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    uint64_t cum = s * ones; /* byte i: set bits in bytes 0..i */
+    uint64_t le = (((uint64_t)r * ones | highs) - cum) & highs; /* bytes with cum <= r */
+    uint32_t b = (uint32_t)__builtin_popcountll(le);       /* the byte holding the bit */
+    uint32_t before = (uint32_t)(((cum << 8) >> (8 * b)) & 0xFF);
+    return 8 * b + delta_select8[(m >> (8 * b)) & 0xFF][r - before];
+}
+
+/* ---- Bit streams: LSB-first, Rice and exp-Golomb codes ----
+ * Rice(v, k): v >> k zero bits, a one bit, then the k low bits of v. With
+ * k = 0 a run of gaps is exactly a bitmap, so no separate bitmap mode is
+ * needed. ExpGolomb(v, k): Rice of the bit length of v + 2^k, then its bits;
+ * for values whose tail must not blow up. Static inline: these run once per
+ * changed element inside the hot loops. */
+typedef struct bitw {
+    uint8_t *start, *p, *end;
+    uint64_t acc;
+    uint32_t n; /* bits in acc */
+    bool overflow;
+} bitw_t;
+
+static inline void bitw_init(bitw_t *w, uint8_t *p, size_t cap) {
+    w->start = w->p = p;
+    w->end = p + cap;
+    w->acc = 0;
+    w->n = 0;
+    w->overflow = false;
+}
+
+static inline void bitw_put(bitw_t *w, uint64_t bits, uint32_t n) { /* n <= 32, bits < 2^n */
+    w->acc |= bits << w->n;
+    w->n += n;
+    if (w->n >= 32) {
+        if (w->end - w->p < 4) {
+            w->overflow = true;
+            w->p = w->end;
+        } else {
+            put_u32(w->p, (uint32_t)w->acc);
+            w->p += 4;
+        }
+        w->acc >>= 32;
+        w->n -= 32;
+    }
+}
+
+static inline void bitw_rice(bitw_t *w, uint32_t v, uint32_t k) {
+    uint32_t q = v >> k;
+    while (q >= 32) {
+        bitw_put(w, 0, 32);
+        q -= 32;
+    }
+    bitw_put(w, 1ull << q, q + 1);
+    if (k) bitw_put(w, v & ((1u << k) - 1), k);
+}
+
+static inline void bitw_expg(bitw_t *w, uint32_t v, uint32_t k) {
+    uint64_t x = (uint64_t)v + (1ull << k);
+    uint32_t len = 64u - (uint32_t)__builtin_clzll(x); /* k+1 .. 33 */
+    bitw_rice(w, len - 1 - k, 0);
+    uint32_t low = len - 1; /* the top bit is implied */
+    if (low > 32) {
+        bitw_put(w, x & 0xFFFFFFFFu, 32);
+        bitw_put(w, (x >> 32) & ((1ull << (low - 32)) - 1), low - 32);
+    } else if (low) {
+        bitw_put(w, x & ((1ull << low) - 1), low);
+    }
+}
+
+/* Bytes written; 0 with overflow set when the room ran out. */
+static inline size_t bitw_finish(bitw_t *w) {
+    for (; w->n > 0 && !w->overflow; w->n = w->n > 8 ? w->n - 8 : 0) {
+        if (w->p >= w->end) {
+            w->overflow = true;
+            break;
+        }
+        *w->p++ = (uint8_t)w->acc;
+        w->acc >>= 8;
+    }
+    return w->overflow ? 0 : (size_t)(w->p - w->start);
+}
+
+typedef struct bitr {
+    const uint8_t *start, *p, *end;
+    uint64_t acc;
+    uint32_t n;
+    uint32_t pad; /* zero bits appended past the end, at the top of acc */
+    bool overrun; /* a value was cut short or out of range: the stream is corrupt */
+} bitr_t;
+
+static inline void bitr_init(bitr_t *r, const uint8_t *p, size_t len) {
+    r->start = r->p = p;
+    r->end = p + len;
+    r->acc = 0;
+    r->n = 0;
+    r->pad = 0;
+    r->overrun = false;
+}
+
+/* Tops acc up to at least 57 bits; past the end it appends zeros and counts
+ * them, so that consuming any of them marks the stream as overrun. */
+static inline void bitr_refill(bitr_t *r) {
+    if (r->n <= 56 && r->end - r->p >= 8) {
+        uint64_t v = get_u64(r->p);
+        r->acc |= v << r->n;
+        uint32_t take = (63 - r->n) >> 3;
+        r->p += take;
+        r->n += take * 8;
+        return;
+    }
+    while (r->n <= 56) {
+        uint64_t b = 0;
+        if (r->p < r->end)
+            b = *r->p++;
+        else
+            r->pad += 8;
+        r->acc |= b << r->n;
+        r->n += 8;
+    }
+}
+
+static inline void bitr_skip(bitr_t *r, uint32_t n) {
+    r->acc = n >= 64 ? 0 : r->acc >> n;
+    r->n -= n;
+    if (r->n < r->pad) r->overrun = true;
+}
+
+static inline uint32_t bitr_bits(bitr_t *r, uint32_t n) { /* n <= 32 */
+    bitr_refill(r);
+    uint32_t v = (uint32_t)(r->acc & ((1ull << n) - 1));
+    bitr_skip(r, n);
+    return v;
+}
+
+/* Bits consumed so far. */
+static inline uint64_t bitr_tell(const bitr_t *r) { return (uint64_t)(r->p - r->start) * 8 + r->pad - r->n; }
+
+/* One Rice value; values above limit mark the stream overrun. */
+static inline uint32_t bitr_rice(bitr_t *r, uint32_t k, uint32_t limit) {
+    uint64_t q = 0;
+    for (;;) {
+        bitr_refill(r);
+        if (r->acc == 0) {
+            q += r->n;
+            bitr_skip(r, r->n);
+            if (r->overrun || q > limit) {
+                r->overrun = true;
+                return 0;
+            }
+            continue;
+        }
+        uint32_t t = (uint32_t)__builtin_ctzll(r->acc);
+        q += t;
+        bitr_skip(r, t + 1);
+        break;
+    }
+    uint32_t low = k ? bitr_bits(r, k) : 0;
+    if (r->overrun || q > (uint64_t)(limit >> k)) {
+        r->overrun = true;
+        return 0;
+    }
+    return (uint32_t)(q << k) | low;
+}
+
+static inline uint64_t bitr_expg(bitr_t *r, uint32_t k) {
+    uint32_t extra = bitr_rice(r, 0, 33 - k - 1);
+    if (r->overrun) return 0;
+    uint32_t low = extra + k; /* bits below the implied top bit */
+    uint64_t x = 1ull << low;
+    if (low > 32) {
+        x |= bitr_bits(r, 32);
+        x |= (uint64_t)bitr_bits(r, low - 32) << 32;
+    } else if (low) {
+        x |= bitr_bits(r, low);
+    }
+    return x - (1ull << k);
+}
+
+/* ---- Magnitude classes ---- */
+/* Chooses up to max_classes classes (thresholds lower[1..], lower[0] = 0) for
+ * positions, from a histogram of all elements (hist_all) and of changed ones
+ * (hist_chg) over 256 magnitude buckets; returns the class count. */
+uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, uint32_t max_classes,
+                              uint32_t bucket_shift, uint32_t *lower);
+/* Bucket of a magnitude for class choice: the exponent field, roughly. */
+static inline uint32_t delta_bucket_shift(uint32_t width) { return width == 1 ? 0 : width == 2 ? 7 : 23; }
+
+#endif
+
+/* ---- The codec object ---- */
+typedef struct delta_change {
+    uint32_t pos; /* element index in the chunk */
+    uint32_t val; /* decoded: the next value; once applied: the old one */
+} delta_change_t;
+
+typedef struct delta_undo {
+    uint8_t *base;      /* the chunk's first element */
+    uint32_t width, elems;
+    size_t first, count; /* sparse: entries of the change log */
+    size_t raw_off;      /* raw: offset of the old contents in the arena, or SIZE_MAX */
+} delta_undo_t;
+
+struct ferry_delta_codec {
+    ferry_ctx_t *ctx;
+    ferry_errbuf_t err;
+    delta_masks_fn masks;
+    /* encoder scratch, one entry per changed element of a chunk */
+    uint32_t *pos, *rank, *order, *val, *cval;
+    uint8_t *cls, *sign, *csign;
+    size_t pos_cap, rank_cap, order_cap, cls_cap, val_cap, sign_cap, cval_cap, csign_cap;
+    /* decoded changes and, once applied, the undo log */
+    delta_change_t *log;
+    size_t log_n, log_cap;
+    uint8_t *arena; /* old contents of raw chunks */
+    size_t arena_n, arena_cap;
+    delta_undo_t *undo;
+    size_t undo_n, undo_cap;
+};
+
+ferry_status_t delta_fail(ferry_delta_codec_t *c, ferry_status_t st, const char *fmt, ...) FERRY_PRINTF(3, 4);
+/* Undoes (rollback_to) or forgets (truncate) the chunks applied since the
+ * undo log held mark entries. */
+void delta_rollback_to(ferry_delta_codec_t *c, size_t mark);
+void delta_truncate(ferry_delta_codec_t *c, size_t mark);
+/* Grows an array so it holds need elements of size elem. */
+bool delta_grow(ferry_delta_codec_t *c, void **items, size_t *cap, size_t need, size_t elem);
