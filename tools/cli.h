@@ -21,6 +21,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_meta(int argc, char **argv);
 int bench_sync(int argc, char **argv);
 int bench_sync_reader_main(int argc, char **argv);
+int bench_delta(int argc, char **argv);
 
 /* memcpy of len bytes split over nt threads (4 KiB-aligned parts). */
 void cli_memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t nt);

@@ -18,6 +18,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench sync --help   (end-to-end sync vs files, TCP broadcast, memcpy)\n"
+            "       ferry bench delta --help  (sparse delta size and speed vs TRL, zstd, memcpy)\n"
             "       ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
             "                         [--memory alloc|user] [--repeat R] [--tls LIST]\n"
             "  Two processes: the owner registers a buffer and publishes its descriptor;\n"
@@ -365,6 +366,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "xport")) return bench_xport(argc, argv);
     if (!strcmp(argv[1], "sync")) return bench_sync(argc - 1, argv + 1);
-    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport, sync)\n", argv[1]);
+    if (!strcmp(argv[1], "delta")) return bench_delta(argc - 1, argv + 1);
+    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport, sync, delta)\n", argv[1]);
     return CLI_USAGE;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ferry bench xport runs end to end between two processes (a smoke test: the
-# figures are for docs/benchmarks.md, not asserted here), and refuses bad input.
+# ferry bench xport runs end to end between two processes, and ferry bench
+# delta round-trips its deltas (smoke tests: the figures are for
+# docs/benchmarks.md, not asserted here); both refuse bad input.
 set -u
 ferry=$1
 source "$(dirname "$0")/expect.sh"
@@ -13,5 +14,11 @@ expect 2 "backend is shm or ucx" -- bench xport --backend rdma
 expect 2 "--tls applies to --backend ucx" -- bench xport --tls tcp
 expect 2 "--size takes sizes like 64M,1G" -- bench xport --size lots
 expect 2 "--memory is alloc or user" -- bench xport --memory gpu
+expect 0 "every applied delta matched" -- bench delta --elems 3M --repeat 1 --steps 2 --lr 1e-6,1e-5
+expect 0 "TRL" -- bench delta --elems 100K --repeat 1 --steps 1 --threads 1
+expect 2 "--elems 0: want 1 to 4G" -- bench delta --elems 0
+expect 2 "--lr fast: want a comma list" -- bench delta --lr fast
+expect 2 "--threads 99: want a positive count up to 64" -- bench delta --threads 99
+expect 2 "unknown option --size" -- bench delta --size 4M
 expect 2 "unknown benchmark" -- bench disk
 expect_done

@@ -1,5 +1,5 @@
 /* Adam on synthetic gradients; see synth.h. */
-#include "codec/synth.h"
+#include "synth.h"
 
 #include <math.h>
 #include <string.h>

@@ -9,8 +9,8 @@
  * fifth, ~89% of them by one ulp.
  *
  * Deterministic in (seed, element index, step); pure: caller buffers. */
-#ifndef FERRY_CODEC_SYNTH_H
-#define FERRY_CODEC_SYNTH_H
+#ifndef FERRY_TOOLS_SYNTH_H
+#define FERRY_TOOLS_SYNTH_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,0 +1,353 @@
+/* The sparse delta codec: exact round trips on random, adversarial and
+ * realistic data for every dtype; damaged, truncated and wrong-base deltas
+ * refused with the region untouched; the chunk-level calls giving the same
+ * bytes as the whole-region ones; rollback; the size goal on RL-like data. */
+#include <math.h>
+
+#include "check.h"
+#include "codec/codec_internal.h"
+#include "synth.h"
+#include "common/hash.h"
+
+static ferry_ctx_t *ctx;
+static ferry_delta_codec_t *codec;
+
+static const ferry_dtype_t dtypes[] = {FERRY_DTYPE_BF16, FERRY_DTYPE_F16, FERRY_DTYPE_F32, FERRY_DTYPE_F8_E4M3,
+                                       FERRY_DTYPE_F8_E5M2};
+
+static void fill_random(uint8_t *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_next();
+}
+
+/* Encodes base -> next, checks inspect, applies onto a copy of base and
+ * compares with next; returns the delta's size. */
+static size_t round_trip(ferry_dtype_t dt, const void *base, const void *next, uint64_t n, uint32_t chunk,
+                         uint32_t classes, ferry_delta_info_t *info_out) {
+    uint32_t w = delta_width(dt);
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = dt, .base_version = 7,
+                              .next_version = 8};
+    if (chunk) {
+        p.field_mask |= FERRY_DELTA_PARAM_CHUNK_ELEMS;
+        p.chunk_elems = chunk;
+    }
+    if (classes) {
+        p.field_mask |= FERRY_DELTA_PARAM_MAX_CLASSES;
+        p.max_classes = classes;
+    }
+    size_t cap = ferry_delta_bound(dt, n, chunk), len = 0;
+    CHECK(cap > 0);
+    uint8_t *d = malloc(cap);
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, n, d, cap, &len), ferry_delta_codec_detail(codec));
+    CHECK(len <= cap);
+    ferry_delta_info_t info;
+    CHECK_OK(ferry_delta_inspect(codec, d, len, &info), ferry_delta_codec_detail(codec));
+    CHECK_EQ_INT(info.elems, n);
+    CHECK_EQ_INT(info.dtype, dt);
+    CHECK_EQ_INT(info.base_version, 7);
+    CHECK_EQ_INT(info.next_version, 8);
+    CHECK_EQ_INT(info.bytes_total, len);
+    CHECK_EQ_INT(info.bytes_header + info.bytes_positions + info.bytes_values + info.bytes_raw, len);
+    uint64_t changed = 0;
+    for (uint64_t i = 0; i < n; i++) changed += elem_get(base, w, i) != elem_get(next, w, i);
+    CHECK_EQ_INT(info.changed, changed);
+    uint64_t bs, ns;
+    CHECK_OK(ferry_delta_region_sum(dt, base, n, chunk, &bs), "");
+    CHECK_OK(ferry_delta_region_sum(dt, next, n, chunk, &ns), "");
+    CHECK(info.base_sum == bs && info.next_sum == ns);
+
+    uint8_t *region = malloc(n * w + 1);
+    memcpy(region, base, n * w);
+    CHECK_OK(ferry_delta_apply(codec, d, len, region, n, 7, NULL), ferry_delta_codec_detail(codec));
+    CHECK(memcmp(region, next, n * w) == 0);
+    free(region);
+    free(d);
+    if (info_out) *info_out = info;
+    return len;
+}
+
+/* bases and nexts with every kind of change the codec must carry exactly */
+static void test_round_trips(void) {
+    for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; t++) {
+        ferry_dtype_t dt = dtypes[t];
+        uint32_t w = delta_width(dt);
+        const uint64_t sizes[] = {1, 2, 63, 64, 65, 1023, 1024, 1025, 4096, 5000};
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            uint64_t n = sizes[s];
+            uint8_t *base = malloc(n * w), *next = malloc(n * w);
+            fill_random(base, n * w);
+            /* none changed */
+            memcpy(next, base, n * w);
+            ferry_delta_info_t info;
+            round_trip(dt, base, next, n, 1024, 0, &info);
+            CHECK_EQ_INT(info.chunks_unchanged, info.chunks);
+            /* all changed: raw chunks */
+            fill_random(next, n * w);
+            for (uint64_t i = 0; i < n; i++)
+                if (elem_get(next, w, i) == elem_get(base, w, i)) elem_put(next, w, i, elem_get(base, w, i) ^ 1);
+            round_trip(dt, base, next, n, 1024, 0, NULL);
+            /* sparse: ~3% change, mostly one ulp, some far */
+            memcpy(next, base, n * w);
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t r = rng_next() % 1000;
+                uint32_t v = elem_get(base, w, i), nv = v;
+                if (r < 20) nv = v + 1;
+                else if (r < 27) nv = v - 1;
+                else if (r < 29) nv = v + 2 + (uint32_t)(rng_next() % 50);
+                else if (r < 30) nv = (uint32_t)rng_next();
+                if (w < 4) nv &= (1u << (8 * w)) - 1;
+                elem_put(next, w, i, nv);
+            }
+            for (uint32_t k = 1; k <= FERRY_DELTA_CLASSES_MAX; k *= 2) round_trip(dt, base, next, n, 1024, k, NULL);
+            /* a single change, at the start and at the end (huge gaps) */
+            memcpy(next, base, n * w);
+            elem_put(next, w, 0, elem_get(base, w, 0) ^ 0x1);
+            round_trip(dt, base, next, n, 0, 0, NULL);
+            memcpy(next, base, n * w);
+            elem_put(next, w, n - 1, elem_get(base, w, n - 1) ^ (1u << (8 * w - 1)));
+            round_trip(dt, base, next, n, 0, 0, NULL);
+            free(base);
+            free(next);
+        }
+    }
+}
+
+/* -0/+0, NaN payloads, infinities and the extremes of the ordered view */
+static void test_special_values(void) {
+    const uint16_t b16[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFFF, 0x7F7F, 0x0001, 0x8001, 0x3F80};
+    const uint16_t n16[] = {0x8000, 0x0000, 0xFF80, 0x7F80, 0x7FC2, 0x0000, 0xFF7F, 0x8001, 0x0001, 0x3F81};
+    uint16_t base[4096], next[4096];
+    for (int rep = 0; rep < 4; rep++) {
+        memset(base, 0, sizeof base);
+        memcpy(next, base, sizeof next);
+        for (size_t i = 0; i < 10; i++) {
+            size_t at = rep * 1000 + i * 37;
+            base[at] = b16[i];
+            next[at] = n16[i];
+        }
+        round_trip(FERRY_DTYPE_BF16, base, next, 4096, 1024, 0, NULL);
+    }
+    /* fp32: the largest ulp distances there are */
+    uint32_t fb[2048], fn[2048];
+    for (size_t i = 0; i < 2048; i++) fb[i] = fn[i] = 0x3F800000u + (uint32_t)i;
+    fb[5] = 0x7FFFFFFFu; /* +NaN with a full payload -> -NaN full payload: |d| = 2^32 - 1 */
+    fn[5] = 0xFFFFFFFFu;
+    fb[900] = 0x00000000u;
+    fn[900] = 0x80000000u; /* +0 -> -0 */
+    fb[1500] = 0xFF800000u;
+    fn[1500] = 0x7F800000u;
+    round_trip(FERRY_DTYPE_F32, fb, fn, 2048, 1024, 0, NULL);
+}
+
+/* 5 Adam steps on synthetic masters: the density is RL-like and the delta
+ * meets the size goal (<= 0.90 B per changed element at lr 1e-6). */
+static void test_realistic(void) {
+    const size_t n = 1u << 20;
+    float *w = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4), *dir = malloc(n * 4);
+    uint16_t *b0 = malloc(n * 2), *b1 = malloc(n * 2);
+    delta_synth_t s;
+    delta_synth_init(&s, n, false, 1e-6, 42, w, m, v, dir);
+    for (int t = 0; t < 5; t++) {
+        delta_synth_bf16(&s, b0, 0, n);
+        delta_synth_step_range(&s, 0, n);
+        delta_synth_next(&s);
+    }
+    delta_synth_bf16(&s, b1, 0, n);
+    ferry_delta_info_t info;
+    size_t len = round_trip(FERRY_DTYPE_BF16, b0, b1, n, 0, 0, &info);
+    double density = (double)info.changed / n, per = (double)len / info.changed;
+    printf("realistic lr 1e-6 step 5: %.2f%% changed, %.3f B per changed element (positions %.3f, values %.3f)\n",
+           100 * density, per, (double)info.bytes_positions / info.changed, (double)info.bytes_values / info.changed);
+    CHECK(density > 0.01 && density < 0.04);
+    CHECK(per <= 0.90);
+    /* one class only (no base conditioning) costs markedly more */
+    size_t flat = round_trip(FERRY_DTYPE_BF16, b0, b1, n, 0, 1, NULL);
+    CHECK(flat > len * 11 / 10);
+    free(w), free(m), free(v), free(dir), free(b0), free(b1);
+}
+
+/* encodes a sparse 3-chunk bf16 delta for the refusal tests */
+static uint8_t *make_delta(uint16_t *base, uint16_t *next, size_t n, size_t *len) {
+    for (size_t i = 0; i < n; i++) base[i] = next[i] = (uint16_t)(0x3C00 + rng_next() % 2048);
+    for (size_t i = 0; i < n; i += 29) next[i]++;
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS | FERRY_DELTA_PARAM_VERSIONS,
+                              .dtype = FERRY_DTYPE_BF16, .chunk_elems = 1024, .base_version = 3, .next_version = 4};
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 1024);
+    uint8_t *d = malloc(cap);
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, n, d, cap, len), ferry_delta_codec_detail(codec));
+    return d;
+}
+
+static void test_refusals(void) {
+    enum { N = 3000 };
+    uint16_t base[N], next[N], region[N];
+    size_t len;
+    uint8_t *d = make_delta(base, next, N, &len);
+    ferry_delta_info_t info;
+    CHECK_OK(ferry_delta_inspect(codec, d, len, &info), ferry_delta_codec_detail(codec));
+    CHECK_EQ_INT(info.chunks_sparse, 3);
+
+    /* every single-byte flip and every truncation is refused, region intact */
+    uint8_t *bad = malloc(len);
+    for (size_t at = 0; at < len; at++) {
+        memcpy(bad, d, len);
+        bad[at] ^= (uint8_t)(1u << (at % 8));
+        memcpy(region, base, sizeof region);
+        ferry_status_t st = ferry_delta_apply(codec, bad, len, region, N, 3, NULL);
+        CHECK(st == FERRY_ERR_CORRUPT || st == FERRY_ERR_UNSUPPORTED || st == FERRY_ERR_MISMATCH);
+        CHECK(ferry_delta_codec_detail(codec)[0] != '\0');
+        CHECK(memcmp(region, base, sizeof region) == 0);
+    }
+    for (size_t cut = 0; cut < len; cut += (cut < 100 ? 1 : 37)) {
+        memcpy(region, base, sizeof region);
+        CHECK_FAILS(ferry_delta_apply(codec, d, cut, region, N, 3, NULL), FERRY_ERR_CORRUPT,
+                    ferry_delta_codec_detail(codec), "");
+        CHECK(memcmp(region, base, sizeof region) == 0);
+    }
+    free(bad);
+
+    /* another base: refused as a mismatch, region untouched; a late chunk
+       failing undoes the chunks before it */
+    memcpy(region, base, sizeof region);
+    region[2500] ^= 0x10;
+    uint16_t before[N];
+    memcpy(before, region, sizeof before);
+    CHECK_FAILS(ferry_delta_apply(codec, d, len, region, N, 3, NULL), FERRY_ERR_MISMATCH,
+                ferry_delta_codec_detail(codec), "chunk 2");
+    CHECK(memcmp(region, before, sizeof region) == 0);
+    CHECK_FAILS(ferry_delta_apply(codec, d, len, region, N, 2, NULL), FERRY_ERR_MISMATCH,
+                ferry_delta_codec_detail(codec), "from version 3 applied to version 2");
+    CHECK_FAILS(ferry_delta_apply(codec, d, len, region, N - 1, 3, NULL), FERRY_ERR_MISMATCH,
+                ferry_delta_codec_detail(codec), "region of 2999");
+    CHECK(memcmp(region, before, sizeof region) == 0);
+    /* the right base, any version accepted */
+    memcpy(region, base, sizeof region);
+    CHECK_OK(ferry_delta_apply(codec, d, len, region, N, FERRY_DELTA_ANY_BASE, NULL), ferry_delta_codec_detail(codec));
+    CHECK(memcmp(region, next, sizeof region) == 0);
+    /* applying twice: the region is now the next version, not the base */
+    CHECK_FAILS(ferry_delta_apply(codec, d, len, region, N, 3, NULL), FERRY_ERR_MISMATCH,
+                ferry_delta_codec_detail(codec), "not this delta's base");
+    CHECK(memcmp(region, next, sizeof region) == 0);
+
+    /* bad arguments */
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS, .dtype = FERRY_DTYPE_BF16,
+                              .chunk_elems = 1000};
+    size_t l2;
+    CHECK_FAILS(ferry_delta_encode(codec, &p, base, next, N, region, sizeof region, &l2), FERRY_ERR_INVALID_ARGUMENT,
+                ferry_delta_codec_detail(codec), "power of two");
+    p.field_mask = 0;
+    p.dtype = FERRY_DTYPE_F64;
+    CHECK_FAILS(ferry_delta_encode(codec, &p, base, next, N, region, sizeof region, &l2), FERRY_ERR_UNSUPPORTED,
+                ferry_delta_codec_detail(codec), "F64");
+    p.dtype = FERRY_DTYPE_BF16;
+    CHECK_FAILS(ferry_delta_encode(codec, &p, base, next, N, region, 100, &l2), FERRY_ERR_LIMIT,
+                ferry_delta_codec_detail(codec), "room");
+    free(d);
+}
+
+/* chunks encoded one by one and assembled give the same delta; chunks
+ * applied one by one can be rolled back */
+static void test_chunk_api(void) {
+    enum { N = 5000, C = 1024 };
+    uint16_t base[N], next[N], region[N];
+    size_t len;
+    uint8_t *d = make_delta(base, next, N, &len);
+    const void *recs[5];
+    size_t lens[5];
+    uint8_t *bufs[5];
+    for (uint32_t i = 0; i < 5; i++) {
+        uint32_t n = i < 4 ? C : N - 4 * C;
+        size_t cap = ferry_delta_chunk_bound(FERRY_DTYPE_BF16, n);
+        bufs[i] = malloc(cap);
+        CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, base + i * C, next + i * C, n, bufs[i], cap,
+                                          &lens[i], NULL, NULL),
+                 ferry_delta_codec_detail(codec));
+        recs[i] = bufs[i];
+    }
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS | FERRY_DELTA_PARAM_VERSIONS,
+                              .dtype = FERRY_DTYPE_BF16, .chunk_elems = C, .base_version = 3, .next_version = 4};
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, N, C), l2;
+    uint8_t *d2 = malloc(cap);
+    CHECK_OK(ferry_delta_assemble(codec, &p, N, recs, lens, d2, cap, &l2), ferry_delta_codec_detail(codec));
+    /* make_delta used 3000 elements; re-encode 5000 whole for comparison */
+    uint8_t *d3 = malloc(cap);
+    size_t l3;
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, N, d3, cap, &l3), ferry_delta_codec_detail(codec));
+    CHECK(l2 == l3 && memcmp(d2, d3, l2) == 0);
+
+    memcpy(region, base, sizeof region);
+    for (uint32_t i = 0; i < 5; i++) {
+        const void *rec;
+        size_t rl;
+        CHECK_OK(ferry_delta_chunk_get(codec, d2, l2, i, &rec, &rl), ferry_delta_codec_detail(codec));
+        CHECK(rl == lens[i]);
+        CHECK_OK(ferry_delta_chunk_apply(codec, FERRY_DTYPE_BF16, rec, rl, region + i * C, i < 4 ? C : N - 4 * C),
+                 ferry_delta_codec_detail(codec));
+    }
+    CHECK(memcmp(region, next, sizeof region) == 0);
+    ferry_delta_codec_rollback(codec);
+    CHECK(memcmp(region, base, sizeof region) == 0);
+    /* after a commit nothing is undone */
+    for (uint32_t i = 0; i < 5; i++) {
+        const void *rec;
+        size_t rl;
+        CHECK_OK(ferry_delta_chunk_get(codec, d2, l2, i, &rec, &rl), ferry_delta_codec_detail(codec));
+        CHECK_OK(ferry_delta_chunk_apply(codec, FERRY_DTYPE_BF16, rec, rl, region + i * C, i < 4 ? C : N - 4 * C),
+                 ferry_delta_codec_detail(codec));
+    }
+    ferry_delta_codec_commit(codec);
+    ferry_delta_codec_rollback(codec);
+    CHECK(memcmp(region, next, sizeof region) == 0);
+    CHECK_FAILS(ferry_delta_chunk_get(codec, d2, l2, 5, &recs[0], &lens[0]), FERRY_ERR_INVALID_ARGUMENT,
+                ferry_delta_codec_detail(codec), "chunk 5");
+    for (int i = 0; i < 5; i++) free(bufs[i]);
+    free(d), free(d2), free(d3);
+}
+
+/* the vector and scalar block kernels agree on every width and threshold */
+static void test_kernels(void) {
+    delta_masks_fn fast = delta_masks_pick();
+    uint8_t base[256], next[256];
+    for (int rep = 0; rep < 2000; rep++) {
+        fill_random(base, sizeof base);
+        memcpy(next, base, sizeof next);
+        for (int i = 0; i < 256; i++)
+            if (rng_next() % 8 == 0) next[i] ^= (uint8_t)rng_next();
+        uint32_t w = (uint32_t[]){1, 2, 4}[rep % 3];
+        uint32_t thr[7], nthr = (uint32_t)(rng_next() % 8);
+        for (uint32_t j = 0; j < nthr; j++) thr[j] = 1 + (uint32_t)(rng_next() % mag_mask(w));
+        uint64_t c1, c2, g1[7], g2[7];
+        fast(base, next, w, 64, thr, nthr, &c1, g1);
+        delta_masks_scalar(base, next, w, 64, thr, nthr, &c2, g2);
+        CHECK(c1 == c2);
+        for (uint32_t j = 0; j < nthr; j++) CHECK(g1[j] == g2[j]);
+    }
+    /* select_bit against a plain loop */
+    for (int rep = 0; rep < 100000; rep++) {
+        uint64_t m = rng_next() & rng_next();
+        if (!m) continue;
+        uint32_t r = (uint32_t)(rng_next() % (uint64_t)__builtin_popcountll(m)), want = 0, seen = 0;
+        for (uint32_t b = 0; b < 64; b++)
+            if ((m >> b) & 1) {
+                if (seen == r) {
+                    want = b;
+                    break;
+                }
+                seen++;
+            }
+        CHECK_EQ_INT(select_bit(m, r), want);
+    }
+}
+
+int main(void) {
+    CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
+    CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
+    test_kernels();
+    test_round_trips();
+    test_special_values();
+    test_refusals();
+    test_chunk_api();
+    test_realistic();
+    ferry_delta_codec_destroy(codec);
+    ferry_ctx_destroy(ctx);
+    return 0;
+}
