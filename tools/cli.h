@@ -22,6 +22,18 @@ int cmd_meta(int argc, char **argv);
 int bench_sync(int argc, char **argv);
 int bench_sync_reader_main(int argc, char **argv);
 int bench_delta(int argc, char **argv);
+int cmd_delta(int argc, char **argv);
+
+/* A file mapped read-only (cli_map_file prints why it failed and returns -1). */
+typedef struct cli_map {
+    const void *data;
+    size_t len;
+} cli_map_t;
+int cli_map_file(const char *path, cli_map_t *m);
+void cli_unmap_file(cli_map_t *m);
+/* Writes a whole file atomically: temporary file, fsync, rename. Prints why
+ * it failed and returns -1. */
+int cli_write_atomic(const char *path, const void *data, size_t len);
 
 /* memcpy of len bytes split over nt threads (4 KiB-aligned parts). */
 void cli_memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t nt);

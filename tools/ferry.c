@@ -16,10 +16,13 @@ static void usage(FILE *f) {
             "           balance, ops, packing, and a check that every byte lands exactly once\n"
             "  model    a model spec from a Hugging Face config.json: tensors and parameters\n"
             "  bench    benchmarks: sync (end-to-end updates vs files, TCP broadcast, memcpy),\n"
-            "           xport (one-sided reads between two processes vs memcpy)\n"
+            "           xport (one-sided reads between two processes vs memcpy), delta (sizes\n"
+            "           and speeds of sparse deltas vs TRL, zstd, memcpy)\n"
             "  demo     a real multi-process sync: trainer processes publish RL-like updates,\n"
             "           engine processes pull them in place and verify every element\n"
             "  meta     a standalone metadata service (--listen), or a running job's status\n"
+            "  delta    sparse deltas between safetensors checkpoints: encode, apply, inspect\n"
+            "           (ferry's format or TRL's sparse patches), and synthetic checkpoints\n"
             "  info     version, dependencies and (--config) the FERRY_* variables\n"
             "\n"
             "`ferry COMMAND --help` describes each command.\n");
@@ -38,6 +41,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "meta")) return cmd_meta(argc - 1, argv + 1);
+    if (!strcmp(cmd, "delta")) return cmd_delta(argc - 1, argv + 1);
     if (!strcmp(cmd, "_sync-worker")) return demo_worker_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "_bench-reader")) return bench_sync_reader_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {

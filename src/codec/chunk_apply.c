@@ -141,6 +141,9 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dty
     }
     size_t n = 0;
     st = decode_sparse(c, &h, base, &n);
+    /* a stream that decodes badly against this region may be sound and the
+       region the wrong base: the base checksum tells (only on this path) */
+    if (st == FERRY_ERR_CORRUPT && XXH3_64bits(base, bytes) != h.base_sum) return blame(c, &h, base);
     if (st != FERRY_OK) return st;
     delta_change_t *ch = c->log + c->log_n;
     for (size_t i = 0; i < n; i++) {

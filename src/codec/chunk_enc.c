@@ -37,53 +37,10 @@ static uint64_t expg_len(uint64_t v, uint32_t k) {
     return 2ull * len - 1 - k;
 }
 
-/* The Rice parameter that codes a class's gaps in the fewest bits. idx
- * lists the class's changes in position order, rank[] their ranks. */
-static uint32_t rice_pick_ranks(const uint32_t *idx, size_t m, const uint32_t *rank, uint64_t count) {
-    int k0 = rice_guess((double)(count - m) / (double)m);
-    uint32_t best = 0;
-    uint64_t best_bits = UINT64_MAX;
-    for (int k = k0 - 1; k <= k0 + 1; k++) {
-        if (k < 0 || k > 24) continue;
-        uint64_t bits = 0, prev = 0;
-        for (size_t i = 0; i < m; i++) {
-            uint64_t g = rank[idx[i]] - prev;
-            prev = (uint64_t)rank[idx[i]] + 1;
-            bits += (g >> k) + 1 + (uint64_t)k;
-        }
-        if (bits < best_bits) {
-            best_bits = bits;
-            best = (uint32_t)k;
-        }
-    }
-    return best;
-}
-
 /* Index of the first change at or after j that is more than one ulp. */
 static size_t next_nonunit(const uint32_t *val, size_t m, size_t j) {
     while (j < m && val[j] == 0) j++;
     return j;
-}
-
-/* Likewise for the gaps between non-unit changes (val[j] > 0). */
-static uint32_t rice_pick_nonunit(const uint32_t *val, size_t m, size_t nu) {
-    int k0 = rice_guess((double)(m - nu) / (double)nu);
-    uint32_t best = 0;
-    uint64_t best_bits = UINT64_MAX;
-    for (int k = k0 - 1; k <= k0 + 1; k++) {
-        if (k < 0 || k > 24) continue;
-        uint64_t bits = 0, prev = 0;
-        for (size_t j = 0; j < m; j++) {
-            if (!val[j]) continue;
-            bits += ((j - prev) >> k) + 1 + (uint64_t)k;
-            prev = j + 1;
-        }
-        if (bits < best_bits) {
-            best_bits = bits;
-            best = (uint32_t)k;
-        }
-    }
-    return best;
 }
 
 static bool scratch(ferry_delta_codec_t *c, size_t n) {
@@ -106,8 +63,10 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
     uint32_t lower[FERRY_DELTA_CLASSES_MAX];
     uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
 
-    /* pass 2: each change's class and rank within its class */
+    /* pass 2: each change's class and its gap (in class rank) to the class's
+       previous change; rank[] holds the gaps */
     uint64_t count[FERRY_DELTA_CLASSES_MAX] = {0}, changed[FERRY_DELTA_CLASSES_MAX] = {0};
+    uint64_t next_rank[FERRY_DELTA_CLASSES_MAX] = {0}; /* rank after the class's last change */
     size_t i = 0;
     for (uint32_t at = 0; at < elems; at += 64) {
         uint32_t n = elems - at < 64 ? elems - at : 64;
@@ -119,18 +78,26 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
             uint32_t bit = c->pos[i] - at, k = 0;
             for (uint32_t j = 1; j < K; j++) k += (uint32_t)((ge[j] >> bit) & 1); /* nested masks */
             uint64_t cm = ge[k] & ~ge[k + 1];
+            uint64_t rank = count[k] + (uint64_t)__builtin_popcountll(cm & ((1ull << bit) - 1));
             c->cls[i] = (uint8_t)k;
-            c->rank[i] = (uint32_t)(count[k] + (uint64_t)__builtin_popcountll(cm & ((1ull << bit) - 1)));
+            c->rank[i] = (uint32_t)(rank - next_rank[k]);
+            next_rank[k] = rank + 1;
             changed[k]++;
         }
         for (uint32_t k = 0; k < K; k++) count[k] += (uint64_t)__builtin_popcountll(ge[k] & ~ge[k + 1]);
     }
-    /* the changes grouped by class, each group in position order */
+    /* the changes grouped by class, each group in position order: gaps in
+       order[], value changes in cval[] and csign[] */
     size_t start[FERRY_DELTA_CLASSES_MAX + 1] = {0};
     for (uint32_t k = 0; k < K; k++) start[k + 1] = start[k] + changed[k];
     size_t fill[FERRY_DELTA_CLASSES_MAX];
     memcpy(fill, start, sizeof fill);
-    for (i = 0; i < m; i++) c->order[fill[c->cls[i]]++] = (uint32_t)i;
+    for (i = 0; i < m; i++) {
+        size_t j = fill[c->cls[i]]++;
+        c->order[j] = c->rank[i];
+        c->cval[j] = c->val[i];
+        c->csign[j] = c->sign[i];
+    }
 
     size_t off = CHUNK_HEADER + (size_t)K * CLASS_ENTRY;
     if (off >= room) return 0;
@@ -141,34 +108,49 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
         put_u32(entry + 4, (uint32_t)count[k]);
         put_u32(entry + 8, (uint32_t)changed[k]);
         if (!changed[k]) continue;
-        const uint32_t *idx = c->order + start[k];
         size_t mk = changed[k];
-        /* this class's value changes, in its order */
-        uint32_t *val = c->cval;
-        uint8_t *sign = c->csign;
+        const uint32_t *gap = c->order + start[k], *val = c->cval + start[k];
+        const uint8_t *sign = c->csign + start[k];
+        /* code parameters, each from one pass: three Rice parameters around
+           the geometric optimum for the gaps and for the runs between
+           non-unit changes, five exp-Golomb orders for their magnitudes */
         size_t nu = 0;
-        uint64_t mag_bits[5] = {0};
+        for (size_t j = 0; j < mk; j++) nu += val[j] != 0;
+        int g0 = rice_guess((double)(count[k] - mk) / (double)mk), n0 = nu ? rice_guess((double)(mk - nu) / nu) : 0;
+        if (g0 < 1) g0 = 1;
+        if (n0 < 1) n0 = 1;
+        uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0};
+        size_t prev_nu = 0;
         for (size_t j = 0; j < mk; j++) {
-            val[j] = c->val[idx[j]];
-            sign[j] = c->sign[idx[j]];
+            uint64_t g = gap[j];
+            for (int e = 0; e < 3; e++) gap_bits[e] += g >> (g0 - 1 + e);
             if (val[j]) {
-                nu++;
+                uint64_t r = j - prev_nu;
+                prev_nu = j + 1;
+                for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
                 for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[j] - 1, e);
             }
         }
-        uint32_t k_gap = rice_pick_ranks(idx, mk, c->rank, count[k]);
-        uint32_t k_nu = nu ? rice_pick_nonunit(val, mk, nu) : 0, k_mag = 0;
+        uint32_t k_gap = 0, k_nu = 0, k_mag = 0;
+        uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
+        for (int e = 0; e < 3; e++) {
+            uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
+            if (kk <= 24 && bits < best) best = bits, k_gap = (uint32_t)kk;
+            kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + nu * (1 + kk);
+            if (kk <= 24 && bits < best_nu) best_nu = bits, k_nu = (uint32_t)kk;
+        }
         for (uint32_t e = 1; e < 5; e++)
             if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
+
         bitw_t bw;
         bitw_init(&bw, dst + off, room - off);
         size_t next_nu = 0, nu_left = nu;
-        if (nu_left) next_nu = next_nonunit(val, mk, 0);
-        if (nu_left) bitw_rice(&bw, (uint32_t)next_nu, k_nu);
-        uint64_t prev = 0;
+        if (nu_left) {
+            next_nu = next_nonunit(val, mk, 0);
+            bitw_rice(&bw, (uint32_t)next_nu, k_nu);
+        }
         for (size_t j = 0; j < mk; j++) {
-            bitw_rice(&bw, (uint32_t)(c->rank[idx[j]] - prev), k_gap);
-            prev = (uint64_t)c->rank[idx[j]] + 1;
+            bitw_rice(&bw, gap[j], k_gap);
             bitw_put(&bw, sign[j], 1);
             if (nu_left && j == next_nu) {
                 bitw_expg(&bw, val[j] - 1, k_mag);

@@ -233,6 +233,7 @@ static inline void bitr_refill(bitr_t *r) {
         uint32_t take = (63 - r->n) >> 3;
         r->p += take;
         r->n += take * 8;
+        r->acc &= ~0ull >> (64 - r->n); /* keep only the counted bits: the slow path ORs zeros above them */
         return;
     }
     while (r->n <= 56) {
