@@ -222,54 +222,34 @@ static int encode_trl(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *ne
     return 0;
 }
 
-static int encode_ferry(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *next, uint64_t bv, uint64_t nv,
-                        ferry_safetensors_writer_t *w, void ***owned, size_t *n_owned, enc_stats_t *s) {
-    ferry_delta_codec_t *codec;
-    if (ferry_delta_codec_create(ctx, &codec) != FERRY_OK) return -1;
-    json_t *dense = json_array();
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < ferry_safetensors_count(next->st); i++) {
-        const ferry_safetensors_tensor_t *u = ferry_safetensors_at(next->st, i);
-        const ferry_safetensors_tensor_t *t = ferry_safetensors_find(base->st, u->name);
-        s->elems += u->elems;
-        size_t cap = ferry_delta_bound(u->dtype, u->elems, 0);
-        if (cap == 0) { /* a dtype the codec does not take: shipped whole */
-            json_array_append_new(dense, json_string(u->name));
-            if (ferry_safetensors_writer_add(w, u->name, u->dtype, u->ndim, u->shape, u->data, u->bytes) != FERRY_OK)
-                rc = -1;
-            continue;
-        }
-        uint8_t *buf = malloc(cap);
-        (*owned)[(*n_owned)++] = buf;
-        ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = u->dtype, .base_version = bv,
-                                  .next_version = nv};
-        size_t len = 0;
-        ferry_delta_info_t info;
-        ferry_status_t st = buf ? ferry_delta_encode(codec, &p, t->data, u->data, u->elems, buf, cap, &len)
-                                : FERRY_ERR_NO_MEMORY;
-        if (st == FERRY_OK) st = ferry_delta_inspect(codec, buf, len, &info);
-        if (st != FERRY_OK) {
-            fprintf(stderr, "ferry delta: \"%s\": %s (%s)\n", u->name, ferry_delta_codec_detail(codec),
-                    ferry_status_name(st));
-            rc = -1;
-            break;
-        }
-        s->changed += info.changed;
-        int64_t shape[1] = {(int64_t)len};
-        if (ferry_safetensors_writer_add(w, u->name, FERRY_DTYPE_U8, 1, shape, buf, len) != FERRY_OK) rc = -1;
+/* References to a parsed file's tensors (data borrowed; caller frees the array). */
+static ferry_tensor_ref_t *refs_of(const ferry_safetensors_t *st, uint8_t **data) {
+    size_t n = ferry_safetensors_count(st);
+    ferry_tensor_ref_t *r = calloc(n + 1, sizeof *r);
+    for (size_t i = 0; r && i < n; i++) {
+        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(st, i);
+        r[i] = (ferry_tensor_ref_t){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .bytes = t->bytes,
+                                    .data = data ? data[i] : (void *)t->data};
+        memcpy(r[i].shape, t->shape, sizeof r[i].shape);
     }
-    char num[32], *dl = json_dumps(dense, JSON_COMPACT);
-    ferry_safetensors_writer_meta(w, "format", DELTA_FORMAT_NAME);
-    ferry_safetensors_writer_meta(w, "format_version", "1");
-    snprintf(num, sizeof num, "%llu", (unsigned long long)bv);
-    ferry_safetensors_writer_meta(w, "base_version", num);
-    snprintf(num, sizeof num, "%llu", (unsigned long long)nv);
-    ferry_safetensors_writer_meta(w, "next_version", num);
-    if (dl) ferry_safetensors_writer_meta(w, "dense", dl);
-    free(dl);
-    json_decref(dense);
-    ferry_delta_codec_destroy(codec);
-    if (rc != 0 && ferry_ctx_error(ctx)[0]) fprintf(stderr, "ferry delta: %s\n", ferry_ctx_error(ctx));
+    return r;
+}
+
+static int encode_ferry(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *next, uint64_t bv, uint64_t nv,
+                        const char *out, enc_stats_t *s) {
+    size_t n = ferry_safetensors_count(next->st);
+    ferry_tensor_ref_t *b = refs_of(base->st, NULL), *u = refs_of(next->st, NULL);
+    size_t cap = u ? ferry_delta_file_bound(u, n) : 0, len = 0;
+    uint8_t *buf = cap ? malloc(cap) : NULL;
+    int rc = -1;
+    ferry_status_t st = b && buf ? ferry_delta_file_build(ctx, b, u, n, bv, nv, buf, cap, &len, &s->changed)
+                                 : FERRY_ERR_NO_MEMORY;
+    if (st != FERRY_OK)
+        fprintf(stderr, "ferry delta encode: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
+    else if (cli_write_atomic(out, buf, len) == 0)
+        rc = 0, s->bytes = len;
+    for (size_t i = 0; i < n; i++) s->elems += ferry_safetensors_at(next->st, i)->elems;
+    free(buf), free(b), free(u);
     return rc;
 }
 
@@ -329,10 +309,14 @@ static int delta_encode(ferry_ctx_t *ctx, int argc, char **argv) {
     if (!owned || check_pair(&base, paths[0], &next, paths[1]) != 0 ||
         ferry_safetensors_writer_create(ctx, &w) != FERRY_OK)
         goto out;
-    if ((trl ? encode_trl(ctx, &base, &next, !strcmp(format, "trl-gap"), nv, w, &owned, &n_owned, &s)
-             : encode_ferry(ctx, &base, &next, bv, nv, w, &owned, &n_owned, &s)) != 0)
-        goto out;
-    if (write_file(ctx, w, out, &size) != 0) goto out;
+    if (trl) {
+        if (encode_trl(ctx, &base, &next, !strcmp(format, "trl-gap"), nv, w, &owned, &n_owned, &s) != 0 ||
+            write_file(ctx, w, out, &size) != 0)
+            goto out;
+    } else {
+        if (encode_ferry(ctx, &base, &next, bv, nv, out, &s) != 0) goto out;
+        size = s.bytes;
+    }
     printf("%s: %s delta of %zu tensors, %llu of %llu elements changed (%.3f%%), %llu bytes, %.3f B per changed "
            "element, %.2f s\n",
            out, format, ferry_safetensors_count(next.st), (unsigned long long)s.changed, (unsigned long long)s.elems,
@@ -361,60 +345,21 @@ static bool in_dense_list(json_t *dense, const char *name) {
 /* Applies a ferry delta file onto the copies in regions[] (one per base tensor). */
 static int apply_ferry(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *patch, uint64_t bv,
                        uint8_t **regions) {
-    const char *dl = ferry_safetensors_meta(patch->st, "dense");
-    json_t *dense = dl ? json_loads(dl, 0, NULL) : json_array();
-    if (!json_is_array(dense)) {
-        fprintf(stderr, "ferry delta apply: the delta's \"dense\" metadata is not a JSON list\n");
-        json_decref(dense);
-        return -1;
-    }
-    ferry_delta_codec_t *codec;
-    if (ferry_delta_codec_create(ctx, &codec) != FERRY_OK) {
-        json_decref(dense);
-        return -1;
-    }
-    int rc = 0;
     if (ferry_safetensors_count(patch->st) != ferry_safetensors_count(base->st)) {
         fprintf(stderr, "ferry delta apply: the delta has %zu tensors, the base %zu\n",
                 ferry_safetensors_count(patch->st), ferry_safetensors_count(base->st));
-        rc = -1;
+        return -1;
     }
-    for (size_t i = 0; rc == 0 && i < ferry_safetensors_count(base->st); i++) {
-        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(base->st, i);
-        const ferry_safetensors_tensor_t *d = ferry_safetensors_find(patch->st, t->name);
-        if (!d) {
-            fprintf(stderr, "ferry delta apply: the delta has nothing for \"%s\"\n", t->name);
-            rc = -1;
-        } else if (in_dense_list(dense, t->name)) {
-            if (!same_shape(t, d)) {
-                fprintf(stderr, "ferry delta apply: dense \"%s\" differs in dtype or shape from the base\n", t->name);
-                rc = -1;
-            } else {
-                memcpy(regions[i], d->data, d->bytes);
-            }
-        } else if (d->dtype != FERRY_DTYPE_U8 || d->ndim != 1) {
-            fprintf(stderr, "ferry delta apply: \"%s\" in the delta is not a U8 frame\n", t->name);
-            rc = -1;
-        } else {
-            ferry_delta_info_t info;
-            ferry_status_t st = ferry_delta_inspect(codec, d->data, d->bytes, &info);
-            if (st == FERRY_OK && info.dtype != t->dtype) {
-                fprintf(stderr, "ferry delta apply: \"%s\": the delta is for %s, the base tensor is %s\n", t->name,
-                        ferry_dtype_name(info.dtype), ferry_dtype_name(t->dtype));
-                rc = -1;
-                continue;
-            }
-            if (st == FERRY_OK) st = ferry_delta_apply(codec, d->data, d->bytes, regions[i], t->elems, bv, NULL);
-            if (st != FERRY_OK) {
-                fprintf(stderr, "ferry delta apply: \"%s\": %s (%s)\n", t->name, ferry_delta_codec_detail(codec),
-                        ferry_status_name(st));
-                rc = -1;
-            }
-        }
+    ferry_tensor_ref_t *r = refs_of(base->st, regions);
+    ferry_status_t st = r ? ferry_delta_file_apply(ctx, patch->map.data, patch->map.len, r,
+                                                   ferry_safetensors_count(base->st), bv)
+                          : FERRY_ERR_NO_MEMORY;
+    free(r);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry delta apply: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
+        return -1;
     }
-    ferry_delta_codec_destroy(codec);
-    json_decref(dense);
-    return rc;
+    return 0;
 }
 
 /* Applies a TRL sparse patch: indices bounds-checked and strictly increasing. */

@@ -23,6 +23,7 @@
 
 #include "ferry/ctx.h"
 #include "ferry/layout.h"
+#include "ferry/safetensors.h"
 #include "ferry/status.h"
 
 #ifdef __cplusplus
@@ -163,6 +164,42 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *codec, ferry_dtype_t
  * commit or rollback. Rollback cannot fail. */
 void ferry_delta_codec_commit(ferry_delta_codec_t *codec);
 void ferry_delta_codec_rollback(ferry_delta_codec_t *codec);
+
+/* ---- Delta files: a whole set of tensors ----
+ *
+ * A delta file is a safetensors file (docs/delta-format.md, "Delta files"):
+ * metadata format "ferry_delta" with the versions, and per tensor a U8
+ * tensor of the same name holding its delta frame, or, for dtypes the codec
+ * does not take, the next tensor whole (listed in metadata "dense"). */
+
+/* A named tensor in memory. */
+typedef struct ferry_tensor_ref {
+    const char *name;
+    ferry_dtype_t dtype;
+    uint32_t ndim;
+    int64_t shape[FERRY_MAX_DIMS];
+    void *data;
+    uint64_t bytes; /* elements times the dtype's size */
+} ferry_tensor_ref_t;
+
+/* Bytes ferry_delta_file_build may need for these tensors; 0 if they are
+ * malformed. Thread-safe. */
+size_t ferry_delta_file_bound(const ferry_tensor_ref_t *next, size_t n);
+
+/* Writes the delta file turning base[i] into next[i] (the same names,
+ * dtypes and shapes, in any order) into dst and sets *len; *changed (if not
+ * NULL) gets the elements that differ. Errors: detail on ctx. */
+ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base, const ferry_tensor_ref_t *next,
+                                      size_t n, uint64_t base_version, uint64_t next_version, void *dst, size_t cap,
+                                      size_t *len, uint64_t *changed);
+
+/* Applies a delta file in place onto t[0, n) (every tensor of the file must
+ * be among them, with its dtype and shape). base_version as in
+ * ferry_delta_apply. All or nothing: on any failure every tensor is as
+ * before. FERRY_ERR_MISMATCH: another base; FERRY_ERR_CORRUPT: damaged.
+ * Errors: detail on ctx. */
+ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t len, ferry_tensor_ref_t *t,
+                                      size_t n, uint64_t base_version);
 
 #pragma GCC visibility pop
 

@@ -10,6 +10,7 @@
 #include "ferry/meta.h"
 #include "ferry/codec.h"
 #include "ferry/safetensors.h"
+#include "ferry/channel.h"
 #include "ferry/sync.h"
 #include "ferry/status.h"
 

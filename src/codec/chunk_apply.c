@@ -22,7 +22,10 @@ static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
     uint64_t a = 1;
     if (q->nu_left && q->j == q->nu_next) {
         a = bitr_expg(&q->br, e->k_mag) + 2;
-        if (--q->nu_left) q->nu_next += bitr_rice(&q->br, e->k_nu, e->changed) + 1;
+        if (--q->nu_left) {
+            q->nu_next += bitr_rice(&q->br, e->k_nu, e->changed) + 1;
+            if (q->nu_next >= e->changed) q->br.overrun = true; /* past the class's changes: corrupt */
+        }
     }
     q->j++;
     if (--q->left == 0)
@@ -86,8 +89,8 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
                               k, (unsigned long long)q[k].seen, h->cls[k].count);
     }
     for (uint32_t k = 0; k < K; k++) {
-        if (q[k].left || q[k].nu_left || q[k].br.overrun)
-            return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: %u of %u changes left undecoded or a stream cut short",
+        if (q[k].left || q[k].nu_left || q[k].br.overrun || bitr_tell(&q[k].br) + 7 < (uint64_t)h->cls[k].len * 8)
+            return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: %u of %u changes left undecoded, or a stream cut short or too long",
                               k, q[k].left, h->cls[k].changed);
     }
     *n_out = n;

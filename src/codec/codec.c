@@ -208,7 +208,10 @@ bool delta_class_walk(const delta_class_t *e, const uint8_t *stream, uint64_t *p
         bitr_bits(&r, 1);
         if (nu_left && j == nu_next) {
             bitr_expg(&r, e->k_mag);
-            if (--nu_left) nu_next += bitr_rice(&r, e->k_nu, e->changed) + 1;
+            if (--nu_left) {
+                nu_next += bitr_rice(&r, e->k_nu, e->changed) + 1;
+                if (nu_next >= e->changed) return false;
+            }
         }
         vb += bitr_tell(&r) - t2;
     }

@@ -313,7 +313,6 @@ uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, ui
 /* Bucket of a magnitude for class choice: the exponent field, roughly. */
 static inline uint32_t delta_bucket_shift(uint32_t width) { return width == 1 ? 0 : width == 2 ? 7 : 23; }
 
-#endif
 
 /* ---- The codec object ---- */
 typedef struct delta_change {
@@ -352,3 +351,5 @@ void delta_rollback_to(ferry_delta_codec_t *c, size_t mark);
 void delta_truncate(ferry_delta_codec_t *c, size_t mark);
 /* Grows an array so it holds need elements of size elem. */
 bool delta_grow(ferry_delta_codec_t *c, void **items, size_t *cap, size_t need, size_t elem);
+
+#endif

@@ -334,6 +334,9 @@ ferry_status_t ferry_delta_apply(ferry_delta_codec_t *c, const void *delta, size
         off += rl;
     }
     delta_truncate(c, mark);
-    if (info_out) *info_out = info;
+    if (info_out) { /* with the position/value split, which needs the streams walked */
+        if (inspect(c, delta, len, info_out, true) != FERRY_OK) *info_out = info; /* cannot happen: decoded */
+        ferry_err_clear(&c->err);
+    }
     return FERRY_OK;
 }

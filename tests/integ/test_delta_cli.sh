@@ -37,7 +37,7 @@ if cmp -s out.py next.st; then pass=$((pass + 1)); else echo "FAIL: python patch
 
 # refusals: nothing is written
 expect 1 "not this delta's base" -- delta apply next.st d.ferry -o bad.st
-expect 1 "delta from version 4 applied to version 3" -- delta apply base.st d.ferry -o bad.st --base-version 3
+expect 1 "is from version 4, not 3" -- delta apply base.st d.ferry -o bad.st --base-version 3
 cp d.ferry broken.ferry
 size=$(stat -c %s broken.ferry)
 printf '\x55' | dd of=broken.ferry bs=1 seek=$((size - 100)) conv=notrunc status=none

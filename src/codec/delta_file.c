@@ -1,0 +1,221 @@
+/* Delta files: one safetensors file with a delta frame per tensor (or the
+ * tensor whole, for dtypes the codec does not take); see codec.h. Applying
+ * is all or nothing across tensors: sparse chunks go through one codec's
+ * undo log, dense tensors keep a copy of their old contents. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "codec/codec_internal.h"
+#include "ferry/safetensors.h"
+
+#define FILE_FORMAT "ferry_delta"
+
+static bool same_shape(const ferry_tensor_ref_t *a, uint32_t ndim, const int64_t *shape, ferry_dtype_t dtype) {
+    if (a->dtype != dtype || a->ndim != ndim) return false;
+    for (uint32_t d = 0; d < ndim; d++)
+        if (a->shape[d] != shape[d]) return false;
+    return true;
+}
+
+static bool ref_ok(const ferry_tensor_ref_t *t) {
+    if (!t->name || !ferry_dtype_size(t->dtype) || t->ndim > FERRY_MAX_DIMS || (t->bytes && !t->data)) return false;
+    uint64_t e = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0 || (t->shape[d] && e > UINT64_MAX / (uint64_t)t->shape[d])) return false;
+        e *= (uint64_t)t->shape[d];
+    }
+    return e <= UINT64_MAX / ferry_dtype_size(t->dtype) && e * ferry_dtype_size(t->dtype) == t->bytes;
+}
+
+size_t ferry_delta_file_bound(const ferry_tensor_ref_t *next, size_t n) {
+    uint64_t b = 1024;
+    for (size_t i = 0; next && i < n; i++) {
+        if (!ref_ok(&next[i])) return 0;
+        uint64_t elems = next[i].bytes / ferry_dtype_size(next[i].dtype);
+        size_t fb = ferry_delta_bound(next[i].dtype, elems, 0);
+        b += (fb ? fb : next[i].bytes) + 2 * strlen(next[i].name) + 160 + 16 * FERRY_MAX_DIMS;
+    }
+    return b > SIZE_MAX ? 0 : (size_t)b;
+}
+
+static const ferry_tensor_ref_t *find_ref(const ferry_tensor_ref_t *t, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
+ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base, const ferry_tensor_ref_t *next,
+                                      size_t n, uint64_t bv, uint64_t nv, void *dst, size_t cap, size_t *len,
+                                      uint64_t *changed) {
+    if (!ctx) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
+    if ((n && (!base || !next)) || !dst || !len)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta file: NULL tensors or output");
+    for (size_t i = 0; i < n; i++) {
+        const ferry_tensor_ref_t *b = find_ref(base, n, next[i].name);
+        if (!ref_ok(&next[i]) || !b || !ref_ok(b) || !same_shape(b, next[i].ndim, next[i].shape, next[i].dtype))
+            return ferry_fail(err, FERRY_ERR_MISMATCH,
+                              "delta file: tensor \"%s\" is malformed, missing from the base or shaped differently",
+                              next[i].name ? next[i].name : "(null)");
+    }
+    ferry_delta_codec_t *codec = NULL;
+    ferry_safetensors_writer_t *w = NULL;
+    uint8_t **frames = ferry_calloc(ctx, n + 1, sizeof *frames);
+    json_t *dense = json_array();
+    ferry_status_t st = FERRY_OK;
+    uint64_t total_changed = 0;
+    if (!frames || !dense) st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory");
+    if (st == FERRY_OK) st = ferry_delta_codec_create(ctx, &codec);
+    if (st == FERRY_OK) st = ferry_safetensors_writer_create(ctx, &w);
+    for (size_t i = 0; st == FERRY_OK && i < n; i++) {
+        const ferry_tensor_ref_t *u = &next[i], *b = find_ref(base, n, u->name);
+        uint64_t elems = u->bytes / ferry_dtype_size(u->dtype);
+        size_t fcap = ferry_delta_bound(u->dtype, elems, 0);
+        if (fcap == 0) { /* a dtype the codec does not take: whole */
+            json_array_append_new(dense, json_string(u->name));
+            st = ferry_safetensors_writer_add(w, u->name, u->dtype, u->ndim, u->shape, u->data, u->bytes);
+            if (changed && memcmp(b->data, u->data, u->bytes)) total_changed += elems; /* an upper bound */
+            continue;
+        }
+        frames[i] = ferry_alloc(ctx, fcap);
+        if (!frames[i]) {
+            st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory for \"%s\"", u->name);
+            break;
+        }
+        ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = u->dtype, .base_version = bv,
+                                  .next_version = nv};
+        size_t fl = 0;
+        ferry_delta_info_t info;
+        st = ferry_delta_encode(codec, &p, b->data, u->data, elems, frames[i], fcap, &fl);
+        if (st == FERRY_OK) st = ferry_delta_inspect(codec, frames[i], fl, &info);
+        if (st != FERRY_OK) {
+            ferry_fail(err, st, "delta file: \"%s\": %s", u->name, ferry_delta_codec_detail(codec));
+            break;
+        }
+        total_changed += info.changed;
+        int64_t shape[1] = {(int64_t)fl};
+        st = ferry_safetensors_writer_add(w, u->name, FERRY_DTYPE_U8, 1, shape, frames[i], fl);
+    }
+    if (st == FERRY_OK) {
+        char num[32], *dl = json_dumps(dense, JSON_COMPACT);
+        ferry_safetensors_writer_meta(w, "format", FILE_FORMAT);
+        ferry_safetensors_writer_meta(w, "format_version", "1");
+        snprintf(num, sizeof num, "%llu", (unsigned long long)bv);
+        ferry_safetensors_writer_meta(w, "base_version", num);
+        snprintf(num, sizeof num, "%llu", (unsigned long long)nv);
+        ferry_safetensors_writer_meta(w, "next_version", num);
+        st = dl ? ferry_safetensors_writer_meta(w, "dense", dl) : FERRY_ERR_NO_MEMORY;
+        free(dl);
+    }
+    if (st == FERRY_OK) st = ferry_safetensors_writer_write(w, dst, cap, len);
+    if (st == FERRY_OK && changed) *changed = total_changed;
+    for (size_t i = 0; frames && i < n; i++) ferry_free(ctx, frames[i]);
+    ferry_free(ctx, frames);
+    json_decref(dense);
+    ferry_safetensors_writer_destroy(w);
+    ferry_delta_codec_destroy(codec);
+    return st;
+}
+
+static bool in_list(json_t *list, const char *name) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), name)) return true;
+    return false;
+}
+
+ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t len, ferry_tensor_ref_t *t, size_t n,
+                                      uint64_t bv) {
+    if (!ctx) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
+    if (n && !t) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta file: NULL tensors");
+    ferry_safetensors_t *st_file = NULL;
+    ferry_status_t st = ferry_safetensors_parse(ctx, file, len, &st_file);
+    if (st != FERRY_OK) return st;
+    const char *format = ferry_safetensors_meta(st_file, "format"), *dl = ferry_safetensors_meta(st_file, "dense");
+    json_t *dense = dl ? json_loads(dl, 0, NULL) : NULL;
+    ferry_delta_codec_t *codec = NULL;
+    size_t count = ferry_safetensors_count(st_file);
+    uint8_t **saved = ferry_calloc(ctx, count + 1, sizeof *saved); /* old contents of dense tensors */
+    ferry_tensor_ref_t **target = ferry_calloc(ctx, count + 1, sizeof *target);
+    if (!format || strcmp(format, FILE_FORMAT))
+        st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata format is \"%s\", not \"%s\"",
+                        format ? format : "(none)", FILE_FORMAT);
+    else if (!json_is_array(dense))
+        st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"dense\" is not a JSON list");
+    else if (!saved || !target)
+        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory");
+    else
+        st = ferry_delta_codec_create(ctx, &codec);
+    /* check everything first: names, shapes, frame headers and versions */
+    for (size_t i = 0; st == FERRY_OK && i < count; i++) {
+        const ferry_safetensors_tensor_t *d = ferry_safetensors_at(st_file, i);
+        for (size_t j = 0; j < n && !target[i]; j++)
+            if (t[j].name && !strcmp(t[j].name, d->name)) target[i] = &t[j];
+        ferry_tensor_ref_t *x = target[i];
+        if (!x || !ref_ok(x)) {
+            st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: \"%s\" names no given tensor (or a malformed one)",
+                            d->name);
+        } else if (in_list(dense, d->name)) {
+            if (!same_shape(x, d->ndim, d->shape, d->dtype))
+                st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: dense \"%s\" differs in dtype or shape",
+                                d->name);
+        } else {
+            ferry_delta_info_t info;
+            if (d->dtype != FERRY_DTYPE_U8 || d->ndim != 1) {
+                st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: \"%s\" is not a U8 frame", d->name);
+            } else if ((st = ferry_delta_inspect(codec, d->data, d->bytes, &info)) != FERRY_OK) {
+                ferry_fail(err, st, "delta file: \"%s\": %s", d->name, ferry_delta_codec_detail(codec));
+            } else if (info.dtype != x->dtype || info.elems * ferry_dtype_size(x->dtype) != x->bytes) {
+                st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: \"%s\" is a delta of %llu %s elements", d->name,
+                                (unsigned long long)info.elems, ferry_dtype_name(info.dtype));
+            } else if (bv != FERRY_DELTA_ANY_BASE && info.base_version != bv) {
+                st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: \"%s\" is from version %llu, not %llu", d->name,
+                                (unsigned long long)info.base_version, (unsigned long long)bv);
+            }
+        }
+    }
+    /* then apply, undoing everything on the first failure */
+    for (size_t i = 0; st == FERRY_OK && i < count; i++) {
+        const ferry_safetensors_tensor_t *d = ferry_safetensors_at(st_file, i);
+        ferry_tensor_ref_t *x = target[i];
+        if (in_list(dense, d->name)) {
+            saved[i] = ferry_alloc(ctx, x->bytes ? x->bytes : 1);
+            if (!saved[i]) {
+                st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory for an undo copy");
+                break;
+            }
+            memcpy(saved[i], x->data, x->bytes);
+            memcpy(x->data, d->data, x->bytes);
+            continue;
+        }
+        ferry_delta_info_t info;
+        ferry_delta_inspect(codec, d->data, d->bytes, &info);
+        for (uint32_t c = 0; st == FERRY_OK && c < info.chunks; c++) {
+            const void *rec;
+            size_t rl;
+            uint64_t at = (uint64_t)c * info.chunk_elems;
+            uint32_t ne = (uint32_t)(info.elems - at < info.chunk_elems ? info.elems - at : info.chunk_elems);
+            st = ferry_delta_chunk_get(codec, d->data, d->bytes, c, &rec, &rl);
+            if (st == FERRY_OK)
+                st = ferry_delta_chunk_apply(codec, info.dtype, rec, rl,
+                                             (uint8_t *)x->data + at * ferry_dtype_size(info.dtype), ne);
+            if (st != FERRY_OK)
+                ferry_fail(err, st, "delta file: \"%s\", chunk %u: %s", d->name, c, ferry_delta_codec_detail(codec));
+        }
+    }
+    if (st != FERRY_OK && codec) {
+        ferry_delta_codec_rollback(codec);
+        for (size_t i = 0; i < count; i++)
+            if (saved[i]) memcpy(target[i]->data, saved[i], target[i]->bytes);
+    }
+    ferry_delta_codec_commit(codec);
+    for (size_t i = 0; saved && i < count; i++) ferry_free(ctx, saved[i]);
+    ferry_free(ctx, saved);
+    ferry_free(ctx, target);
+    ferry_delta_codec_destroy(codec);
+    json_decref(dense);
+    ferry_safetensors_destroy(st_file);
+    return st;
+}
