@@ -12,7 +12,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
-            "                  [--mode sync|async] [--transport shm|ucx] [--staged] [--slots K]\n"
+            "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
             "                  [--lr X] [--seed N] [--timeout-ms T] [--no-verify] [--verbose]\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
@@ -60,8 +60,9 @@ int cmd_demo(int argc, char **argv) {
         } else if (cli_opt(argc, argv, &i, "--transport", &v)) {
             if (!strcmp(v, "shm")) o.transport = FERRY_XPORT_SHM;
             else if (!strcmp(v, "ucx")) o.transport = FERRY_XPORT_UCX;
+            else if (!strcmp(v, "file")) o.transport = (ferry_xport_kind_t)DEMO_TRANSPORT_FILE;
             else {
-                fprintf(stderr, "ferry demo: --transport must be shm or ucx, not \"%s\"\n", v);
+                fprintf(stderr, "ferry demo: --transport must be shm, ucx or file, not \"%s\"\n", v);
                 return CLI_USAGE;
             }
         } else if (!strcmp(argv[i], "--staged")) o.staged = true;
@@ -81,7 +82,7 @@ int cmd_demo(int argc, char **argv) {
     if (!steps) return CLI_FAIL;
     printf("ferry demo: %s, trainer %s -> engine %s, %s mode%s, %s, %u steps at lr %g\n", o.model, o.train, o.infer,
            o.mode == FERRY_SYNC_MODE_SYNC ? "sync" : "async", o.staged ? " (staged)" : "",
-           o.transport == FERRY_XPORT_SHM ? "shm" : "ucx", o.steps, o.lr);
+           o.transport == FERRY_XPORT_SHM ? "shm" : o.transport == FERRY_XPORT_UCX ? "ucx" : "file", o.steps, o.lr);
     printf("%7s  %8s  %12s  %8s  %7s  %8s  %8s  %s\n", "version", "changed", "bytes moved", "seconds", "GB/s",
            "publish", "update", "verified");
     fflush(stdout);

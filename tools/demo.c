@@ -3,6 +3,7 @@
  * into per-version figures. See demo.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -67,6 +68,13 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     posix_spawn_file_actions_destroy(&fa);
     return rc == 0 ? pid : -1;
 }
+
+/* Removes the file transport's directory and everything in it. */
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static void close_go(int *go, uint32_t n) {
     for (uint32_t w = 0; w < n; w++) {
@@ -145,6 +153,9 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     double *first_pub = calloc(o->steps + 1, sizeof(double)), *rt = NULL;
     int rep[2] = {-1, -1};
     int *go = NULL; /* per writer: the write end of its stdin (a byte = publish the next version; EOF = leave) */
+    int *rgo = NULL; /* file transport, per reader: a byte = the next version is published */
+    bool file = o->transport == (ferry_xport_kind_t)DEMO_TRANSPORT_FILE;
+    char file_dir[256] = "";
     uint32_t nk = 0;
     if (!model || !first_pub) goto out;
     if (ferry_parallel_parse(ctx, FERRY_SIDE_TRAIN, o->train, &tp) != FERRY_OK ||
@@ -182,20 +193,33 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     }
     setenv("FERRY_META", ferry_meta_service_address(svc), 1);
     setenv("FERRY_TOKEN", token, 1);
+    if (file) { /* the channel directories live under one fresh directory */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(file_dir, sizeof file_dir, "%s/ferry-demo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(file_dir)) {
+            snprintf(res->error, sizeof res->error, "cannot create %s: %s", file_dir, strerror(errno));
+            file_dir[0] = '\0';
+            goto out;
+        }
+        setenv("FERRY_DEMO_DIR", file_dir, 1);
+    }
     kids = calloc(res->writers + res->readers, sizeof *kids);
     go = malloc((res->writers + 1) * sizeof *go);
-    if (!kids || !go || pipe2(rep, O_CLOEXEC) != 0) goto out;
+    rgo = malloc((res->readers + 1) * sizeof *rgo);
+    if (!kids || !go || !rgo || pipe2(rep, O_CLOEXEC) != 0) goto out;
     for (uint32_t w = 0; w < res->writers; w++) go[w] = -1;
+    for (uint32_t r = 0; r < res->readers; r++) rgo[r] = -1;
     double t_start = cli_now_s();
     for (uint32_t i = 0; i < res->writers + res->readers; i++) {
         bool writer = i < res->writers;
         uint32_t rank = writer ? i : i - res->writers;
         int in[2] = {-1, -1};
-        if (writer && pipe2(in, O_CLOEXEC) != 0) goto out;
-        pid_t pid = spawn_worker(o, writer, rank, rep[1], writer ? in[0] : rep[0]);
-        if (writer) {
+        bool piped = writer || file;
+        if (piped && pipe2(in, O_CLOEXEC) != 0) goto out;
+        pid_t pid = spawn_worker(o, writer, rank, rep[1], piped ? in[0] : rep[0]);
+        if (piped) {
             close(in[0]);
-            go[rank] = in[1];
+            (writer ? go : rgo)[rank] = in[1];
         }
         if (pid < 0) {
             snprintf(res->error, sizeof res->error, "cannot start a worker: %s", strerror(errno));
@@ -210,6 +234,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
     size_t have = 0;
     uint32_t alive = nk, readers_left = res->readers;
     uint64_t next_row = 1, go_sent = 1; /* version 1 needs no go */
+    uint64_t rgo_sent = 0;               /* file transport: versions announced to readers */
     double deadline = t_start + (double)o->timeout_ms / 1000.0 * (o->steps + 2) + 60.0;
     bool reading = true, stopping = false;
     struct pollfd *pf = calloc(nk + 1, sizeof *pf);
@@ -252,6 +277,14 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
                 }
                 go_sent++;
             }
+            /* file transport: a reader may read version g once every writer published it */
+            while (file && rgo_sent < o->steps && steps[rgo_sent].writers == res->writers) {
+                for (uint32_t r = 0; r < res->readers; r++) {
+                    ssize_t wr = rgo[r] >= 0 ? write(rgo[r], "g", 1) : 0;
+                    (void)wr;
+                }
+                rgo_sent++;
+            }
         }
         for (uint32_t i = 0; i < nk; i++) {
             if (kids[i].done) continue;
@@ -277,6 +310,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
         }
         if (res->error[0] && !stopping) { /* something failed: the run is lost, stop everyone now */
             close_go(go, res->writers);
+            close_go(rgo, res->readers);
             for (uint32_t i = 0; i < nk; i++)
                 if (!kids[i].done) kill(kids[i].pid, SIGTERM);
             stopping = true;
@@ -300,7 +334,10 @@ out:
     for (int i = 0; i < 2; i++)
         if (rep[i] >= 0) close(rep[i]);
     if (go) close_go(go, res->writers);
+    if (rgo) close_go(rgo, res->readers);
     free(go);
+    free(rgo);
+    if (file_dir[0]) remove_tree(file_dir);
     free(kids);
     free(first_pub);
     free(rt);

@@ -10,6 +10,10 @@
 
 #include "ferry/ferry.h"
 
+/* The demo's transport beside ferry_xport_kind_t's: the file channel, each
+ * trainer rank publishing into its own directory under $FERRY_DEMO_DIR. */
+#define DEMO_TRANSPORT_FILE 100
+
 typedef struct demo_opts {
     const char *model, *train, *infer;
     uint32_t steps;
@@ -56,5 +60,7 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
 
 /* The hidden worker command. */
 int demo_worker_main(int argc, char **argv);
+
+
 
 #endif

@@ -17,11 +17,11 @@
 #include "cli.h"
 #include "demo.h"
 #include "demo_weights.h"
+#include "demo_worker.h"
 
 #define REPORT_FD 3
 
-static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void report(const char *fmt, ...) {
+void demo_report(const char *fmt, ...) {
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -34,27 +34,12 @@ static void report(const char *fmt, ...) {
     (void)w;
 }
 
-typedef struct worker {
-    const char *role;
-    uint32_t rank;
-    demo_opts_t o;
-    ferry_ctx_t *ctx;
-    ferry_model_t *model;
-    ferry_layout_t *layout;
-    void **bufs;
-    uint64_t *sizes;
-    size_t nbufs;
-} worker_t;
-
-static int fail(worker_t *w, const char *what, const char *detail) {
-    report("E %s %u %s: %s", w->role, w->rank, what, detail);
+int demo_fail(worker_t *w, const char *what, const char *detail) {
+    demo_report("E %s %u %s: %s", w->role, w->rank, what, detail);
     return CLI_FAIL;
 }
 
-/* Writes (fill) or checks (!fill) every element of the rank's pieces for
- * version v; returns mismatches, and counts elements that differ from
- * `prev` (a copy of the buffers before the update, or NULL). */
-static uint64_t weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, uint64_t *changed,
+uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, uint64_t *changed,
                              uint64_t *elements) {
     size_t first, count;
     ferry_layout_rank_pieces(w->layout, w->rank, &first, &count);
@@ -114,16 +99,16 @@ static int run_writer(worker_t *w, uint32_t world) {
                               .serve = false,
                               .slots = w->o.slots};
     ferry_writer_t *wr;
-    if (ferry_writer_create(w->ctx, w->model, &sp, &wr) != FERRY_OK) return fail(w, "create", ferry_ctx_error(w->ctx));
+    if (ferry_writer_create(w->ctx, w->model, &sp, &wr) != FERRY_OK) return demo_fail(w, "create", ferry_ctx_error(w->ctx));
     int rc = CLI_OK;
     if (ferry_writer_add_layout(wr, w->layout, w->rank, w->bufs, w->nbufs) != FERRY_OK ||
         ferry_writer_commit(wr) != FERRY_OK) {
-        rc = fail(w, "setup", ferry_writer_error(wr));
+        rc = demo_fail(w, "setup", ferry_writer_error(wr));
         goto out;
     }
     for (uint64_t v = 1; v <= w->o.steps; v++) {
-        weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
-        report("F %u %llu", w->rank, (unsigned long long)v);
+        demo_weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
+        demo_report("F %u %llu", w->rank, (unsigned long long)v);
         /* the parent's go (stdin): every reader checked v - 1 and is waiting, so
          * the figures measure the sync alone */
         char go;
@@ -131,7 +116,7 @@ static int run_writer(worker_t *w, uint32_t world) {
         while (v > 1 && (k = read(0, &go, 1)) < 0 && errno == EINTR) {
         }
         if (v > 1 && k != 1) {
-            rc = fail(w, "publish", "the demo was stopped");
+            rc = demo_fail(w, "publish", "the demo was stopped");
             goto out;
         }
         ferry_publish_info_t info;
@@ -139,10 +124,10 @@ static int run_writer(worker_t *w, uint32_t world) {
         ferry_status_t st = ferry_writer_publish(wr, v, &info);
         double t1 = cli_now_s();
         if (st != FERRY_OK) {
-            rc = fail(w, "publish", ferry_writer_error(wr));
+            rc = demo_fail(w, "publish", ferry_writer_error(wr));
             goto out;
         }
-        report("W %u %llu %.6f %.6f %llu %.6f %.6f %.6f", w->rank, (unsigned long long)v, t0, t1,
+        demo_report("W %u %llu %.6f %.6f %llu %.6f %.6f %.6f", w->rank, (unsigned long long)v, t0, t1,
                (unsigned long long)info.bytes_served, info.pack_seconds, info.hash_seconds, info.snapshot_seconds);
     }
     /* stay (serving the last versions) until the parent says every reader is done */
@@ -166,12 +151,12 @@ static int run_reader(worker_t *w, uint32_t world) {
                               .timeout_ms = w->o.timeout_ms,
                               .staged = w->o.staged};
     ferry_reader_t *rd;
-    if (ferry_reader_create(w->ctx, w->model, &sp, &rd) != FERRY_OK) return fail(w, "create", ferry_ctx_error(w->ctx));
+    if (ferry_reader_create(w->ctx, w->model, &sp, &rd) != FERRY_OK) return demo_fail(w, "create", ferry_ctx_error(w->ctx));
     int rc = CLI_OK;
     uint8_t **prev = NULL;
     if (ferry_reader_add_layout(rd, w->layout, w->rank, w->bufs, w->nbufs) != FERRY_OK ||
         ferry_reader_commit(rd) != FERRY_OK) {
-        rc = fail(w, "setup", ferry_reader_error(rd));
+        rc = demo_fail(w, "setup", ferry_reader_error(rd));
         goto out;
     }
     /* the first rank of each engine instance counts changed elements (one copy of the model) */
@@ -194,15 +179,15 @@ static int run_reader(worker_t *w, uint32_t world) {
         ferry_status_t st = ferry_reader_update(rd, want, w->o.timeout_ms, &info);
         double t1 = cli_now_s();
         if (st != FERRY_OK) {
-            rc = fail(w, "update", ferry_reader_error(rd));
+            rc = demo_fail(w, "update", ferry_reader_error(rd));
             goto out;
         }
         held = info.version;
         uint64_t bad = 0, changed = 0, elements = 0;
-        if (w->o.verify) bad = weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
+        if (w->o.verify) bad = demo_weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
         if (count_changes) /* the base the next version's changes are counted against, taken before reporting */
             for (size_t b = 0; b < w->nbufs; b++) memcpy(prev[b], w->bufs[b], w->sizes[b]);
-        report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f", w->rank, (unsigned long long)held, t0, t1,
+        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f", w->rank, (unsigned long long)held, t0, t1,
                (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
                (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0),
                info.wait_seconds, info.pull_seconds, info.verify_seconds);
@@ -245,21 +230,21 @@ int demo_worker_main(int argc, char **argv) {
     int rc = CLI_FAIL;
     w.model = cli_load_model(w.ctx, w.o.model, false);
     if (!w.model) {
-        report("E %s %u cannot load model %s", w.role, w.rank, w.o.model);
+        demo_report("E %s %u cannot load model %s", w.role, w.rank, w.o.model);
         goto out;
     }
     ferry_parallel_t par;
     ferry_side_t side = writer ? FERRY_SIDE_TRAIN : FERRY_SIDE_INFER;
     if (ferry_parallel_parse(w.ctx, side, writer ? w.o.train : w.o.infer, &par) != FERRY_OK ||
         ferry_layout_build(w.ctx, w.model, &par, w.rank, &w.layout) != FERRY_OK) {
-        rc = fail(&w, "layout", ferry_ctx_error(w.ctx));
+        rc = demo_fail(&w, "layout", ferry_ctx_error(w.ctx));
         goto out;
     }
     for (uint32_t t = 0; t < ferry_model_tensor_count(w.model); t++) {
         ferry_tensor_info_t ti;
         ferry_model_tensor(w.model, t, &ti);
         if (ti.dtype != FERRY_DTYPE_BF16 && ti.dtype != FERRY_DTYPE_F32) {
-            rc = fail(&w, "model", "the demo generates bf16 and f32 tensors only");
+            rc = demo_fail(&w, "model", "the demo generates bf16 and f32 tensors only");
             goto out;
         }
     }
@@ -273,7 +258,10 @@ int demo_worker_main(int argc, char **argv) {
         if (bi.rank == w.rank) w.sizes[w.nbufs++] = bi.size;
     }
     uint32_t world = ferry_parallel_world_size(&par);
-    rc = writer ? run_writer(&w, world) : run_reader(&w, world);
+    if (w.o.transport == (ferry_xport_kind_t)DEMO_TRANSPORT_FILE)
+        rc = writer ? demo_file_writer(&w) : demo_file_reader(&w);
+    else
+        rc = writer ? run_writer(&w, world) : run_reader(&w, world);
 out:
     free(w.bufs);
     free(w.sizes);

@@ -2,7 +2,8 @@
 # `ferry demo` end to end on the tiny models: a service, writer and reader
 # processes, several (train, infer) layout pairs (fused QKV/gate_up, tp
 # changes, pp, ep, trainer dp replicas, transposed and flat buffers), both
-# modes, both transports, staged readers; every element verified. Then
+# modes, the shm, ucx and file transports, staged readers; every element
+# verified. Then
 # `ferry bench sync` (smoke), `ferry meta`, and refusals of bad input.
 set -u
 ferry=$1
@@ -18,10 +19,13 @@ expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,dp=2,vo
 expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,buffers=flat --infer tp=1,replicas=3 --steps 2 --staged
 expect 0 "$ok" -- demo --model $golden/tiny-mla.json --train tp=2,ep=2,experts=grouped_t,buffers=flat \
     --infer tp=2,ep=1,replicas=2 --steps 3
+# the file channel: trainer ranks publish snapshots and deltas into directories, engine ranks follow them
+expect 0 "$ok" -- demo $moe --infer tp=2,ep=2,replicas=2 --steps 4 --transport file
+expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2 --infer tp=1,replicas=2 --steps 3 --transport file
 expect 0 "verification off" -- demo $moe --infer tp=2 --steps 2 --no-verify
 expect 0 "tcp broadcast" -- bench sync $moe --infer tp=2,ep=2,replicas=2 --steps 3 --repeat 1
 expect 2 "--mode must be sync or async" -- demo --mode eventual
-expect 2 "--transport must be shm or ucx" -- demo --transport carrier-pigeon
+expect 2 "--transport must be shm, ucx or file" -- demo --transport carrier-pigeon
 expect 2 "--steps must be" -- demo --steps 0
 expect 2 "unknown option" -- demo --frobnicate
 expect 2 "trainer layout" -- demo --model $golden/tiny-qwen3.json --train tp=3 --steps 1
