@@ -1,7 +1,7 @@
-/* Applying one chunk: decode every change against the untouched base (the
- * classes come from base magnitudes), then write them, keeping the old
- * values as the undo log, then verify the chunk's next checksum. A chunk
- * that fails is restored before the error returns. */
+/* Applying one chunk: decode every change (the classes come from the base
+ * magnitudes) and write it in place, keeping the old values as the undo
+ * log, then verify the chunk's next checksum. A chunk that fails is
+ * restored before the error returns. */
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
@@ -18,6 +18,27 @@ typedef struct class_cursor {
 
 /* Decodes one change of class k: its value change, then where the next is. */
 static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
+    /* the common case in one refill: a one-ulp change whose sign bit and
+       following gap code lie in the bits at hand */
+    bitr_t *r = &q->br;
+    if (!(q->nu_left && q->j == q->nu_next) && q->left > 1) {
+        bitr_refill(r);
+        uint64_t acc = r->acc >> 1;
+        uint32_t k = e->k_gap;
+        if (acc) {
+            uint32_t t = (uint32_t)__builtin_ctzll(acc);
+            uint32_t used = 1 + t + 1 + k;
+            if (used <= r->n && (uint64_t)t <= (uint64_t)(e->count >> k)) {
+                uint32_t neg = (uint32_t)(r->acc & 1);
+                uint64_t low = k ? (acc >> (t + 1)) & ((1ull << k) - 1) : 0;
+                bitr_skip(r, used);
+                q->j++;
+                q->left--;
+                q->target += ((uint64_t)t << k | low) + 1;
+                return neg ? -1 : 1;
+            }
+        }
+    }
     uint32_t neg = bitr_bits(&q->br, 1);
     uint64_t a = 1;
     if (q->nu_left && q->j == q->nu_next) {
@@ -35,14 +56,18 @@ static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
     return neg ? -(int64_t)a : (int64_t)a;
 }
 
-/* Decodes a sparse chunk's changes into c->log[c->log_n, ...). */
-DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t *h, const uint8_t *base,
+/* Decodes a sparse chunk's changes and writes them in place as it goes,
+ * logging (position, old value) in c->log[c->log_n, ...). Safe: a block's
+ * classes are taken before any of its elements is written, and later blocks
+ * are untouched. On a failure everything written is restored. */
+DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t *h, uint8_t *base,
                                               size_t *n_out) {
     uint32_t w = h->width, K = h->classes;
     if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log))
         return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
     delta_change_t *out = c->log + c->log_n;
     size_t n = 0;
+    ferry_status_t st = FERRY_OK;
     class_cursor_t q[FERRY_DELTA_CLASSES_MAX];
     uint32_t lower[FERRY_DELTA_CLASSES_MAX];
     const uint8_t *p = h->payload;
@@ -67,34 +92,48 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
         for (uint32_t k = 0; k < K; k++) {
             uint64_t cm = ge[k] & ~ge[k + 1];
             uint64_t cnt = (uint64_t)__builtin_popcountll(cm);
-            class_cursor_t *qk = &q[k];
-            while (qk->target < qk->seen + cnt) {
-                uint32_t pos = at + select_bit(cm, (uint32_t)(qk->target - qk->seen));
-                int64_t d = next_value(qk, &h->cls[k]);
-                uint32_t v;
-                if (qk->br.overrun || !elem_unord(elem_ord(elem_get(base, w, pos), w) + d, w, &v))
-                    return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream cut short or a value out of range", k);
+            if (q[k].target >= q[k].seen + cnt) {
+                q[k].seen += cnt;
+                continue;
+            }
+            class_cursor_t qk = q[k]; /* in registers while the block's changes decode */
+            while (qk.target < qk.seen + cnt) {
+                uint32_t pos = at + select_bit(cm, (uint32_t)(qk.target - qk.seen));
+                int64_t d = next_value(&qk, &h->cls[k]);
+                uint32_t old = elem_get(base, w, pos), v;
+                if (qk.br.overrun || !elem_unord(elem_ord(old, w) + d, w, &v)) {
+                    st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream cut short or a value out of range", k);
+                    goto undo;
+                }
+                elem_put(base, w, pos, v);
                 out[n].pos = pos;
-                out[n].val = v;
+                out[n].val = old;
                 n++;
             }
-            qk->seen += cnt;
+            qk.seen += cnt;
+            q[k] = qk;
         }
     }
-    for (uint32_t k = 0; k < K; k++) {
+    for (uint32_t k = 0; k < K && st == FERRY_OK; k++) {
         if (q[k].seen != h->cls[k].count)
-            return delta_fail(c, FERRY_ERR_MISMATCH,
-                              "the region is not this delta's base: magnitude class %u holds %llu elements, "
-                              "the delta's base had %u",
-                              k, (unsigned long long)q[k].seen, h->cls[k].count);
+            st = delta_fail(c, FERRY_ERR_MISMATCH,
+                            "the region is not this delta's base: magnitude class %u holds %llu elements, "
+                            "the delta's base had %u",
+                            k, (unsigned long long)q[k].seen, h->cls[k].count);
     }
-    for (uint32_t k = 0; k < K; k++) {
+    for (uint32_t k = 0; k < K && st == FERRY_OK; k++) {
         if (q[k].left || q[k].nu_left || q[k].br.overrun || bitr_tell(&q[k].br) + 7 < (uint64_t)h->cls[k].len * 8)
-            return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: %u of %u changes left undecoded, or a stream cut short or too long",
-                              k, q[k].left, h->cls[k].changed);
+            st = delta_fail(c, FERRY_ERR_CORRUPT,
+                            "class %u: %u of %u changes left undecoded, or a stream cut short or too long", k,
+                            q[k].left, h->cls[k].changed);
     }
-    *n_out = n;
-    return FERRY_OK;
+    if (st == FERRY_OK) {
+        *n_out = n;
+        return FERRY_OK;
+    }
+undo:
+    for (size_t i = n; i-- > 0;) elem_put(base, w, out[i].pos, out[i].val);
+    return st;
 }
 
 /* After a failed check: tells a wrong base from damaged data. */
@@ -148,12 +187,7 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dty
        region the wrong base: the base checksum tells (only on this path) */
     if (st == FERRY_ERR_CORRUPT && XXH3_64bits(base, bytes) != h.base_sum) return blame(c, &h, base);
     if (st != FERRY_OK) return st;
-    delta_change_t *ch = c->log + c->log_n;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t old = elem_get(base, w, ch[i].pos);
-        elem_put(base, w, ch[i].pos, ch[i].val);
-        ch[i].val = old;
-    }
+    delta_change_t *ch = c->log + c->log_n; /* written; old values kept */
     if (XXH3_64bits(base, bytes) != h.next_sum) {
         for (size_t i = n; i-- > 0;) elem_put(base, w, ch[i].pos, ch[i].val);
         return blame(c, &h, base);
