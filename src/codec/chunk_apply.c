@@ -35,7 +35,7 @@ static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
                 q->j++;
                 q->left--;
                 q->target += ((uint64_t)t << k | low) + 1;
-                return neg ? -1 : 1;
+                return 1 - 2 * (int64_t)neg; /* no branch on a coin flip */
             }
         }
     }

@@ -57,9 +57,17 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
     /* classes from the changed elements' magnitudes and a sample of all */
     double hist_all[256] = {0}, hist_chg[256] = {0};
     uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w);
-    uint32_t stride = elems >= (1u << 16) ? 32 : 1;
-    for (uint32_t i = 0; i < elems; i += stride) hist_all[(elem_get(base, w, i) & mm) >> shift] += stride;
-    for (size_t i = 0; i < m; i++) hist_chg[c->cls[i]] += 1;
+    uint32_t stride = elems >= (1u << 16) ? 64 : 1, cnt[4][256];
+    memset(cnt, 0, sizeof cnt);
+    /* four counters per bucket, so neighbouring samples of one bucket do not
+       wait on each other's increments */
+    uint32_t i4 = 0;
+    for (uint32_t i = 0; i < elems; i += stride, i4++) cnt[i4 & 3][(elem_get(base, w, i) & mm) >> shift]++;
+    for (uint32_t b = 0; b < 256; b++)
+        hist_all[b] = (double)stride * (double)(cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b]);
+    memset(cnt, 0, sizeof cnt);
+    for (size_t i = 0; i < m; i++) cnt[i & 3][c->cls[i]]++;
+    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = (double)(cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b]);
     uint32_t lower[FERRY_DELTA_CLASSES_MAX];
     uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
 
