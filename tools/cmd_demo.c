@@ -13,14 +13,17 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
-            "                  [--lr X] [--seed N] [--timeout-ms T] [--no-verify] [--verbose]\n"
+            "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off]\n"
+            "                  [--no-verify] [--verbose]\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
             "from RL-like Adam steps on fp32 masters cast to bf16) and R engine processes\n"
             "(vLLM-style layout); after every step the engines pull the new version in\n"
             "place through ferry and check every element against their own reference.\n"
             "Defaults: --model qwen3-0.6b --train tp=2,pp=2 --infer tp=2,replicas=2\n"
-            "          --steps 5 --mode sync --transport shm --lr 1e-6\n");
+            "          --steps 5 --mode sync --transport shm --lr 1e-6 --deltas auto\n"
+            "--deltas: sync mode, readers one version behind apply sparse deltas instead of\n"
+            "pulling whole: auto between hosts only, always also on one host, or off.\n");
 }
 
 static void print_row(const demo_step_t *s, void *opaque) {
@@ -63,6 +66,14 @@ int cmd_demo(int argc, char **argv) {
             else if (!strcmp(v, "file")) o.transport = (ferry_xport_kind_t)DEMO_TRANSPORT_FILE;
             else {
                 fprintf(stderr, "ferry demo: --transport must be shm, ucx or file, not \"%s\"\n", v);
+                return CLI_USAGE;
+            }
+        } else if (cli_opt(argc, argv, &i, "--deltas", &v)) {
+            if (!strcmp(v, "auto")) o.deltas = FERRY_SYNC_DELTAS_AUTO;
+            else if (!strcmp(v, "always")) o.deltas = FERRY_SYNC_DELTAS_ALWAYS;
+            else if (!strcmp(v, "off")) o.deltas = FERRY_SYNC_DELTAS_OFF;
+            else {
+                fprintf(stderr, "ferry demo: --deltas must be auto, always or off, not \"%s\"\n", v);
                 return CLI_USAGE;
             }
         } else if (!strcmp(argv[i], "--staged")) o.staged = true;
@@ -112,6 +123,9 @@ int cmd_demo(int argc, char **argv) {
            res.readers, cli_bytes(res.model_bytes, b, sizeof b), steps[0].seconds);
     if (n) printf("; later versions: median %.3f s for %s (%.2f GB/s)", med, cli_bytes((uint64_t)bytes, b2, sizeof b2),
                   med > 0 ? bytes / med / 1e9 : 0.0);
+    uint32_t du = 0;
+    for (uint32_t v = 0; v < o.steps; v++) du += steps[v].delta_updates;
+    if (du) printf("; %u reader updates applied sparse deltas", du);
     printf("; run %.1f s; %s\n", res.total_seconds,
            res.ok ? (o.verify ? "every reader verified every version bit-exactly" : "verification off") : res.error);
     free(steps);

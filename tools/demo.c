@@ -45,7 +45,7 @@ typedef struct child {
 
 static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int report_fd, int stdin_fd) {
     char a_rank[16], a_steps[16], a_mode[8], a_tr[8], a_staged[4], a_verify[4], a_lr[32], a_seed[32], a_to[16],
-        a_slots[8];
+        a_slots[8], a_deltas[8];
     snprintf(a_rank, sizeof a_rank, "%u", rank);
     snprintf(a_steps, sizeof a_steps, "%u", o->steps);
     snprintf(a_mode, sizeof a_mode, "%d", (int)o->mode);
@@ -56,9 +56,10 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     snprintf(a_seed, sizeof a_seed, "%llu", (unsigned long long)o->seed);
     snprintf(a_to, sizeof a_to, "%u", o->timeout_ms);
     snprintf(a_slots, sizeof a_slots, "%u", o->slots);
+    snprintf(a_deltas, sizeof a_deltas, "%d", (int)o->deltas);
     char *argv[] = {"ferry", "_sync-worker", writer ? "writer" : "reader", a_rank, (char *)o->model,
                     (char *)o->train, (char *)o->infer, a_steps, a_mode, a_tr, a_staged, a_verify, a_lr, a_seed,
-                    a_to, a_slots, NULL};
+                    a_to, a_slots, a_deltas, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, report_fd, 3);
@@ -116,8 +117,9 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
         unsigned long long bytes, bad, changed, elements;
         int ok;
         double ws, ps, vs;
-        if (sscanf(line + 2, "%u %llu %lf %lf %llu %d %llu %llu %llu %lf %lf %lf", &rank, &v, &t0, &t1, &bytes, &ok, &bad,
-                   &changed, &elements, &ws, &ps, &vs) != 12 ||
+        unsigned deltas;
+        if (sscanf(line + 2, "%u %llu %lf %lf %llu %d %llu %llu %llu %lf %lf %lf %u", &rank, &v, &t0, &t1, &bytes, &ok,
+                   &bad, &changed, &elements, &ws, &ps, &vs, &deltas) != 13 ||
             v < 1 || v > o->steps)
             return;
         demo_step_t *s = &steps[v - 1];
@@ -128,14 +130,17 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
         s->mismatches += bad;
         s->changed += changed;
         s->elements += elements;
+        s->delta_updates += deltas > 0;
         if (rank < nreaders) {
             rt[2 * ((v - 1) * nreaders + rank)] = t0;
             rt[2 * ((v - 1) * nreaders + rank) + 1] = t1;
         }
         if (t1 - t0 > s->update_max) s->update_max = t1 - t0;
         if (o->verbose)
-            fprintf(stderr, "  reader %u holds %llu after %.3f s (waiting %.3f, pulling %.3f, checksums %.3f; %llu bytes, %s)\n",
-                    rank, v, t1 - t0, ws, ps, vs, bytes, ok ? "verified" : bad ? "MISMATCH" : "not checked");
+            fprintf(stderr,
+                    "  reader %u holds %llu after %.3f s (waiting %.3f, pulling %.3f, checksums %.3f; %llu bytes, %u "
+                    "writers' as deltas, %s)\n",
+                    rank, v, t1 - t0, ws, ps, vs, bytes, deltas, ok ? "verified" : bad ? "MISMATCH" : "not checked");
     }
 }
 

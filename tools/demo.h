@@ -25,6 +25,7 @@ typedef struct demo_opts {
     uint64_t seed;
     uint32_t timeout_ms;  /* per update / publish */
     uint32_t slots;
+    ferry_sync_deltas_t deltas;
     bool verbose;         /* per-process lines on stderr */
 } demo_opts_t;
 
@@ -42,6 +43,7 @@ typedef struct demo_step {
     uint64_t mismatches;
     uint64_t changed;     /* bf16 elements that differ from the previous version (reader 0s of each replica) */
     uint64_t elements;
+    uint32_t delta_updates; /* readers that applied deltas for this version */
 } demo_step_t;
 
 typedef struct demo_result {

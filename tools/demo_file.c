@@ -240,9 +240,9 @@ int demo_file_reader(worker_t *w) {
         double t2 = cli_now_s();
         uint64_t bad = w->o.verify ? demo_weights_pass(w, v, false, NULL, NULL, NULL) : 0;
         double t3 = cli_now_s();
-        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f", w->rank, (unsigned long long)v, t0, t2,
-                    (unsigned long long)bytes, w->o.verify && bad == 0, (unsigned long long)bad, 0ull, 0ull, 0.0,
-                    t1 - t0, t3 - t2);
+        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f %u", w->rank, (unsigned long long)v, t0,
+                    t2, (unsigned long long)bytes, w->o.verify && bad == 0, (unsigned long long)bad, 0ull, 0ull, 0.0,
+                    t1 - t0, t3 - t2, 0u);
         if (bad) rc = CLI_FAIL;
     }
 out:

@@ -89,7 +89,8 @@ uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, u
 static int run_writer(worker_t *w, uint32_t world) {
     ferry_sync_params_t sp = {.field_mask = FERRY_SYNC_PARAM_MODE | FERRY_SYNC_PARAM_TRANSPORT |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_SERVE |
-                                            FERRY_SYNC_PARAM_SLOTS,
+                                            FERRY_SYNC_PARAM_SLOTS | FERRY_SYNC_PARAM_DELTAS,
+                              .deltas = w->o.deltas,
                               .job = "demo",
                               .rank = w->rank,
                               .world = world,
@@ -143,7 +144,8 @@ out:
 
 static int run_reader(worker_t *w, uint32_t world) {
     ferry_sync_params_t sp = {.field_mask = FERRY_SYNC_PARAM_TRANSPORT | FERRY_SYNC_PARAM_TIMEOUT_MS |
-                                            FERRY_SYNC_PARAM_STAGED,
+                                            FERRY_SYNC_PARAM_STAGED | FERRY_SYNC_PARAM_DELTAS,
+                              .deltas = w->o.deltas,
                               .job = "demo",
                               .rank = w->rank,
                               .world = world,
@@ -187,10 +189,10 @@ static int run_reader(worker_t *w, uint32_t world) {
         if (w->o.verify) bad = demo_weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
         if (count_changes) /* the base the next version's changes are counted against, taken before reporting */
             for (size_t b = 0; b < w->nbufs; b++) memcpy(prev[b], w->bufs[b], w->sizes[b]);
-        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f", w->rank, (unsigned long long)held, t0, t1,
-               (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
-               (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0),
-               info.wait_seconds, info.pull_seconds, info.verify_seconds);
+        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f %u", w->rank, (unsigned long long)held, t0,
+                    t1, (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
+                    (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0),
+                    info.wait_seconds, info.pull_seconds, info.verify_seconds, info.delta_pairs);
         if (bad) rc = CLI_FAIL;
     }
 out:
@@ -202,9 +204,9 @@ out:
     return rc;
 }
 
-/* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS */
+/* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS DELTAS */
 int demo_worker_main(int argc, char **argv) {
-    if (argc != 15) {
+    if (argc != 16) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`), %d arguments\n", argc);
         return CLI_USAGE;
     }
@@ -224,6 +226,7 @@ int demo_worker_main(int argc, char **argv) {
     w.o.seed = strtoull(argv[12], NULL, 10);
     w.o.timeout_ms = (uint32_t)strtoul(argv[13], NULL, 10);
     w.o.slots = (uint32_t)strtoul(argv[14], NULL, 10);
+    w.o.deltas = (ferry_sync_deltas_t)atoi(argv[15]);
     bool writer = strcmp(w.role, "writer") == 0;
     w.ctx = cli_ctx();
     if (!w.ctx) return CLI_FAIL;

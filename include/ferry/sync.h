@@ -60,8 +60,19 @@ enum {
     FERRY_SYNC_PARAM_SERVE = 1u << 7,      /* writer; default: true for rank 0 */
     FERRY_SYNC_PARAM_STAGED = 1u << 8,     /* reader; default: false (in place) */
     FERRY_SYNC_PARAM_INFLIGHT = 1u << 9,   /* reader; default: 64 MiB */
-    FERRY_SYNC_PARAM_THREADS = 1u << 10    /* transport copy threads; default: 1 */
+    FERRY_SYNC_PARAM_THREADS = 1u << 10,   /* transport copy threads; default: 1 */
+    FERRY_SYNC_PARAM_DELTAS = 1u << 11     /* sync mode; default: FERRY_SYNC_DELTAS_AUTO */
 };
+
+/* Sparse deltas in sync mode (docs/sync.md, "Deltas"): writers encode each
+ * served region's change from the previous version; a reader that holds
+ * that version in place applies them instead of pulling the region. */
+typedef enum ferry_sync_deltas {
+    FERRY_SYNC_DELTAS_AUTO = 0,   /* between hosts: a writer offers deltas to readers on other hosts,
+                                     and those use them; on one host memory copies are faster */
+    FERRY_SYNC_DELTAS_ALWAYS = 1, /* also on one host (tests, slow shared memory) */
+    FERRY_SYNC_DELTAS_OFF = 2     /* writer: offer none; reader: always pull whole */
+} ferry_sync_deltas_t;
 
 typedef struct ferry_sync_params {
     uint64_t field_mask;
@@ -78,6 +89,7 @@ typedef struct ferry_sync_params {
     bool staged;            /* reader: nothing touches live buffers until all arrived and verified */
     uint64_t inflight_bytes;/* reader: bytes requested and not yet landed, at most */
     uint32_t threads;
+    ferry_sync_deltas_t deltas;
 } ferry_sync_params_t;
 
 /* Pseudo-versions for ferry_reader_update. */
@@ -98,6 +110,8 @@ typedef struct ferry_publish_info {
     uint64_t bytes_served;   /* bytes the plan has readers pull from this writer */
     uint32_t readers_acked;  /* sync: readers that acknowledged */
     uint32_t readers_missing;/* sync: live readers that did not within the timeout */
+    double delta_seconds;    /* sync: encoding deltas and keeping the base for the next */
+    uint64_t delta_bytes;    /* sync: bytes of the deltas offered (0: none, e.g. the first version) */
 } ferry_publish_info_t;
 
 /* Creates a writer of `model`'s tensors (the model must outlive it) and, if
@@ -156,6 +170,8 @@ typedef struct ferry_update_info {
     double apply_seconds;    /* staged: copying into the live buffers */
     uint32_t retries;        /* attempts that failed and were retried */
     uint32_t sources;        /* writers read from */
+    uint32_t delta_pairs;    /* writers whose bytes arrived as deltas */
+    uint64_t delta_bytes;    /* of bytes, those of deltas (and their index) */
 } ferry_update_info_t;
 
 ferry_status_t ferry_reader_create(ferry_ctx_t *ctx, const ferry_model_t *model, const ferry_sync_params_t *params,

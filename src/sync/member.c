@@ -46,6 +46,11 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
     if (!(f & FERRY_SYNC_PARAM_STAGED)) m->p.staged = false;
     if (!(f & FERRY_SYNC_PARAM_INFLIGHT) || !m->p.inflight_bytes) m->p.inflight_bytes = 64u << 20;
     if (!(f & FERRY_SYNC_PARAM_THREADS) || !m->p.threads) m->p.threads = 1;
+    if (!(f & FERRY_SYNC_PARAM_DELTAS)) m->p.deltas = FERRY_SYNC_DELTAS_AUTO;
+    if (m->p.deltas != FERRY_SYNC_DELTAS_AUTO && m->p.deltas != FERRY_SYNC_DELTAS_ALWAYS &&
+        m->p.deltas != FERRY_SYNC_DELTAS_OFF)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: deltas %d is not auto, always or off", who,
+                          m->p.deltas);
     if (m->p.mode != FERRY_SYNC_MODE_SYNC && m->p.mode != FERRY_SYNC_MODE_ASYNC)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: mode %d is neither sync nor async", who, m->p.mode);
     if (m->p.slots < 1 || m->p.slots > 16)

@@ -23,6 +23,8 @@ typedef struct reader_src {      /* one writer as the current update sees it */
     const FerryMeta__WriterGrant *grant; /* of the current update */
     const uint64_t *sums;        /* its checksums for us (from the grant, or GET_SUMS) */
     size_t nsums;
+    bool sums_fetched;           /* asked for with GET_SUMS in this attempt */
+    bool skip_delta;             /* offers deltas we do not use (same host, auto) */
 } reader_src_t;
 
 struct ferry_reader {
@@ -43,6 +45,11 @@ struct ferry_reader {
     size_t cap_runs;
     uint64_t *got;               /* per op: xxh3 of its destination region after landing */
     XXH3_state_t *hash;          /* an op's checksum, fed chunk by chunk as it lands */
+    /* deltas (sync mode): pairs that arrived as deltas this attempt */
+    bool *pair_done;
+    uint8_t *dscratch;           /* a writer's delta index and our blob */
+    size_t dscratch_cap;
+    ferry_delta_codec_t *codec;
 };
 
 const char *ferry_reader_error(const ferry_reader_t *r) { return r ? r->m.err.text : ""; }
@@ -60,6 +67,8 @@ static void epoch_free(ferry_reader_t *r) {
     ferry_free(ctx, r->writers);
     ferry_free(ctx, r->got);
     r->got = NULL;
+    ferry_free(ctx, r->pair_done);
+    r->pair_done = NULL;
     free(r->scratch);
     free(r->gather);
     r->src = NULL;
@@ -96,7 +105,8 @@ static ferry_status_t epoch_setup(ferry_reader_t *r) {
     }
     r->nsrc = m->side[0].world;
     r->got = ferry_calloc(ctx, ferry_plan_op_count(m->plan) + 1, sizeof *r->got);
-    if (!r->got) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    r->pair_done = ferry_calloc(ctx, ferry_plan_pair_count(m->plan) + 1, sizeof *r->pair_done);
+    if (!r->got || !r->pair_done) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     r->src = ferry_calloc(ctx, r->nsrc, sizeof *r->src);
     r->writers = ferry_calloc(ctx, r->nsrc, sizeof *r->writers);
     if (!r->src || !r->writers) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
@@ -149,9 +159,14 @@ static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGran
     ferry_status_t st = sync_regions_resolve(m, &s->regions, g->incarnation, map->regions, map->n_regions, "writer",
                                              g->rank);
     if (st != FERRY_OK) return st;
+    if (map->has_delta && map->delta_region >= map->n_regions)
+        return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "writer %u's delta region %u of %zu", g->rank, map->delta_region,
+                          map->n_regions);
     s->grant = g;
     s->sums = g->sums;
     s->nsums = g->n_sums;
+    s->sums_fetched = false;
+    s->skip_delta = false;
     return FERRY_OK;
 }
 
@@ -243,15 +258,22 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
     return FERRY_OK;
 }
 
-/* Checksums that were still being computed when the grant came, then every
- * op's landed bytes against its writer's checksum. */
-static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCMessage **sums_reply, double deadline) {
+/* GET_SUMS for the writers whose checksums are still pending (only those
+ * that offer deltas, if deltas_only); the reply holds them. */
+static ferry_status_t fetch_sums(ferry_reader_t *r, uint64_t version, bool deltas_only, ProtobufCMessage **sums_reply,
+                                 double deadline) {
     sync_member_t *m = &r->m;
     uint32_t *pending = ferry_calloc(m->ctx, r->nwriters + 1, sizeof *pending);
     if (!pending) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     size_t np = 0;
-    for (size_t i = 0; i < r->nwriters; i++)
-        if (r->src[r->writers[i]].grant && r->src[r->writers[i]].grant->sums_pending) pending[np++] = r->writers[i];
+    for (size_t i = 0; i < r->nwriters; i++) {
+        reader_src_t *s = &r->src[r->writers[i]];
+        if (s->grant && s->grant->sums_pending && !s->sums_fetched &&
+            (!deltas_only || (s->grant->map->has_delta && !s->skip_delta))) {
+            pending[np++] = r->writers[i];
+            s->sums_fetched = true;
+        }
+    }
     ferry_status_t st = FERRY_OK;
     if (np) {
         FerryMeta__GetSums gs = FERRY_META__GET_SUMS__INIT;
@@ -271,6 +293,14 @@ static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCM
         }
     }
     ferry_free(m->ctx, pending);
+    return st;
+}
+
+/* Checksums that were still being computed when the grant came, then every
+ * op's landed bytes against its writer's checksum. */
+static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCMessage **sums_reply, double deadline) {
+    sync_member_t *m = &r->m;
+    ferry_status_t st = fetch_sums(r, version, false, sums_reply, deadline);
     if (st != FERRY_OK) return st;
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
@@ -357,6 +387,7 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     for (size_t pi = 0; pi < ferry_plan_pair_count(m->plan); pi++) {
         const ferry_plan_pair_t *p = &pairs[pi];
+        if (r->pair_done[pi]) continue; /* arrived as deltas */
         if (!r->src[p->src_rank].grant)
             return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "the grant has no map for writer %u", p->src_rank);
         size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count;
@@ -383,6 +414,130 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
             j = k;
         }
     }
+    return FERRY_OK;
+}
+
+/* ---- deltas ------------------------------------------------------------------------- */
+
+static ferry_status_t get_one(ferry_reader_t *r, ferry_xport_rmem_t *rmem, uint64_t off, uint64_t len, void *local) {
+    ferry_xport_run_t run = {.rmem = rmem, .remote_offset = off, .len = len, .local = local};
+    ferry_xport_req_t *req = NULL;
+    ferry_status_t st = ferry_xport_get(r->m.xp, &run, 1, &req);
+    if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+    ferry_xport_req_free(req);
+    return st;
+}
+
+static bool dscratch(ferry_reader_t *r, uint64_t need) {
+    if (need <= r->dscratch_cap) return true;
+    if (need > ((uint64_t)1 << 40)) return false;
+    uint8_t *p = realloc(r->dscratch, need);
+    if (!p) return false;
+    r->dscratch = p;
+    r->dscratch_cap = need;
+    return true;
+}
+
+/* Pair p's ops from its writer's deltas of version v against `held`, in
+ * place. False (and nothing to report) when the writer offers none for us,
+ * or any step fails: the pair is then pulled whole, which overwrites what
+ * the deltas wrote. *bytes: what was read. */
+static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes) {
+    sync_member_t *m = &r->m;
+    reader_src_t *s = &r->src[p->src_rank];
+    ferry_xport_rmem_t *rmem = s->regions.cur[s->grant->map->delta_region];
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    uint8_t hdr[SYNC_DELTA_HEADER];
+    if (get_one(r, rmem, 0, sizeof hdr, hdr) != FERRY_OK) return false;
+    uint32_t h[2];
+    uint64_t hv;
+    memcpy(h, hdr, 8);
+    memcpy(&hv, hdr + 8, 8);
+    if (h[0] != SYNC_DELTA_MAGIC || hv != v || h[1] == 0 || h[1] > (1u << 20)) return false;
+    uint64_t index = (uint64_t)h[1] * SYNC_DELTA_ENTRY;
+    if (!dscratch(r, index) || get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK) return false;
+    uint64_t blob = 0, blob_len = 0;
+    bool found = false;
+    for (uint32_t e = 0; e < h[1] && !found; e++) {
+        uint64_t f[4];
+        memcpy(f, r->dscratch + (uint64_t)e * SYNC_DELTA_ENTRY, sizeof f);
+        if ((uint32_t)f[0] == m->p.rank && (f[0] >> 32) == p->op_count && f[1] == held) {
+            blob = f[2];
+            blob_len = f[3];
+            found = true;
+        }
+    }
+    uint64_t lens_bytes = 8 * (uint64_t)p->op_count;
+    if (!found || blob_len < lens_bytes || !dscratch(r, blob_len) ||
+        get_one(r, rmem, blob, blob_len, r->dscratch) != FERRY_OK)
+        return false;
+    *bytes = SYNC_DELTA_HEADER + index + blob_len;
+    uint64_t at = lens_bytes;
+    if (!r->codec && ferry_delta_codec_create(m->ctx, &r->codec) != FERRY_OK) return false;
+    r->torn = true; /* live bytes change from here on */
+    for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
+        uint64_t len;
+        memcpy(&len, r->dscratch + 8 * (i - p->first_op), 8);
+        if (len > blob_len - at) return false;
+        const ferry_copy_op_t *op = &ops[i];
+        size_t esz = op_esz(r, op);
+        ferry_dtype_t dt;
+        uint64_t elems;
+        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) return false;
+        uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);
+        uint8_t *base = dst_base(r, lb);
+        if (sync_box_contiguous(&op->box, op->dst_strides)) {
+            if (ferry_delta_apply(r->codec, r->dscratch + at, len, base + op->dst_offset, elems, held, NULL) != FERRY_OK)
+                return false;
+            r->got[i] = XXH3_64bits(base + op->dst_offset, op->bytes);
+        } else {
+            sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, esz);
+            if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK)
+                return false;
+            sync_scatter(base, op->dst_offset, op->dst_strides, &op->box, esz, r->gather);
+            r->got[i] = XXH3_64bits(r->gather, op->bytes);
+        }
+        at += len;
+    }
+    return true;
+}
+
+/* In place and one version behind: the pairs whose writers offer deltas
+ * arrive as deltas (their checksums are fetched first: a writer sends them
+ * once its deltas are written). Failures fall back to pulling whole. */
+static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, ProtobufCMessage **sums_reply,
+                                  double deadline, pull_stats_t *ps, ferry_update_info_t *inf) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
+    size_t np = ferry_plan_pair_count(m->plan);
+    memset(r->pair_done, 0, np * sizeof *r->pair_done);
+    if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || r->shadow || r->torn || held == 0 || v <= held) return FERRY_OK;
+    bool any = false;
+    for (size_t i = 0; i < r->nwriters; i++) {
+        reader_src_t *s = &r->src[r->writers[i]];
+        /* auto: deltas only from writers on other hosts; one host copies at memory speed */
+        bool wanted = m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
+                      m->side[0].hosts[r->writers[i]] != m->side[1].hosts[m->p.rank];
+        if (s->grant && s->grant->map->has_delta && !wanted) s->skip_delta = true;
+        else s->skip_delta = false;
+        any |= s->grant && s->grant->map->has_delta && wanted;
+    }
+    if (!any) return FERRY_OK;
+    ferry_status_t st = fetch_sums(r, v, true, sums_reply, deadline);
+    if (st != FERRY_OK) return st;
+    double t = ferry_mono_s();
+    for (size_t pi = 0; pi < np; pi++) {
+        const reader_src_t *s = &r->src[pairs[pi].src_rank];
+        if (!s->grant || !s->grant->map->has_delta || s->skip_delta) continue;
+        uint64_t bytes = 0;
+        if (pair_delta(r, &pairs[pi], v, held, &bytes)) {
+            r->pair_done[pi] = true;
+            ps->bytes += bytes;
+            inf->delta_bytes += bytes;
+            inf->delta_pairs++;
+        }
+    }
+    ps->pull_s += ferry_mono_s() - t;
     return FERRY_OK;
 }
 
@@ -465,7 +620,8 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         for (uint32_t i = 0; i < r->nsrc; i++) r->src[i].grant = NULL;
         for (size_t i = 0; i < g->n_writers && st == FERRY_OK; i++) st = resolve_src(r, g->writers[i]);
         pull_stats_t ps = {0};
-        ProtobufCMessage *sums_reply = NULL;
+        ProtobufCMessage *sums_reply = NULL, *delta_sums_reply = NULL;
+        if (st == FERRY_OK) st = pull_deltas(r, v, held, &delta_sums_reply, deadline, &ps, &inf);
         if (st == FERRY_OK) st = pull_all(r, &ps);
         if (st == FERRY_OK) {
             double tv = ferry_mono_s();
@@ -473,6 +629,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
             ps.verify_s += ferry_mono_s() - tv;
         }
         meta_free(m->ctx, sums_reply);
+        meta_free(m->ctx, delta_sums_reply);
         inf.pull_seconds += ps.pull_s;
         inf.verify_seconds += ps.verify_s;
         inf.bytes += ps.bytes;
@@ -559,6 +716,8 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     epoch_free(r);
     ferry_free(r->m.ctx, r->runs);
     if (r->hash) XXH3_freeState(r->hash);
+    ferry_delta_codec_destroy(r->codec);
+    free(r->dscratch);
     sync_member_fini(&r->m);
     ferry_free(r->m.ctx, r);
 }

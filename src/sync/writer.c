@@ -43,6 +43,21 @@ struct ferry_writer {
     FerryMeta__PairSums *pair_sums;
     FerryMeta__PairSums **pair_sums_p;
     size_t npairs;
+    /* deltas (sync mode): the served bytes as of base_version, grouped by
+       distinct read, and the registered area readers fetch deltas from */
+    bool deltas;
+    size_t ngroups;
+    size_t *op_group;          /* per op: its read group */
+    size_t *group_op;          /* per group: an op that reads it */
+    uint64_t *group_base;      /* per group: offset in base */
+    uint64_t *frame_at, *frame_len, *frame_ver; /* per group: its frame in the area this version */
+    uint8_t *base;
+    uint64_t base_version;     /* 0: base holds nothing usable */
+    ferry_xport_mem_t *delta_mem;
+    uint8_t *delta_area;
+    uint64_t delta_cap;
+    ferry_delta_codec_t *codec;
+    bool *delta_pair;          /* per pair: offered deltas (auto: the reader is on another host) */
 };
 
 const char *ferry_writer_error(const ferry_writer_t *w) { return w ? w->m.err.text : ""; }
@@ -80,6 +95,24 @@ static void epoch_free(ferry_writer_t *w) {
     w->pair_sums_p = NULL;
     w->npairs = w->npack_ops = 0;
     w->setup_epoch = 0;
+    if (w->delta_mem) ferry_xport_mem_deregister(w->delta_mem);
+    ferry_free(w->m.ctx, w->op_group);
+    ferry_free(w->m.ctx, w->group_op);
+    ferry_free(w->m.ctx, w->group_base);
+    ferry_free(w->m.ctx, w->frame_at);
+    ferry_free(w->m.ctx, w->frame_len);
+    ferry_free(w->m.ctx, w->frame_ver);
+    ferry_free(w->m.ctx, w->delta_pair);
+    w->delta_pair = NULL;
+    free(w->base);
+    w->delta_mem = NULL;
+    w->delta_area = NULL;
+    w->op_group = w->group_op = NULL;
+    w->group_base = w->frame_at = w->frame_len = w->frame_ver = NULL;
+    w->base = NULL;
+    w->base_version = 0;
+    w->ngroups = 0;
+    w->deltas = false;
 }
 
 /* Fills a slot's map: regions[] are the registrations' descriptors. */
@@ -137,6 +170,80 @@ static int cmp_read(const void *a, const void *b, void *arg) {
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
+static size_t op_esz(const ferry_writer_t *w, const ferry_copy_op_t *op) {
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(w->m.side[1].layout), op->tensor, &ti);
+    return ferry_dtype_size(ti.dtype);
+}
+
+/* Sync mode: groups the ops by distinct read (hash_order is sorted so), and
+ * allocates the base copy and the registered delta area. Leaves deltas off
+ * (and returns OK) when some op's elements have no codec width. */
+static ferry_status_t delta_setup(ferry_writer_t *w) {
+    sync_member_t *m = &w->m;
+    ferry_ctx_t *ctx = m->ctx;
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    size_t nops = ferry_plan_op_count(m->plan);
+    if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || m->p.mode != FERRY_SYNC_MODE_SYNC || nops == 0) return FERRY_OK;
+    /* auto: only for readers on other hosts; none, no deltas (and no cost) */
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
+    w->delta_pair = ferry_calloc(ctx, w->npairs + 1, sizeof *w->delta_pair);
+    if (!w->delta_pair) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    bool any = false;
+    for (size_t pi = 0; pi < w->npairs; pi++) {
+        w->delta_pair[pi] = m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
+                            m->side[1].hosts[pairs[pi].dst_rank] != m->side[0].hosts[m->p.rank];
+        any |= w->delta_pair[pi];
+    }
+    if (!any) return FERRY_OK;
+    uint64_t cap = SYNC_DELTA_HEADER + (uint64_t)w->npairs * SYNC_DELTA_ENTRY;
+    for (size_t i = 0; i < nops; i++) {
+        ferry_dtype_t dt;
+        uint64_t elems;
+        if (!sync_delta_dtype(op_esz(w, &ops[i]), ops[i].bytes, &dt, &elems)) return FERRY_OK;
+        cap += 8 + ferry_delta_bound(dt, elems, 0);
+    }
+    w->op_group = ferry_alloc(ctx, nops * sizeof *w->op_group);
+    w->group_op = ferry_alloc(ctx, nops * sizeof *w->group_op);
+    w->group_base = ferry_alloc(ctx, nops * sizeof *w->group_base);
+    w->frame_at = ferry_calloc(ctx, nops, sizeof *w->frame_at);
+    w->frame_len = ferry_calloc(ctx, nops, sizeof *w->frame_len);
+    w->frame_ver = ferry_calloc(ctx, nops, sizeof *w->frame_ver);
+    if (!w->op_group || !w->group_op || !w->group_base || !w->frame_at || !w->frame_len || !w->frame_ver)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    uint64_t base_bytes = 0;
+    const ferry_copy_op_t *prev = NULL;
+    for (size_t k = 0; k < nops; k++) {
+        const ferry_copy_op_t *op = &ops[w->hash_order[k]];
+        bool same = prev && op_key_region(w, op) == op_key_region(w, prev) &&
+                    op_key_offset(op) == op_key_offset(prev) && op->bytes == prev->bytes;
+        if (!same) {
+            w->group_op[w->ngroups] = w->hash_order[k];
+            w->group_base[w->ngroups] = base_bytes;
+            base_bytes += op->bytes;
+            w->ngroups++;
+        }
+        w->op_group[w->hash_order[k]] = w->ngroups - 1;
+        prev = op;
+    }
+    w->base = malloc(base_bytes ? base_bytes : 1);
+    if (!w->base)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for the %llu-byte delta base",
+                          (unsigned long long)base_bytes);
+    if (!w->codec && ferry_delta_codec_create(ctx, &w->codec) != FERRY_OK)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
+    ferry_status_t st = ferry_xport_mem_alloc(m->xp, cap, FERRY_MEM_HOST, &w->delta_mem);
+    if (st != FERRY_OK)
+        return ferry_fail(&m->err, st, "delta area of %llu bytes: %s", (unsigned long long)cap,
+                          ferry_xport_error(m->xp));
+    w->delta_area = ferry_xport_mem_ptr(w->delta_mem);
+    w->delta_cap = cap;
+    memset(w->delta_area, 0, SYNC_DELTA_HEADER); /* no entries yet */
+    w->base_version = 0;
+    w->deltas = true;
+    return FERRY_OK;
+}
+
 static ferry_status_t epoch_setup(ferry_writer_t *w) {
     sync_member_t *m = &w->m;
     ferry_ctx_t *ctx = m->ctx;
@@ -165,7 +272,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     w->nslots = w->slots ? nslots : 0;
     uint32_t *breg = ferry_calloc(ctx, m->nbufs + 1, sizeof *breg);
     uint64_t *boff = ferry_calloc(ctx, m->nbufs + 1, sizeof *boff);
-    ferry_xport_mem_t **regs = ferry_calloc(ctx, m->nbufs + 2, sizeof *regs);
+    ferry_xport_mem_t **regs = ferry_calloc(ctx, m->nbufs + 3, sizeof *regs);
     ferry_status_t st = FERRY_OK;
     if (!w->pair_sums || !w->pair_sums_p || !w->slots || !breg || !boff || !regs) {
         st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
@@ -188,7 +295,15 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
             regs[m->nbufs] = w->pack;
             pack_region = (int)m->nbufs;
         }
-        st = slot_map(w, &w->slots[0], regs, m->nbufs + (pack_region >= 0), breg, boff, pack_region, 0);
+        size_t nregs = m->nbufs + (pack_region >= 0);
+        st = delta_setup(w);
+        if (st != FERRY_OK) goto done;
+        if (w->deltas) regs[nregs++] = w->delta_mem;
+        st = slot_map(w, &w->slots[0], regs, nregs, breg, boff, pack_region, 0);
+        if (st == FERRY_OK && w->deltas) {
+            w->slots[0].map.has_delta = true;
+            w->slots[0].map.delta_region = (uint32_t)(nregs - 1);
+        }
     } else {
         /* a slot is one region: every buffer, then the pack area */
         w->slot_offset = ferry_calloc(ctx, m->nbufs + 1, sizeof *w->slot_offset);
@@ -284,8 +399,75 @@ static void fill_pair_sums(ferry_writer_t *w, writer_slot_t *s) {
 typedef struct publish_ctx {
     ferry_writer_t *w;
     writer_slot_t *s;
-    double hash_seconds;
+    double hash_seconds, delta_seconds;
+    uint64_t delta_bytes;
 } publish_ctx_t;
+
+/* Where op i's current bytes are. */
+static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op) {
+    return (op->flags & FERRY_OP_PACK)
+               ? pack_bytes(w, s) + op->pack_offset
+               : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
+}
+
+/* Sync mode, while the PUBLISH of s->version is pending: each reader's
+ * deltas from base_version (when the base holds the version before), then
+ * the base moves on to this version. Returns the bytes offered. */
+static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
+    uint8_t *a = w->delta_area;
+    uint64_t v = s->version, at = SYNC_DELTA_HEADER + (uint64_t)w->npairs * SYNC_DELTA_ENTRY;
+    uint32_t entries = 0;
+    bool have_base = w->base_version && w->base_version == w->last_version;
+    memset(a, 0, SYNC_DELTA_HEADER); /* readers see no entries while the area is rewritten */
+    for (size_t pi = 0; have_base && pi < w->npairs; pi++) {
+        const ferry_plan_pair_t *p = &pairs[pi];
+        if (!w->delta_pair[pi]) continue; /* a reader on this host: it pulls whole */
+        uint64_t blob = at, lens = at;
+        at += 8 * (uint64_t)p->op_count;
+        bool ok = true;
+        for (size_t i = p->first_op; ok && i < p->first_op + p->op_count; i++) {
+            size_t g = w->op_group[i];
+            uint64_t len = 0;
+            if (w->frame_ver[g] == v) { /* another reader's op reads the same bytes */
+                len = w->frame_len[g];
+                memcpy(a + at, a + w->frame_at[g], len);
+            } else {
+                ferry_dtype_t dt;
+                uint64_t elems;
+                sync_delta_dtype(op_esz(w, &ops[i]), ops[i].bytes, &dt, &elems);
+                ferry_delta_params_t dp = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = dt,
+                                           .base_version = w->base_version, .next_version = v};
+                size_t l = 0;
+                ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], op_bytes(w, s, &ops[i]), elems,
+                                        a + at, w->delta_cap - at, &l) == FERRY_OK;
+                len = l;
+                w->frame_at[g] = at;
+                w->frame_len[g] = len;
+                w->frame_ver[g] = v;
+            }
+            for (int b = 0; b < 8; b++) a[lens + 8 * (i - p->first_op) + (size_t)b] = (uint8_t)(len >> (8 * b));
+            at += len;
+        }
+        if (!ok) { /* cannot happen with the bound reserved; then every reader pulls whole */
+            entries = 0;
+            break;
+        }
+        uint8_t *e = a + SYNC_DELTA_HEADER + (uint64_t)entries * SYNC_DELTA_ENTRY;
+        uint64_t f[4] = {(uint64_t)p->dst_rank | (uint64_t)p->op_count << 32, w->base_version, blob, at - blob};
+        memcpy(e, f, sizeof f);
+        entries++;
+    }
+    /* the base moves on */
+    for (size_t g = 0; g < w->ngroups; g++)
+        memcpy(w->base + w->group_base[g], op_bytes(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes);
+    w->base_version = v;
+    uint32_t hdr[2] = {SYNC_DELTA_MAGIC, entries};
+    memcpy(a + 8, &v, 8);
+    memcpy(a, hdr, 8);
+    return entries ? at : 0;
+}
 
 /* Runs while the PUBLISH is pending (readers are already pulling): the
  * checksums, then SUMS. */
@@ -296,6 +478,10 @@ static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errb
         double t = ferry_mono_s();
         hash_slot(pc->w, pc->s);
         pc->hash_seconds = ferry_mono_s() - t;
+        /* deltas before SUMS: readers that want them wait for SUMS */
+        t = ferry_mono_s();
+        if (pc->w->deltas) pc->delta_bytes = encode_deltas(pc->w, pc->s);
+        pc->delta_seconds = ferry_mono_s() - t;
         pc->s->sums_ready = true;
     }
     fill_pair_sums(pc->w, pc->s);
@@ -309,7 +495,7 @@ static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errb
 /* PUBLISH of slot k. Fresh versions announce the slot first and send their
  * checksums while readers pull (sums_follow); a replay has them already. */
 static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks, ferry_errbuf_t *err,
-                                   FerryMeta__Published **out, double *hash_seconds) {
+                                   FerryMeta__Published **out, ferry_publish_info_t *inf) {
     writer_slot_t *s = &w->slots[k];
     FerryMeta__Publish p = FERRY_META__PUBLISH__INIT;
     p.epoch = w->m.epoch;
@@ -319,7 +505,7 @@ static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks
     p.map = &s->map;
     p.wait_acks = wait_acks;
     p.wait_ms = w->m.p.timeout_ms;
-    publish_ctx_t pc = {w, s, 0};
+    publish_ctx_t pc = {w, s, 0, 0, 0};
     if (s->sums_ready) {
         fill_pair_sums(w, s);
         p.n_sums = w->npairs;
@@ -331,7 +517,11 @@ static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks
     ferry_status_t st = meta_client_call_between(w->m.meta, META_PUBLISH, &p.base, META_PUBLISHED,
                                                  wait_acks ? w->m.p.timeout_ms : 0, &reply,
                                                  p.sums_follow ? publish_between : NULL, &pc, err);
-    if (hash_seconds) *hash_seconds = pc.hash_seconds;
+    if (inf) {
+        inf->hash_seconds = pc.hash_seconds;
+        inf->delta_seconds = pc.delta_seconds;
+        inf->delta_bytes = pc.delta_bytes;
+    }
     if (st == FERRY_OK && out) *out = (FerryMeta__Published *)reply;
     else meta_free(w->m.ctx, reply);
     return st;
@@ -403,8 +593,8 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
         s->version = version;
         t = ferry_mono_s();
         FerryMeta__Published *pub = NULL;
-        st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub, &inf.hash_seconds);
-        inf.wait_seconds = ferry_mono_s() - t - inf.hash_seconds;
+        st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub, &inf);
+        inf.wait_seconds = ferry_mono_s() - t - inf.hash_seconds - inf.delta_seconds;
         if (st == FERRY_ERR_STALE && attempt == 0) { /* the epoch moved under us: plan again */
             s->version = 0;
             s->sums_ready = false;
@@ -459,6 +649,7 @@ ferry_status_t ferry_writer_create(ferry_ctx_t *ctx, const ferry_model_t *model,
 void ferry_writer_destroy(ferry_writer_t *w) {
     if (!w) return;
     epoch_free(w);
+    ferry_delta_codec_destroy(w->codec);
     sync_member_fini(&w->m);
     ferry_free(w->m.ctx, w);
 }

@@ -19,6 +19,12 @@ expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,dp=2,vo
 expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,buffers=flat --infer tp=1,replicas=3 --steps 2 --staged
 expect 0 "$ok" -- demo --model $golden/tiny-mla.json --train tp=2,ep=2,experts=grouped_t,buffers=flat \
     --infer tp=2,ep=1,replicas=2 --steps 3
+# sparse deltas in sync mode, forced on one host: strided (transposed) destinations, ucx, staged readers (no deltas)
+expect 0 "reader updates applied sparse deltas" -- demo $moe --infer tp=2,ep=2,replicas=2,transpose=*w2* --steps 3 --deltas always
+expect 0 "reader updates applied sparse deltas" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,buffers=flat \
+    --infer tp=1,replicas=2 --steps 3 --deltas always --transport ucx
+expect 0 "$ok" -- demo $moe --infer tp=2,ep=2 --steps 3 --deltas always --staged
+expect 2 "--deltas must be auto, always or off" -- demo --deltas sometimes
 # the file channel: trainer ranks publish snapshots and deltas into directories, engine ranks follow them
 expect 0 "$ok" -- demo $moe --infer tp=2,ep=2,replicas=2 --steps 4 --transport file
 expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2 --infer tp=1,replicas=2 --steps 3 --transport file

@@ -1,0 +1,185 @@
+/* Deltas in sync mode: a writer thread publishes versions that change ~2%
+ * of bf16 elements by an ulp; a reader one version behind applies the
+ * writer's deltas in place (delta_pairs 1, a small fraction of the bytes),
+ * and its buffers equal the writer's byte for byte. A reader whose buffers
+ * were changed behind ferry's back falls back to pulling whole and still
+ * ends exact; with deltas off it always pulls whole. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ferry/ferry.h"
+
+#define VERSIONS 5
+
+typedef struct shared {
+    ferry_writer_t *w;
+    void **wb;
+    uint64_t *size;
+    uint32_t nb;
+    ferry_status_t st;
+    pthread_barrier_t checked; /* the reader compared version v: the writer may compute v + 1 */
+} shared_t;
+
+/* Version v of every writer buffer: version 1 random bf16 near 0.02, then
+ * every 50th element (shifted per version) one ulp up. */
+static void fill(shared_t *s, uint64_t v) {
+    for (uint32_t b = 0; b < s->nb; b++) {
+        uint16_t *p = s->wb[b];
+        size_t n = s->size[b] / 2;
+        if (v == 1) {
+            for (size_t i = 0; i < n; i++) p[i] = (uint16_t)(0x3C00 + rng_next() % 0x200);
+        } else {
+            for (size_t i = v % 50; i < n; i += 50) p[i]++;
+        }
+    }
+}
+
+static void *writer_main(void *arg) {
+    shared_t *s = arg;
+    for (uint64_t v = 1; v <= VERSIONS; v++) {
+        fill(s, v);
+        ferry_publish_info_t info;
+        s->st = ferry_writer_publish(s->w, v, &info);
+        if (s->st != FERRY_OK) {
+            fprintf(stderr, "publish %llu: %s\n", (unsigned long long)v, ferry_writer_error(s->w));
+            return NULL;
+        }
+        if (v >= 2 && info.delta_bytes == 0) {
+            fprintf(stderr, "publish %llu offered no deltas\n", (unsigned long long)v);
+            s->st = FERRY_ERR_INTERNAL;
+        }
+        pthread_barrier_wait(&s->checked);
+    }
+    return NULL;
+}
+
+/* Every element of every engine piece equals the trainer's element. */
+static void check_equal(const ferry_model_t *model, const ferry_layout_t *src, const ferry_layout_t *dst, void **wb,
+                        void **rb) {
+    size_t nd = ferry_layout_piece_count(dst), ns = ferry_layout_piece_count(src);
+    for (size_t i = 0; i < nd; i++) {
+        const ferry_piece_t *dp = &ferry_layout_pieces(dst)[i];
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(model, dp->tensor, &ti);
+        size_t esz = ferry_dtype_size(ti.dtype);
+        int64_t idx[FERRY_MAX_DIMS] = {0};
+        for (;;) {
+            int64_t doff = 0;
+            for (uint32_t d = 0; d < dp->box.ndim; d++) doff += idx[d] * dp->strides[d];
+            const uint8_t *got = (const uint8_t *)rb[dp->buffer] + dp->byte_offset + (uint64_t)doff * esz;
+            bool found = false;
+            for (size_t j = 0; j < ns && !found; j++) {
+                const ferry_piece_t *sp = &ferry_layout_pieces(src)[j];
+                if (sp->tensor != dp->tensor) continue;
+                int64_t soff = 0;
+                bool in = true;
+                for (uint32_t d = 0; d < dp->box.ndim && in; d++) {
+                    int64_t g = dp->box.offset[d] + idx[d] - sp->box.offset[d];
+                    in = g >= 0 && g < sp->box.extent[d];
+                    soff += g * sp->strides[d];
+                }
+                if (!in) continue;
+                found = true;
+                CHECK(memcmp(got, (const uint8_t *)wb[sp->buffer] + sp->byte_offset + (uint64_t)soff * esz, esz) == 0);
+            }
+            CHECK(found);
+            int d = (int)dp->box.ndim - 1;
+            for (; d >= 0; d--) {
+                if (++idx[d] < dp->box.extent[d]) break;
+                idx[d] = 0;
+            }
+            if (d < 0) break;
+        }
+    }
+}
+
+static ferry_layout_t *build(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side, const char *spec) {
+    ferry_parallel_t p;
+    ferry_layout_t *l;
+    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), ferry_ctx_error(ctx));
+    return l;
+}
+
+static void run(ferry_sync_deltas_t reader_deltas) {
+    ferry_ctx_t *ctx;
+    CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
+    ferry_model_t *model;
+    /* small enough for a unit test, large enough that deltas beat whole copies */
+    const char *cfg = "{\"model_type\":\"qwen3\",\"hidden_size\":256,\"num_hidden_layers\":1,"
+                      "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,\"vocab_size\":2048,"
+                      "\"intermediate_size\":512,\"tie_word_embeddings\":true}";
+    CHECK_OK(ferry_model_from_hf_config(ctx, "small-qwen3", cfg, strlen(cfg), NULL, &model), ferry_ctx_error(ctx));
+    ferry_layout_t *src = build(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build(ctx, model, FERRY_SIDE_INFER, "tp=1");
+    ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
+                                            FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
+                              .job = "deltas", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
+                              .timeout_ms = 10000, .deltas = FERRY_SYNC_DELTAS_ALWAYS};
+    shared_t s = {0};
+    CHECK_OK(ferry_writer_create(ctx, model, &wp, &s.w), ferry_ctx_error(ctx));
+    ferry_sync_params_t rp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
+                                            FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
+                              .job = "deltas", .rank = 0, .world = 1, .meta = ferry_writer_service_address(s.w),
+                              .token = "t", .timeout_ms = 10000, .deltas = reader_deltas};
+    ferry_reader_t *r;
+    CHECK_OK(ferry_reader_create(ctx, model, &rp, &r), ferry_ctx_error(ctx));
+    s.nb = ferry_layout_buffer_count(src);
+    s.wb = calloc(s.nb, sizeof *s.wb);
+    void **rb = calloc(s.nb, sizeof *rb);
+    s.size = calloc(s.nb, sizeof *s.size);
+    CHECK(s.wb && rb && s.size);
+    CHECK_OK(ferry_writer_add_layout(s.w, src, 0, s.wb, s.nb), ferry_writer_error(s.w));
+    CHECK_OK(ferry_reader_add_layout(r, dst, 0, rb, s.nb), ferry_reader_error(r));
+    uint64_t total = 0;
+    for (uint32_t b = 0; b < s.nb; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(src, b, &bi);
+        CHECK(bi.dtype == FERRY_DTYPE_BF16);
+        s.size[b] = bi.size;
+        total += bi.size;
+    }
+    CHECK_OK(ferry_writer_commit(s.w), ferry_writer_error(s.w));
+    CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
+    pthread_t th;
+    CHECK(pthread_barrier_init(&s.checked, NULL, 2) == 0);
+    CHECK(pthread_create(&th, NULL, writer_main, &s) == 0);
+    for (uint64_t v = 1; v <= VERSIONS; v++) {
+        if (v == 4) ((uint16_t *)rb[0])[3] ^= 0x1; /* the engine touched its weights: not version 3 any more */
+        ferry_update_info_t info;
+        CHECK_OK(ferry_reader_update(r, v, 10000, &info), ferry_reader_error(r));
+        CHECK_EQ_INT(info.version, v);
+        check_equal(model, src, dst, s.wb, rb);
+        bool want = reader_deltas != FERRY_SYNC_DELTAS_OFF && v >= 2 && v != 4;
+        if (want) {
+            CHECK_EQ_INT(info.delta_pairs, 1);
+            CHECK(info.delta_bytes > 0 && info.delta_bytes * 8 < total);
+            CHECK(info.bytes == info.delta_bytes);
+        } else {
+            CHECK_EQ_INT(info.delta_pairs, 0);
+            if (!(info.delta_bytes == 0 && info.bytes * 3 >= total)) {
+                fprintf(stderr, "v %llu: bytes %llu delta %llu total %llu\n", (unsigned long long)v, (unsigned long long)info.bytes, (unsigned long long)info.delta_bytes, (unsigned long long)total);
+                exit(1);
+            }
+        }
+        pthread_barrier_wait(&s.checked);
+    }
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&s.checked);
+    CHECK_OK(s.st, "the writer thread failed");
+    ferry_reader_destroy(r);
+    ferry_writer_destroy(s.w);
+    free(s.wb), free(rb), free(s.size);
+    ferry_layout_destroy(src);
+    ferry_layout_destroy(dst);
+    ferry_model_destroy(model);
+    ferry_ctx_destroy(ctx);
+}
+
+int main(void) {
+    run(FERRY_SYNC_DELTAS_ALWAYS);
+    run(FERRY_SYNC_DELTAS_OFF);
+    return 0;
+}
