@@ -453,9 +453,13 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
     uint64_t hv;
     memcpy(h, hdr, 8);
     memcpy(&hv, hdr + 8, 8);
+    /* everything the area says is checked against the registered size before use */
+    uint64_t area = ferry_xport_rmem_size(rmem);
     if (h[0] != SYNC_DELTA_MAGIC || hv != v || h[1] == 0 || h[1] > (1u << 20)) return false;
     uint64_t index = (uint64_t)h[1] * SYNC_DELTA_ENTRY;
-    if (!dscratch(r, index) || get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK) return false;
+    if (SYNC_DELTA_HEADER + index > area || !dscratch(r, index) ||
+        get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK)
+        return false;
     uint64_t blob = 0, blob_len = 0;
     bool found = false;
     for (uint32_t e = 0; e < h[1] && !found; e++) {
@@ -468,7 +472,7 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         }
     }
     uint64_t lens_bytes = 8 * (uint64_t)p->op_count;
-    if (!found || blob_len < lens_bytes || !dscratch(r, blob_len) ||
+    if (!found || blob_len < lens_bytes || blob > area || blob_len > area - blob || !dscratch(r, blob_len) ||
         get_one(r, rmem, blob, blob_len, r->dscratch) != FERRY_OK)
         return false;
     *bytes = SYNC_DELTA_HEADER + index + blob_len;
