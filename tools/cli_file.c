@@ -61,7 +61,7 @@ int cli_write_atomic(const char *path, const void *data, size_t len) {
         ssize_t w = write(fd, p, left);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
-            fprintf(stderr, "ferry: writing %s: %s\n", tmp, strerror(errno));
+            fprintf(stderr, "ferry: writing %s: %s\n", tmp, w < 0 ? strerror(errno) : "no space written");
             close(fd);
             unlink(tmp);
             free(tmp);
@@ -75,6 +75,14 @@ int cli_write_atomic(const char *path, const void *data, size_t len) {
         unlink(tmp);
         free(tmp);
         return -1;
+    }
+    /* the rename itself reaches the disk with the directory */
+    char *slash = strrchr(tmp, '/');
+    if (slash) *slash = '\0';
+    int dfd = open(slash ? (slash == tmp ? "/" : tmp) : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
     }
     free(tmp);
     return 0;

@@ -508,7 +508,7 @@ static int delta_apply(ferry_ctx_t *ctx, int argc, char **argv) {
     }
     if (write_file(ctx, w, out, NULL) != 0) goto out;
     printf("%s: %s applied to %s (%zu tensors), %s, %.2f s\n", out, trl ? "TRL patch" : "ferry delta", paths[0], n,
-           trl ? "not verified: TRL patches carry no checksum" : "every chunk verified against its xxh3",
+           trl ? "not verified: TRL patches carry no checksum" : "every chunk and whole tensor verified against its xxh3",
            cli_now_s() - t0);
     rc = CLI_OK;
 out:

@@ -192,8 +192,12 @@ int demo_file_reader(worker_t *w) {
         m->global = calloc(nb + 1, sizeof *m->global);
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/rank-%u", root, k);
-        if (!m->t || !m->names || !m->global || ferry_channel_reader_create(w->ctx, dir, &m->r) != FERRY_OK) {
+        if (!m->t || !m->names || !m->global) {
             rc = demo_fail(w, "setup", "out of memory");
+            break;
+        }
+        if (ferry_channel_reader_create(w->ctx, dir, &m->r) != FERRY_OK) {
+            rc = demo_fail(w, "setup", ferry_ctx_error(w->ctx));
             break;
         }
         m->n = rank_tensors(train, k, NULL, m->t, m->names, m->global);
@@ -218,7 +222,7 @@ int demo_file_reader(worker_t *w) {
         double t0 = cli_now_s();
         uint64_t bytes = 0;
         for (size_t i = 0; i < nm; i++) {
-            ferry_channel_update_info_t info;
+            ferry_channel_update_info_t info = {0};
             ferry_status_t st = ferry_channel_update(mirrors[i].r, mirrors[i].t, mirrors[i].n, &mirrors[i].version, &info);
             bytes += info.bytes_read;
             if (st != FERRY_OK || mirrors[i].version != v) {

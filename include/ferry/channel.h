@@ -58,7 +58,7 @@ ferry_status_t ferry_channel_writer_create(ferry_ctx_t *ctx, const char *dir, co
                                            ferry_channel_writer_t **out);
 void ferry_channel_writer_destroy(ferry_channel_writer_t *w);
 
-/* Publishes version (greater than the last) of the tensors (the same names,
+/* Publishes version (greater than the last, at most 2^63 - 1) of the tensors (the same names,
  * dtypes and shapes every time). The writer keeps a copy as the next base
  * (host memory: the tensors' size). Errors: detail on ctx. */
 ferry_status_t ferry_channel_publish(ferry_channel_writer_t *w, uint64_t version, const ferry_channel_tensor_t *t,
@@ -82,10 +82,13 @@ typedef struct ferry_channel_update_info {
 
 /* Brings the buffers (names, dtypes and shapes as published) from *version
  * (FERRY_CHANNEL_NONE for none) to the newest published version, and sets
- * *version. FERRY_ERR_NOT_FOUND: nothing published yet. On a failure the
- * buffers hold the version *version says, whole and verified (possibly newer
- * than before the call); FERRY_ERR_CORRUPT or FERRY_ERR_MISMATCH name the
- * file. Errors: detail on ctx. Thread-safety: one thread at a time per reader. */
+ * *version. FERRY_ERR_NOT_FOUND: nothing published yet; FERRY_ERR_BUSY: the
+ * writer kept collecting files before they could be read. On a failure the
+ * buffers hold the version *version says, whole and verified; it may differ
+ * from the one before the call (newer, or an older snapshot when the chain
+ * was broken and a later step failed). FERRY_ERR_CORRUPT or
+ * FERRY_ERR_MISMATCH name the file. Errors: detail on ctx. Thread-safety:
+ * one thread at a time per reader. */
 ferry_status_t ferry_channel_update(ferry_channel_reader_t *r, ferry_channel_tensor_t *t, size_t n,
                                     uint64_t *version, ferry_channel_update_info_t *info);
 

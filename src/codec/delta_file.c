@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <inttypes.h>
+
 #include "codec/codec_internal.h"
+#include "common/hash.h"
 #include "ferry/safetensors.h"
 
 #define FILE_FORMAT "ferry_delta"
@@ -62,18 +65,21 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
     ferry_delta_codec_t *codec = NULL;
     ferry_safetensors_writer_t *w = NULL;
     uint8_t **frames = ferry_calloc(ctx, n + 1, sizeof *frames);
-    json_t *dense = json_array();
+    json_t *dense = json_array(), *dense_sums = json_object();
     ferry_status_t st = FERRY_OK;
     uint64_t total_changed = 0;
-    if (!frames || !dense) st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory");
+    if (!frames || !dense || !dense_sums) st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory");
     if (st == FERRY_OK) st = ferry_delta_codec_create(ctx, &codec);
     if (st == FERRY_OK) st = ferry_safetensors_writer_create(ctx, &w);
     for (size_t i = 0; st == FERRY_OK && i < n; i++) {
         const ferry_tensor_ref_t *u = &next[i], *b = find_ref(base, n, u->name);
         uint64_t elems = u->bytes / ferry_dtype_size(u->dtype);
         size_t fcap = ferry_delta_bound(u->dtype, elems, 0);
-        if (fcap == 0) { /* a dtype the codec does not take: whole */
+        if (fcap == 0) { /* a dtype the codec does not take: whole, with its xxh3 */
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(u->data, u->bytes));
             json_array_append_new(dense, json_string(u->name));
+            json_object_set_new(dense_sums, u->name, json_string(hex));
             st = ferry_safetensors_writer_add(w, u->name, u->dtype, u->ndim, u->shape, u->data, u->bytes);
             if (changed && memcmp(b->data, u->data, u->bytes)) total_changed += elems; /* an upper bound */
             continue;
@@ -107,12 +113,16 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
         ferry_safetensors_writer_meta(w, "next_version", num);
         st = dl ? ferry_safetensors_writer_meta(w, "dense", dl) : FERRY_ERR_NO_MEMORY;
         free(dl);
+        char *ds = st == FERRY_OK ? json_dumps(dense_sums, JSON_COMPACT) : NULL;
+        if (st == FERRY_OK) st = ds ? ferry_safetensors_writer_meta(w, "dense_sums", ds) : FERRY_ERR_NO_MEMORY;
+        free(ds);
     }
     if (st == FERRY_OK) st = ferry_safetensors_writer_write(w, dst, cap, len);
     if (st == FERRY_OK && changed) *changed = total_changed;
     for (size_t i = 0; frames && i < n; i++) ferry_free(ctx, frames[i]);
     ferry_free(ctx, frames);
     json_decref(dense);
+    json_decref(dense_sums);
     ferry_safetensors_writer_destroy(w);
     ferry_delta_codec_destroy(codec);
     return st;
@@ -121,6 +131,7 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
 static bool in_list(json_t *list, const char *name) {
     size_t i;
     json_t *v;
+    if (!json_is_array(list)) return false;
     json_array_foreach(list, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), name)) return true;
     return false;
 }
@@ -134,7 +145,8 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
     ferry_status_t st = ferry_safetensors_parse(ctx, file, len, &st_file);
     if (st != FERRY_OK) return st;
     const char *format = ferry_safetensors_meta(st_file, "format"), *dl = ferry_safetensors_meta(st_file, "dense");
-    json_t *dense = dl ? json_loads(dl, 0, NULL) : NULL;
+    const char *dsl = ferry_safetensors_meta(st_file, "dense_sums"), *bvs = ferry_safetensors_meta(st_file, "base_version");
+    json_t *dense = dl ? json_loads(dl, 0, NULL) : NULL, *dense_sums = dsl ? json_loads(dsl, 0, NULL) : NULL;
     ferry_delta_codec_t *codec = NULL;
     size_t count = ferry_safetensors_count(st_file);
     uint8_t **saved = ferry_calloc(ctx, count + 1, sizeof *saved); /* old contents of dense tensors */
@@ -144,10 +156,21 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
                         format ? format : "(none)", FILE_FORMAT);
     else if (!json_is_array(dense))
         st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"dense\" is not a JSON list");
-    else if (!saved || !target)
+    else if (json_array_size(dense) && !json_is_object(dense_sums))
+        st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"dense_sums\" is missing or not a JSON map");
+    else if (bv != FERRY_DELTA_ANY_BASE) {
+        /* the file's own base version, for tensors that travel whole too */
+        char *end = NULL;
+        unsigned long long fbv = bvs ? strtoull(bvs, &end, 10) : 0;
+        if (!bvs || end == bvs || *end)
+            st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"base_version\" is missing or malformed");
+        else if (fbv != bv)
+            st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: from version %llu, not %llu", fbv,
+                            (unsigned long long)bv);
+    }
+    if (st == FERRY_OK && (!saved || !target))
         st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory");
-    else
-        st = ferry_delta_codec_create(ctx, &codec);
+    if (st == FERRY_OK) st = ferry_delta_codec_create(ctx, &codec);
     /* check everything first: names, shapes, frame headers and versions */
     for (size_t i = 0; st == FERRY_OK && i < count; i++) {
         const ferry_safetensors_tensor_t *d = ferry_safetensors_at(st_file, i);
@@ -158,8 +181,14 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
             st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: \"%s\" names no given tensor (or a malformed one)",
                             d->name);
         } else if (in_list(dense, d->name)) {
+            json_t *hs = json_object_get(dense_sums, d->name);
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(d->data, d->bytes));
             if (!same_shape(x, d->ndim, d->shape, d->dtype))
                 st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: dense \"%s\" differs in dtype or shape",
+                                d->name);
+            else if (!json_is_string(hs) || strcmp(json_string_value(hs), hex))
+                st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: dense \"%s\" does not match its checksum",
                                 d->name);
         } else {
             ferry_delta_info_t info;
@@ -216,6 +245,7 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
     ferry_free(ctx, target);
     ferry_delta_codec_destroy(codec);
     json_decref(dense);
+    json_decref(dense_sums);
     ferry_safetensors_destroy(st_file);
     return st;
 }

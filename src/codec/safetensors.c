@@ -360,7 +360,12 @@ uint64_t ferry_safetensors_writer_size(const ferry_safetensors_writer_t *wc) {
 ferry_status_t ferry_safetensors_writer_write(ferry_safetensors_writer_t *w, void *dst_, size_t cap, size_t *len) {
     if (!w || !dst_ || !len) return FERRY_ERR_INVALID_ARGUMENT;
     uint64_t size = ferry_safetensors_writer_size(w);
-    if (!size) return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_NO_MEMORY, "safetensors writer: out of memory");
+    if (!size)
+        return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_INVALID_ARGUMENT,
+                          "safetensors writer: cannot encode the header (tensor names must be UTF-8) or out of memory");
+    if (w->header_len > FERRY_SAFETENSORS_HEADER_MAX)
+        return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_LIMIT, "safetensors writer: a %zu-byte header (at most %u)",
+                          w->header_len, FERRY_SAFETENSORS_HEADER_MAX);
     if (size > cap)
         return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_LIMIT, "safetensors writer: %zu bytes of room, %llu needed",
                           cap, (unsigned long long)size);

@@ -200,10 +200,12 @@ ferry_status_t chan_manifest_read(ferry_ctx_t *ctx, const char *dir, chan_manife
         const char *key;
         json_t *x;
         json_object_foreach(sums, key, x) {
-            unsigned long long s;
-            char *end;
-            if (!json_is_string(x) || (s = strtoull(json_string_value(x), &end, 16), *end) ||
-                strlen(json_string_value(x)) != 16) {
+            const char *hex = json_is_string(x) ? json_string_value(x) : "";
+            bool ok = strlen(hex) == 16;
+            for (size_t q = 0; ok && q < 16; q++)
+                ok = (hex[q] >= '0' && hex[q] <= '9') || (hex[q] >= 'a' && hex[q] <= 'f');
+            unsigned long long s = ok ? strtoull(hex, NULL, 16) : 0;
+            if (!ok) {
                 st = ferry_fail(err, FERRY_ERR_CORRUPT, "channel: manifest entry %zu: sum of \"%s\" is not 16 hex digits",
                                 i, key);
                 break;

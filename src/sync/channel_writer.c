@@ -20,6 +20,7 @@ struct ferry_channel_writer {
     ferry_tensor_ref_t *base; /* the last published tensors (owned copies); NULL before the first */
     size_t n;
     uint32_t since_snapshot;  /* versions published since this writer's last snapshot */
+    bool base_fresh;          /* base allocated but holding no published version */
 };
 
 static void free_base(ferry_channel_writer_t *w) {
@@ -32,16 +33,39 @@ static void free_base(ferry_channel_writer_t *w) {
     w->n = 0;
 }
 
-/* Removes what a killed writer left: temporary files. */
-static void remove_leftovers(const char *dir) {
+/* A file this channel writes: the manifest, v<20 digits>.safetensors or
+ * .delta, or a temporary one of those (".tmp.<pid>" appended). */
+static bool channel_file(const char *name, bool *tmp) {
+    const char *t = strstr(name, ".tmp.");
+    size_t len = t ? (size_t)(t - name) : strlen(name);
+    *tmp = t != NULL;
+    if (len == strlen(CHANNEL_MANIFEST) && !strncmp(name, CHANNEL_MANIFEST, len)) return true;
+    if (len < 21 || name[0] != 'v') return false;
+    for (size_t i = 1; i < 21; i++)
+        if (name[i] < '0' || name[i] > '9') return false;
+    return (len == 21 + 12 && !strncmp(name + 21, ".safetensors", 12)) || (len == 21 + 6 && !strncmp(name + 21, ".delta", 6));
+}
+
+static bool named_by(const chan_manifest_t *m, const char *name) {
+    for (size_t i = 0; i < m->n; i++)
+        if (!strcmp(m->v[i].snapshot, name) || !strcmp(m->v[i].delta, name)) return true;
+    return false;
+}
+
+/* Removes what a killed writer left: its temporary files, and snapshots or
+ * deltas it renamed into place but no manifest came to name (or that a
+ * collection stopped naming before it could remove them). Only this
+ * channel's own file names are touched. */
+static void remove_leftovers(const char *dir, const chan_manifest_t *m) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strstr(e->d_name, ".tmp.")) {
-            char path[4096];
-            if (chan_path(path, sizeof path, dir, e->d_name)) unlink(path);
-        }
+        bool tmp;
+        if (!channel_file(e->d_name, &tmp) || (!tmp && (!strcmp(e->d_name, CHANNEL_MANIFEST) || named_by(m, e->d_name))))
+            continue;
+        char path[4096];
+        if (chan_path(path, sizeof path, dir, e->d_name)) unlink(path);
     }
     closedir(d);
 }
@@ -66,12 +90,12 @@ ferry_status_t ferry_channel_writer_create(ferry_ctx_t *ctx, const char *dir, co
     w->ctx = ctx;
     w->snapshot_every = every;
     w->keep = keep;
-    remove_leftovers(dir);
     ferry_status_t st = chan_manifest_read(ctx, dir, &w->m);
     if (st != FERRY_OK) {
         ferry_channel_writer_destroy(w);
         return st;
     }
+    remove_leftovers(dir, &w->m);
     *out = w;
     return FERRY_OK;
 }
@@ -168,7 +192,8 @@ ferry_status_t ferry_channel_publish(ferry_channel_writer_t *w, uint64_t version
     if (w->m.n && version <= w->m.v[w->m.n - 1].version)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "channel: version %" PRIu64 " is not after %" PRIu64,
                           version, w->m.v[w->m.n - 1].version);
-    if (version == FERRY_CHANNEL_NONE) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "channel: version too large");
+    if (version > (uint64_t)INT64_MAX) /* the manifest's JSON integers are signed */
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "channel: version %" PRIu64 " is above 2^63 - 1", version);
     if (!ferry_delta_file_bound(t, n))
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT,
                           "channel: a tensor without a name or data, or whose bytes do not match its shape");
@@ -177,9 +202,25 @@ ferry_status_t ferry_channel_publish(ferry_channel_writer_t *w, uint64_t version
             if (t[i].name && t[j].name && !strcmp(t[i].name, t[j].name))
                 return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "channel: tensor \"%s\" given twice", t[i].name);
     }
-    if (w->base && (n != w->n || !same_set(t, w->base, n)))
+    if (w->base && !w->base_fresh && (n != w->n || !same_set(t, w->base, n)))
         return ferry_fail(err, FERRY_ERR_MISMATCH,
                           "channel: the tensors differ from the last version's (names, dtypes or shapes)");
+    /* the base copy first, so that running out of memory publishes nothing */
+    if (!w->base) {
+        w->base = ferry_calloc(w->ctx, n, sizeof *w->base);
+        for (size_t i = 0; w->base && i < n; i++) {
+            w->base[i] = t[i];
+            w->base[i].name = ferry_strdup(w->ctx, t[i].name);
+            w->base[i].data = ferry_alloc(w->ctx, t[i].bytes ? t[i].bytes : 1);
+            w->n = i + 1;
+            if (!w->base[i].name || !w->base[i].data) break;
+        }
+        if (!w->base || w->n != n || !w->base[n - 1].name || !w->base[n - 1].data) {
+            free_base(w);
+            return ferry_fail(err, FERRY_ERR_NO_MEMORY, "channel: out of memory for the base copy");
+        }
+        w->base_fresh = true; /* holds nothing published yet */
+    }
     if (w->m.n == w->m.cap) {
         size_t cap = w->m.cap ? 2 * w->m.cap : 16;
         chan_version_t *v = ferry_realloc(w->ctx, w->m.v, cap * sizeof *v);
@@ -197,9 +238,9 @@ ferry_status_t ferry_channel_publish(ferry_channel_writer_t *w, uint64_t version
         v.n_sums++;
         if (!v.sums[i].name) st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "channel: out of memory");
     }
-    if (st == FERRY_OK && (!w->base || w->since_snapshot + 1 >= w->snapshot_every))
+    if (st == FERRY_OK && (w->base_fresh || w->since_snapshot + 1 >= w->snapshot_every))
         st = write_snapshot(w, version, t, n, &v);
-    if (st == FERRY_OK && w->base && w->m.n) st = write_delta(w, version, t, n, &v);
+    if (st == FERRY_OK && !w->base_fresh && w->m.n) st = write_delta(w, version, t, n, &v);
     if (st == FERRY_OK) {
         w->m.v[w->m.n++] = v;
         st = chan_manifest_write(w->ctx, w->dir, &w->m);
@@ -214,21 +255,8 @@ ferry_status_t ferry_channel_publish(ferry_channel_writer_t *w, uint64_t version
         return st;
     }
     w->since_snapshot = v.snapshot[0] ? 0 : w->since_snapshot + 1;
+    w->base_fresh = false;
     /* the new base */
-    if (!w->base) {
-        w->base = ferry_calloc(w->ctx, n, sizeof *w->base);
-        for (size_t i = 0; w->base && i < n; i++) {
-            w->base[i] = t[i];
-            w->base[i].name = ferry_strdup(w->ctx, t[i].name);
-            w->base[i].data = ferry_alloc(w->ctx, t[i].bytes ? t[i].bytes : 1);
-            w->n = i + 1;
-            if (!w->base[i].name || !w->base[i].data) break;
-        }
-        if (!w->base || w->n != n || !w->base[n - 1].name || !w->base[n - 1].data) {
-            free_base(w); /* the next publish writes a snapshot */
-            return ferry_fail(err, FERRY_ERR_NO_MEMORY, "channel: out of memory for the base copy");
-        }
-    }
     for (size_t i = 0; i < n; i++) {
         ferry_tensor_ref_t *b = NULL;
         for (size_t j = 0; j < n && !b; j++)

@@ -432,6 +432,10 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
             uint64_t len = 0;
             if (w->frame_ver[g] == v) { /* another reader's op reads the same bytes */
                 len = w->frame_len[g];
+                if (len > w->delta_cap - at) {
+                    ok = false;
+                    break;
+                }
                 memcpy(a + at, a + w->frame_at[g], len);
             } else {
                 ferry_dtype_t dt;

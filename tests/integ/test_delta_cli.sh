@@ -17,7 +17,7 @@ expect 0 "Adam steps 4 and 5" -- delta synth base.st next.st --elems 65536 --ten
 expect 0 "B per changed element" -- delta encode base.st next.st -o d.ferry --base-version 4 --next-version 5
 expect 0 "trl-raw delta" -- delta encode base.st next.st -o d.raw --format trl-raw
 expect 0 "trl-gap delta" -- delta encode base.st next.st -o d.gap --format trl-gap
-expect 0 "every chunk verified" -- delta apply base.st d.ferry -o out.ferry --base-version 4
+expect 0 "every chunk and whole tensor verified" -- delta apply base.st d.ferry -o out.ferry --base-version 4
 expect 0 "not verified" -- delta apply base.st d.raw -o out.raw
 expect 0 "not verified" -- delta apply base.st d.gap -o out.gap
 for f in out.ferry out.raw out.gap; do
@@ -37,7 +37,7 @@ if cmp -s out.py next.st; then pass=$((pass + 1)); else echo "FAIL: python patch
 
 # refusals: nothing is written
 expect 1 "not this delta's base" -- delta apply next.st d.ferry -o bad.st
-expect 1 "is from version 4, not 3" -- delta apply base.st d.ferry -o bad.st --base-version 3
+expect 1 "from version 4, not 3" -- delta apply base.st d.ferry -o bad.st --base-version 3
 cp d.ferry broken.ferry
 size=$(stat -c %s broken.ferry)
 printf '\x55' | dd of=broken.ferry bs=1 seek=$((size - 100)) conv=notrunc status=none

@@ -6,6 +6,7 @@
  * or dangling file visible, and a new writer continues the channel. */
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,8 +104,21 @@ static void publish(ferry_channel_writer_t *w, int ver) {
 static void test_follow(void) {
     ferry_channel_params_t p = {.field_mask = FERRY_CHANNEL_PARAM_SNAPSHOT_EVERY | FERRY_CHANNEL_PARAM_KEEP,
                                 .snapshot_every = 5, .keep = 3};
+    /* leftovers of a killed writer go when a writer opens the directory; other files stay */
+    CHECK(mkdir(dir, 0755) == 0);
+    char path[300];
+    const char *junk[] = {"v00000000000000000099.delta", "manifest.json.tmp.123", "notes.tmp.txt"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, junk[i]);
+        FILE *jf = fopen(path, "w");
+        CHECK(jf && fputs("x", jf) >= 0 && fclose(jf) == 0);
+    }
     ferry_channel_writer_t *w;
     CHECK_OK(ferry_channel_writer_create(ctx, dir, &p, &w), ferry_ctx_error(ctx));
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, junk[i]);
+        CHECK((access(path, F_OK) == 0) == (i == 2));
+    }
     static reader_bufs_t follower, at3, at10;
     bufs_init(&follower);
     ferry_channel_reader_t *r;
@@ -144,11 +158,14 @@ static void test_follow(void) {
     CHECK_EQ_INT(count_files(".safetensors"), 1);
     CHECK_EQ_INT(count_files(".delta"), 3);
     CHECK_EQ_INT(count_files(".tmp"), 0);
+    CHECK_EQ_INT(count_files(".txt"), 1); /* notes.tmp.txt, not ours */
     /* bad input */
     ferry_channel_tensor_t t[NT];
     tensors(t, ref_w[1][0], ref_w[1][1], ref_step[1]);
     CHECK_FAILS(ferry_channel_publish(w, VERSIONS, t, NT), FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(ctx),
                 "is not after 12");
+    CHECK_FAILS(ferry_channel_publish(w, (1ull << 63) + 5, t, NT), FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(ctx),
+                "above 2^63 - 1");
     t[0].shape[0] = 128;
     t[0].bytes = 128 * 256 * 2;
     CHECK_FAILS(ferry_channel_publish(w, VERSIONS + 1, t, NT), FERRY_ERR_MISMATCH, ferry_ctx_error(ctx),

@@ -338,9 +338,51 @@ static void test_kernels(void) {
     }
 }
 
+/* delta files: frames for bf16, whole tensors (with their checksums) for
+ * dtypes the codec does not take; all or nothing; the file's base version */
+static void test_delta_file(void) {
+    enum { N = 3000 };
+    static uint16_t wb[N], wn[N], wr[N];
+    int32_t ib[64], in[64], ir[64];
+    for (int i = 0; i < N; i++) wb[i] = wn[i] = (uint16_t)(0x3C00 + i % 700);
+    for (int i = 0; i < N; i += 31) wn[i]++;
+    for (int i = 0; i < 64; i++) ib[i] = i, in[i] = i * 3;
+    ferry_tensor_ref_t base[2] = {{.name = "w", .dtype = FERRY_DTYPE_BF16, .ndim = 1, .shape = {N}, .data = wb, .bytes = sizeof wb},
+                                  {.name = "step", .dtype = FERRY_DTYPE_I32, .ndim = 1, .shape = {64}, .data = ib, .bytes = sizeof ib}};
+    ferry_tensor_ref_t next[2] = {base[0], base[1]}, reg[2] = {base[0], base[1]};
+    next[0].data = wn, next[1].data = in, reg[0].data = wr, reg[1].data = ir;
+    size_t cap = ferry_delta_file_bound(next, 2), len;
+    uint8_t *f = malloc(cap);
+    uint64_t changed;
+    CHECK_OK(ferry_delta_file_build(ctx, base, next, 2, 7, 8, f, cap, &len, &changed), ferry_ctx_error(ctx));
+    memcpy(wr, wb, sizeof wr), memcpy(ir, ib, sizeof ir);
+    CHECK_OK(ferry_delta_file_apply(ctx, f, len, reg, 2, 7), ferry_ctx_error(ctx));
+    CHECK(!memcmp(wr, wn, sizeof wr) && !memcmp(ir, in, sizeof ir));
+    /* the whole I32 tensor is checked: one byte changed in it is refused, nothing applied */
+    ferry_safetensors_t *st;
+    CHECK_OK(ferry_safetensors_parse(ctx, f, len, &st), ferry_ctx_error(ctx));
+    size_t at = (size_t)((const uint8_t *)ferry_safetensors_find(st, "step")->data - f);
+    ferry_safetensors_destroy(st);
+    f[at + 5] ^= 0x40;
+    memcpy(wr, wb, sizeof wr), memcpy(ir, ib, sizeof ir);
+    CHECK_FAILS(ferry_delta_file_apply(ctx, f, len, reg, 2, 7), FERRY_ERR_CORRUPT, ferry_ctx_error(ctx),
+                "\"step\" does not match its checksum");
+    CHECK(!memcmp(wr, wb, sizeof wr) && !memcmp(ir, ib, sizeof ir));
+    f[at + 5] ^= 0x40;
+    /* a file of whole tensors only still names its base */
+    size_t cap2 = ferry_delta_file_bound(&next[1], 1), len2;
+    uint8_t *f2 = malloc(cap2);
+    CHECK_OK(ferry_delta_file_build(ctx, &base[1], &next[1], 1, 5, 6, f2, cap2, &len2, NULL), ferry_ctx_error(ctx));
+    CHECK_FAILS(ferry_delta_file_apply(ctx, f2, len2, &reg[1], 1, 99), FERRY_ERR_MISMATCH, ferry_ctx_error(ctx),
+                "from version 5, not 99");
+    CHECK(!memcmp(ir, ib, sizeof ir));
+    free(f), free(f2);
+}
+
 int main(void) {
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
+    test_delta_file();
     test_kernels();
     test_round_trips();
     test_special_values();
