@@ -1,4 +1,4 @@
-/* Helpers shared by writers and readers for deltas in sync mode. */
+/* Helpers shared by writers and readers: deltas in sync mode, element sizes. */
 #include "sync/sync_internal.h"
 
 bool sync_delta_dtype(size_t esz, uint64_t bytes, ferry_dtype_t *dt, uint64_t *elems) {
@@ -13,4 +13,10 @@ bool sync_delta_dtype(size_t esz, uint64_t bytes, ferry_dtype_t *dt, uint64_t *e
     if (bytes % width) return false;
     *elems = bytes / width;
     return true;
+}
+
+size_t sync_op_esz(const sync_member_t *m, const ferry_copy_op_t *op) {
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(m->side[1].layout), op->tensor, &ti);
+    return ferry_dtype_size(ti.dtype);
 }

@@ -80,12 +80,6 @@ static void epoch_free(ferry_reader_t *r) {
     r->scratch_cap = r->gather_cap = 0;
 }
 
-static size_t op_esz(const ferry_reader_t *r, const ferry_copy_op_t *op) {
-    ferry_tensor_info_t ti;
-    ferry_model_tensor(ferry_layout_model(r->m.side[1].layout), op->tensor, &ti);
-    return ferry_dtype_size(ti.dtype);
-}
-
 static ferry_status_t epoch_setup(ferry_reader_t *r) {
     sync_member_t *m = &r->m;
     ferry_ctx_t *ctx = m->ctx;
@@ -181,7 +175,7 @@ static uint64_t dst_sum(ferry_reader_t *r, const ferry_copy_op_t *op) {
     uint32_t b = sync_local_buffer(&r->m, 1, r->m.p.rank, op->dst_buffer);
     const uint8_t *base = dst_base(r, b);
     if (sync_box_contiguous(&op->box, op->dst_strides)) return XXH3_64bits(base + op->dst_offset, op->bytes);
-    sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, op_esz(r, op));
+    sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, sync_op_esz(&r->m, op));
     return XXH3_64bits(r->gather, op->bytes);
 }
 
@@ -245,7 +239,7 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
         const uint8_t *from = r->scratch + scratch_at;
         for (size_t i = b->first_op; i < b->first_op + b->op_count; i++) {
             uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
-            sync_scatter(dst_base(r, lb), ops[i].dst_offset, ops[i].dst_strides, &ops[i].box, op_esz(r, &ops[i]), from);
+            sync_scatter(dst_base(r, lb), ops[i].dst_offset, ops[i].dst_strides, &ops[i].box, sync_op_esz(&r->m, &ops[i]), from);
             from += ops[i].bytes;
         }
         scratch_at += b->bytes;
@@ -484,7 +478,7 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         memcpy(&len, r->dscratch + 8 * (i - p->first_op), 8);
         if (len > blob_len - at) return false;
         const ferry_copy_op_t *op = &ops[i];
-        size_t esz = op_esz(r, op);
+        size_t esz = sync_op_esz(&r->m, op);
         ferry_dtype_t dt;
         uint64_t elems;
         if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) return false;
@@ -556,7 +550,7 @@ static void apply_staged(ferry_reader_t *r) {
     for (size_t i = 0; i < ferry_plan_op_count(r->m.plan); i++) {
         uint32_t lb = sync_local_buffer(&r->m, 1, r->m.p.rank, ops[i].dst_buffer);
         sync_copy_box(r->m.bufs[lb].ptr, r->shadow[lb], ops[i].dst_offset, ops[i].dst_strides, &ops[i].box,
-                      op_esz(r, &ops[i]));
+                      sync_op_esz(&r->m, &ops[i]));
     }
 }
 

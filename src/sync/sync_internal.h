@@ -130,6 +130,9 @@ void sync_box_runs(const ferry_box_t *box, const int64_t *s1, const int64_t *s2,
 /* Bytes from the first to one past the last byte the box addresses. */
 uint64_t sync_box_span(const int64_t *strides, const ferry_box_t *box, size_t esz);
 
+/* Bytes per element of op's tensor (the destination side's model). */
+size_t sync_op_esz(const sync_member_t *m, const ferry_copy_op_t *op);
+
 /* ---- Deltas in sync mode (delta_area.c; docs/sync.md "Deltas") ----
  * A writer's delta area (one registered region, rewritten per version):
  *   header: u32 magic, u32 entries, u64 version

@@ -170,12 +170,6 @@ static int cmp_read(const void *a, const void *b, void *arg) {
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
-static size_t op_esz(const ferry_writer_t *w, const ferry_copy_op_t *op) {
-    ferry_tensor_info_t ti;
-    ferry_model_tensor(ferry_layout_model(w->m.side[1].layout), op->tensor, &ti);
-    return ferry_dtype_size(ti.dtype);
-}
-
 /* Sync mode: groups the ops by distinct read (hash_order is sorted so), and
  * allocates the base copy and the registered delta area. Leaves deltas off
  * (and returns OK) when some op's elements have no codec width. */
@@ -200,7 +194,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     for (size_t i = 0; i < nops; i++) {
         ferry_dtype_t dt;
         uint64_t elems;
-        if (!sync_delta_dtype(op_esz(w, &ops[i]), ops[i].bytes, &dt, &elems)) return FERRY_OK;
+        if (!sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems)) return FERRY_OK;
         cap += 8 + ferry_delta_bound(dt, elems, 0);
     }
     w->op_group = ferry_alloc(ctx, nops * sizeof *w->op_group);
@@ -440,7 +434,7 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
             } else {
                 ferry_dtype_t dt;
                 uint64_t elems;
-                sync_delta_dtype(op_esz(w, &ops[i]), ops[i].bytes, &dt, &elems);
+                sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems);
                 ferry_delta_params_t dp = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = dt,
                                            .base_version = w->base_version, .next_version = v};
                 size_t l = 0;

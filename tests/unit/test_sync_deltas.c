@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "layout_check.h"
 #include "ferry/ferry.h"
 
 #define VERSIONS 5
@@ -54,46 +55,6 @@ static void *writer_main(void *arg) {
         pthread_barrier_wait(&s->checked);
     }
     return NULL;
-}
-
-/* Every element of every engine piece equals the trainer's element. */
-static void check_equal(const ferry_model_t *model, const ferry_layout_t *src, const ferry_layout_t *dst, void **wb,
-                        void **rb) {
-    size_t nd = ferry_layout_piece_count(dst), ns = ferry_layout_piece_count(src);
-    for (size_t i = 0; i < nd; i++) {
-        const ferry_piece_t *dp = &ferry_layout_pieces(dst)[i];
-        ferry_tensor_info_t ti;
-        ferry_model_tensor(model, dp->tensor, &ti);
-        size_t esz = ferry_dtype_size(ti.dtype);
-        int64_t idx[FERRY_MAX_DIMS] = {0};
-        for (;;) {
-            int64_t doff = 0;
-            for (uint32_t d = 0; d < dp->box.ndim; d++) doff += idx[d] * dp->strides[d];
-            const uint8_t *got = (const uint8_t *)rb[dp->buffer] + dp->byte_offset + (uint64_t)doff * esz;
-            bool found = false;
-            for (size_t j = 0; j < ns && !found; j++) {
-                const ferry_piece_t *sp = &ferry_layout_pieces(src)[j];
-                if (sp->tensor != dp->tensor) continue;
-                int64_t soff = 0;
-                bool in = true;
-                for (uint32_t d = 0; d < dp->box.ndim && in; d++) {
-                    int64_t g = dp->box.offset[d] + idx[d] - sp->box.offset[d];
-                    in = g >= 0 && g < sp->box.extent[d];
-                    soff += g * sp->strides[d];
-                }
-                if (!in) continue;
-                found = true;
-                CHECK(memcmp(got, (const uint8_t *)wb[sp->buffer] + sp->byte_offset + (uint64_t)soff * esz, esz) == 0);
-            }
-            CHECK(found);
-            int d = (int)dp->box.ndim - 1;
-            for (; d >= 0; d--) {
-                if (++idx[d] < dp->box.extent[d]) break;
-                idx[d] = 0;
-            }
-            if (d < 0) break;
-        }
-    }
 }
 
 static ferry_layout_t *build(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side, const char *spec) {
@@ -151,7 +112,7 @@ static void run(ferry_sync_deltas_t reader_deltas) {
         ferry_update_info_t info;
         CHECK_OK(ferry_reader_update(r, v, 10000, &info), ferry_reader_error(r));
         CHECK_EQ_INT(info.version, v);
-        check_equal(model, src, dst, s.wb, rb);
+        check_layout_copy(model, src, dst, s.wb, rb);
         bool want = reader_deltas != FERRY_SYNC_DELTAS_OFF && v >= 2 && v != 4;
         if (want) {
             CHECK_EQ_INT(info.delta_pairs, 1);

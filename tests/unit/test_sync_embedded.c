@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "layout_check.h"
 #include "ferry/ferry.h"
 
 static ferry_layout_t *build(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side, const char *spec) {
@@ -67,43 +68,7 @@ int main(void) {
         CHECK_EQ_INT(ui.version, v);
         CHECK_EQ_INT(ferry_reader_version(r), v);
         /* every element of every engine piece equals the trainer's element */
-        size_t nd = ferry_layout_piece_count(dst), ns = ferry_layout_piece_count(src), checked = 0;
-        for (size_t i = 0; i < nd; i++) {
-            const ferry_piece_t *dp = &ferry_layout_pieces(dst)[i];
-            ferry_tensor_info_t ti;
-            ferry_model_tensor(model, dp->tensor, &ti);
-            size_t esz = ferry_dtype_size(ti.dtype);
-            int64_t idx[FERRY_MAX_DIMS] = {0};
-            for (;;) {
-                int64_t doff = 0;
-                for (uint32_t d = 0; d < dp->box.ndim; d++) doff += idx[d] * dp->strides[d];
-                const uint8_t *got = (const uint8_t *)rb[dp->buffer] + dp->byte_offset + (uint64_t)doff * esz;
-                bool found = false;
-                for (size_t j = 0; j < ns && !found; j++) {
-                    const ferry_piece_t *sp = &ferry_layout_pieces(src)[j];
-                    if (sp->tensor != dp->tensor) continue;
-                    int64_t soff = 0;
-                    bool in = true;
-                    for (uint32_t d = 0; d < dp->box.ndim && in; d++) {
-                        int64_t g = dp->box.offset[d] + idx[d] - sp->box.offset[d];
-                        in = g >= 0 && g < sp->box.extent[d];
-                        soff += g * sp->strides[d];
-                    }
-                    if (!in) continue;
-                    found = true;
-                    CHECK(memcmp(got, (const uint8_t *)wb[sp->buffer] + sp->byte_offset + (uint64_t)soff * esz, esz) == 0);
-                    checked++;
-                }
-                CHECK(found);
-                int d = (int)dp->box.ndim - 1;
-                for (; d >= 0; d--) {
-                    if (++idx[d] < dp->box.extent[d]) break;
-                    idx[d] = 0;
-                }
-                if (d < 0) break;
-            }
-        }
-        CHECK(checked > 0);
+        CHECK(check_layout_copy(model, src, dst, wb, rb) > 0);
     }
     /* the reader already holds the newest: LATEST returns at once, NEXT times out */
     CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 1000, NULL), ferry_reader_error(r));
