@@ -170,8 +170,8 @@ static int cmp_read(const void *a, const void *b, void *arg) {
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
-/* Sync mode: groups the ops by distinct read (hash_order is sorted so), and
- * allocates the base copy and the registered delta area. Leaves deltas off
+/* Sync mode: allocates the base copy (one per distinct read) and the
+ * registered delta area. Leaves deltas off
  * (and returns OK) when some op's elements have no codec width. */
 static ferry_status_t delta_setup(ferry_writer_t *w) {
     sync_member_t *m = &w->m;
@@ -197,28 +197,16 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         if (!sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems)) return FERRY_OK;
         cap += 8 + ferry_delta_bound(dt, elems, 0);
     }
-    w->op_group = ferry_alloc(ctx, nops * sizeof *w->op_group);
-    w->group_op = ferry_alloc(ctx, nops * sizeof *w->group_op);
-    w->group_base = ferry_alloc(ctx, nops * sizeof *w->group_base);
-    w->frame_at = ferry_calloc(ctx, nops, sizeof *w->frame_at);
-    w->frame_len = ferry_calloc(ctx, nops, sizeof *w->frame_len);
-    w->frame_ver = ferry_calloc(ctx, nops, sizeof *w->frame_ver);
-    if (!w->op_group || !w->group_op || !w->group_base || !w->frame_at || !w->frame_len || !w->frame_ver)
+    w->group_base = ferry_alloc(ctx, w->ngroups * sizeof *w->group_base);
+    w->frame_at = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_at);
+    w->frame_len = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_len);
+    w->frame_ver = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_ver);
+    if (!w->group_base || !w->frame_at || !w->frame_len || !w->frame_ver)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     uint64_t base_bytes = 0;
-    const ferry_copy_op_t *prev = NULL;
-    for (size_t k = 0; k < nops; k++) {
-        const ferry_copy_op_t *op = &ops[w->hash_order[k]];
-        bool same = prev && op_key_region(w, op) == op_key_region(w, prev) &&
-                    op_key_offset(op) == op_key_offset(prev) && op->bytes == prev->bytes;
-        if (!same) {
-            w->group_op[w->ngroups] = w->hash_order[k];
-            w->group_base[w->ngroups] = base_bytes;
-            base_bytes += op->bytes;
-            w->ngroups++;
-        }
-        w->op_group[w->hash_order[k]] = w->ngroups - 1;
-        prev = op;
+    for (size_t g = 0; g < w->ngroups; g++) {
+        w->group_base[g] = base_bytes;
+        base_bytes += ops[w->group_op[g]].bytes;
     }
     w->base = malloc(base_bytes ? base_bytes : 1);
     if (!w->base)
@@ -251,6 +239,18 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     if (!w->pack_ops || !w->hash_order) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < nops; i++) w->hash_order[i] = i;
     qsort_r(w->hash_order, nops, sizeof *w->hash_order, cmp_read, w);
+    /* distinct reads: equal reads (two engine replicas) are hashed, kept and
+       encoded once */
+    w->op_group = ferry_alloc(ctx, (nops + 1) * sizeof *w->op_group);
+    w->group_op = ferry_alloc(ctx, (nops + 1) * sizeof *w->group_op);
+    if (!w->op_group || !w->group_op) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t k = 0; k < nops; k++) {
+        const ferry_copy_op_t *op = &ops[w->hash_order[k]], *prev = k ? &ops[w->hash_order[k - 1]] : NULL;
+        if (!prev || op_key_region(w, op) != op_key_region(w, prev) || op_key_offset(op) != op_key_offset(prev) ||
+            op->bytes != prev->bytes)
+            w->group_op[w->ngroups++] = w->hash_order[k];
+        w->op_group[w->hash_order[k]] = w->ngroups - 1;
+    }
     for (size_t k = 0; k < nops; k++) {
         size_t i = w->hash_order[k];
         if (!(ops[i].flags & FERRY_OP_PACK)) continue;
@@ -357,25 +357,22 @@ static void pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
     }
 }
 
+/* Where op i's current bytes are. */
+static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op) {
+    return (op->flags & FERRY_OP_PACK)
+               ? pack_bytes(w, s) + op->pack_offset
+               : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
+}
+
+/* One xxh3 per distinct read, given to every op that reads it. */
 static void hash_slot(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     size_t nops = ferry_plan_op_count(w->m.plan);
-    uint8_t *pack = pack_bytes(w, s);
-    const ferry_copy_op_t *prev = NULL;
     uint64_t sum = 0;
     for (size_t k = 0; k < nops; k++) {
-        const ferry_copy_op_t *op = &ops[w->hash_order[k]];
-        bool same = prev && op_key_region(w, op) == op_key_region(w, prev) &&
-                    op_key_offset(op) == op_key_offset(prev) && op->bytes == prev->bytes;
-        if (!same) {
-            const uint8_t *p = (op->flags & FERRY_OP_PACK)
-                                   ? pack + op->pack_offset
-                                   : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) +
-                                         op->src_offset;
-            sum = XXH3_64bits(p, op->bytes);
-        }
-        s->sums[w->hash_order[k]] = sum;
-        prev = op;
+        size_t i = w->hash_order[k], g = w->op_group[i];
+        if (k == 0 || g != w->op_group[w->hash_order[k - 1]]) sum = XXH3_64bits(op_bytes(w, s, &ops[i]), ops[i].bytes);
+        s->sums[i] = sum;
     }
 }
 
@@ -396,13 +393,6 @@ typedef struct publish_ctx {
     double hash_seconds, delta_seconds;
     uint64_t delta_bytes;
 } publish_ctx_t;
-
-/* Where op i's current bytes are. */
-static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op) {
-    return (op->flags & FERRY_OP_PACK)
-               ? pack_bytes(w, s) + op->pack_offset
-               : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
-}
 
 /* Sync mode, while the PUBLISH of s->version is pending: each reader's
  * deltas from base_version (when the base holds the version before), then
