@@ -350,6 +350,10 @@ ferry_status_t delta_fail(ferry_delta_codec_t *c, ferry_status_t st, const char 
  * undo log held mark entries. */
 void delta_rollback_to(ferry_delta_codec_t *c, size_t mark);
 void delta_truncate(ferry_delta_codec_t *c, size_t mark);
+/* ferry_delta_apply that keeps the applied chunks in the undo log (for
+ * ferry_delta_codec_rollback) instead of forgetting them; *info filled. */
+ferry_status_t delta_apply_logged(ferry_delta_codec_t *c, const void *delta, size_t len, void *region,
+                                  uint64_t elems, uint64_t base_version, ferry_delta_info_t *info);
 /* Grows an array so it holds need elements of size elem. */
 bool delta_grow(ferry_delta_codec_t *c, void **items, size_t *cap, size_t need, size_t elem);
 

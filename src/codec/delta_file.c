@@ -220,19 +220,8 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
             continue;
         }
         ferry_delta_info_t info;
-        ferry_delta_inspect(codec, d->data, d->bytes, &info);
-        for (uint32_t c = 0; st == FERRY_OK && c < info.chunks; c++) {
-            const void *rec;
-            size_t rl;
-            uint64_t at = (uint64_t)c * info.chunk_elems;
-            uint32_t ne = (uint32_t)(info.elems - at < info.chunk_elems ? info.elems - at : info.chunk_elems);
-            st = ferry_delta_chunk_get(codec, d->data, d->bytes, c, &rec, &rl);
-            if (st == FERRY_OK)
-                st = ferry_delta_chunk_apply(codec, info.dtype, rec, rl,
-                                             (uint8_t *)x->data + at * ferry_dtype_size(info.dtype), ne);
-            if (st != FERRY_OK)
-                ferry_fail(err, st, "delta file: \"%s\", chunk %u: %s", d->name, c, ferry_delta_codec_detail(codec));
-        }
+        st = delta_apply_logged(codec, d->data, d->bytes, x->data, x->bytes / ferry_dtype_size(x->dtype), bv, &info);
+        if (st != FERRY_OK) ferry_fail(err, st, "delta file: \"%s\": %s", d->name, ferry_delta_codec_detail(codec));
     }
     if (st != FERRY_OK && codec) {
         ferry_delta_codec_rollback(codec);

@@ -302,29 +302,26 @@ ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *c, const void *delta, 
     return FERRY_OK;
 }
 
-ferry_status_t ferry_delta_apply(ferry_delta_codec_t *c, const void *delta, size_t len, void *region,
-                                 uint64_t elems, uint64_t base_version, ferry_delta_info_t *info_out) {
-    if (!c) return FERRY_ERR_INVALID_ARGUMENT;
-    ferry_err_clear(&c->err);
-    ferry_delta_info_t info;
-    ferry_status_t st = inspect(c, delta, len, &info, false);
+ferry_status_t delta_apply_logged(ferry_delta_codec_t *c, const void *delta, size_t len, void *region,
+                                  uint64_t elems, uint64_t base_version, ferry_delta_info_t *info) {
+    ferry_status_t st = inspect(c, delta, len, info, false);
     if (st != FERRY_OK) return st;
-    if (info.elems != elems)
+    if (info->elems != elems)
         return delta_fail(c, FERRY_ERR_MISMATCH, "delta of %llu elements applied to a region of %llu",
-                          (unsigned long long)info.elems, (unsigned long long)elems);
-    if (base_version != FERRY_DELTA_ANY_BASE && info.base_version != base_version)
+                          (unsigned long long)info->elems, (unsigned long long)elems);
+    if (base_version != FERRY_DELTA_ANY_BASE && info->base_version != base_version)
         return delta_fail(c, FERRY_ERR_MISMATCH, "delta from version %llu applied to version %llu",
-                          (unsigned long long)info.base_version, (unsigned long long)base_version);
+                          (unsigned long long)info->base_version, (unsigned long long)base_version);
     if (elems && !region) return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "delta apply: NULL region");
     size_t mark = c->undo_n; /* chunks applied by earlier calls stay as they are */
-    uint32_t w = delta_width(info.dtype);
+    uint32_t w = delta_width(info->dtype);
     const uint8_t *d = delta;
-    size_t off = DELTA_FRAME_HEADER + (size_t)info.chunks * 4;
-    for (uint32_t i = 0; i < info.chunks; i++) {
+    size_t off = DELTA_FRAME_HEADER + (size_t)info->chunks * 4;
+    for (uint32_t i = 0; i < info->chunks; i++) {
         uint32_t rl = get_u32(d + DELTA_FRAME_HEADER + (size_t)i * 4);
-        uint64_t at = (uint64_t)i * info.chunk_elems;
-        uint32_t n = (uint32_t)(elems - at < info.chunk_elems ? elems - at : info.chunk_elems);
-        st = ferry_delta_chunk_apply(c, info.dtype, d + off, rl, (uint8_t *)region + at * w, n);
+        uint64_t at = (uint64_t)i * info->chunk_elems;
+        uint32_t n = (uint32_t)(elems - at < info->chunk_elems ? elems - at : info->chunk_elems);
+        st = ferry_delta_chunk_apply(c, info->dtype, d + off, rl, (uint8_t *)region + at * w, n);
         if (st != FERRY_OK) {
             char why[sizeof c->err.text];
             memcpy(why, c->err.text, sizeof why);
@@ -333,6 +330,17 @@ ferry_status_t ferry_delta_apply(ferry_delta_codec_t *c, const void *delta, size
         }
         off += rl;
     }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_delta_apply(ferry_delta_codec_t *c, const void *delta, size_t len, void *region,
+                                 uint64_t elems, uint64_t base_version, ferry_delta_info_t *info_out) {
+    if (!c) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_err_clear(&c->err);
+    size_t mark = c->undo_n;
+    ferry_delta_info_t info;
+    ferry_status_t st = delta_apply_logged(c, delta, len, region, elems, base_version, &info);
+    if (st != FERRY_OK) return st;
     delta_truncate(c, mark);
     if (info_out) { /* with the position/value split, which needs the streams walked */
         if (inspect(c, delta, len, info_out, true) != FERRY_OK) *info_out = info; /* cannot happen: decoded */
