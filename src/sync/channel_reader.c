@@ -51,30 +51,50 @@ static size_t chain_from(const chan_manifest_t *m, uint64_t from, uint64_t *byte
     return i;
 }
 
+/* Reads and parses one file of the channel, which must hold exactly the
+ * reader's tensors (by name); counts its bytes. On success the caller frees
+ * *data and *sf. */
+static ferry_status_t read_file(ferry_channel_reader_t *r, const char *name, const ferry_channel_tensor_t *t, size_t n,
+                                uint64_t *bytes, uint8_t **data, size_t *len, ferry_safetensors_t **sf) {
+    ferry_errbuf_t *err = ferry_ctx_errbuf(r->ctx);
+    char path[4096];
+    *sf = NULL;
+    if (!chan_path(path, sizeof path, r->dir, name)) return ferry_fail(err, FERRY_ERR_LIMIT, "channel: path too long");
+    ferry_status_t st = chan_file_read(r->ctx, path, FILE_MAX, data, len);
+    if (st != FERRY_OK) return st;
+    *bytes += *len;
+    st = ferry_safetensors_parse(r->ctx, *data, *len, sf);
+    if (st == FERRY_OK && ferry_safetensors_count(*sf) != n)
+        st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s holds %zu tensors, the reader %zu", name,
+                        ferry_safetensors_count(*sf), n);
+    for (size_t i = 0; st == FERRY_OK && i < n; i++)
+        if (!ferry_safetensors_find(*sf, t[i].name))
+            st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s has nothing for \"%s\"", name, t[i].name);
+    if (st != FERRY_OK) {
+        ferry_safetensors_destroy(*sf);
+        ferry_free(r->ctx, *data);
+        *sf = NULL;
+        *data = NULL;
+    }
+    return st;
+}
+
 static ferry_status_t load_snapshot(ferry_channel_reader_t *r, const chan_version_t *v, ferry_channel_tensor_t *t,
                                     size_t n, uint64_t *bytes) {
     ferry_errbuf_t *err = ferry_ctx_errbuf(r->ctx);
-    char path[4096];
-    if (!chan_path(path, sizeof path, r->dir, v->snapshot))
-        return ferry_fail(err, FERRY_ERR_LIMIT, "channel: path too long");
     uint8_t *data;
     size_t len;
-    ferry_status_t st = chan_file_read(r->ctx, path, FILE_MAX, &data, &len);
+    ferry_safetensors_t *sf;
+    ferry_status_t st = read_file(r, v->snapshot, t, n, bytes, &data, &len, &sf);
     if (st != FERRY_OK) return st;
-    *bytes += len;
-    ferry_safetensors_t *sf = NULL;
-    st = ferry_safetensors_parse(r->ctx, data, len, &sf);
-    if (st == FERRY_OK && ferry_safetensors_count(sf) != n)
-        st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s holds %zu tensors, the reader %zu", v->snapshot,
-                        ferry_safetensors_count(sf), n);
     /* all checks before any copy, so a bad snapshot leaves the buffers alone */
     for (size_t i = 0; st == FERRY_OK && i < n; i++) {
         const ferry_safetensors_tensor_t *x = ferry_safetensors_find(sf, t[i].name);
         uint64_t sum;
-        if (!x || x->dtype != t[i].dtype || x->ndim != t[i].ndim || x->bytes != t[i].bytes ||
+        if (x->dtype != t[i].dtype || x->ndim != t[i].ndim || x->bytes != t[i].bytes ||
             memcmp(x->shape, t[i].shape, x->ndim * sizeof x->shape[0]))
-            st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s: tensor \"%s\" is missing or shaped differently",
-                            v->snapshot, t[i].name);
+            st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s: tensor \"%s\" is shaped differently", v->snapshot,
+                            t[i].name);
         else if (!chan_version_sum(v, t[i].name, &sum) || XXH3_64bits(x->data, x->bytes) != sum)
             st = ferry_fail(err, FERRY_ERR_CORRUPT, "channel: %s: tensor \"%s\" does not match the manifest's checksum",
                             v->snapshot, t[i].name);
@@ -88,37 +108,21 @@ static ferry_status_t load_snapshot(ferry_channel_reader_t *r, const chan_versio
     return st;
 }
 
+/* Frames and whole tensors carry their own checksums, which
+ * ferry_delta_file_apply checks; all or nothing. */
 static ferry_status_t apply_delta(ferry_channel_reader_t *r, const chan_version_t *v, ferry_channel_tensor_t *t,
                                   size_t n, uint64_t *bytes) {
-    ferry_errbuf_t *err = ferry_ctx_errbuf(r->ctx);
-    char path[4096];
-    if (!chan_path(path, sizeof path, r->dir, v->delta))
-        return ferry_fail(err, FERRY_ERR_LIMIT, "channel: path too long");
     uint8_t *data;
     size_t len;
-    ferry_status_t st = chan_file_read(r->ctx, path, FILE_MAX, &data, &len);
+    ferry_safetensors_t *sf;
+    ferry_status_t st = read_file(r, v->delta, t, n, bytes, &data, &len, &sf);
     if (st != FERRY_OK) return st;
-    *bytes += len;
-    /* a delta must cover every tensor (frames and whole tensors carry their
-       own checksums, which ferry_delta_file_apply checks) */
-    ferry_safetensors_t *sf = NULL;
-    st = ferry_safetensors_parse(r->ctx, data, len, &sf);
-    if (st == FERRY_OK && ferry_safetensors_count(sf) != n)
-        st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s holds %zu tensors, the reader %zu", v->delta,
-                        ferry_safetensors_count(sf), n);
-    for (size_t i = 0; st == FERRY_OK && i < n; i++) {
-        const ferry_safetensors_tensor_t *x = ferry_safetensors_find(sf, t[i].name);
-        if (!x)
-            st = ferry_fail(err, FERRY_ERR_MISMATCH, "channel: %s has nothing for \"%s\"", v->delta, t[i].name);
-    }
     ferry_safetensors_destroy(sf);
-    if (st == FERRY_OK) {
-        st = ferry_delta_file_apply(r->ctx, data, len, t, n, v->base);
-        if (st != FERRY_OK) {
-            char why[FERRY_ERR_TEXT];
-            snprintf(why, sizeof why, "%s", ferry_ctx_error(r->ctx));
-            ferry_fail(err, st, "channel: %s: %s", v->delta, why);
-        }
+    st = ferry_delta_file_apply(r->ctx, data, len, t, n, v->base);
+    if (st != FERRY_OK) {
+        char why[FERRY_ERR_TEXT];
+        snprintf(why, sizeof why, "%s", ferry_ctx_error(r->ctx));
+        ferry_fail(ferry_ctx_errbuf(r->ctx), st, "channel: %s: %s", v->delta, why);
     }
     ferry_free(r->ctx, data);
     return st;
