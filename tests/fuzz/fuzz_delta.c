@@ -66,6 +66,7 @@
 
 #include "codec/codec_internal.h"
 #include "common/hash.h"
+#include "fuzz_ctx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -91,15 +92,6 @@ static struct {
 static const ferry_dtype_t dtypes[5] = {FERRY_DTYPE_BF16, FERRY_DTYPE_F16, FERRY_DTYPE_F32, FERRY_DTYPE_F8_E4M3,
                                         FERRY_DTYPE_F8_E5M2};
 static const uint32_t exp_bits[5] = {8, 5, 8, 4, 5}, man_bits[5] = {7, 10, 23, 3, 2};
-
-static ferry_ctx_t *fuzz_ctx(void) {
-    static ferry_ctx_t *ctx;
-    if (!ctx) {
-        ferry_ctx_params_t p = {.field_mask = FERRY_CTX_PARAM_LOG_LEVEL, .log_level = FERRY_LOG_OFF};
-        if (ferry_ctx_create(&p, &ctx, NULL, 0) != FERRY_OK) abort();
-    }
-    return ctx;
-}
 
 static uint64_t mix(uint64_t x) { /* splitmix64 */
     x += 0x9E3779B97F4A7C15ull;

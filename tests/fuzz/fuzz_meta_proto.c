@@ -12,6 +12,7 @@
 
 #include "meta/frame.h"
 #include "meta/proto.h"
+#include "fuzz_ctx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -21,15 +22,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         fprintf(stderr, "fuzz_meta_proto: %s (frame type %u, %zu-byte body)\n", (why), type, len);     \
         abort();                                                                                         \
     } while (0)
-
-static ferry_ctx_t *fuzz_ctx(void) {
-    static ferry_ctx_t *ctx;
-    if (!ctx) {
-        ferry_ctx_params_t p = {.field_mask = FERRY_CTX_PARAM_LOG_LEVEL, .log_level = FERRY_LOG_OFF};
-        if (ferry_ctx_create(&p, &ctx, NULL, 0) != FERRY_OK) abort();
-    }
-    return ctx;
-}
 
 /* Encodes m as a frame of type, checks the frame, returns it. */
 static uint8_t *encode_checked(ferry_ctx_t *ctx, uint8_t type, const ProtobufCMessage *m, size_t *out_len,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ferry/ferry.h"
+#include "fuzz_ctx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,15 +24,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         fprintf(stderr, "fuzz_safetensors: %s (%zu-byte input)\n", (why), size);   \
         abort();                                                                    \
     } while (0)
-
-static ferry_ctx_t *fuzz_ctx(void) {
-    static ferry_ctx_t *ctx;
-    if (!ctx) {
-        ferry_ctx_params_t p = {.field_mask = FERRY_CTX_PARAM_LOG_LEVEL, .log_level = FERRY_LOG_OFF};
-        if (ferry_ctx_create(&p, &ctx, NULL, 0) != FERRY_OK) abort();
-    }
-    return ctx;
-}
 
 static void check_same(const ferry_safetensors_t *a, const ferry_safetensors_t *b, size_t size) {
     if (ferry_safetensors_count(a) != ferry_safetensors_count(b)) FAIL("rewrite changed the tensor count");

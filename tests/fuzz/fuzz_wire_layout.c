@@ -22,6 +22,7 @@
 
 #include "meta/proto.h"
 #include "sync/sync_internal.h"
+#include "fuzz_ctx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,15 +34,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         fprintf(stderr, "fuzz_wire_layout: %s (%zu members, %zu-byte input)\n", (why), n, size); \
         abort();                                                                               \
     } while (0)
-
-static ferry_ctx_t *fuzz_ctx(void) {
-    static ferry_ctx_t *ctx;
-    if (!ctx) {
-        ferry_ctx_params_t p = {.field_mask = FERRY_CTX_PARAM_LOG_LEVEL, .log_level = FERRY_LOG_OFF};
-        if (ferry_ctx_create(&p, &ctx, NULL, 0) != FERRY_OK) abort();
-    }
-    return ctx;
-}
 
 static void free_hosts(ferry_ctx_t *ctx, char **hosts, size_t n) {
     for (size_t r = 0; hosts && r < n; r++) ferry_free(ctx, hosts[r]);
