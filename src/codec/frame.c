@@ -8,6 +8,12 @@
 
 static uint32_t chunk_count(uint64_t elems, uint32_t chunk) { return (uint32_t)((elems + chunk - 1) / chunk); }
 
+/* Elements of chunk i (the last one may be short). */
+static uint32_t chunk_elems_at(uint64_t elems, uint32_t chunk, uint32_t i) {
+    uint64_t at = (uint64_t)i * chunk;
+    return (uint32_t)(elems - at < chunk ? elems - at : chunk);
+}
+
 static bool chunk_ok(uint32_t chunk) {
     return chunk >= FERRY_DELTA_CHUNK_MIN && chunk <= FERRY_DELTA_CHUNK_MAX && (chunk & (chunk - 1)) == 0;
 }
@@ -58,8 +64,8 @@ ferry_status_t ferry_delta_region_sum(ferry_dtype_t dtype, const void *data, uin
     }
     sum_fold_t f;
     fold_init(&f);
-    for (uint64_t at = 0; at < elems; at += chunk) {
-        uint64_t n = elems - at < chunk ? elems - at : chunk;
+    for (uint32_t i = 0; i < chunk_count(elems, chunk); i++) {
+        uint64_t at = (uint64_t)i * chunk, n = chunk_elems_at(elems, chunk, i);
         fold_add(&f, XXH3_64bits((const uint8_t *)data + at * w, n * w));
     }
     *out = fold_end(&f);
@@ -127,7 +133,7 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_para
     fold_init(&fn);
     for (uint32_t i = 0; i < chunks; i++) {
         uint64_t at = (uint64_t)i * chunk;
-        uint32_t n = (uint32_t)(elems - at < chunk ? elems - at : chunk);
+        uint32_t n = chunk_elems_at(elems, chunk, i);
         size_t rl;
         uint64_t bs, ns;
         st = ferry_delta_chunk_encode(c, p->dtype, classes, (const uint8_t *)base + at * w,
@@ -161,8 +167,7 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *c, const ferry_delta_pa
     fold_init(&fb);
     fold_init(&fn);
     for (uint32_t i = 0; i < chunks; i++) {
-        uint64_t at = (uint64_t)i * chunk;
-        uint32_t n = (uint32_t)(elems - at < chunk ? elems - at : chunk);
+        uint32_t n = chunk_elems_at(elems, chunk, i);
         delta_chunk_t h;
         st = delta_chunk_parse(recs[i], lens[i], w, &h, &c->err);
         if (st != FERRY_OK) return st;
@@ -237,8 +242,7 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
     size_t off = DELTA_FRAME_HEADER + (size_t)info->chunks * 4;
     for (uint32_t i = 0; i < info->chunks; i++) {
         uint32_t rl = get_u32(d + DELTA_FRAME_HEADER + (size_t)i * 4);
-        uint64_t at = (uint64_t)i * info->chunk_elems;
-        uint64_t n = info->elems - at < info->chunk_elems ? info->elems - at : info->chunk_elems;
+        uint64_t n = chunk_elems_at(info->elems, info->chunk_elems, i);
         delta_chunk_t h;
         st = delta_chunk_parse(d + off, rl, w, &h, &c->err);
         if (st != FERRY_OK) {
@@ -320,7 +324,7 @@ ferry_status_t delta_apply_logged(ferry_delta_codec_t *c, const void *delta, siz
     for (uint32_t i = 0; i < info->chunks; i++) {
         uint32_t rl = get_u32(d + DELTA_FRAME_HEADER + (size_t)i * 4);
         uint64_t at = (uint64_t)i * info->chunk_elems;
-        uint32_t n = (uint32_t)(elems - at < info->chunk_elems ? elems - at : info->chunk_elems);
+        uint32_t n = chunk_elems_at(elems, info->chunk_elems, i);
         st = ferry_delta_chunk_apply(c, info->dtype, d + off, rl, (uint8_t *)region + at * w, n);
         if (st != FERRY_OK) {
             char why[sizeof c->err.text];
