@@ -1,10 +1,21 @@
-/* Element-wise check of a sync between two layouts of one model: every
- * element of every destination piece equals the source element of the same
- * tensor index (wherever the layouts keep them). For the sync tests. */
+/* For the sync tests: building layouts, and an element-wise check of a sync
+ * between two layouts of one model (every element of every destination
+ * piece equals the source element of the same tensor index, wherever the
+ * layouts keep them). */
 #ifndef FERRY_TESTS_LAYOUT_CHECK_H
 #define FERRY_TESTS_LAYOUT_CHECK_H
 
 #include "check.h"
+
+/* Every rank's pieces of a parallel spec, or the test stops. */
+static inline ferry_layout_t *build_layout(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side,
+                                           const char *spec) {
+    ferry_parallel_t p;
+    ferry_layout_t *l;
+    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), ferry_ctx_error(ctx));
+    return l;
+}
 
 /* Returns the elements checked. */
 static inline size_t check_layout_copy(const ferry_model_t *model, const ferry_layout_t *src, const ferry_layout_t *dst,

@@ -57,14 +57,6 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-static ferry_layout_t *build(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side, const char *spec) {
-    ferry_parallel_t p;
-    ferry_layout_t *l;
-    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
-    CHECK_OK(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), ferry_ctx_error(ctx));
-    return l;
-}
-
 static void run(ferry_sync_deltas_t reader_deltas) {
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
@@ -74,7 +66,7 @@ static void run(ferry_sync_deltas_t reader_deltas) {
                       "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,\"vocab_size\":2048,"
                       "\"intermediate_size\":512,\"tie_word_embeddings\":true}";
     CHECK_OK(ferry_model_from_hf_config(ctx, "small-qwen3", cfg, strlen(cfg), NULL, &model), ferry_ctx_error(ctx));
-    ferry_layout_t *src = build(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build(ctx, model, FERRY_SIDE_INFER, "tp=1");
+    ferry_layout_t *src = build_layout(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build_layout(ctx, model, FERRY_SIDE_INFER, "tp=1");
     ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
                               .job = "deltas", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",

@@ -10,21 +10,13 @@
 #include "layout_check.h"
 #include "ferry/ferry.h"
 
-static ferry_layout_t *build(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t side, const char *spec) {
-    ferry_parallel_t p;
-    ferry_layout_t *l;
-    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
-    CHECK_OK(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), ferry_ctx_error(ctx));
-    return l;
-}
-
 int main(void) {
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     ferry_model_t *model;
     CHECK_OK(ferry_model_from_hf_config_file(ctx, FERRY_TEST_GOLDEN "/tiny-qwen3.json", NULL, &model),
              ferry_ctx_error(ctx));
-    ferry_layout_t *src = build(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build(ctx, model, FERRY_SIDE_INFER, "tp=1");
+    ferry_layout_t *src = build_layout(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build_layout(ctx, model, FERRY_SIDE_INFER, "tp=1");
 
     /* the writer serves (rank 0's default) on a free port */
     ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN | FERRY_SYNC_PARAM_MODE |
