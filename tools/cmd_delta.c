@@ -116,6 +116,29 @@ static bool parse_u64(const char *s, uint64_t *out) {
     return true;
 }
 
+/* One step of a subcommand's arguments: a positional one (into paths, at
+ * most two; returns 0) or an option with its value (*opt, *val; *i moves
+ * past the value; returns 1); -1 after printing a usage error. */
+static int next_arg(const char *cmd, int argc, char **argv, int *i, const char **paths, int *np, const char **opt,
+                    const char **val) {
+    const char *a = argv[*i];
+    if (a[0] != '-') {
+        if (*np == 2) {
+            fprintf(stderr, "ferry delta %s: unexpected argument %s\n", cmd, a);
+            return -1;
+        }
+        paths[(*np)++] = a;
+        return 0;
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "ferry delta %s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    *opt = a;
+    *val = argv[++*i];
+    return 1;
+}
+
 /* ---- encode ---- */
 
 typedef struct enc_stats {
@@ -258,20 +281,10 @@ static int delta_encode(ferry_ctx_t *ctx, int argc, char **argv) {
     uint64_t bv = 0, nv = 1;
     int np = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (a[0] != '-') {
-            if (np == 2) {
-                fprintf(stderr, "ferry delta encode: unexpected argument %s\n", a);
-                return CLI_USAGE;
-            }
-            paths[np++] = a;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "ferry delta encode: %s needs a value\n", a);
-            return CLI_USAGE;
-        }
-        i++;
+        const char *a, *v;
+        int k = next_arg("encode", argc, argv, &i, paths, &np, &a, &v);
+        if (k < 0) return CLI_USAGE;
+        if (k == 0) continue;
         if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--base-version") || !strcmp(a, "--next-version")) {
@@ -435,20 +448,10 @@ static int delta_apply(ferry_ctx_t *ctx, int argc, char **argv) {
     uint64_t bv = FERRY_DELTA_ANY_BASE;
     int np = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (a[0] != '-') {
-            if (np == 2) {
-                fprintf(stderr, "ferry delta apply: unexpected argument %s\n", a);
-                return CLI_USAGE;
-            }
-            paths[np++] = a;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "ferry delta apply: %s needs a value\n", a);
-            return CLI_USAGE;
-        }
-        i++;
+        const char *a, *v;
+        int k = next_arg("apply", argc, argv, &i, paths, &np, &a, &v);
+        if (k < 0) return CLI_USAGE;
+        if (k == 0) continue;
         if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--base-version")) {
             if (!parse_u64(v, &bv)) {
@@ -635,20 +638,10 @@ static int delta_synth(ferry_ctx_t *ctx, int argc, char **argv) {
     double lr = 1e-6;
     int np = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (a[0] != '-') {
-            if (np == 2) {
-                fprintf(stderr, "ferry delta synth: unexpected argument %s\n", a);
-                return CLI_USAGE;
-            }
-            paths[np++] = a;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "ferry delta synth: %s needs a value\n", a);
-            return CLI_USAGE;
-        }
-        i++;
+        const char *a, *v;
+        int k = next_arg("synth", argc, argv, &i, paths, &np, &a, &v);
+        if (k < 0) return CLI_USAGE;
+        if (k == 0) continue;
         char *end;
         bool ok = true;
         if (!strcmp(a, "--elems")) ok = parse_u64(v, &elems) && elems >= 1024 && elems <= (1ull << 32);
