@@ -405,11 +405,9 @@ int bench_sync(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return CLI_OK;
-        } else if (cli_opt(argc, argv, &i, "--model", &v)) o.model = v;
-        else if (cli_opt(argc, argv, &i, "--train", &v)) o.train = v;
-        else if (cli_opt(argc, argv, &i, "--infer", &v)) o.infer = v;
-        else if (cli_opt(argc, argv, &i, "--steps", &v)) o.steps = (uint32_t)strtoul(v, NULL, 10);
-        else if (cli_opt(argc, argv, &i, "--repeat", &v)) repeat = atoi(v);
+        } else if (demo_common_opt(argc, argv, &i, &o)) {
+            continue; /* --model, --train, --infer, --steps */
+        } else if (cli_opt(argc, argv, &i, "--repeat", &v)) repeat = atoi(v);
         else if (cli_opt(argc, argv, &i, "--transports", &v)) transports = v;
         else if (cli_opt(argc, argv, &i, "--dir", &v)) dir = v;
         else if (!strcmp(argv[i], "--no-baselines")) baselines = false;

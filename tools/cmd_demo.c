@@ -45,11 +45,9 @@ int cmd_demo(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return CLI_OK;
-        } else if (cli_opt(argc, argv, &i, "--model", &v)) o.model = v;
-        else if (cli_opt(argc, argv, &i, "--train", &v)) o.train = v;
-        else if (cli_opt(argc, argv, &i, "--infer", &v)) o.infer = v;
-        else if (cli_opt(argc, argv, &i, "--steps", &v)) o.steps = (uint32_t)strtoul(v, NULL, 10);
-        else if (cli_opt(argc, argv, &i, "--slots", &v)) o.slots = (uint32_t)strtoul(v, NULL, 10);
+        } else if (demo_common_opt(argc, argv, &i, &o)) {
+            continue; /* --model, --train, --infer, --steps */
+        } else if (cli_opt(argc, argv, &i, "--slots", &v)) o.slots = (uint32_t)strtoul(v, NULL, 10);
         else if (cli_opt(argc, argv, &i, "--lr", &v)) o.lr = strtod(v, NULL);
         else if (cli_opt(argc, argv, &i, "--seed", &v)) o.seed = strtoull(v, NULL, 10);
         else if (cli_opt(argc, argv, &i, "--timeout-ms", &v)) o.timeout_ms = (uint32_t)strtoul(v, NULL, 10);

@@ -35,6 +35,16 @@ demo_opts_t demo_defaults(void) {
     return o;
 }
 
+bool demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o) {
+    const char *v;
+    if (cli_opt(argc, argv, i, "--model", &v)) o->model = v;
+    else if (cli_opt(argc, argv, i, "--train", &v)) o->train = v;
+    else if (cli_opt(argc, argv, i, "--infer", &v)) o->infer = v;
+    else if (cli_opt(argc, argv, i, "--steps", &v)) o->steps = (uint32_t)strtoul(v, NULL, 10);
+    else return false;
+    return true;
+}
+
 typedef struct child {
     pid_t pid;
     int pidfd;          /* readable once the process ends */

@@ -55,6 +55,9 @@ typedef struct demo_result {
 } demo_result_t;
 
 demo_opts_t demo_defaults(void);
+/* Takes one of the options `ferry demo` and `ferry bench sync` share
+ * (--model, --train, --infer, --steps) at argv[*i]; false if it is none. */
+bool demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o);
 /* Runs the whole thing; steps[] has o->steps entries. Prints progress rows
  * through row_fn as steps complete (may be NULL). */
 int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
