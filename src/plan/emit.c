@@ -72,9 +72,20 @@ static ferry_status_t make_pairs(ferry_plan_t *p, size_t start) {
             const ferry_copy_op_t *op = &p->ops[i];
             pair->bytes += op->bytes;
             ferry_plan_bucket_t *b = p->nbuckets > pair->first_bucket ? &p->buckets[p->nbuckets - 1] : NULL;
+            /* A large op joins the bucket only if the bucket stays what it
+             * was: direct (adjacent on both sides) or staged (a scattered op
+             * after others). Merging a direct op into a staged bucket, or a
+             * non-adjacent destination into a direct one, would copy every
+             * byte of it twice (into the staging area, then out). Packed ops
+             * are small: they always share one read, staged if need be. */
+            bool joins = false;
             if (b && source_adjacent(&p->ops[i - 1], op) && b->bytes + op->bytes <= p->bucket_bytes) {
-                if (!(b->flags & FERRY_BUCKET_DIRECT) || !dest_adjacent(&p->ops[i - 1], op))
-                    b->flags &= ~(uint32_t)FERRY_BUCKET_DIRECT;
+                bool direct = b->flags & FERRY_BUCKET_DIRECT, adjacent = dest_adjacent(&p->ops[i - 1], op);
+                if (op->flags & FERRY_OP_PACK) joins = true;
+                else joins = direct ? adjacent : (op->flags & FERRY_OP_SCATTER) != 0;
+                if (joins && !adjacent) b->flags &= ~(uint32_t)FERRY_BUCKET_DIRECT;
+            }
+            if (joins) {
                 b->op_count++;
                 b->bytes += op->bytes;
                 continue;

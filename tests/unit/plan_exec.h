@@ -775,6 +775,9 @@ static inline void pe_check_structure(const ferry_plan_t *plan, const ferry_plan
                                  op->src_offset == b->src_offset + cursor,
                              "bucket %zu op %zu: unpacked ops not adjacent in one source buffer", j, i);
                 if (b->flags & FERRY_BUCKET_DIRECT) PE_CHECK(op->dst_buffer == b->dst_buffer, "bucket %zu op %zu", j, i);
+                /* a large op that can land in place is never staged (it would be copied twice) */
+                if (!(op->flags & (FERRY_OP_PACK | FERRY_OP_SCATTER)))
+                    PE_CHECK(b->flags & FERRY_BUCKET_DIRECT, "bucket %zu op %zu: a direct op in a staged bucket", j, i);
                 cursor += op->bytes;
             }
             PE_CHECK(cursor == b->bytes, "bucket %zu: bytes %llu, its ops %llu", j, (unsigned long long)b->bytes,
