@@ -130,6 +130,24 @@ ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size
 void ferry_xport_rmem_release(ferry_xport_rmem_t *rmem);
 size_t ferry_xport_rmem_size(const ferry_xport_rmem_t *rmem);
 
+/* Where bytes [offset, offset + len) of a remote registration lie in this
+ * process, when the transport maps them here (shm, memory the owner got from
+ * ferry_xport_mem_alloc): *out points at the owner's live bytes, valid until
+ * the registration is released. Lets a reader copy with its own loop (and
+ * checksum what it read while it is in cache) instead of a get. Reading
+ * through a view is a get without its checks: call ferry_xport_rmem_check
+ * after reading, and treat what was read as undefined if it fails.
+ * Errors: FERRY_ERR_UNSUPPORTED where nothing is mapped (UCX; shm over
+ * process_vm), FERRY_ERR_INVALID_ARGUMENT outside the registration.
+ * Nothing is recorded on the endpoint (callers fall back to a get). */
+ferry_status_t ferry_xport_rmem_view(const ferry_xport_rmem_t *rmem, uint64_t offset, size_t len,
+                                     const void **out);
+
+/* Whether a remote registration is still good: FERRY_OK, FERRY_ERR_STALE
+ * (it ended), FERRY_ERR_PEER_LOST (its owner is gone; its bytes may be half
+ * written) or FERRY_ERR_TIMEOUT. Errors: detail on the endpoint. */
+ferry_status_t ferry_xport_rmem_check(ferry_xport_rmem_t *rmem);
+
 /* One run of a batched transfer: len bytes at remote_offset of rmem, to or
  * from local. */
 typedef struct ferry_xport_run {

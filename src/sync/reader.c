@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/copy.h"
 #include "common/hash.h"
 
 #include "meta/proto.h"
@@ -15,7 +16,7 @@
 #define MAX_CORRUPT_RETRIES 2
 #define MAX_ATTEMPTS 8 /* failed attempts of one update, whatever the cause */
 /* shm: a DIRECT bucket lands in chunks this large, each hashed while it is
- * still in cache (one pass over the destination instead of two) */
+ * still in cache (one pass over memory instead of two) */
 #define FUSE_CHUNK (256u << 10)
 
 typedef struct reader_src {      /* one writer as the current update sees it */
@@ -334,31 +335,45 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
     }
     uint8_t *dst = dst_base(r, sync_local_buffer(m, 1, m->p.rank, b->dst_buffer)) + b->dst_offset;
     if (!r->hash && !(r->hash = XXH3_createState())) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    /* Where the writer's bytes are mapped here, copy them ourselves with
+     * streaming stores (no read-for-ownership of the destination) and hash
+     * the source lines the copy just loaded, still in cache: the bytes the
+     * copy wrote, read after it (a source changed meanwhile fails the check,
+     * unless it changed back). Else a get per chunk, hashing the
+     * destination. */
+    const uint8_t *view = NULL;
+    if (ferry_xport_rmem_view(run.rmem, run.remote_offset, b->bytes, (const void **)&view) != FERRY_OK) view = NULL;
+    const uint8_t *hashed = view ? view : dst;
     double t = ferry_mono_s();
     size_t op = b->first_op, op_end = b->first_op + b->op_count;
     uint64_t op_left = op < op_end ? ops[op].bytes : 0, base_off = run.remote_offset;
     bool streaming = false;
     for (uint64_t at = 0; at < b->bytes;) {
         uint64_t n = b->bytes - at < FUSE_CHUNK ? b->bytes - at : FUSE_CHUNK;
-        run.remote_offset = base_off + at;
-        run.local = dst + at;
-        run.len = n;
-        ferry_xport_req_t *req = NULL;
-        if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
-        ferry_status_t st = ferry_xport_get(m->xp, &run, 1, &req);
-        if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
-        ferry_xport_req_free(req);
+        if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the read fails */
+        ferry_status_t st = FERRY_OK;
+        if (view) {
+            ferry_copy_stream(dst + at, view + at, n); /* checked once the bucket is in (below) */
+        } else {
+            run.remote_offset = base_off + at;
+            run.local = dst + at;
+            run.len = n;
+            ferry_xport_req_t *req = NULL;
+            st = ferry_xport_get(m->xp, &run, 1, &req);
+            if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+            ferry_xport_req_free(req);
+        }
         if (st != FERRY_OK)
             return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
         for (uint64_t c = at; c < at + n && op < op_end;) {
             uint64_t take = op_left < at + n - c ? op_left : at + n - c;
             if (!streaming && take == ops[op].bytes) {
-                r->got[op] = XXH3_64bits(dst + c, take);
+                r->got[op] = XXH3_64bits(hashed + c, take);
                 op_left = 0;
             } else {
                 if (!streaming) XXH3_64bits_reset(r->hash);
                 streaming = true;
-                XXH3_64bits_update(r->hash, dst + c, take);
+                XXH3_64bits_update(r->hash, hashed + c, take);
                 op_left -= take;
                 if (op_left == 0) r->got[op] = XXH3_64bits_digest(r->hash);
             }
@@ -369,6 +384,13 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
             }
         }
         at += n;
+    }
+    /* the mapping stays valid whatever the owner does (memfds are never
+     * shrunk), so one check after the copy covers all of it */
+    if (view) {
+        ferry_status_t st = ferry_xport_rmem_check(run.rmem);
+        if (st != FERRY_OK)
+            return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
     }
     ps->bytes += b->bytes;
     ps->pull_s += ferry_mono_s() - t;

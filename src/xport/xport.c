@@ -219,6 +219,26 @@ void ferry_xport_rmem_release(ferry_xport_rmem_t *r) {
 
 size_t ferry_xport_rmem_size(const ferry_xport_rmem_t *r) { return r->size; }
 
+ferry_status_t ferry_xport_rmem_view(const ferry_xport_rmem_t *r, uint64_t offset, size_t len, const void **out) {
+    if (!r || !out) return FERRY_ERR_INVALID_ARGUMENT;
+    if (offset > r->size || len > r->size - offset) return FERRY_ERR_INVALID_ARGUMENT;
+    if (!r->mapped) return FERRY_ERR_UNSUPPORTED;
+    *out = r->base + offset;
+    return FERRY_OK;
+}
+
+static const char *rmem_state(ferry_status_t st) {
+    return st == FERRY_ERR_STALE     ? "the registration has ended (stale descriptor)"
+           : st == FERRY_ERR_TIMEOUT ? "the owner did not answer within the timeout"
+                                     : "the owner of the memory is gone";
+}
+
+ferry_status_t ferry_xport_rmem_check(ferry_xport_rmem_t *r) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_status_t st = r->xp->ops->rmem_check(r->xp, r);
+    return st ? ferry_fail(&r->xp->err, st, "xport: %s", rmem_state(st)) : FERRY_OK;
+}
+
 static ferry_status_t transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                ferry_xport_req_t **out) {
     if (!xp || !out || (n && !runs)) return FERRY_ERR_INVALID_ARGUMENT;
@@ -235,10 +255,7 @@ static ferry_status_t transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs,
         if (i > 0 && r->rmem == runs[i - 1].rmem) continue; /* one check per region and batch */
         ferry_status_t st = xp->ops->rmem_check(xp, r->rmem);
         if (st)
-            return ferry_fail(&xp->err, st, "xport %s: run %zu: %s", what, i,
-                              st == FERRY_ERR_STALE     ? "the registration has ended (stale descriptor)"
-                              : st == FERRY_ERR_TIMEOUT ? "the owner did not answer within the timeout"
-                                                        : "the owner of the memory is gone");
+            return ferry_fail(&xp->err, st, "xport %s: run %zu: %s", what, i, rmem_state(st));
     }
     ferry_xport_req_t *req = ferry_calloc(xp->ctx, 1, sizeof *req);
     if (!req) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a request");

@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "common/copy.h"
 #include "ferry/xport.h"
 
 static uint8_t pattern(uint64_t off, uint32_t seed) {
@@ -134,6 +135,31 @@ static void reader(int rfd, int wfd) {
     CHECK_OK(get1(xp, r, 0, buf, SIZE), ferry_xport_error(xp));
     for (uint64_t k = 0; k < SIZE; k++)
         if (buf[k] != pattern(k, 1)) CHECK(!"large get returned wrong bytes");
+    /* a view: shm maps allocated memory here, UCX does not */
+    const void *view = NULL;
+    ferry_status_t vst = ferry_xport_rmem_view(r, 4096, SIZE - 4096, &view);
+    if (g_kind == FERRY_XPORT_SHM) {
+        CHECK_OK(vst, "view of mapped memory");
+        const uint8_t *v = view;
+        for (uint64_t k = 0; k < SIZE - 4096; k += 4093)
+            if (v[k] != pattern(4096 + k, 1)) CHECK(!"a view shows wrong bytes");
+        /* streaming copies out of it, at every alignment and around the 4 KiB cut-over */
+        static const size_t lens[] = {0, 1, 63, 4095, 4096, 4097, 5000, 65536 + 77, 3u << 20};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (size_t mis = 0; mis < 67; mis += 11) {
+                memset(buf, 0xA5, lens[li] + 200);
+                ferry_copy_stream(buf + mis, v + mis * 3, lens[li]);
+                for (size_t k = 0; k < lens[li]; k++)
+                    if (buf[mis + k] != pattern(4096 + mis * 3 + k, 1)) CHECK(!"streaming copy wrong");
+                for (size_t k = 0; k < mis; k++) CHECK(buf[k] == 0xA5);
+                for (size_t k = mis + lens[li]; k < mis + lens[li] + 64; k++) CHECK(buf[k] == 0xA5);
+            }
+    } else {
+        CHECK(vst == FERRY_ERR_UNSUPPORTED);
+    }
+    CHECK(ferry_xport_rmem_view(r, 4096, SIZE - 4095, &view) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_xport_rmem_view(r, UINT64_MAX, 1, &view) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK_OK(ferry_xport_rmem_check(r), ferry_xport_error(xp));
     /* a batch of 256 runs of 4 KiB from scattered offsets */
     ferry_xport_run_t runs[256];
     for (int i = 0; i < 256; i++) runs[i] = (ferry_xport_run_t){r, (uint64_t)(i * 7919 % 2048) * 4096, buf + i * 4096, 4096};
@@ -228,6 +254,8 @@ static void stale_child(int in, int out) {
     await_byte(in); /* the owner deregistered */
     CHECK(get1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
     CHECK(strstr(ferry_xport_error(x), "stale"));
+    CHECK(ferry_xport_rmem_check(r) == FERRY_ERR_STALE);
+    CHECK(strstr(ferry_xport_error(x), "stale"));
     CHECK(put1(x, r, 0, buf, sizeof buf) == FERRY_ERR_STALE);
     ferry_xport_rmem_t *r2 = NULL;
     CHECK(ferry_xport_rmem_unpack(x, desc, dlen, &r2) == FERRY_ERR_STALE);
@@ -295,6 +323,12 @@ static void test_owner_killed(ferry_ctx_t *ctx) {
     CHECK(st == FERRY_ERR_PEER_LOST);
     CHECK(strstr(ferry_xport_error(xp), "gone"));
     CHECK(dt < 3.0);
+    if (g_kind == FERRY_XPORT_SHM) { /* what a reader copying from a view checks afterwards */
+        const void *view = NULL;
+        CHECK_OK(ferry_xport_rmem_view(r, 0, sizeof buf, &view), "view of a dead owner's memory");
+        CHECK(ferry_xport_rmem_check(r) == FERRY_ERR_PEER_LOST);
+        CHECK(strstr(ferry_xport_error(xp), "gone"));
+    }
     /* a fresh descriptor of the dead owner: refused, not hung */
     ferry_xport_rmem_t *r2 = NULL;
     t0 = now_s();
@@ -403,6 +437,8 @@ static void test_user_memory(ferry_ctx_t *ctx) {
         CHECK_OK(st, ferry_xport_error(xp));
         for (size_t k = 0; k < n; k++)
             if (buf[k] != pattern(k, 3)) CHECK(!"process_vm get returned wrong bytes");
+        const void *view = NULL; /* nothing of the owner's own memory is mapped here */
+        CHECK(ferry_xport_rmem_view(r, 0, n, &view) == FERRY_ERR_UNSUPPORTED);
         for (size_t k = 0; k < 4096; k++) buf[k] = pattern(k, 4);
         CHECK_OK(put1(xp, r, 100, buf, 4096), ferry_xport_error(xp));
         printf("  user memory: 3 MiB read and 4 KiB written%s, registration cache hit\n",
