@@ -96,7 +96,8 @@ int cmd_demo(int argc, char **argv) {
            "publish", "update", "verified");
     fflush(stdout);
     demo_result_t res;
-    int rc = demo_run(&o, steps, &res, print_row, NULL);
+    demo_hooks_t hooks = {.row = print_row};
+    int rc = demo_run(&o, steps, &res, &hooks);
     if (rc == CLI_USAGE) {
         fprintf(stderr, "ferry demo: %s\n", res.error);
         free(steps);

@@ -154,8 +154,9 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
     }
 }
 
-int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
-             void (*row_fn)(const demo_step_t *step, void *opaque), void *opaque) {
+int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res, const demo_hooks_t *hooks) {
+    static const demo_hooks_t none = {0};
+    if (!hooks) hooks = &none;
     memset(res, 0, sizeof *res);
     memset(steps, 0, o->steps * sizeof *steps);
     ferry_ctx_t *ctx = cli_ctx();
@@ -280,12 +281,13 @@ int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
                     const double *t = &rt[2 * ((next_row - 1) * res->readers + r)];
                     if (t[1] - first_pub[next_row - 1] > s->seconds) s->seconds = t[1] - first_pub[next_row - 1];
                 }
-                if (row_fn) row_fn(s, opaque);
+                if (hooks->row) hooks->row(s, hooks->opaque);
                 next_row++;
             }
             /* version g goes out once every reader checked g - 1 and waits, and
              * every writer has computed g: the figures then time the sync alone */
             while (go_sent < o->steps && next_row > go_sent && steps[go_sent].filled == res->writers) {
+                if (hooks->before_go) hooks->before_go(go_sent + 1, hooks->opaque);
                 for (uint32_t w = 0; w < res->writers; w++) {
                     ssize_t wr = go[w] >= 0 ? write(go[w], "g", 1) : 0;
                     (void)wr;

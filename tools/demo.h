@@ -58,10 +58,18 @@ demo_opts_t demo_defaults(void);
 /* Takes one of the options `ferry demo` and `ferry bench sync` share
  * (--model, --train, --infer, --steps) at argv[*i]; false if it is none. */
 bool demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o);
-/* Runs the whole thing; steps[] has o->steps entries. Prints progress rows
- * through row_fn as steps complete (may be NULL). */
-int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res,
-             void (*row_fn)(const demo_step_t *step, void *opaque), void *opaque);
+/* What a caller of demo_run hears about; any member may be NULL. */
+typedef struct demo_hooks {
+    /* a step completed (every reader holds it): a progress row */
+    void (*row)(const demo_step_t *step, void *opaque);
+    /* version v is about to be published (v >= 2): every writer has computed
+     * it and every process is idle, so the machine is quiet for a moment */
+    void (*before_go)(uint64_t version, void *opaque);
+    void *opaque;
+} demo_hooks_t;
+
+/* Runs the whole thing; steps[] has o->steps entries. hooks may be NULL. */
+int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res, const demo_hooks_t *hooks);
 
 /* The hidden worker command. */
 int demo_worker_main(int argc, char **argv);
