@@ -105,7 +105,9 @@ static inline bool elem_unord(int64_t o, uint32_t width, uint32_t *v) {
  * >= thr[j] (thr[j] >= 1), j < nthr. */
 typedef void (*delta_masks_fn)(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
                                const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge);
-delta_masks_fn delta_masks_pick(void);
+delta_masks_fn delta_masks_pick(void); /* the fastest kernel this CPU runs */
+/* Every kernel this CPU runs, fastest first, the scalar one last (for tests). */
+size_t delta_masks_kernels(delta_masks_fn *out, size_t cap);
 void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
                         const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge);
 

@@ -1,8 +1,8 @@
 /* Block kernels: per 64 elements, a bit mask of the elements that changed
  * and, per class threshold, of the elements at or above it in magnitude.
- * These passes touch every element, so they run 16-32 elements per AVX2
- * instruction where the CPU has it; the scalar kernel gives the same masks
- * everywhere else (and for a chunk's last, partial block). */
+ * These passes touch every element, so they run 16-64 elements per vector
+ * instruction where the CPU has AVX2 or AVX-512BW; the scalar kernel gives
+ * the same masks everywhere else (and for a chunk's last, partial block). */
 #include "codec/codec_internal.h"
 
 void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
@@ -102,10 +102,71 @@ AVX2 static void masks_avx2(const uint8_t *base, const uint8_t *next, uint32_t w
     }
 }
 
-delta_masks_fn delta_masks_pick(void) {
+/* AVX-512BW: a compare yields the 64-bit mask itself, no packing */
+#define AVX512 __attribute__((target("avx512f,avx512bw")))
+
+AVX512 static void masks_avx512(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
+                                const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge) {
+    if (n != 64) {
+        delta_masks_scalar(base, next, width, n, thr, nthr, changed, ge);
+        return;
+    }
+    if (width == 2) {
+        const __m512i mm = _mm512_set1_epi16(0x7FFF);
+        __m512i b0 = _mm512_loadu_si512((const void *)base), b1 = _mm512_loadu_si512((const void *)(base + 64));
+        if (next)
+            *changed = (uint64_t)_mm512_cmpneq_epi16_mask(b0, _mm512_loadu_si512((const void *)next)) |
+                       (uint64_t)_mm512_cmpneq_epi16_mask(b1, _mm512_loadu_si512((const void *)(next + 64))) << 32;
+        __m512i m0 = _mm512_and_si512(b0, mm), m1 = _mm512_and_si512(b1, mm);
+        for (uint32_t j = 0; j < nthr; j++) {
+            __m512i t = _mm512_set1_epi16((short)thr[j]);
+            ge[j] = (uint64_t)_mm512_cmpge_epu16_mask(m0, t) | (uint64_t)_mm512_cmpge_epu16_mask(m1, t) << 32;
+        }
+    } else if (width == 4) {
+        const __m512i mm = _mm512_set1_epi32(0x7FFFFFFF);
+        __m512i b[4], m[4];
+        for (int i = 0; i < 4; i++) {
+            b[i] = _mm512_loadu_si512((const void *)(base + 64 * i));
+            m[i] = _mm512_and_si512(b[i], mm);
+        }
+        if (next) {
+            uint64_t c = 0;
+            for (int i = 0; i < 4; i++)
+                c |= (uint64_t)_mm512_cmpneq_epi32_mask(b[i], _mm512_loadu_si512((const void *)(next + 64 * i)))
+                     << (16 * i);
+            *changed = c;
+        }
+        for (uint32_t j = 0; j < nthr; j++) {
+            __m512i t = _mm512_set1_epi32((int)thr[j]);
+            uint64_t g = 0;
+            for (int i = 0; i < 4; i++) g |= (uint64_t)_mm512_cmpge_epu32_mask(m[i], t) << (16 * i);
+            ge[j] = g;
+        }
+    } else {
+        __m512i b = _mm512_loadu_si512((const void *)base);
+        if (next) *changed = _mm512_cmpneq_epi8_mask(b, _mm512_loadu_si512((const void *)next));
+        __m512i m = _mm512_and_si512(b, _mm512_set1_epi8(0x7F));
+        for (uint32_t j = 0; j < nthr; j++) ge[j] = _mm512_cmpge_epu8_mask(m, _mm512_set1_epi8((char)thr[j]));
+    }
+}
+
+size_t delta_masks_kernels(delta_masks_fn *out, size_t cap) {
+    size_t n = 0;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") ? masks_avx2 : delta_masks_scalar;
+    if (n < cap && __builtin_cpu_supports("avx512bw")) out[n++] = masks_avx512;
+    if (n < cap && __builtin_cpu_supports("avx2")) out[n++] = masks_avx2;
+    if (n < cap) out[n++] = delta_masks_scalar;
+    return n;
 }
 #else
-delta_masks_fn delta_masks_pick(void) { return delta_masks_scalar; }
+size_t delta_masks_kernels(delta_masks_fn *out, size_t cap) {
+    if (cap) out[0] = delta_masks_scalar;
+    return cap ? 1 : 0;
+}
 #endif
+
+delta_masks_fn delta_masks_pick(void) {
+    delta_masks_fn f[3];
+    delta_masks_kernels(f, 3);
+    return f[0];
+}

@@ -305,14 +305,17 @@ static void test_chunk_api(void) {
 
 /* the vector and scalar block kernels agree on every width and threshold */
 static void test_kernels(void) {
-    delta_masks_fn fast = delta_masks_pick();
+    delta_masks_fn kernels[4];
+    size_t nk = delta_masks_kernels(kernels, 4);
+    CHECK(nk >= 1 && kernels[nk - 1] == delta_masks_scalar && kernels[0] == delta_masks_pick());
     uint8_t base[256], next[256];
-    for (int rep = 0; rep < 2000; rep++) {
+    for (int rep = 0; rep < 6000; rep++) {
+        delta_masks_fn fast = kernels[(size_t)rep % nk];
         fill_random(base, sizeof base);
         memcpy(next, base, sizeof next);
         for (int i = 0; i < 256; i++)
             if (rng_next() % 8 == 0) next[i] ^= (uint8_t)rng_next();
-        uint32_t w = (uint32_t[]){1, 2, 4}[rep % 3];
+        uint32_t w = (uint32_t[]){1, 2, 4}[rep / 4 % 3];
         uint32_t thr[7], nthr = (uint32_t)(rng_next() % 8);
         for (uint32_t j = 0; j < nthr; j++) thr[j] = 1 + (uint32_t)(rng_next() % mag_mask(w));
         uint64_t c1, c2, g1[7], g2[7];
