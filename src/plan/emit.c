@@ -66,26 +66,29 @@ static ferry_status_t make_pairs(ferry_plan_t *p, size_t start) {
         pair->dst_rank = p->ops[i].dst_rank;
         pair->first_op = i;
         pair->first_bucket = p->nbuckets;
+        bool bucket_large = false; /* the last bucket holds a large op that lands in place */
         for (; i < p->nops && p->ops[i].src_rank == pair->src_rank &&
                p->ops[i].dst_rank == pair->dst_rank;
              i++) {
             const ferry_copy_op_t *op = &p->ops[i];
             pair->bytes += op->bytes;
             ferry_plan_bucket_t *b = p->nbuckets > pair->first_bucket ? &p->buckets[p->nbuckets - 1] : NULL;
-            /* A large op joins the bucket only if the bucket stays what it
-             * was: direct (adjacent on both sides) or staged (a scattered op
-             * after others). Merging a direct op into a staged bucket, or a
-             * non-adjacent destination into a direct one, would copy every
-             * byte of it twice (into the staging area, then out). Packed ops
-             * are small: they always share one read, staged if need be. */
-            bool joins = false;
+            /* An op joins the bucket only if no large op that could land in
+             * place ends up staged: that would copy every byte of it twice
+             * (into the staging area, then out). So a large op joins a
+             * direct bucket only adjacent to it, a staged one only if it
+             * scatters anyway. Small ops (packed for their size) share one
+             * read, staged if need be (one transfer each would cost more
+             * than the second copy), unless that stages a large op. */
+            bool joins = false, small = (op->flags & FERRY_OP_PACK) && op->bytes < p->pack_below;
             if (b && source_adjacent(&p->ops[i - 1], op) && b->bytes + op->bytes <= p->bucket_bytes) {
                 bool direct = b->flags & FERRY_BUCKET_DIRECT, adjacent = dest_adjacent(&p->ops[i - 1], op);
-                if (op->flags & FERRY_OP_PACK) joins = true;
+                if (small) joins = !direct || adjacent || !bucket_large;
                 else joins = direct ? adjacent : (op->flags & FERRY_OP_SCATTER) != 0;
                 if (joins && !adjacent) b->flags &= ~(uint32_t)FERRY_BUCKET_DIRECT;
             }
             if (joins) {
+                bucket_large |= !small && !(op->flags & FERRY_OP_SCATTER);
                 b->op_count++;
                 b->bytes += op->bytes;
                 continue;
@@ -95,6 +98,7 @@ static ferry_status_t make_pairs(ferry_plan_t *p, size_t start) {
                 return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory making buckets");
             b = &p->buckets[p->nbuckets++];
             memset(b, 0, sizeof *b);
+            bucket_large = !small && !(op->flags & FERRY_OP_SCATTER);
             b->first_op = i;
             b->op_count = 1;
             b->bytes = op->bytes;

@@ -738,7 +738,7 @@ static inline void pe_check_structure(const ferry_plan_t *plan, const ferry_plan
     size_t nops = ferry_plan_op_count(plan), nbk = ferry_plan_bucket_count(plan), npr = ferry_plan_pair_count(plan);
     uint8_t *op_seen = calloc(nops + 1, 1), *bk_seen = calloc(nbk + 1, 1);
     CHECK(op_seen && bk_seen);
-    uint64_t limit = pe_bucket_bytes(params);
+    uint64_t limit = pe_bucket_bytes(params), pack_below = pe_pack_below(params);
     for (size_t p = 0; p < npr; p++) {
         const ferry_plan_pair_t *q = &pr[p];
         PE_CHECK(p == 0 || pr[p - 1].dst_rank <= q->dst_rank, "pair %zu: pairs not ordered by destination", p);
@@ -775,8 +775,9 @@ static inline void pe_check_structure(const ferry_plan_t *plan, const ferry_plan
                                  op->src_offset == b->src_offset + cursor,
                              "bucket %zu op %zu: unpacked ops not adjacent in one source buffer", j, i);
                 if (b->flags & FERRY_BUCKET_DIRECT) PE_CHECK(op->dst_buffer == b->dst_buffer, "bucket %zu op %zu", j, i);
-                /* a large op that can land in place is never staged (it would be copied twice) */
-                if (!(op->flags & (FERRY_OP_PACK | FERRY_OP_SCATTER)))
+                /* an op that can land in place is never staged (it would be copied
+                   twice), unless it is small and packed with others */
+                if (!(op->flags & FERRY_OP_SCATTER) && !((op->flags & FERRY_OP_PACK) && op->bytes < pack_below))
                     PE_CHECK(b->flags & FERRY_BUCKET_DIRECT, "bucket %zu op %zu: a direct op in a staged bucket", j, i);
                 cursor += op->bytes;
             }
