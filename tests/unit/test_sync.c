@@ -1081,6 +1081,36 @@ static void case_reader_faults(void) {
     printf("  C reader stopped mid-update (torn read caught), killed -9, back   %.2f s\n", now_s() - t0);
 }
 
+/* Sync mode: a reader stopped mid-transfer outlives the writer's publish
+ * timeout, so its version is retired, but the weights never move on. When it
+ * goes on, its read is whole: it must succeed with every byte right. (On shm
+ * it checksummed the writer's bytes after each copy; a retired version makes
+ * it hash what landed before it trusts them.) */
+static void case_retired_unchanged(void) {
+    double t0 = now_s();
+    static const config_t cfg = {.name = "retired unchanged", .model = "big:2:8388608", .train = "world=1",
+                                 .infer = "world=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
+                                 .rown = 1, .timeout_ms = 1000};
+    job_t j;
+    job_start(&j, &cfg);
+    publish_all(&j, 1);
+    /* reader 1 asks once reader 0 holds 1, so its grant carries the
+     * writer's checksums (asked for after the retirement, they are gone) */
+    send_cmd(j.r[0], "U 1 2000 -");
+    expect_updated(j.r[0], 1, wait_s(&j));
+    send_cmd(j.r[1], "U 1 2000 stop");
+    expect_line(j.r[1], 'S', wait_s(&j));
+    const char *l = expect_published(j.w[0], wait_s(&j));
+    if (kv_i(l, "acked") != 1 || kv_i(l, "missing") != 1) {
+        fprintf(stderr, "writer 0: publish with a stopped reader must return at its timeout, 1 missing: %s\n", l);
+        exit(1);
+    }
+    kill(j.r[1]->pid, SIGCONT);
+    expect_updated(j.r[1], 1, wait_s(&j));
+    job_end(&j);
+    printf("  C reader outlived its version's publish, weights unchanged: verified  %.2f s\n", now_s() - t0);
+}
+
 /* Async mode: readers stopped while holding a grant on a slot. While the
  * grant lasts the writer may not overwrite the slot (publish fails after
  * its timeout); once it expired the writer reuses the slot under the
@@ -1556,6 +1586,7 @@ int main(int argc, char **argv) {
     if (!only || strchr(only, 'B')) case_laggard();
     if (!only || strchr(only, 'C')) {
         case_reader_faults();
+        case_retired_unchanged();
         case_slot_reuse();
     }
     if (!only || strchr(only, 'D')) {
