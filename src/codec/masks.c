@@ -25,6 +25,14 @@ void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width
 
 #define AVX2 __attribute__((target("avx2")))
 
+/* A threshold above every magnitude selects nothing; in the element's own
+ * width that is mag_mask + 1 (which the compares below handle: the sign bit
+ * is masked off). Thresholds wider than the element would wrap otherwise. */
+static inline uint32_t clamp_thr(uint32_t thr, uint32_t width) {
+    uint32_t top = mag_mask(width) + 1;
+    return thr > top ? top : thr;
+}
+
 /* 4 x 16 lanes of 16-bit all-ones/zero -> 64 bits in element order */
 AVX2 static inline uint64_t bits16(__m256i a, __m256i b, __m256i c, __m256i d) {
     __m256i lo = _mm256_permute4x64_epi64(_mm256_packs_epi16(a, b), 0xD8);
@@ -57,7 +65,7 @@ AVX2 static void masks_avx2(const uint8_t *base, const uint8_t *next, uint32_t w
             *changed = ~bits16(e[0], e[1], e[2], e[3]);
         }
         for (uint32_t j = 0; j < nthr; j++) {
-            __m256i t = _mm256_set1_epi16((short)(thr[j] - 1));
+            __m256i t = _mm256_set1_epi16((short)(clamp_thr(thr[j], 2) - 1));
             ge[j] = bits16(_mm256_cmpgt_epi16(m[0], t), _mm256_cmpgt_epi16(m[1], t), _mm256_cmpgt_epi16(m[2], t),
                            _mm256_cmpgt_epi16(m[3], t));
         }
@@ -75,7 +83,7 @@ AVX2 static void masks_avx2(const uint8_t *base, const uint8_t *next, uint32_t w
             *changed = ~bits16(pack32(e[0], e[1]), pack32(e[2], e[3]), pack32(e[4], e[5]), pack32(e[6], e[7]));
         }
         for (uint32_t j = 0; j < nthr; j++) {
-            __m256i t = _mm256_set1_epi32((int)(thr[j] - 1)), c[8];
+            __m256i t = _mm256_set1_epi32((int)(clamp_thr(thr[j], 4) - 1)), c[8];
             for (int i = 0; i < 8; i++) c[i] = _mm256_cmpgt_epi32(m[i], t);
             ge[j] = bits16(pack32(c[0], c[1]), pack32(c[2], c[3]), pack32(c[4], c[5]), pack32(c[6], c[7]));
         }
@@ -95,7 +103,7 @@ AVX2 static void masks_avx2(const uint8_t *base, const uint8_t *next, uint32_t w
             *changed = ~eq;
         }
         for (uint32_t j = 0; j < nthr; j++) {
-            __m256i t = _mm256_set1_epi8((char)(thr[j] - 1));
+            __m256i t = _mm256_set1_epi8((char)(clamp_thr(thr[j], 1) - 1));
             ge[j] = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(m[0], t)) |
                     (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(m[1], t)) << 32;
         }
@@ -119,7 +127,7 @@ AVX512 static void masks_avx512(const uint8_t *base, const uint8_t *next, uint32
                        (uint64_t)_mm512_cmpneq_epi16_mask(b1, _mm512_loadu_si512((const void *)(next + 64))) << 32;
         __m512i m0 = _mm512_and_si512(b0, mm), m1 = _mm512_and_si512(b1, mm);
         for (uint32_t j = 0; j < nthr; j++) {
-            __m512i t = _mm512_set1_epi16((short)thr[j]);
+            __m512i t = _mm512_set1_epi16((short)clamp_thr(thr[j], 2));
             ge[j] = (uint64_t)_mm512_cmpge_epu16_mask(m0, t) | (uint64_t)_mm512_cmpge_epu16_mask(m1, t) << 32;
         }
     } else if (width == 4) {
@@ -137,7 +145,7 @@ AVX512 static void masks_avx512(const uint8_t *base, const uint8_t *next, uint32
             *changed = c;
         }
         for (uint32_t j = 0; j < nthr; j++) {
-            __m512i t = _mm512_set1_epi32((int)thr[j]);
+            __m512i t = _mm512_set1_epi32((int)clamp_thr(thr[j], 4));
             uint64_t g = 0;
             for (int i = 0; i < 4; i++) g |= (uint64_t)_mm512_cmpge_epu32_mask(m[i], t) << (16 * i);
             ge[j] = g;
@@ -146,7 +154,7 @@ AVX512 static void masks_avx512(const uint8_t *base, const uint8_t *next, uint32
         __m512i b = _mm512_loadu_si512((const void *)base);
         if (next) *changed = _mm512_cmpneq_epi8_mask(b, _mm512_loadu_si512((const void *)next));
         __m512i m = _mm512_and_si512(b, _mm512_set1_epi8(0x7F));
-        for (uint32_t j = 0; j < nthr; j++) ge[j] = _mm512_cmpge_epu8_mask(m, _mm512_set1_epi8((char)thr[j]));
+        for (uint32_t j = 0; j < nthr; j++) ge[j] = _mm512_cmpge_epu8_mask(m, _mm512_set1_epi8((char)clamp_thr(thr[j], 1)));
     }
 }
 

@@ -317,7 +317,10 @@ static void test_kernels(void) {
             if (rng_next() % 8 == 0) next[i] ^= (uint8_t)rng_next();
         uint32_t w = (uint32_t[]){1, 2, 4}[rep / 4 % 3];
         uint32_t thr[7], nthr = (uint32_t)(rng_next() % 8);
-        for (uint32_t j = 0; j < nthr; j++) thr[j] = 1 + (uint32_t)(rng_next() % mag_mask(w));
+        for (uint32_t j = 0; j < nthr; j++) { /* mostly in range; also 0, the top, and beyond the width */
+            uint32_t edge[5] = {0, mag_mask(w), mag_mask(w) + 1, 0xFFFFFFFFu, w < 4 ? 1u << (8 * w) : 0x80000001u};
+            thr[j] = rng_next() % 4 ? 1 + (uint32_t)(rng_next() % mag_mask(w)) : edge[rng_next() % 5];
+        }
         uint64_t c1, c2, g1[7], g2[7];
         fast(base, next, w, 64, thr, nthr, &c1, g1);
         delta_masks_scalar(base, next, w, 64, thr, nthr, &c2, g2);
