@@ -90,19 +90,23 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
      * class each change's block is found by counting the blocks wholly
      * before its rank (no branch per block and class, which mispredicted
      * about once per change), and its element by select. */
+    uint64_t gebuf[BATCH_BLOCKS][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
     uint64_t cmask[FERRY_DELTA_CLASSES_MAX][BATCH_BLOCKS];
     uint16_t upto[FERRY_DELTA_CLASSES_MAX][BATCH_BLOCKS]; /* class elements in the batch's blocks 0..b */
     for (uint32_t at = 0; at < h->elems; at += 64 * BATCH_BLOCKS) {
         uint32_t left = h->elems - at;
         uint32_t nblk = left >= 64 * BATCH_BLOCKS ? BATCH_BLOCKS : (left + 63) / 64;
+        /* the kernel's masks first, the class masks from them in a second
+           loop: reading them right after the kernel's stores stalls */
         for (uint32_t b = 0; b < nblk; b++) {
             uint32_t s = at + 64 * b, nb = h->elems - s < 64 ? h->elems - s : 64;
-            uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1];
+            uint64_t *ge = gebuf[b];
             c->masks(base + (size_t)s * w, NULL, w, nb, lower + 1, K - 1, NULL, ge + 1);
             ge[0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
             ge[K] = 0;
-            for (uint32_t k = 0; k < K; k++) cmask[k][b] = ge[k] & ~ge[k + 1];
         }
+        for (uint32_t k = 0; k < K; k++)
+            for (uint32_t b = 0; b < nblk; b++) cmask[k][b] = gebuf[b][k] & ~gebuf[b][k + 1];
         for (uint32_t k = 0; k < K; k++) {
             uint32_t run = 0;
             for (uint32_t b = 0; b < nblk; b++) {
