@@ -81,10 +81,17 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
         uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1];
         c->masks(base + (size_t)at * w, NULL, w, n, lower + 1, K - 1, NULL, ge + 1);
         ge[0] = n == 64 ? ~0ull : (1ull << n) - 1;
-        ge[K] = 0;
+        for (uint32_t j = K; j <= FERRY_DELTA_CLASSES_MAX; j++) ge[j] = 0;
         for (; i < m && c->pos[i] < at + n; i++) {
-            uint32_t bit = c->pos[i] - at, k = 0;
-            for (uint32_t j = 1; j < K; j++) k += (uint32_t)((ge[j] >> bit) & 1); /* nested masks */
+            uint32_t bit = c->pos[i] - at;
+            /* nested masks: the class is how many thresholds the element
+               reaches; a plain sum (a vectorised one pays a horizontal add
+               per change); written for up to 8 classes */
+            _Static_assert(FERRY_DELTA_CLASSES_MAX == 8, "the sum below has one term per threshold");
+            uint32_t k = (uint32_t)((ge[1] >> bit) & 1) + (uint32_t)((ge[2] >> bit) & 1) +
+                         (uint32_t)((ge[3] >> bit) & 1) + (uint32_t)((ge[4] >> bit) & 1) +
+                         (uint32_t)((ge[5] >> bit) & 1) + (uint32_t)((ge[6] >> bit) & 1) +
+                         (uint32_t)((ge[7] >> bit) & 1);
             uint64_t cm = ge[k] & ~ge[k + 1];
             uint64_t rank = count[k] + (uint64_t)__builtin_popcountll(cm & ((1ull << bit) - 1));
             c->cls[i] = (uint8_t)k;
