@@ -98,12 +98,12 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
         uint32_t nblk = left >= 64 * BATCH_BLOCKS ? BATCH_BLOCKS : (left + 63) / 64;
         /* the kernel's masks first, the class masks from them in a second
            loop: reading them right after the kernel's stores stalls */
+        uint32_t nel = left < 64 * BATCH_BLOCKS ? left : 64 * BATCH_BLOCKS;
+        c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
         for (uint32_t b = 0; b < nblk; b++) {
-            uint32_t s = at + 64 * b, nb = h->elems - s < 64 ? h->elems - s : 64;
-            uint64_t *ge = gebuf[b];
-            c->masks(base + (size_t)s * w, NULL, w, nb, lower + 1, K - 1, NULL, ge + 1);
-            ge[0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
-            ge[K] = 0;
+            uint32_t nb = nel - 64 * b < 64 ? nel - 64 * b : 64;
+            gebuf[b][0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
+            gebuf[b][K] = 0;
         }
         for (uint32_t k = 0; k < K; k++)
             for (uint32_t b = 0; b < nblk; b++) cmask[k][b] = gebuf[b][k] & ~gebuf[b][k + 1];

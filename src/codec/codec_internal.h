@@ -100,16 +100,18 @@ static inline bool elem_unord(int64_t o, uint32_t width, uint32_t *v) {
 }
 
 /* ---- Block kernels: 64 elements at a time ----
- * For up to 64 elements from p (n <= 64): *changed (if next) gets a bit per
- * element that differs from next, ge[j] a bit per element whose magnitude is
- * >= thr[j] (thr[j] >= 1), j < nthr. */
+ * For n elements from base, in blocks of 64 (the last may be shorter), block
+ * b: changed[b] (if next) gets a bit per element that differs from next, and
+ * ge[b * stride + j] a bit per element whose magnitude is >= thr[j], j < nthr
+ * (stride >= nthr). Many blocks per call: the thresholds are loaded once. */
 typedef void (*delta_masks_fn)(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
-                               const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge);
+                               const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge,
+                               uint32_t stride);
 delta_masks_fn delta_masks_pick(void); /* the fastest kernel this CPU runs */
 /* Every kernel this CPU runs, fastest first, the scalar one last (for tests). */
 size_t delta_masks_kernels(delta_masks_fn *out, size_t cap);
 void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
-                        const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge);
+                        const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge, uint32_t stride);
 
 /* Hot loops over every element or every change are built twice, for
  * x86-64-v3 (AVX2, BMI, POPCNT: popcounts become one instruction) and for

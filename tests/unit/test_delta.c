@@ -308,24 +308,32 @@ static void test_kernels(void) {
     delta_masks_fn kernels[4];
     size_t nk = delta_masks_kernels(kernels, 4);
     CHECK(nk >= 1 && kernels[nk - 1] == delta_masks_scalar && kernels[0] == delta_masks_pick());
-    uint8_t base[256], next[256];
+    /* several blocks per call, the last one partial at times */
+    static uint8_t base[5 * 64 * 4], next[5 * 64 * 4];
     for (int rep = 0; rep < 6000; rep++) {
         delta_masks_fn fast = kernels[(size_t)rep % nk];
-        fill_random(base, sizeof base);
-        memcpy(next, base, sizeof next);
-        for (int i = 0; i < 256; i++)
-            if (rng_next() % 8 == 0) next[i] ^= (uint8_t)rng_next();
         uint32_t w = (uint32_t[]){1, 2, 4}[rep / 4 % 3];
-        uint32_t thr[7], nthr = (uint32_t)(rng_next() % 8);
+        uint32_t n = rep % 5 ? 64 * (1 + (uint32_t)(rng_next() % 5)) : 1 + (uint32_t)(rng_next() % 320);
+        fill_random(base, (size_t)n * w);
+        memcpy(next, base, (size_t)n * w);
+        for (uint32_t i = 0; i < n * w; i++)
+            if (rng_next() % 8 == 0) next[i] ^= (uint8_t)rng_next();
+        uint32_t thr[7], nthr = (uint32_t)(rng_next() % 8), stride = 7 + (uint32_t)(rng_next() % 3);
         for (uint32_t j = 0; j < nthr; j++) { /* mostly in range; also 0, the top, and beyond the width */
             uint32_t edge[5] = {0, mag_mask(w), mag_mask(w) + 1, 0xFFFFFFFFu, w < 4 ? 1u << (8 * w) : 0x80000001u};
             thr[j] = rng_next() % 4 ? 1 + (uint32_t)(rng_next() % mag_mask(w)) : edge[rng_next() % 5];
         }
-        uint64_t c1, c2, g1[7], g2[7];
-        fast(base, next, w, 64, thr, nthr, &c1, g1);
-        delta_masks_scalar(base, next, w, 64, thr, nthr, &c2, g2);
-        CHECK(c1 == c2);
-        for (uint32_t j = 0; j < nthr; j++) CHECK(g1[j] == g2[j]);
+        uint64_t c1[5], c2[5], g1[5 * 9], g2[5 * 9];
+        fast(base, next, w, n, thr, nthr, c1, g1, stride);
+        delta_masks_scalar(base, next, w, n, thr, nthr, c2, g2, stride);
+        for (uint32_t b = 0; 64 * b < n; b++) {
+            CHECK(c1[b] == c2[b]);
+            for (uint32_t j = 0; j < nthr; j++) CHECK(g1[b * stride + j] == g2[b * stride + j]);
+        }
+        /* thresholds only, no next */
+        fast(base, NULL, w, n, thr, nthr, NULL, g1, stride);
+        for (uint32_t b = 0; 64 * b < n; b++)
+            for (uint32_t j = 0; j < nthr; j++) CHECK(g1[b * stride + j] == g2[b * stride + j]);
     }
     /* select_bit against a plain loop */
     for (int rep = 0; rep < 100000; rep++) {
