@@ -74,7 +74,7 @@ AVX2 static void masks_avx2(const uint8_t *base, const uint8_t *next, uint32_t w
     }
     for (uint32_t blk = 0; blk < full; blk++) {
         const uint8_t *bp = base + (size_t)blk * 64 * width, *np = next ? next + (size_t)blk * 64 * width : NULL;
-        uint64_t *g = ge + (size_t)blk * stride;
+        uint64_t *g = nthr ? ge + (size_t)blk * stride : NULL;
         if (width == 2) {
             __m256i b[4], m[4];
             const __m256i mm = _mm256_set1_epi16(0x7FFF);
@@ -142,7 +142,7 @@ AVX512 static void masks_avx512(const uint8_t *base, const uint8_t *next, uint32
     }
     for (uint32_t blk = 0; blk < full; blk++) {
         const uint8_t *bp = base + (size_t)blk * 64 * width, *np = next ? next + (size_t)blk * 64 * width : NULL;
-        uint64_t *g = ge + (size_t)blk * stride;
+        uint64_t *g = nthr ? ge + (size_t)blk * stride : NULL;
         if (width == 2) {
             const __m512i mm = _mm512_set1_epi16(0x7FFF);
             __m512i b0 = _mm512_loadu_si512((const void *)bp), b1 = _mm512_loadu_si512((const void *)(bp + 64));
