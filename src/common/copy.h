@@ -11,7 +11,8 @@
  * where the CPU has them (AVX2 or AVX-512), else memcpy. The stores are
  * fenced before it returns, so the bytes are visible like a memcpy's. The
  * source is read with ordinary loads, so it is in the cache afterwards.
- * Thread-safety: none needed (no state). */
+ * Thread-safety: any number of threads (the CPU check is cached, racing
+ * threads compute the same). */
 void ferry_copy_stream(void *dst, const void *src, size_t n);
 
 #endif
