@@ -452,7 +452,11 @@ int bench_sync(int argc, char **argv) {
     mp.a = malloc(mp.len);
     mp.b = malloc(mp.len);
     mp.gbps = calloc(o.steps + 1, sizeof *mp.gbps);
-    if (!mp.a || !mp.b || !mp.gbps) return CLI_FAIL;
+    int rc = CLI_OK;
+    if (!mp.a || !mp.b || !mp.gbps) {
+        rc = CLI_FAIL;
+        goto out;
+    }
     memset(mp.a, 1, mp.len);
     memset(mp.b, 2, mp.len);
     double mem1 = memcpy_gbps(&mp, 1), memn = memcpy_gbps(&mp, mp.threads);
@@ -462,30 +466,35 @@ int bench_sync(int argc, char **argv) {
     printf("%-22s %10s %12s %9s %10s %11s\n", "method", "seconds", "bytes/update", "GB/s", "vs memcpy", "ferry is");
     double ferry_best = 0;
     uint64_t ferry_bytes = 0;
-    int rc = CLI_OK;
     char tl[64];
     snprintf(tl, sizeof tl, "%s", transports);
     for (char *save = NULL, *tok = strtok_r(tl, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         o.transport = !strcmp(tok, "ucx") ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;
         if (strcmp(tok, "ucx") && strcmp(tok, "shm")) {
             fprintf(stderr, "ferry bench sync: unknown transport \"%s\" (shm, ucx)\n", tok);
-            return CLI_USAGE;
+            rc = CLI_USAGE;
+            goto out;
         }
+        /* per update: its step, then seconds, ratio to memcpy and that memcpy */
         demo_step_t *steps = calloc(o.steps, sizeof *steps);
+        double *secs = calloc(3 * (size_t)o.steps, sizeof *secs), *ratio = secs + o.steps, *mem = ratio + o.steps;
         demo_result_t res;
-        if (!steps) return CLI_FAIL;
+        if (!steps || !secs) {
+            free(steps);
+            free(secs);
+            rc = CLI_FAIL;
+            goto out;
+        }
         demo_hooks_t hooks = {.before_go = probe_before_go, .opaque = &mp};
         if (demo_run(&o, steps, &res, &hooks) != CLI_OK) {
             fprintf(stderr, "ferry bench sync: %s run failed: %s\n", tok, res.error);
             free(steps);
+            free(secs);
             rc = CLI_FAIL;
             continue;
         }
         /* each update against the memcpy bandwidth measured just before it:
          * the load of a shared host drifts over a run */
-        double *secs = calloc(o.steps, sizeof *secs), *ratio = calloc(o.steps, sizeof *ratio),
-               *mem = calloc(o.steps, sizeof *mem);
-        if (!secs || !ratio || !mem) return CLI_FAIL;
         ferry_bytes = steps[1].bytes;
         for (uint32_t v = 1; v < o.steps; v++) {
             secs[v - 1] = steps[v].seconds;
@@ -500,8 +509,6 @@ int bench_sync(int argc, char **argv) {
         printf("%-22s %10.3f %12s %9.2f %9.2fx %11s   (memcpy before each update: median %.2f GB/s)\n", name, s,
                cli_bytes(ferry_bytes, b, sizeof b), gbps, r, "-", m);
         free(secs);
-        free(ratio);
-        free(mem);
         free(steps);
     }
     if (baselines && ferry_best > 0) {
@@ -512,7 +519,8 @@ int bench_sync(int argc, char **argv) {
             ferry_parallel_parse(ctx, FERRY_SIDE_INFER, o.infer, &ip) != FERRY_OK) {
             fprintf(stderr, "ferry bench sync: cannot prepare the baselines\n");
             ferry_ctx_destroy(ctx);
-            return CLI_FAIL;
+            rc = CLI_FAIL;
+            goto out;
         }
         uint32_t readers = ferry_parallel_world_size(&ip);
         double *ft = calloc((size_t)repeat, sizeof *ft), *tt = calloc((size_t)repeat, sizeof *tt);
@@ -548,6 +556,7 @@ int bench_sync(int argc, char **argv) {
         full_free(&fm);
         ferry_ctx_destroy(ctx);
     }
+out:
     free(mp.a);
     free(mp.b);
     free(mp.gbps);

@@ -5,8 +5,6 @@
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
-#define BATCH_BLOCKS 64 /* blocks of 64 elements whose classes are taken at once */
-
 /* Where one class's stream stands while decoding. */
 typedef struct class_cursor {
     bitr_t br;
@@ -90,15 +88,12 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
      * class each change's block is found by counting the blocks wholly
      * before its rank (no branch per block and class, which mispredicted
      * about once per change), and its element by select. */
-    uint64_t gebuf[BATCH_BLOCKS][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
-    uint64_t cmask[FERRY_DELTA_CLASSES_MAX][BATCH_BLOCKS];
-    uint16_t upto[FERRY_DELTA_CLASSES_MAX][BATCH_BLOCKS]; /* class elements in the batch's blocks 0..b */
-    for (uint32_t at = 0; at < h->elems; at += 64 * BATCH_BLOCKS) {
-        uint32_t left = h->elems - at;
-        uint32_t nblk = left >= 64 * BATCH_BLOCKS ? BATCH_BLOCKS : (left + 63) / 64;
-        /* the kernel's masks first, the class masks from them in a second
-           loop: reading them right after the kernel's stores stalls */
-        uint32_t nel = left < 64 * BATCH_BLOCKS ? left : 64 * BATCH_BLOCKS;
+    uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
+    uint64_t cmask[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];
+    uint16_t upto[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH]; /* class elements in the batch's blocks 0..b */
+    for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
+        uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
+        uint32_t nblk = (nel + 63) / 64;
         c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
         for (uint32_t b = 0; b < nblk; b++) {
             uint32_t nb = nel - 64 * b < 64 ? nel - 64 * b : 64;
@@ -113,7 +108,7 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
                 run += (uint32_t)__builtin_popcountll(cmask[k][b]);
                 upto[k][b] = (uint16_t)run;
             }
-            for (uint32_t b = nblk; b < BATCH_BLOCKS; b++) upto[k][b] = UINT16_MAX; /* never before a rank */
+            for (uint32_t b = nblk; b < DELTA_MASK_BATCH; b++) upto[k][b] = UINT16_MAX; /* never before a rank */
             uint64_t end = q[k].seen + run;
             if (q[k].target >= end) {
                 q[k].seen = end;
@@ -123,7 +118,7 @@ DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delt
             const uint16_t *up = upto[k];
             while (qk.target < end) {
                 uint32_t t = (uint32_t)(qk.target - qk.seen), b = 0;
-                for (uint32_t i = 0; i < BATCH_BLOCKS; i++) b += up[i] <= t; /* blocks wholly before rank t */
+                for (uint32_t i = 0; i < DELTA_MASK_BATCH; i++) b += up[i] <= t; /* blocks wholly before rank t */
                 uint32_t before = b ? up[b - 1] : 0;
                 uint32_t pos = at + 64 * b + select_bit(cmask[k][b], t - before);
                 int64_t d = next_value(&qk, &h->cls[k]);

@@ -7,8 +7,6 @@
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
-#define MASK_BATCH 64 /* blocks of 64 elements per kernel call */
-
 size_t ferry_delta_chunk_bound(ferry_dtype_t dtype, uint32_t elems) {
     uint32_t w = delta_width(dtype);
     if (!w || elems == 0 || elems > FERRY_DELTA_CHUNK_MAX) return 0;
@@ -78,11 +76,11 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
     uint64_t count[FERRY_DELTA_CLASSES_MAX] = {0}, changed[FERRY_DELTA_CLASSES_MAX] = {0};
     uint64_t next_rank[FERRY_DELTA_CLASSES_MAX] = {0}; /* rank after the class's last change */
     size_t i = 0;
-    uint64_t gebuf[MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
+    uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
     for (uint32_t at = 0; at < elems; at += 64) {
-        uint32_t n = elems - at < 64 ? elems - at : 64, b = (at / 64) % MASK_BATCH;
+        uint32_t n = elems - at < 64 ? elems - at : 64, b = (at / 64) % DELTA_MASK_BATCH;
         if (b == 0) { /* the next batch's masks, in one call */
-            uint32_t nel = elems - at < 64 * MASK_BATCH ? elems - at : 64 * MASK_BATCH;
+            uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
             c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1],
                      FERRY_DELTA_CLASSES_MAX + 1);
         }
@@ -204,11 +202,11 @@ DELTA_HOT static size_t find_changes(ferry_delta_codec_t *c, uint32_t w, const u
                                      uint32_t elems) {
     size_t m = 0;
     uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w);
-    uint64_t chb[MASK_BATCH];
+    uint64_t chb[DELTA_MASK_BATCH];
     for (uint32_t at = 0; at < elems; at += 64) {
-        uint32_t blk = (at / 64) % MASK_BATCH;
+        uint32_t blk = (at / 64) % DELTA_MASK_BATCH;
         if (blk == 0) { /* the next batch's masks, in one call (and still in L1 below) */
-            uint32_t nel = elems - at < 64 * MASK_BATCH ? elems - at : 64 * MASK_BATCH;
+            uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
             c->masks(base + (size_t)at * w, next + (size_t)at * w, w, nel, NULL, 0, chb, NULL, 0);
         }
         uint64_t ch = chb[blk];

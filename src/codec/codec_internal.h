@@ -108,6 +108,7 @@ typedef void (*delta_masks_fn)(const uint8_t *base, const uint8_t *next, uint32_
                                const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge,
                                uint32_t stride);
 delta_masks_fn delta_masks_pick(void); /* the fastest kernel this CPU runs */
+#define DELTA_MASK_BATCH 64 /* blocks per kernel call in encode and apply (4096 elements, in L1) */
 /* Every kernel this CPU runs, fastest first, the scalar one last (for tests). */
 size_t delta_masks_kernels(delta_masks_fn *out, size_t cap);
 void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,

@@ -172,6 +172,11 @@ static uint8_t *dst_base(ferry_reader_t *r, uint32_t local) {
     return r->shadow ? r->shadow[local] : r->m.bufs[local].ptr;
 }
 
+/* A failed read from writer `rank`, with the transport's detail. */
+static ferry_status_t read_fail(ferry_reader_t *r, uint32_t rank, ferry_status_t st) {
+    return ferry_fail(&r->m.err, st, "reading from writer %u: %s", rank, ferry_xport_error(r->m.xp));
+}
+
 /* Hashes op's destination region in row-major order (as the writer did). */
 static uint64_t dst_sum(ferry_reader_t *r, const ferry_copy_op_t *op) {
     uint32_t b = sync_local_buffer(&r->m, 1, r->m.p.rank, op->dst_buffer);
@@ -232,7 +237,7 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
     ferry_status_t st = ferry_xport_get(m->xp, r->runs, j1 - j0, &req);
     if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
     ferry_xport_req_free(req);
-    if (st != FERRY_OK) return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
+    if (st != FERRY_OK) return read_fail(r, p->src_rank, st);
     scratch_at = 0;
     for (size_t j = j0; j < j1; j++) {
         const ferry_plan_bucket_t *b = &bk[j];
@@ -292,15 +297,6 @@ static ferry_status_t fetch_sums(ferry_reader_t *r, uint64_t version, bool delta
     return st;
 }
 
-/* Checksums that were still being computed when the grant came, then every
- * op's landed bytes against its writer's checksum. */
-static ferry_status_t compare_sums(ferry_reader_t *r);
-
-static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCMessage **sums_reply, double deadline) {
-    ferry_status_t st = fetch_sums(r, version, false, sums_reply, deadline);
-    return st != FERRY_OK ? st : compare_sums(r);
-}
-
 /* Every op's checksum (r->got) against its writer's. */
 static ferry_status_t compare_sums(ferry_reader_t *r) {
     sync_member_t *m = &r->m;
@@ -321,6 +317,13 @@ static ferry_status_t compare_sums(ferry_reader_t *r) {
             }
     }
     return FERRY_OK;
+}
+
+/* Checksums that were still being computed when the grant came, then every
+ * op's landed bytes against its writer's checksum. */
+static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCMessage **sums_reply, double deadline) {
+    ferry_status_t st = fetch_sums(r, version, false, sums_reply, deadline);
+    return st != FERRY_OK ? st : compare_sums(r);
 }
 
 /* shm: one DIRECT bucket, landed chunk by chunk and hashed as it lands. */
@@ -354,7 +357,7 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
     if (view) {
         ferry_status_t st = ferry_xport_rmem_check(run.rmem); /* as a get would, before anything moves */
         if (st != FERRY_OK)
-            return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
+            return read_fail(r, p->src_rank, st);
         r->source_hashed = true;
     }
     const uint8_t *hashed = view ? view : dst;
@@ -378,7 +381,7 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
             ferry_xport_req_free(req);
         }
         if (st != FERRY_OK)
-            return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
+            return read_fail(r, p->src_rank, st);
         for (uint64_t c = at; c < at + n && op < op_end;) {
             uint64_t take = op_left < at + n - c ? op_left : at + n - c;
             if (!streaming && take == ops[op].bytes) {
@@ -404,7 +407,7 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
     if (view) {
         ferry_status_t st = ferry_xport_rmem_check(run.rmem);
         if (st != FERRY_OK)
-            return ferry_fail(&m->err, st, "reading from writer %u: %s", p->src_rank, ferry_xport_error(m->xp));
+            return read_fail(r, p->src_rank, st);
     }
     ps->bytes += b->bytes;
     ps->pull_s += ferry_mono_s() - t;
