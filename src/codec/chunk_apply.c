@@ -9,7 +9,6 @@
 typedef struct class_cursor {
     bitr_t br;
     uint64_t target;  /* rank of the class's next change; UINT64_MAX when done */
-    uint64_t seen;    /* class elements in the batches before this one */
     uint32_t left;    /* changes still to decode */
     uint32_t j;       /* index of the next change within the class */
     uint32_t nu_next; /* index of the next non-unit change */
@@ -56,105 +55,92 @@ static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
     return neg ? -(int64_t)a : (int64_t)a;
 }
 
-/* Decodes a sparse chunk's changes and writes them in place as it goes,
- * logging (position, old value) in c->log[c->log_n, ...). Safe: a block's
- * classes are taken before any of its elements is written, and later blocks
- * are untouched. On a failure everything written is restored. */
-DELTA_HOT static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t *h, uint8_t *base,
-                                              size_t *n_out) {
-    uint32_t w = h->width, K = h->classes;
-    if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log))
-        return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
-    delta_change_t *out = c->log + c->log_n;
+/* The first half of applying a sparse chunk: one class's changes in rank
+ * order, rank[] (within the class; a sentinel above every rank after the
+ * last) and delta[] (in elem_ord steps). Needs no base. False when the
+ * stream is malformed or a rank falls past the class's elements. */
+DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream, uint32_t *rank, int64_t *delta) {
+    class_cursor_t q = {.j = 0, .left = e->changed, .nu_left = e->nonunit};
+    bitr_init(&q.br, stream, e->len);
+    q.nu_next = e->nonunit ? bitr_rice(&q.br, e->k_nu, e->changed) : 0;
+    q.target = e->changed ? bitr_rice(&q.br, e->k_gap, e->count) : UINT64_MAX;
+    bool past = false;
+    for (uint32_t i = 0; i < e->changed; i++) {
+        past |= q.target >= e->count;
+        rank[i] = (uint32_t)q.target;
+        delta[i] = next_value(&q, e);
+    }
+    rank[e->changed] = UINT32_MAX;
+    return !past && !q.br.overrun && q.nu_left == 0 && bitr_tell(&q.br) + 7 >= (uint64_t)e->len * 8;
+}
+
+#define APPLY_BATCHES_FN apply_batches_base
+#define APPLY_ATTR DELTA_HOT
+#include "codec/apply_batches.h"
+
+size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap) {
     size_t n = 0;
-    ferry_status_t st = FERRY_OK;
-    class_cursor_t q[FERRY_DELTA_CLASSES_MAX];
-    uint32_t lower[FERRY_DELTA_CLASSES_MAX];
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (n < cap && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vpopcntdq") &&
+        __builtin_cpu_supports("bmi2"))
+        out[n++] = delta_apply_batches_avx512;
+#endif
+    if (n < cap) out[n++] = apply_batches_base;
+    return n;
+}
+
+apply_batches_fn delta_apply_batches_pick(void) {
+    apply_batches_fn f[2];
+    delta_apply_batches_kernels(f, 2);
+    return f[0];
+}
+
+/* Decodes a sparse chunk's changes and writes them in place, logging
+ * (position, old value) in c->log[c->log_n, ...), and hashing the result
+ * into *next_sum. Safe: a batch's classes are taken before any of its
+ * elements is written, and later batches are untouched. On a failure
+ * everything written is restored. */
+static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t *h, uint8_t *base, size_t *n_out,
+                                    uint64_t *next_sum) {
+    uint32_t K = h->classes;
+    size_t slots = (size_t)h->changed + K;
+    if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log) ||
+        !delta_grow(c, (void **)&c->dec_rank, &c->dec_rank_cap, slots, sizeof *c->dec_rank) ||
+        !delta_grow(c, (void **)&c->dec_delta, &c->dec_delta_cap, slots, sizeof *c->dec_delta))
+        return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
+    apply_job_t j = {.h = h, .base = base, .masks = c->masks, .log = c->log + c->log_n};
     const uint8_t *p = h->payload;
+    size_t off = 0;
     for (uint32_t k = 0; k < K; k++) {
         const delta_class_t *e = &h->cls[k];
-        lower[k] = e->lower;
-        bitr_init(&q[k].br, p, e->len);
+        j.rank[k] = c->dec_rank + off;
+        j.delta[k] = c->dec_delta + off;
+        if (!decode_class(e, p, c->dec_rank + off, c->dec_delta + off))
+            return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, cut short or too long", k);
         p += e->len;
-        q[k].seen = 0;
-        q[k].j = 0;
-        q[k].left = e->changed;
-        q[k].nu_left = e->nonunit;
-        q[k].nu_next = e->nonunit ? bitr_rice(&q[k].br, e->k_nu, e->changed) : 0;
-        q[k].target = e->changed ? bitr_rice(&q[k].br, e->k_gap, e->count) : UINT64_MAX;
+        off += e->changed + 1;
     }
-    /* A batch of blocks at a time: first every block's class masks (from
-     * the base, before anything in the batch is written), then class by
-     * class each change's block is found by counting the blocks wholly
-     * before its rank (no branch per block and class, which mispredicted
-     * about once per change), and its element by select. */
-    uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
-    uint64_t cmask[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];
-    uint16_t upto[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH]; /* class elements in the batch's blocks 0..b */
-    for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
-        uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
-        uint32_t nblk = (nel + 63) / 64;
-        c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
-        for (uint32_t b = 0; b < nblk; b++) {
-            uint32_t nb = nel - 64 * b < 64 ? nel - 64 * b : 64;
-            gebuf[b][0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
-            gebuf[b][K] = 0;
-        }
-        for (uint32_t k = 0; k < K; k++)
-            for (uint32_t b = 0; b < nblk; b++) cmask[k][b] = gebuf[b][k] & ~gebuf[b][k + 1];
-        for (uint32_t k = 0; k < K; k++) {
-            uint32_t run = 0;
-            for (uint32_t b = 0; b < nblk; b++) {
-                run += (uint32_t)__builtin_popcountll(cmask[k][b]);
-                upto[k][b] = (uint16_t)run;
-            }
-            for (uint32_t b = nblk; b < DELTA_MASK_BATCH; b++) upto[k][b] = UINT16_MAX; /* never before a rank */
-            uint64_t end = q[k].seen + run;
-            if (q[k].target >= end) {
-                q[k].seen = end;
-                continue;
-            }
-            class_cursor_t qk = q[k]; /* in registers while the class's changes decode */
-            const uint16_t *up = upto[k];
-            while (qk.target < end) {
-                uint32_t t = (uint32_t)(qk.target - qk.seen), b = 0;
-                for (uint32_t i = 0; i < DELTA_MASK_BATCH; i++) b += up[i] <= t; /* blocks wholly before rank t */
-                uint32_t before = b ? up[b - 1] : 0;
-                uint32_t pos = at + 64 * b + select_bit(cmask[k][b], t - before);
-                int64_t d = next_value(&qk, &h->cls[k]);
-                uint32_t old = elem_get(base, w, pos), v;
-                if (qk.br.overrun || !elem_unord(elem_ord(old, w) + d, w, &v)) {
-                    st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream cut short or a value out of range", k);
-                    goto undo;
-                }
-                elem_put(base, w, pos, v);
-                out[n].pos = pos;
-                out[n].val = old;
-                n++;
-            }
-            qk.seen = end;
-            q[k] = qk;
-        }
-    }
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    j.hash = &hs;
+    c->apply_batches(&j);
+    ferry_status_t st = FERRY_OK;
+    if (j.bad_class != UINT32_MAX)
+        st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: a value change out of the element's range", j.bad_class);
     for (uint32_t k = 0; k < K && st == FERRY_OK; k++) {
-        if (q[k].seen != h->cls[k].count)
+        if (j.seen[k] != h->cls[k].count || j.placed[k] != h->cls[k].changed)
             st = delta_fail(c, FERRY_ERR_MISMATCH,
                             "the region is not this delta's base: magnitude class %u holds %llu elements, "
                             "the delta's base had %u",
-                            k, (unsigned long long)q[k].seen, h->cls[k].count);
-    }
-    for (uint32_t k = 0; k < K && st == FERRY_OK; k++) {
-        if (q[k].left || q[k].nu_left || q[k].br.overrun || bitr_tell(&q[k].br) + 7 < (uint64_t)h->cls[k].len * 8)
-            st = delta_fail(c, FERRY_ERR_CORRUPT,
-                            "class %u: %u of %u changes left undecoded, or a stream cut short or too long", k,
-                            q[k].left, h->cls[k].changed);
+                            k, (unsigned long long)j.seen[k], h->cls[k].count);
     }
     if (st == FERRY_OK) {
-        *n_out = n;
+        *n_out = j.n;
+        *next_sum = XXH3_64bits_digest(&hs);
         return FERRY_OK;
     }
-undo:
-    for (size_t i = n; i-- > 0;) elem_put(base, w, out[i].pos, out[i].val);
+    for (size_t i = j.n; i-- > 0;) elem_put(base, h->width, j.log[i].pos, j.log[i].val);
     return st;
 }
 
@@ -204,13 +190,14 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dty
         return FERRY_OK;
     }
     size_t n = 0;
-    st = decode_sparse(c, &h, base, &n);
+    uint64_t sum = 0;
+    st = decode_sparse(c, &h, base, &n, &sum);
     /* a stream that decodes badly against this region may be sound and the
        region the wrong base: the base checksum tells (only on this path) */
     if (st == FERRY_ERR_CORRUPT && XXH3_64bits(base, bytes) != h.base_sum) return blame(c, &h, base);
     if (st != FERRY_OK) return st;
     delta_change_t *ch = c->log + c->log_n; /* written; old values kept */
-    if (XXH3_64bits(base, bytes) != h.next_sum) {
+    if (sum != h.next_sum) {
         for (size_t i = n; i-- > 0;) elem_put(base, w, ch[i].pos, ch[i].val);
         return blame(c, &h, base);
     }

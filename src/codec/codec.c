@@ -43,6 +43,7 @@ ferry_status_t ferry_delta_codec_create(ferry_ctx_t *ctx, ferry_delta_codec_t **
     if (!c) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "delta codec: out of memory");
     c->ctx = ctx;
     c->masks = delta_masks_pick();
+    c->apply_batches = delta_apply_batches_pick();
     *out = c;
     return FERRY_OK;
 }
@@ -57,6 +58,8 @@ void ferry_delta_codec_destroy(ferry_delta_codec_t *c) {
     ferry_free(c->ctx, c->cval);
     ferry_free(c->ctx, c->csign);
     ferry_free(c->ctx, c->cls);
+    ferry_free(c->ctx, c->dec_rank);
+    ferry_free(c->ctx, c->dec_delta);
     ferry_free(c->ctx, c->log);
     ferry_free(c->ctx, c->arena);
     ferry_free(c->ctx, c->undo);

@@ -333,10 +333,38 @@ typedef struct delta_undo {
     size_t raw_off;      /* raw: offset of the old contents in the arena, or SIZE_MAX */
 } delta_undo_t;
 
+/* The batch walk of a sparse apply (apply_batches.h): the changes of each
+ * class decoded in rank order go to their elements, batch by batch. */
+typedef struct apply_job {
+    /* in */
+    const delta_chunk_t *h;
+    uint8_t *base;
+    delta_masks_fn masks;
+    const uint32_t *rank[FERRY_DELTA_CLASSES_MAX]; /* per class, ends with a sentinel above every rank */
+    const int64_t *delta[FERRY_DELTA_CLASSES_MAX];
+    delta_change_t *log;       /* room for every change: (position, old value) */
+    struct XXH3_state_s *hash; /* takes the chunk's new contents */
+    /* out */
+    size_t n;                                   /* changes written */
+    uint64_t seen[FERRY_DELTA_CLASSES_MAX];      /* class elements met in the base */
+    uint32_t placed[FERRY_DELTA_CLASSES_MAX];   /* class changes written */
+    uint32_t bad_class;                         /* a class whose value left the range, else UINT32_MAX */
+} apply_job_t;
+typedef void (*apply_batches_fn)(apply_job_t *j);
+apply_batches_fn delta_apply_batches_pick(void); /* the fastest walk this CPU runs */
+/* Every walk this CPU runs, fastest first, the portable one last (for tests). */
+size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap);
+void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with AVX-512BW, VPOPCNTDQ and BMI2 only */
+
 struct ferry_delta_codec {
     ferry_ctx_t *ctx;
     ferry_errbuf_t err;
     delta_masks_fn masks;
+    apply_batches_fn apply_batches;
+    /* decoder scratch: each class's changes, in rank order */
+    uint32_t *dec_rank;
+    int64_t *dec_delta;
+    size_t dec_rank_cap, dec_delta_cap;
     /* encoder scratch, one entry per changed element of a chunk */
     uint32_t *pos, *rank, *order, *val, *cval;
     uint8_t *cls, *sign, *csign;

@@ -2,7 +2,6 @@
  * region checksums, a table of chunk record lengths, then the records.
  * Region checksums are xxh3 over the chunks' xxh3 values (little-endian),
  * so chunks hash in parallel and the frame needs no second pass. */
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 

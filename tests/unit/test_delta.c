@@ -70,7 +70,7 @@ static void test_round_trips(void) {
     for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; t++) {
         ferry_dtype_t dt = dtypes[t];
         uint32_t w = delta_width(dt);
-        const uint64_t sizes[] = {1, 2, 63, 64, 65, 1023, 1024, 1025, 4096, 5000};
+        const uint64_t sizes[] = {1, 2, 63, 64, 65, 1023, 1024, 1025, 4096, 5000, 9000};
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
             uint64_t n = sizes[s];
             uint8_t *base = malloc(n * w), *next = malloc(n * w);
@@ -80,6 +80,7 @@ static void test_round_trips(void) {
             ferry_delta_info_t info;
             round_trip(dt, base, next, n, 1024, 0, &info);
             CHECK_EQ_INT(info.chunks_unchanged, info.chunks);
+            round_trip(dt, base, next, n, 0, 0, NULL);
             /* all changed: raw chunks */
             fill_random(next, n * w);
             for (uint64_t i = 0; i < n; i++)
@@ -98,6 +99,7 @@ static void test_round_trips(void) {
                 elem_put(next, w, i, nv);
             }
             for (uint32_t k = 1; k <= FERRY_DELTA_CLASSES_MAX; k *= 2) round_trip(dt, base, next, n, 1024, k, NULL);
+            round_trip(dt, base, next, n, 0, 0, NULL); /* chunks of several batches, the last one short */
             /* a single change, at the start and at the end (huge gaps) */
             memcpy(next, base, n * w);
             elem_put(next, w, 0, elem_get(base, w, 0) ^ 0x1);
@@ -398,11 +400,17 @@ int main(void) {
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
     test_delta_file();
     test_kernels();
-    test_round_trips();
-    test_special_values();
-    test_refusals();
-    test_chunk_api();
-    test_realistic();
+    /* every apply walk this CPU runs gets the whole suite */
+    apply_batches_fn walks[4];
+    size_t nw = delta_apply_batches_kernels(walks, 4);
+    for (size_t i = 0; i < nw; i++) {
+        codec->apply_batches = walks[i];
+        test_round_trips();
+        test_special_values();
+        test_refusals();
+        test_chunk_api();
+        test_realistic();
+    }
     ferry_delta_codec_destroy(codec);
     ferry_ctx_destroy(ctx);
     return 0;
