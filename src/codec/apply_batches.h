@@ -68,9 +68,9 @@ APPLY_ATTR static inline uint32_t apply_block_of(const class_prefix_t *p, uint32
 }
 
 /* Per block of the batch, each class's mask: cm[k][b]. Blocks past the
- * batch get 0. */
+ * batch get 0. base holds ahead bytes from the batch's start. */
 APPLY_ATTR static inline void class_masks(const uint8_t *base, uint32_t w, uint32_t nel, const uint32_t *lower,
-                                          uint32_t K, uint64_t cm[][DELTA_MASK_BATCH]) {
+                                          uint32_t K, uint64_t cm[][DELTA_MASK_BATCH], size_t ahead) {
     uint32_t full = nel / 64, nblk = (nel + 63) / 64;
     __m512i t[FERRY_DELTA_CLASSES_MAX];
     uint32_t top = mag_mask(w) + 1;
@@ -81,6 +81,11 @@ APPLY_ATTR static inline void class_masks(const uint8_t *base, uint32_t w, uint3
     for (uint32_t b = 0; b < full; b++) {
         const uint8_t *bp = base + (size_t)b * 64 * w;
         uint64_t prev = ~0ull;
+        /* the same block of the next batch on its way from memory; spread
+           over the loop (all at once they overflow the miss buffers and the
+           loads here wait anyway) */
+        if ((size_t)(b + DELTA_MASK_BATCH + 1) * 64 * w <= ahead)
+            for (uint32_t o = 0; o < 64 * w; o += 64) __builtin_prefetch(bp + (size_t)DELTA_MASK_BATCH * 64 * w + o);
         if (w == 2) {
             const __m512i mm = _mm512_set1_epi16(0x7FFF);
             __m512i m0 = _mm512_and_si512(_mm512_loadu_si512((const void *)bp), mm);
@@ -173,14 +178,16 @@ APPLY_ATTR APPLY_LINKAGE void APPLY_BATCHES_FN(apply_job_t *j) {
     for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
         uint32_t nblk = (nel + 63) / 64;
+#ifndef APPLY_AVX512
         /* the next batch on its way from memory while this one decodes: the
            hardware prefetcher alone leaves the kernel waiting */
         if (nel == 64 * DELTA_MASK_BATCH) {
             const uint8_t *pf = base + ((size_t)at + nel) * w, *pend = base + (size_t)h->elems * w;
             for (size_t o = 0; o < (size_t)nel * w && pf + o < pend; o += 64) __builtin_prefetch(pf + o);
         }
+#endif
 #ifdef APPLY_AVX512
-        class_masks(base + (size_t)at * w, w, nel, lower, K, cmask);
+        class_masks(base + (size_t)at * w, w, nel, lower, K, cmask, (size_t)(h->elems - at) * w);
 #else
         j->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
         for (uint32_t b = 0; b < nblk; b++) {

@@ -65,12 +65,52 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
     q.nu_next = e->nonunit ? bitr_rice(&q.br, e->k_nu, e->changed) : 0;
     q.target = e->changed ? bitr_rice(&q.br, e->k_gap, e->count) : UINT64_MAX;
     bool past = false;
-    for (uint32_t i = 0; i < e->changed; i++) {
+    const uint32_t n = e->changed, k = e->k_gap;
+    const uint64_t low_mask = (1ull << k) - 1;
+    uint32_t i = 0;
+    while (i < n) {
+        /* The common case in a tight loop: a one-ulp change and the gap to
+           the next one, read off a 64-bit window of the stream refilled
+           without a branch (whole bytes; bits above the count are the
+           stream's next bits, so OR-ing them in again is harmless). It
+           stops before a non-unit change, the last change, a code longer
+           than the window, or the stream's last 8 bytes. */
+        uint32_t stop = q.nu_left && q.nu_next < n - 1 ? q.nu_next : n - 1;
+        bitr_t *r = &q.br;
+        if (i < stop && r->end - r->p >= 8) {
+            uint64_t acc = r->acc, target = q.target;
+            uint32_t nb = r->n;
+            const uint8_t *p = r->p, *last = r->end - 8;
+            while (i < stop && p <= last) {
+                acc |= get_u64(p) << nb;
+                p += (63 - nb) >> 3;
+                nb |= 56;
+                uint64_t u = acc >> 1; /* past the sign bit */
+                uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << 62);
+                uint32_t used = t + 2 + k;
+                if (used > nb) break;
+                past |= target >= e->count;
+                rank[i] = (uint32_t)target;
+                delta[i] = 1 - 2 * (int64_t)(acc & 1); /* no branch on a coin flip */
+                target += ((uint64_t)t << k | ((u >> (t + 1)) & low_mask)) + 1;
+                acc >>= used;
+                nb -= used;
+                i++;
+            }
+            r->acc = acc & ((1ull << nb) - 1); /* the slow reader keeps nothing above the count */
+            r->n = nb;
+            r->p = p;
+            q.target = target;
+            q.j = i;
+            q.left = n - i;
+        }
+        if (i >= n) break;
         past |= q.target >= e->count;
         rank[i] = (uint32_t)q.target;
         delta[i] = next_value(&q, e);
+        i++;
     }
-    rank[e->changed] = UINT32_MAX;
+    rank[n] = UINT32_MAX;
     return !past && !q.br.overrun && q.nu_left == 0 && bitr_tell(&q.br) + 7 >= (uint64_t)e->len * 8;
 }
 
