@@ -1,16 +1,179 @@
-/* The batch walk of a sparse apply built for AVX-512 (BW, VPOPCNTDQ) and
- * BMI2: class masks straight from compares, running counts in vectors, each
- * change's block found by two 32-lane compares, its element by PDEP (fast on
- * every CPU with AVX-512). Picked at run time (delta_apply_batches_pick). */
+/* The batch walk of a sparse apply for CPUs with AVX-512 (BW, VPOPCNTDQ)
+ * and BMI2; picked at run time (delta_apply_batches_pick). Per batch of 64
+ * blocks: one compare per class threshold and 32 elements gives the masks
+ * of elements at or above it (ge rows, straight from the mask registers);
+ * their running counts come as vectors of 64 u16, and a class's counts are
+ * the difference of two rows. Each change's block is then two compares of
+ * its rank against those vectors, its element one PDEP (fast on every
+ * AVX-512 CPU). Built once per element width so the element code is
+ * straight-line. */
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define APPLY_BATCHES_FN delta_apply_batches_avx512
-#define APPLY_ATTR __attribute__((target("avx512f,avx512bw,avx512vpopcntdq,bmi,bmi2,popcnt")))
-#define APPLY_AVX512
-#define APPLY_LINKAGE /* extern */
-#include "codec/apply_batches.h"
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vpopcntdq,bmi,bmi2,popcnt")))
+
+/* Running counts of a row of 64 block masks: lane b of lo (b < 32) or hi
+ * holds the set bits in blocks 0..b. */
+typedef struct counts {
+    __m512i lo, hi;
+} counts_t;
+
+/* Inclusive prefix sums over 8 lanes of popcounts, plus the carry in. */
+AVX512 static inline __m512i prefix8(__m512i m, __m512i *carry) {
+    const __m512i z = _mm512_setzero_si512();
+    __m512i x = _mm512_popcnt_epi64(m);
+    x = _mm512_add_epi64(x, _mm512_alignr_epi64(x, z, 7)); /* lanes shifted up by 1 */
+    x = _mm512_add_epi64(x, _mm512_alignr_epi64(x, z, 6)); /* by 2 */
+    x = _mm512_add_epi64(x, _mm512_alignr_epi64(x, z, 4)); /* by 4 */
+    x = _mm512_add_epi64(x, *carry);
+    *carry = _mm512_permutexvar_epi64(_mm512_set1_epi64(7), x);
+    return x;
+}
+
+AVX512 static inline counts_t row_counts(const uint64_t *row) {
+    __m512i carry = _mm512_setzero_si512();
+    __m128i q[8];
+    for (int i = 0; i < 8; i++)
+        q[i] = _mm512_cvtepi64_epi16(prefix8(_mm512_loadu_si512((const void *)(row + 8 * i)), &carry));
+    counts_t c;
+    c.lo = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(q[0]), q[1], 1), q[2], 2),
+                              q[3], 3);
+    c.hi = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(q[4]), q[5], 1), q[6], 2),
+                              q[7], 3);
+    return c;
+}
+
+/* Rows 1..K-1 of ge for the batch's blocks: bit i of ge[k][b] is set when
+ * element i of block b has magnitude >= thr[k]. Rows are zero past the
+ * batch's blocks. base holds `ahead` bytes from the batch's start. */
+AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_t nel, const __m512i *thr,
+                                  const uint32_t *lower, uint32_t K, uint64_t ge[][DELTA_MASK_BATCH], size_t ahead) {
+    uint32_t full = nel / 64, nblk = (nel + 63) / 64;
+    const size_t step = (size_t)64 * w;
+    for (uint32_t b = 0; b < full; b++) {
+        const uint8_t *bp = base + b * step;
+        /* the same block of the next batch on its way from memory, spread
+           over the loop (all at once they overflow the miss buffers and the
+           loads here wait anyway) */
+        if ((b + DELTA_MASK_BATCH + 1) * step <= ahead)
+            for (uint32_t o = 0; o < step; o += 64) __builtin_prefetch(bp + DELTA_MASK_BATCH * step + o);
+        if (w == 2) {
+            const __m512i mm = _mm512_set1_epi16(0x7FFF);
+            __m512i m0 = _mm512_and_si512(_mm512_loadu_si512((const void *)bp), mm);
+            __m512i m1 = _mm512_and_si512(_mm512_loadu_si512((const void *)(bp + 64)), mm);
+            for (uint32_t k = 1; k < K; k++)
+                ge[k][b] = _cvtmask64_u64(
+                    _mm512_kunpackd(_mm512_cmpge_epu16_mask(m1, thr[k]), _mm512_cmpge_epu16_mask(m0, thr[k])));
+        } else if (w == 4) {
+            const __m512i mm = _mm512_set1_epi32(0x7FFFFFFF);
+            __m512i m[4];
+            for (int i = 0; i < 4; i++) m[i] = _mm512_and_si512(_mm512_loadu_si512((const void *)(bp + 64 * i)), mm);
+            for (uint32_t k = 1; k < K; k++) {
+                __mmask32 a = _mm512_kunpackw(_mm512_cmpge_epu32_mask(m[1], thr[k]), _mm512_cmpge_epu32_mask(m[0], thr[k]));
+                __mmask32 c = _mm512_kunpackw(_mm512_cmpge_epu32_mask(m[3], thr[k]), _mm512_cmpge_epu32_mask(m[2], thr[k]));
+                ge[k][b] = _cvtmask64_u64(_mm512_kunpackd(c, a));
+            }
+        } else {
+            __m512i m = _mm512_and_si512(_mm512_loadu_si512((const void *)bp), _mm512_set1_epi8(0x7F));
+            for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_cmpge_epu8_mask(m, thr[k]));
+        }
+    }
+    if (full < nblk) { /* a short last block, element by element */
+        uint64_t g[FERRY_DELTA_CLASSES_MAX];
+        delta_masks_scalar(base + full * step, NULL, w, nel - 64 * full, lower + 1, K - 1, NULL, g, 1);
+        for (uint32_t k = 1; k < K; k++) ge[k][full] = g[k - 1];
+    }
+    for (uint32_t k = 1; k < K; k++)
+        for (uint32_t b = nblk; b < DELTA_MASK_BATCH; b++) ge[k][b] = 0;
+}
+
+AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, const uint32_t w) {
+    const delta_chunk_t *h = j->h;
+    const uint32_t K = h->classes;
+    uint8_t *base = j->base;
+    size_t n = 0;
+    uint32_t next[FERRY_DELTA_CLASSES_MAX] = {0}, lower[FERRY_DELTA_CLASSES_MAX];
+    uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
+    __m512i thr[FERRY_DELTA_CLASSES_MAX];
+    const uint32_t top = mag_mask(w) + 1; /* a threshold past every magnitude selects nothing */
+    for (uint32_t k = 0; k < K; k++) {
+        lower[k] = h->cls[k].lower;
+        uint32_t c = lower[k] > top ? top : lower[k];
+        thr[k] = w == 2 ? _mm512_set1_epi16((short)c) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
+    }
+    /* ge[0]: the batch's elements; ge[K]: none */
+    uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
+    for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
+        ge[0][b] = ~0ull;
+        ge[K][b] = 0;
+    }
+    uint16_t up[DELTA_MASK_BATCH + 1]; /* up[b + 1]: the class's elements in blocks 0..b */
+    up[0] = 0;
+    j->bad_class = UINT32_MAX;
+    for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
+        uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
+        uint32_t nblk = (nel + 63) / 64;
+        if (nel < 64 * DELTA_MASK_BATCH) /* the chunk's last batch, short */
+            for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++)
+                ge[0][b] = b >= nblk ? 0 : nel - 64 * b >= 64 ? ~0ull : (1ull << (nel - 64 * b)) - 1;
+        ge_rows(base + (size_t)at * w, w, nel, thr, lower, K, ge, (size_t)(h->elems - at) * w);
+        counts_t p = row_counts(ge[0]);
+        for (uint32_t k = 0; k < K; k++) {
+            counts_t q = k + 1 < K ? row_counts(ge[k + 1]) : (counts_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
+            counts_t c = {_mm512_sub_epi16(p.lo, q.lo), _mm512_sub_epi16(p.hi, q.hi)}; /* class k's */
+            p = q;
+            uint32_t run = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
+            uint64_t end = seen[k] + run;
+            const uint32_t *rank = j->rank[k];
+            uint32_t i = next[k];
+            if (rank[i] >= end) { /* no change of this class in the batch (rank[] ends with a sentinel) */
+                seen[k] = end;
+                continue;
+            }
+            if (nblk < DELTA_MASK_BATCH) { /* counts past the batch above every rank */
+                const __m512i all = _mm512_set1_epi16(-1);
+                uint64_t past = ~0ull << nblk;
+                c.lo = _mm512_mask_mov_epi16(c.lo, (__mmask32)past, all);
+                c.hi = _mm512_mask_mov_epi16(c.hi, (__mmask32)(past >> 32), all);
+            }
+            _mm512_storeu_si512((void *)(up + 1), c.lo);
+            _mm512_storeu_si512((void *)(up + 33), c.hi);
+            const int64_t *dl = j->delta[k];
+            const uint64_t *g0 = ge[k], *g1 = ge[k + 1];
+            for (; rank[i] < end; i++) {
+                uint32_t t = (uint32_t)(rank[i] - seen[k]);
+                __m512i tv = _mm512_set1_epi16((short)t);
+                uint32_t b = (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(c.lo, tv)) +
+                             (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(c.hi, tv));
+                uint64_t cm = g0[b] & ~g1[b];
+                uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - up[b]), cm));
+                if (!delta_apply_one(base, w, pos, dl[i], &j->log[n])) {
+                    j->bad_class = k;
+                    goto done;
+                }
+                n++;
+            }
+            next[k] = i;
+            seen[k] = end;
+        }
+        XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
+    }
+done:
+    j->n = n;
+    for (uint32_t k = 0; k < K; k++) {
+        j->seen[k] = seen[k];
+        j->placed[k] = next[k];
+    }
+}
+
+AVX512 void delta_apply_batches_avx512(apply_job_t *j) {
+    switch (j->h->width) {
+    case 1: walk(j, 1); break;
+    case 2: walk(j, 2); break;
+    default: walk(j, 4); break;
+    }
+}
 #endif

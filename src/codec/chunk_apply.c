@@ -114,9 +114,75 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
     return !past && !q.br.overrun && q.nu_left == 0 && bitr_tell(&q.br) + 7 >= (uint64_t)e->len * 8;
 }
 
-#define APPLY_BATCHES_FN apply_batches_base
-#define APPLY_ATTR DELTA_HOT
-#include "codec/apply_batches.h"
+/* The portable batch walk (x86-64-v3 and baseline clones): per batch of 64
+ * blocks the class masks from the masks kernel, each class's running counts
+ * in a table, each change's block by counting the table's entries at or
+ * below its rank (no branch per block), its element by broadword select. */
+DELTA_HOT static void apply_batches_base(apply_job_t *j) {
+    const delta_chunk_t *h = j->h;
+    uint32_t w = h->width, K = h->classes;
+    uint8_t *base = j->base;
+    size_t n = 0;
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX], next[FERRY_DELTA_CLASSES_MAX] = {0};
+    uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
+    for (uint32_t k = 0; k < K; k++) lower[k] = h->cls[k].lower;
+    uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
+    uint64_t cmask[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];
+    uint16_t up[DELTA_MASK_BATCH + 1]; /* up[b + 1]: the class's elements in blocks 0..b */
+    up[0] = 0;
+    j->bad_class = UINT32_MAX;
+    for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
+        uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
+        uint32_t nblk = (nel + 63) / 64;
+        /* the next batch on its way from memory while this one decodes: the
+           hardware prefetcher alone leaves the kernel waiting */
+        if (h->elems - at >= 2 * 64 * DELTA_MASK_BATCH) {
+            const uint8_t *pf = base + ((size_t)at + nel) * w;
+            for (size_t o = 0; o < (size_t)nel * w; o += 64) __builtin_prefetch(pf + o);
+        }
+        j->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
+        for (uint32_t b = 0; b < nblk; b++) {
+            uint32_t nb = nel - 64 * b < 64 ? nel - 64 * b : 64;
+            gebuf[b][0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
+            gebuf[b][K] = 0;
+        }
+        /* a second loop: reading gebuf right after the kernel's stores would
+           stall on store forwarding */
+        for (uint32_t k = 0; k < K; k++)
+            for (uint32_t b = 0; b < nblk; b++) cmask[k][b] = gebuf[b][k] & ~gebuf[b][k + 1];
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t run = 0;
+            for (uint32_t b = 0; b < nblk; b++) {
+                run += (uint32_t)__builtin_popcountll(cmask[k][b]);
+                up[b + 1] = (uint16_t)run;
+            }
+            for (uint32_t b = nblk; b < DELTA_MASK_BATCH; b++) up[b + 1] = UINT16_MAX; /* above every rank */
+            uint64_t end = seen[k] + run;
+            const uint32_t *rank = j->rank[k];
+            const int64_t *dl = j->delta[k];
+            uint32_t i = next[k];
+            for (; rank[i] < end; i++) { /* rank[] ends with a sentinel above every count */
+                uint32_t t = (uint32_t)(rank[i] - seen[k]), b = 0;
+                for (uint32_t x = 1; x <= DELTA_MASK_BATCH; x++) b += up[x] <= t;
+                uint32_t pos = at + 64 * b + select_bit(cmask[k][b], t - up[b]);
+                if (!delta_apply_one(base, w, pos, dl[i], &j->log[n])) {
+                    j->bad_class = k;
+                    goto done;
+                }
+                n++;
+            }
+            next[k] = i;
+            seen[k] = end;
+        }
+        XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
+    }
+done:
+    j->n = n;
+    for (uint32_t k = 0; k < K; k++) {
+        j->seen[k] = seen[k];
+        j->placed[k] = next[k];
+    }
+}
 
 size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap) {
     size_t n = 0;

@@ -333,8 +333,21 @@ typedef struct delta_undo {
     size_t raw_off;      /* raw: offset of the old contents in the arena, or SIZE_MAX */
 } delta_undo_t;
 
-/* The batch walk of a sparse apply (apply_batches.h): the changes of each
- * class decoded in rank order go to their elements, batch by batch. */
+/* Writes one decoded change (d steps of elem_ord) at pos and logs the old
+ * value; false, writing nothing, when the value would leave the width's
+ * range. Inlined with a constant width where the caller has one. */
+static inline bool delta_apply_one(uint8_t *base, uint32_t w, uint32_t pos, int64_t d, delta_change_t *log) {
+    uint32_t old = elem_get(base, w, pos), v;
+    if (!elem_unord(elem_ord(old, w) + d, w, &v)) return false;
+    elem_put(base, w, pos, v);
+    log->pos = pos;
+    log->val = old;
+    return true;
+}
+
+/* The batch walk of a sparse apply: the changes of each class, decoded in
+ * rank order, go to their elements batch by batch (chunk_apply.c,
+ * apply_avx512.c). */
 typedef struct apply_job {
     /* in */
     const delta_chunk_t *h;
