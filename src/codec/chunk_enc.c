@@ -71,24 +71,32 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
     uint32_t lower[FERRY_DELTA_CLASSES_MAX];
     uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
 
-    /* pass 2: each change's class and its gap (in class rank) to the class's
-       previous change; rank[] holds the gaps */
+    /* pass 2: each change's class and its rank within the class, a batch of
+       blocks at a time: the batch's masks, each block's class counts before
+       it, then the batch's changes (c->pos ends with a sentinel, so the loop
+       exits once per batch, not once per block) */
     uint64_t count[FERRY_DELTA_CLASSES_MAX] = {0}, changed[FERRY_DELTA_CLASSES_MAX] = {0};
-    uint64_t next_rank[FERRY_DELTA_CLASSES_MAX] = {0}; /* rank after the class's last change */
     size_t i = 0;
     uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
-    for (uint32_t at = 0; at < elems; at += 64) {
-        uint32_t n = elems - at < 64 ? elems - at : 64, b = (at / 64) % DELTA_MASK_BATCH;
-        if (b == 0) { /* the next batch's masks, in one call */
-            uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
-            c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1],
-                     FERRY_DELTA_CLASSES_MAX + 1);
+    uint32_t before[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX];    /* class elements in the chunk before the block */
+    c->pos[m] = UINT32_MAX;
+    for (uint32_t at = 0; at < elems; at += 64 * DELTA_MASK_BATCH) {
+        uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
+        uint32_t nblk = (nel + 63) / 64;
+        c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
+        for (uint32_t b = 0; b < nblk; b++) {
+            uint64_t *ge = gebuf[b];
+            uint32_t n = nel - 64 * b < 64 ? nel - 64 * b : 64;
+            ge[0] = n == 64 ? ~0ull : (1ull << n) - 1;
+            for (uint32_t j = K; j <= FERRY_DELTA_CLASSES_MAX; j++) ge[j] = 0;
+            for (uint32_t k = 0; k < K; k++) {
+                before[b][k] = (uint32_t)count[k];
+                count[k] += (uint64_t)__builtin_popcountll(ge[k] & ~ge[k + 1]);
+            }
         }
-        uint64_t *ge = gebuf[b];
-        ge[0] = n == 64 ? ~0ull : (1ull << n) - 1;
-        for (uint32_t j = K; j <= FERRY_DELTA_CLASSES_MAX; j++) ge[j] = 0;
-        for (; i < m && c->pos[i] < at + n; i++) {
-            uint32_t bit = c->pos[i] - at;
+        for (; c->pos[i] < at + nel; i++) {
+            uint32_t p = c->pos[i] - at, b = p / 64, bit = p % 64;
+            const uint64_t *ge = gebuf[b];
             /* nested masks: the class is how many thresholds the element
                reaches; a plain sum (a vectorised one pays a horizontal add
                per change); written for up to 8 classes */
@@ -98,15 +106,17 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
                          (uint32_t)((ge[5] >> bit) & 1) + (uint32_t)((ge[6] >> bit) & 1) +
                          (uint32_t)((ge[7] >> bit) & 1);
             uint64_t cm = ge[k] & ~ge[k + 1];
-            uint64_t rank = count[k] + (uint64_t)__builtin_popcountll(cm & ((1ull << bit) - 1));
             c->cls[i] = (uint8_t)k;
-            c->rank[i] = (uint32_t)(rank - next_rank[k]);
-            next_rank[k] = rank + 1;
-            changed[k]++;
+            c->rank[i] = before[b][k] + (uint32_t)__builtin_popcountll(cm & ((1ull << bit) - 1));
         }
-        for (uint32_t k = 0; k < K; k++) count[k] += (uint64_t)__builtin_popcountll(ge[k] & ~ge[k + 1]);
     }
-    /* the changes grouped by class, each group in position order: gaps in
+    {
+        uint32_t cnt4[4][FERRY_DELTA_CLASSES_MAX];
+        memset(cnt4, 0, sizeof cnt4);
+        for (i = 0; i < m; i++) cnt4[i & 3][c->cls[i]]++; /* four counters: no chain through one */
+        for (uint32_t k = 0; k < K; k++) changed[k] = cnt4[0][k] + cnt4[1][k] + cnt4[2][k] + cnt4[3][k];
+    }
+    /* the changes grouped by class, each group in position order: ranks in
        order[], value changes in cval[] and csign[] */
     size_t start[FERRY_DELTA_CLASSES_MAX + 1] = {0};
     for (uint32_t k = 0; k < K; k++) start[k + 1] = start[k] + changed[k];
@@ -118,6 +128,9 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
         c->cval[j] = c->val[i];
         c->csign[j] = c->sign[i];
     }
+
+    for (uint32_t k = 0; k < K; k++) /* ranks to gaps: changes of the class skipped since its previous change */
+        for (size_t j = start[k + 1]; j-- > start[k] + 1;) c->order[j] -= c->order[j - 1] + 1;
 
     size_t off = CHUNK_HEADER + (size_t)K * CLASS_ENTRY;
     if (off >= room) return 0;
@@ -247,7 +260,7 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     if (cap < CHUNK_HEADER)
         return delta_fail(c, FERRY_ERR_LIMIT, "chunk encode: %zu bytes of room, at least %u needed", cap,
                           CHUNK_HEADER);
-    if (!scratch(c, elems)) return delta_fail(c, FERRY_ERR_NO_MEMORY, "chunk encode: out of memory");
+    if (!scratch(c, (size_t)elems + 1)) return delta_fail(c, FERRY_ERR_NO_MEMORY, "chunk encode: out of memory");
     uint64_t bs = XXH3_64bits(base, (size_t)elems * w), ns = XXH3_64bits(next, (size_t)elems * w);
     if (base_sum_out) *base_sum_out = bs;
     if (next_sum_out) *next_sum_out = ns;
