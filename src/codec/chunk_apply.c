@@ -1,7 +1,10 @@
-/* Applying one chunk: decode every change (the classes come from the base
- * magnitudes) and write it in place, keeping the old values as the undo
- * log, then verify the chunk's next checksum. A chunk that fails is
- * restored before the error returns. */
+/* Applying one chunk, in two halves: each class's stream decoded on its own
+ * into its changes in rank order (no base needed), then a walk over the
+ * chunk in batches that finds each change's element from the base's
+ * magnitude classes and writes it in place, keeping the old values as the
+ * undo log and hashing each batch for the chunk's next checksum. A chunk
+ * that fails is restored before the error returns. The walk has a portable
+ * build here and an AVX-512 one in apply_avx512.c. */
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
