@@ -118,7 +118,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
         uint32_t nblk = (nel + 63) / 64;
         if (nel < 64 * DELTA_MASK_BATCH) /* the chunk's last batch, short */
             for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++)
-                ge[0][b] = b >= nblk ? 0 : nel - 64 * b >= 64 ? ~0ull : (1ull << (nel - 64 * b)) - 1;
+                ge[0][b] = delta_block_valid(nel, b);
         ge_rows(base + (size_t)at * w, w, nel, thr, lower, K, ge, (size_t)(h->elems - at) * w);
         counts_t p = row_counts(ge[0]);
         for (uint32_t k = 0; k < K; k++) {

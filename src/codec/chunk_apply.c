@@ -18,29 +18,9 @@ typedef struct class_cursor {
     uint32_t nu_left;
 } class_cursor_t;
 
-/* Decodes one change of class k: its value change, then where the next is. */
+/* Decodes one change of class k: its value change, then where the next is.
+ * The general reader; decode_class takes one-ulp changes faster itself. */
 static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
-    /* the common case in one refill: a one-ulp change whose sign bit and
-       following gap code lie in the bits at hand */
-    bitr_t *r = &q->br;
-    if (!(q->nu_left && q->j == q->nu_next) && q->left > 1) {
-        bitr_refill(r);
-        uint64_t acc = r->acc >> 1;
-        uint32_t k = e->k_gap;
-        if (acc) {
-            uint32_t t = (uint32_t)__builtin_ctzll(acc);
-            uint32_t used = 1 + t + 1 + k;
-            if (used <= r->n && (uint64_t)t <= (uint64_t)(e->count >> k)) {
-                uint32_t neg = (uint32_t)(r->acc & 1);
-                uint64_t low = k ? (acc >> (t + 1)) & ((1ull << k) - 1) : 0;
-                bitr_skip(r, used);
-                q->j++;
-                q->left--;
-                q->target += ((uint64_t)t << k | low) + 1;
-                return 1 - 2 * (int64_t)neg; /* no branch on a coin flip */
-            }
-        }
-    }
     uint32_t neg = bitr_bits(&q->br, 1);
     uint64_t a = 1;
     if (q->nu_left && q->j == q->nu_next) {
@@ -145,8 +125,7 @@ DELTA_HOT static void apply_batches_base(apply_job_t *j) {
         }
         j->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
         for (uint32_t b = 0; b < nblk; b++) {
-            uint32_t nb = nel - 64 * b < 64 ? nel - 64 * b : 64;
-            gebuf[b][0] = nb == 64 ? ~0ull : (1ull << nb) - 1;
+            gebuf[b][0] = delta_block_valid(nel, b);
             gebuf[b][K] = 0;
         }
         /* a second loop: reading gebuf right after the kernel's stores would
@@ -249,7 +228,7 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
         *next_sum = XXH3_64bits_digest(&hs);
         return FERRY_OK;
     }
-    for (size_t i = j.n; i-- > 0;) elem_put(base, h->width, j.log[i].pos, j.log[i].val);
+    delta_undo_changes(base, h->width, j.log, j.n);
     return st;
 }
 
@@ -307,7 +286,7 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dty
     if (st != FERRY_OK) return st;
     delta_change_t *ch = c->log + c->log_n; /* written; old values kept */
     if (sum != h.next_sum) {
-        for (size_t i = n; i-- > 0;) elem_put(base, w, ch[i].pos, ch[i].val);
+        delta_undo_changes(base, w, ch, n);
         return blame(c, &h, base);
     }
     u->count = n;

@@ -86,8 +86,7 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
         c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
         for (uint32_t b = 0; b < nblk; b++) {
             uint64_t *ge = gebuf[b];
-            uint32_t n = nel - 64 * b < 64 ? nel - 64 * b : 64;
-            ge[0] = n == 64 ? ~0ull : (1ull << n) - 1;
+            ge[0] = delta_block_valid(nel, b);
             for (uint32_t j = K; j <= FERRY_DELTA_CLASSES_MAX; j++) ge[j] = 0;
             for (uint32_t k = 0; k < K; k++) {
                 before[b][k] = (uint32_t)count[k];

@@ -79,8 +79,7 @@ void delta_rollback_to(ferry_delta_codec_t *c, size_t mark) {
         if (d->raw_off != SIZE_MAX) {
             memcpy(d->base, c->arena + d->raw_off, (size_t)d->elems * d->width);
         } else {
-            for (size_t i = d->first + d->count; i-- > d->first;)
-                elem_put(d->base, d->width, c->log[i].pos, c->log[i].val);
+            delta_undo_changes(d->base, d->width, c->log + d->first, d->count);
         }
     }
     delta_truncate(c, mark);

@@ -333,6 +333,17 @@ typedef struct delta_undo {
     size_t raw_off;      /* raw: offset of the old contents in the arena, or SIZE_MAX */
 } delta_undo_t;
 
+/* The elements of block b of a batch of nel: all 64 bits, fewer in a short
+ * last block, none past the batch. */
+static inline uint64_t delta_block_valid(uint32_t nel, uint32_t b) {
+    return 64 * b >= nel ? 0 : nel - 64 * b >= 64 ? ~0ull : (1ull << (nel - 64 * b)) - 1;
+}
+
+/* Puts back the old values of n logged changes, last first. */
+static inline void delta_undo_changes(uint8_t *base, uint32_t w, const delta_change_t *log, size_t n) {
+    for (size_t i = n; i-- > 0;) elem_put(base, w, log[i].pos, log[i].val);
+}
+
 /* Writes one decoded change (d steps of elem_ord) at pos and logs the old
  * value; false, writing nothing, when the value would leave the width's
  * range. Inlined with a constant width where the caller has one. */
