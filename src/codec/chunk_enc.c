@@ -43,93 +43,247 @@ static size_t next_nonunit(const uint32_t *val, size_t m, size_t j) {
     return j;
 }
 
-static bool scratch(ferry_delta_codec_t *c, size_t n) {
-    return delta_grow(c, (void **)&c->pos, &c->pos_cap, n, 4) && delta_grow(c, (void **)&c->rank, &c->rank_cap, n, 4) &&
-           delta_grow(c, (void **)&c->order, &c->order_cap, n, 4) && delta_grow(c, (void **)&c->cls, &c->cls_cap, n, 1) &&
-           delta_grow(c, (void **)&c->val, &c->val_cap, n, 4) && delta_grow(c, (void **)&c->sign, &c->sign_cap, n, 1) &&
-           delta_grow(c, (void **)&c->cval, &c->cval_cap, n, 4) && delta_grow(c, (void **)&c->csign, &c->csign_cap, n, 1);
+/* One entry per element of the chunk and a sentinel; a piece's offsets. */
+static bool scratch(ferry_delta_codec_t *c, size_t elems) {
+    size_t n = elems + 1;
+    return delta_grow(c, (void **)&c->pos, &c->pos_cap, n, 4) && delta_grow(c, (void **)&c->order, &c->order_cap, n, 4) &&
+           delta_grow(c, (void **)&c->cls, &c->cls_cap, n, 1) && delta_grow(c, (void **)&c->val, &c->val_cap, n, 4) &&
+           delta_grow(c, (void **)&c->sign, &c->sign_cap, n, 1) && delta_grow(c, (void **)&c->cval, &c->cval_cap, n, 4) &&
+           delta_grow(c, (void **)&c->csign, &c->csign_cap, n, 1) &&
+           (!c->enc.scan_w2 || delta_grow(c, (void **)&c->off, &c->off_cap, 2048 + 32, 2));
 }
 
-/* Writes the sparse record into dst[0, room); returns its length, or 0 when
- * it does not fit. The changes are c->pos[0, m), as find_changes left them. */
-DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_classes, const uint8_t *base,
-                                      uint32_t elems, size_t m, uint8_t *dst, size_t room) {
-    /* classes from the changed elements' magnitudes and a sample of all */
-    double hist_all[256] = {0}, hist_chg[256] = {0};
-    uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w);
-    uint32_t stride = elems >= (1u << 16) ? 64 : 1, cnt[4][256];
-    memset(cnt, 0, sizeof cnt);
-    /* four counters per bucket, so neighbouring samples of one bucket do not
-       wait on each other's increments */
-    uint32_t i4 = 0;
-    for (uint32_t i = 0; i < elems; i += stride, i4++) cnt[i4 & 3][(elem_get(base, w, i) & mm) >> shift]++;
-    for (uint32_t b = 0; b < 256; b++)
-        hist_all[b] = (double)stride * (double)(cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b]);
-    memset(cnt, 0, sizeof cnt);
-    for (size_t i = 0; i < m; i++) cnt[i & 3][c->cls[i]]++;
-    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = (double)(cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b]);
-    uint32_t lower[FERRY_DELTA_CLASSES_MAX];
-    uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
+/* Pass 1, a batch at a time while the batch is in L1: both checksums, the
+ * changed elements in position order (c->pos; value changes in c->val as
+ * |d| - 1 and c->sign; base magnitude buckets in c->cls) and a sample of the
+ * base's buckets for choosing classes (every element of a small chunk,
+ * every 64th of a large one). One read of base and next from memory.
+ * Returns the changed count. */
+DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
+                                   uint32_t elems, uint32_t stride, uint32_t sample[4][256], uint64_t *bs,
+                                   uint64_t *ns) {
+    XXH3_state_t hb, hn;
+    XXH3_64bits_reset(&hb);
+    XXH3_64bits_reset(&hn);
+    size_t m = 0;
+    uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w), i4 = 0;
+    /* pieces of 2 KiB per buffer: hashing a piece brings it into L1, where
+       the masks kernel finds it (larger pieces measured slower) */
+    const uint32_t piece = 2048 / w;
+    uint64_t chb[2048 / 64];
+    for (uint32_t at = 0; at < elems; at += piece) {
+        uint32_t nel = elems - at < piece ? elems - at : piece;
+        const uint8_t *bp = base + (size_t)at * w, *np = next + (size_t)at * w;
+        /* two pieces ahead on their way from memory: the hardware
+           prefetcher alone leaves the hash waiting */
+        if (elems - at > 3 * piece)
+            for (uint32_t o = 0; o < 2048; o += 64) {
+                __builtin_prefetch(bp + 2 * 2048 + o);
+                __builtin_prefetch(np + 2 * 2048 + o);
+            }
+        XXH3_64bits_update(&hb, bp, (size_t)nel * w);
+        XXH3_64bits_update(&hn, np, (size_t)nel * w);
+        if (w == 2 && c->enc.scan_w2) {
+            /* the kernel packs the offsets, then value changes and buckets
+               in a loop without branches (the piece is in L1) */
+            size_t k = c->enc.scan_w2(bp, np, nel, c->off);
+            for (size_t i = 0; i < k; i++, m++) {
+                uint32_t p = c->off[i], v = elem_get(bp, 2, p);
+                int32_t d = (int32_t)(elem_ord(elem_get(np, 2, p), 2) - elem_ord(v, 2));
+                c->pos[m] = at + p;
+                c->val[m] = (uint32_t)(d < 0 ? -d : d) - 1;
+                c->sign[m] = d < 0;
+                c->cls[m] = (uint8_t)((v & 0x7FFFu) >> 7);
+            }
+        } else {
+          c->masks(bp, np, w, nel, NULL, 0, chb, NULL, 0);
+          for (uint32_t b = 0; 64 * b < nel; b++)
+            for (uint64_t ch = chb[b]; ch; ch &= ch - 1) {
+                uint32_t p = 64 * b + (uint32_t)__builtin_ctzll(ch);
+                uint32_t v = elem_get(bp, w, p);
+                int64_t d = elem_ord(elem_get(np, w, p), w) - elem_ord(v, w);
+                uint64_t a = d < 0 ? (uint64_t)-d : (uint64_t)d;
+                c->pos[m] = at + p;
+                c->val[m] = (uint32_t)(a - 1);
+                c->sign[m] = d < 0;
+                c->cls[m] = (uint8_t)((v & mm) >> shift);
+                m++;
+            }
+        }
+        /* four counters per bucket, so neighbouring samples of one bucket do
+           not wait on each other's increments (pieces are whole strides) */
+        for (uint32_t i = 0; i < nel; i += stride, i4++) sample[i4 & 3][(elem_get(bp, w, i) & mm) >> shift]++;
+    }
+    *bs = XXH3_64bits_digest(&hb);
+    *ns = XXH3_64bits_digest(&hn);
+    return m;
+}
 
-    /* pass 2: each change's class and its rank within the class, a batch of
-       blocks at a time: the batch's masks, each block's class counts before
-       it, then the batch's changes (c->pos ends with a sentinel, so the loop
-       exits once per batch, not once per block) */
-    uint64_t count[FERRY_DELTA_CLASSES_MAX] = {0}, changed[FERRY_DELTA_CLASSES_MAX] = {0};
-    size_t i = 0;
+/* Pass 2 (the chunk's base is still in cache): each change's rank among
+ * the elements of its class, and the changes grouped by class in position
+ * order: gaps (elements of the class skipped since its previous change) in
+ * c->order, value changes in c->cval and c->csign, class k's from start[k].
+ * count[k] gets the class's elements. */
+DELTA_HOT static void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t elems, size_t m,
+                                   uint32_t K, const uint32_t *lower, const uint8_t *class_of, const size_t *start,
+                                   uint64_t *count) {
     uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
-    uint32_t before[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX];    /* class elements in the chunk before the block */
-    c->pos[m] = UINT32_MAX;
+    uint64_t cm[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];         /* per class and block: its elements */
+    uint32_t before[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];     /* class elements in the chunk before the block */
+    size_t fill[FERRY_DELTA_CLASSES_MAX];
+    uint32_t last[FERRY_DELTA_CLASSES_MAX] = {0}; /* one past the rank of the class's previous change */
+    uint64_t cnt[FERRY_DELTA_CLASSES_MAX] = {0};
+    uint8_t bucket_lower[FERRY_DELTA_CLASSES_MAX];
+    for (uint32_t k = 0; k < K; k++) bucket_lower[k] = (uint8_t)(lower[k] >> delta_bucket_shift(w));
+    memcpy(fill, start, sizeof fill);
+    size_t i = 0;
+    c->pos[m] = UINT32_MAX; /* a sentinel: the loop over a batch's changes exits once per batch */
     for (uint32_t at = 0; at < elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
         uint32_t nblk = (nel + 63) / 64;
-        c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
-        for (uint32_t b = 0; b < nblk; b++) {
-            uint64_t *ge = gebuf[b];
-            ge[0] = delta_block_valid(nel, b);
-            for (uint32_t j = K; j <= FERRY_DELTA_CLASSES_MAX; j++) ge[j] = 0;
+        if (w == 2 && c->enc.class_rows_w2) {
+            c->enc.class_rows_w2(base + (size_t)at * w, nel, (size_t)(elems - at) * w, bucket_lower, K, cm, before,
+                                 cnt);
+        } else {
+            c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1],
+                     FERRY_DELTA_CLASSES_MAX + 1);
+            for (uint32_t b = 0; b < nblk; b++) {
+                gebuf[b][0] = delta_block_valid(nel, b);
+                gebuf[b][K] = 0;
+            }
+            /* a second loop: reading gebuf right after the kernel's stores
+               would stall on store forwarding */
             for (uint32_t k = 0; k < K; k++) {
-                before[b][k] = (uint32_t)count[k];
-                count[k] += (uint64_t)__builtin_popcountll(ge[k] & ~ge[k + 1]);
+                uint64_t run = cnt[k];
+                for (uint32_t b = 0; b < nblk; b++) {
+                    uint64_t x = gebuf[b][k] & ~gebuf[b][k + 1];
+                    cm[k][b] = x;
+                    before[k][b] = (uint32_t)run;
+                    run += (uint64_t)__builtin_popcountll(x);
+                }
+                cnt[k] = run;
             }
         }
         for (; c->pos[i] < at + nel; i++) {
-            uint32_t p = c->pos[i] - at, b = p / 64, bit = p % 64;
-            const uint64_t *ge = gebuf[b];
-            /* nested masks: the class is how many thresholds the element
-               reaches; a plain sum (a vectorised one pays a horizontal add
-               per change); written for up to 8 classes */
-            _Static_assert(FERRY_DELTA_CLASSES_MAX == 8, "the sum below has one term per threshold");
-            uint32_t k = (uint32_t)((ge[1] >> bit) & 1) + (uint32_t)((ge[2] >> bit) & 1) +
-                         (uint32_t)((ge[3] >> bit) & 1) + (uint32_t)((ge[4] >> bit) & 1) +
-                         (uint32_t)((ge[5] >> bit) & 1) + (uint32_t)((ge[6] >> bit) & 1) +
-                         (uint32_t)((ge[7] >> bit) & 1);
-            uint64_t cm = ge[k] & ~ge[k + 1];
-            c->cls[i] = (uint8_t)k;
-            c->rank[i] = before[b][k] + (uint32_t)__builtin_popcountll(cm & ((1ull << bit) - 1));
+            uint32_t p = c->pos[i] - at, b = p / 64, bit = p % 64, k = class_of[c->cls[i]];
+            uint32_t r = before[k][b] + (uint32_t)__builtin_popcountll(cm[k][b] & ((1ull << bit) - 1));
+            size_t j = fill[k]++;
+            c->order[j] = r - last[k];
+            last[k] = r + 1;
+            c->cval[j] = c->val[i];
+            c->csign[j] = c->sign[i];
         }
     }
-    {
-        uint32_t cnt4[4][FERRY_DELTA_CLASSES_MAX];
-        memset(cnt4, 0, sizeof cnt4);
-        for (i = 0; i < m; i++) cnt4[i & 3][c->cls[i]]++; /* four counters: no chain through one */
-        for (uint32_t k = 0; k < K; k++) changed[k] = cnt4[0][k] + cnt4[1][k] + cnt4[2][k] + cnt4[3][k];
+    memcpy(count, cnt, sizeof cnt);
+}
+
+/* One class's stream: Rice-coded gaps, sign bits, and the changes of more
+ * than one ulp with their own sparse positions; the parameters each from one
+ * pass over the class. Returns the stream's length, 0 when it does not fit. */
+DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk,
+                                    const uint32_t *gap, const uint32_t *val, const uint8_t *sign) {
+    /* three Rice parameters around the geometric optimum for the gaps and
+       for the runs between non-unit changes, five exp-Golomb orders for
+       their magnitudes */
+    size_t nu = 0;
+    for (size_t j = 0; j < mk; j++) nu += val[j] != 0;
+    int g0 = rice_guess((double)(count - mk) / (double)mk), n0 = nu ? rice_guess((double)(mk - nu) / nu) : 0;
+    if (g0 < 1) g0 = 1;
+    if (n0 < 1) n0 = 1;
+    uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0};
+    for (size_t j = 0; j < mk; j++) { /* no branch: vectorizes */
+        uint64_t g = gap[j];
+        gap_bits[0] += g >> (g0 - 1);
+        gap_bits[1] += g >> g0;
+        gap_bits[2] += g >> (g0 + 1);
     }
-    /* the changes grouped by class, each group in position order: ranks in
-       order[], value changes in cval[] and csign[] */
+    size_t prev_nu = 0;
+    for (size_t j = next_nonunit(val, mk, 0); j < mk; j = next_nonunit(val, mk, j + 1)) {
+        uint64_t r = j - prev_nu;
+        prev_nu = j + 1;
+        for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
+        for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[j] - 1, e);
+    }
+    uint32_t k_gap = 0, k_nu = 0, k_mag = 0;
+    uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
+    for (int e = 0; e < 3; e++) {
+        uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
+        if (kk <= 24 && bits < best) best = bits, k_gap = (uint32_t)kk;
+        kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + nu * (1 + kk);
+        if (kk <= 24 && bits < best_nu) best_nu = bits, k_nu = (uint32_t)kk;
+    }
+    for (uint32_t e = 1; e < 5; e++)
+        if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
+
+    bitw_t bw;
+    bitw_init(&bw, dst, room);
+    size_t next_nu = mk, nu_left = nu;
+    if (nu_left) {
+        next_nu = next_nonunit(val, mk, 0);
+        bitw_rice(&bw, (uint32_t)next_nu, k_nu);
+    }
+    const uint32_t low = (1u << k_gap) - 1;
+    for (size_t j = 0; j < mk;) {
+        /* the common case, a one-ulp change: its gap and sign as one code */
+        if (bitw_room8(&bw)) bitw_flush8(&bw);
+        for (; j < next_nu; j++) {
+            uint32_t q = gap[j] >> k_gap;
+            if (q > 30 || !bitw_room8(&bw)) break;
+            bitw_put56(&bw, (1ull << q) | (uint64_t)(gap[j] & low) << (q + 1) | (uint64_t)sign[j] << (q + 1 + k_gap),
+                       q + 2 + k_gap);
+        }
+        if (j >= mk) break;
+        bitw_rice(&bw, gap[j], k_gap);
+        bitw_put(&bw, sign[j], 1);
+        if (j == next_nu) {
+            bitw_expg(&bw, val[j] - 1, k_mag);
+            if (--nu_left) {
+                size_t after = next_nonunit(val, mk, j + 1);
+                bitw_rice(&bw, (uint32_t)(after - j - 1), k_nu);
+                next_nu = after;
+            } else {
+                next_nu = mk;
+            }
+        }
+        j++;
+    }
+    size_t len = bitw_finish(&bw);
+    if (bw.overflow) return 0;
+    put_u32(entry + 12, (uint32_t)nu);
+    put_u32(entry + 16, (uint32_t)len);
+    entry[20] = (uint8_t)k_gap;
+    entry[21] = (uint8_t)k_nu;
+    entry[22] = (uint8_t)k_mag;
+    return len;
+}
+
+/* Writes the sparse record into dst[0, room); returns its length, or 0 when
+ * it does not fit. The changes are as scan_chunk left them; sample holds
+ * the sampled base buckets (every stride-th element). */
+static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_classes, const uint8_t *base,
+                            uint32_t elems, size_t m, uint32_t stride, uint32_t sample[4][256], uint8_t *dst,
+                            size_t room) {
+    /* classes from the changed elements' magnitudes and the sample of all */
+    double hist_all[256], hist_chg[256];
+    uint32_t cnt[4][256], shift = delta_bucket_shift(w);
+    for (uint32_t b = 0; b < 256; b++)
+        hist_all[b] = (double)stride * (double)(sample[0][b] + sample[1][b] + sample[2][b] + sample[3][b]);
+    memset(cnt, 0, sizeof cnt);
+    for (size_t i = 0; i < m; i++) cnt[i & 3][c->cls[i]]++; /* four counters: no chain through one */
+    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = (double)(cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b]);
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX];
+    uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
+    /* classes are runs of whole buckets: a bucket's class by table */
+    uint8_t class_of[256];
+    uint64_t changed[FERRY_DELTA_CLASSES_MAX] = {0}, count[FERRY_DELTA_CLASSES_MAX];
+    for (uint32_t b = 0, k = 0; b < 256; b++) {
+        while (k + 1 < K && (b << shift) >= lower[k + 1]) k++;
+        class_of[b] = (uint8_t)k;
+        changed[k] += hist_chg[b];
+    }
     size_t start[FERRY_DELTA_CLASSES_MAX + 1] = {0};
     for (uint32_t k = 0; k < K; k++) start[k + 1] = start[k] + changed[k];
-    size_t fill[FERRY_DELTA_CLASSES_MAX];
-    memcpy(fill, start, sizeof fill);
-    for (i = 0; i < m; i++) {
-        size_t j = fill[c->cls[i]]++;
-        c->order[j] = c->rank[i];
-        c->cval[j] = c->val[i];
-        c->csign[j] = c->sign[i];
-    }
-
-    for (uint32_t k = 0; k < K; k++) /* ranks to gaps: changes of the class skipped since its previous change */
-        for (size_t j = start[k + 1]; j-- > start[k] + 1;) c->order[j] -= c->order[j - 1] + 1;
+    rank_changes(c, w, base, elems, m, K, lower, class_of, start, count);
 
     size_t off = CHUNK_HEADER + (size_t)K * CLASS_ENTRY;
     if (off >= room) return 0;
@@ -140,101 +294,13 @@ DELTA_HOT static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32
         put_u32(entry + 4, (uint32_t)count[k]);
         put_u32(entry + 8, (uint32_t)changed[k]);
         if (!changed[k]) continue;
-        size_t mk = changed[k];
-        const uint32_t *gap = c->order + start[k], *val = c->cval + start[k];
-        const uint8_t *sign = c->csign + start[k];
-        /* code parameters, each from one pass: three Rice parameters around
-           the geometric optimum for the gaps and for the runs between
-           non-unit changes, five exp-Golomb orders for their magnitudes */
-        size_t nu = 0;
-        for (size_t j = 0; j < mk; j++) nu += val[j] != 0;
-        int g0 = rice_guess((double)(count[k] - mk) / (double)mk), n0 = nu ? rice_guess((double)(mk - nu) / nu) : 0;
-        if (g0 < 1) g0 = 1;
-        if (n0 < 1) n0 = 1;
-        uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0};
-        size_t prev_nu = 0;
-        for (size_t j = 0; j < mk; j++) {
-            uint64_t g = gap[j];
-            for (int e = 0; e < 3; e++) gap_bits[e] += g >> (g0 - 1 + e);
-            if (val[j]) {
-                uint64_t r = j - prev_nu;
-                prev_nu = j + 1;
-                for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
-                for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[j] - 1, e);
-            }
-        }
-        uint32_t k_gap = 0, k_nu = 0, k_mag = 0;
-        uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
-        for (int e = 0; e < 3; e++) {
-            uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
-            if (kk <= 24 && bits < best) best = bits, k_gap = (uint32_t)kk;
-            kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + nu * (1 + kk);
-            if (kk <= 24 && bits < best_nu) best_nu = bits, k_nu = (uint32_t)kk;
-        }
-        for (uint32_t e = 1; e < 5; e++)
-            if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
-
-        bitw_t bw;
-        bitw_init(&bw, dst + off, room - off);
-        size_t next_nu = 0, nu_left = nu;
-        if (nu_left) {
-            next_nu = next_nonunit(val, mk, 0);
-            bitw_rice(&bw, (uint32_t)next_nu, k_nu);
-        }
-        for (size_t j = 0; j < mk; j++) {
-            bitw_rice(&bw, gap[j], k_gap);
-            bitw_put(&bw, sign[j], 1);
-            if (nu_left && j == next_nu) {
-                bitw_expg(&bw, val[j] - 1, k_mag);
-                if (--nu_left) {
-                    size_t after = next_nonunit(val, mk, j + 1);
-                    bitw_rice(&bw, (uint32_t)(after - j - 1), k_nu);
-                    next_nu = after;
-                }
-            }
-        }
-        size_t len = bitw_finish(&bw);
-        if (bw.overflow) return 0;
+        size_t len = write_class(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
+                                 c->cval + start[k], c->csign + start[k]);
+        if (!len) return 0;
         off += len;
-        put_u32(entry + 12, (uint32_t)nu);
-        put_u32(entry + 16, (uint32_t)len);
-        entry[20] = (uint8_t)k_gap;
-        entry[21] = (uint8_t)k_nu;
-        entry[22] = (uint8_t)k_mag;
     }
     write_header(dst, CHUNK_SPARSE, w, K, elems, (uint32_t)m, (uint32_t)(off - CHUNK_HEADER - K * CLASS_ENTRY), 0, 0);
     return off;
-}
-
-/* Pass 1: the changed elements, in position order, into c->pos, with their
- * value changes (c->val: |d| - 1, c->sign) and base magnitude buckets
- * (c->cls, until classes replace them), read while the block is in L1;
- * returns their count. */
-DELTA_HOT static size_t find_changes(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
-                                     uint32_t elems) {
-    size_t m = 0;
-    uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w);
-    uint64_t chb[DELTA_MASK_BATCH];
-    for (uint32_t at = 0; at < elems; at += 64) {
-        uint32_t blk = (at / 64) % DELTA_MASK_BATCH;
-        if (blk == 0) { /* the next batch's masks, in one call (and still in L1 below) */
-            uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
-            c->masks(base + (size_t)at * w, next + (size_t)at * w, w, nel, NULL, 0, chb, NULL, 0);
-        }
-        uint64_t ch = chb[blk];
-        for (; ch; ch &= ch - 1) {
-            uint32_t p = at + (uint32_t)__builtin_ctzll(ch);
-            uint32_t b = elem_get(base, w, p);
-            int64_t d = elem_ord(elem_get(next, w, p), w) - elem_ord(b, w);
-            uint64_t a = d < 0 ? (uint64_t)-d : (uint64_t)d;
-            c->pos[m] = p;
-            c->val[m] = (uint32_t)(a - 1);
-            c->sign[m] = d < 0;
-            c->cls[m] = (uint8_t)((b & mm) >> shift);
-            m++;
-        }
-    }
-    return m;
 }
 
 ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dtype, uint32_t max_classes,
@@ -259,12 +325,13 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     if (cap < CHUNK_HEADER)
         return delta_fail(c, FERRY_ERR_LIMIT, "chunk encode: %zu bytes of room, at least %u needed", cap,
                           CHUNK_HEADER);
-    if (!scratch(c, (size_t)elems + 1)) return delta_fail(c, FERRY_ERR_NO_MEMORY, "chunk encode: out of memory");
-    uint64_t bs = XXH3_64bits(base, (size_t)elems * w), ns = XXH3_64bits(next, (size_t)elems * w);
+    if (!scratch(c, elems)) return delta_fail(c, FERRY_ERR_NO_MEMORY, "chunk encode: out of memory");
+    uint32_t stride = elems >= (1u << 16) ? 64 : 1, sample[4][256];
+    memset(sample, 0, sizeof sample);
+    uint64_t bs, ns;
+    size_t m = scan_chunk(c, w, base, next, elems, stride, sample, &bs, &ns);
     if (base_sum_out) *base_sum_out = bs;
     if (next_sum_out) *next_sum_out = ns;
-
-    size_t m = find_changes(c, w, base, next, elems);
     if (m == 0) {
         write_header(dst, CHUNK_UNCHANGED, w, 0, elems, 0, 0, bs, ns);
         seal(dst, CHUNK_HEADER);
@@ -273,7 +340,7 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     }
     /* sparse must be smaller than raw to be worth decoding */
     size_t room = cap < raw_len - 1 ? cap : raw_len - 1;
-    size_t off = encode_sparse(c, w, max_classes, base, elems, m, dst, room);
+    size_t off = encode_sparse(c, w, max_classes, base, elems, m, stride, sample, dst, room);
     if (off) {
         put_u64(dst + 16, bs);
         put_u64(dst + 24, ns);

@@ -44,6 +44,7 @@ ferry_status_t ferry_delta_codec_create(ferry_ctx_t *ctx, ferry_delta_codec_t **
     c->ctx = ctx;
     c->masks = delta_masks_pick();
     c->apply_batches = delta_apply_batches_pick();
+    delta_enc_kernels_pick(&c->enc);
     *out = c;
     return FERRY_OK;
 }
@@ -51,7 +52,7 @@ ferry_status_t ferry_delta_codec_create(ferry_ctx_t *ctx, ferry_delta_codec_t **
 void ferry_delta_codec_destroy(ferry_delta_codec_t *c) {
     if (!c) return;
     ferry_free(c->ctx, c->pos);
-    ferry_free(c->ctx, c->rank);
+    ferry_free(c->ctx, c->off);
     ferry_free(c->ctx, c->order);
     ferry_free(c->ctx, c->val);
     ferry_free(c->ctx, c->sign);

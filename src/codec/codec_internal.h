@@ -200,6 +200,23 @@ static inline void bitw_expg(bitw_t *w, uint32_t v, uint32_t k) {
     }
 }
 
+/* The fast writer for codes of up to 56 bits: whole bytes leave acc after
+ * each code by one unaligned 8-byte store, so no branch on the bit count.
+ * Needs 8 bytes of room (bitw_room8) and, before the first code, a flush. */
+static inline bool bitw_room8(const bitw_t *w) { return w->end - w->p >= 8; }
+static inline void bitw_flush8(bitw_t *w) { /* leaves fewer than 8 bits in acc */
+    put_u64(w->p, w->acc);
+    uint32_t bytes = w->n >> 3;
+    w->p += bytes;
+    w->acc = bytes == 8 ? 0 : w->acc >> (8 * bytes);
+    w->n &= 7;
+}
+static inline void bitw_put56(bitw_t *w, uint64_t bits, uint32_t n) { /* n <= 56, bits < 2^n, acc < 8 bits */
+    w->acc |= bits << w->n;
+    w->n += n;
+    bitw_flush8(w);
+}
+
 /* Bytes written; 0 with overflow set when the room ran out. */
 static inline size_t bitw_finish(bitw_t *w) {
     for (; w->n > 0 && !w->overflow; w->n = w->n > 8 ? w->n - 8 : 0) {
@@ -380,19 +397,38 @@ apply_batches_fn delta_apply_batches_pick(void); /* the fastest walk this CPU ru
 size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap);
 void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with AVX-512BW, VPOPCNTDQ and BMI2 only */
 
+/* The encoder's per-element passes for 16-bit elements, vectorized
+ * (enc_avx512.c); the portable code in chunk_enc.c does the same.
+ * scan_w2: the offsets of the changed elements among n <= 65536, in order,
+ * into off (room for 32 entries past the count); returns the count.
+ * class_rows_w2: for a batch of nel elements (base readable for ahead
+ * bytes, which it prefetches), per class k < K (buckets from
+ * bucket_lower[k]) and block b, its elements cm[k][b] and those of the
+ * chunk before the block, before[k][b] (count[k] in: before the batch; out:
+ * after it). */
+typedef struct delta_enc_kernels {
+    size_t (*scan_w2)(const uint8_t *base, const uint8_t *next, uint32_t n, uint16_t *off);
+    void (*class_rows_w2)(const uint8_t *base, uint32_t nel, size_t ahead, const uint8_t *bucket_lower, uint32_t K,
+                          uint64_t cm[][DELTA_MASK_BATCH], uint32_t before[][DELTA_MASK_BATCH], uint64_t *count);
+} delta_enc_kernels_t;
+/* False, leaving *k alone, when the CPU lacks what the kernels need. */
+bool delta_enc_kernels_pick(delta_enc_kernels_t *k);
+
 struct ferry_delta_codec {
     ferry_ctx_t *ctx;
     ferry_errbuf_t err;
     delta_masks_fn masks;
     apply_batches_fn apply_batches;
+    delta_enc_kernels_t enc; /* all NULL: the portable encoder */
     /* decoder scratch: each class's changes, in rank order */
     uint32_t *dec_rank;
     int64_t *dec_delta;
     size_t dec_rank_cap, dec_delta_cap;
     /* encoder scratch, one entry per changed element of a chunk */
-    uint32_t *pos, *rank, *order, *val, *cval;
+    uint32_t *pos, *order, *val, *cval;
+    uint16_t *off; /* a piece's changes, from enc.scan_w2 */
     uint8_t *cls, *sign, *csign;
-    size_t pos_cap, rank_cap, order_cap, cls_cap, val_cap, sign_cap, cval_cap, csign_cap;
+    size_t pos_cap, order_cap, cls_cap, val_cap, sign_cap, cval_cap, csign_cap, off_cap;
     /* decoded changes and, once applied, the undo log */
     delta_change_t *log;
     size_t log_n, log_cap;

@@ -356,6 +356,49 @@ static void test_kernels(void) {
 
 /* delta files: frames for bf16, whole tensors (with their checksums) for
  * dtypes the codec does not take; all or nothing; the file's base version */
+/* Encodes with the codec's kernels as they are; the caller sets them. */
+static uint8_t *encode_with(ferry_dtype_t dt, const void *base, const void *next, uint64_t n, uint32_t chunk,
+                            size_t *len) {
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS, .dtype = dt, .chunk_elems = chunk};
+    size_t cap = ferry_delta_bound(dt, n, chunk);
+    uint8_t *d = malloc(cap);
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, n, d, cap, len), ferry_delta_codec_detail(codec));
+    return d;
+}
+
+/* The vector encoder writes exactly the portable encoder's bytes: a delta
+ * must not depend on the CPU that made it. */
+static void test_encoders(void) {
+    delta_enc_kernels_t fast = codec->enc;
+    if (!fast.scan_w2) {
+        printf("encoders: this CPU runs the portable encoder only\n");
+        return;
+    }
+    const size_t cap = 200000;
+    uint16_t *base = malloc(cap * 2), *next = malloc(cap * 2);
+    for (int rep = 0; rep < 300; rep++) {
+        ferry_dtype_t dt = rep % 2 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
+        uint64_t n = rep % 7 == 0 ? 1 + rng_next() % 100 : 1 + rng_next() % cap;
+        uint32_t chunk = 1u << (10 + rng_next() % 8);
+        uint32_t every = (uint32_t[]){1, 2, 7, 50, 300, 100000}[rep % 6];
+        for (uint64_t i = 0; i < n; i++) {
+            /* weights near N(0, 0.02) mostly, every bit pattern at times */
+            base[i] = rep % 5 == 0 ? (uint16_t)rng_next() : (uint16_t)(0x3A00 + rng_next() % 0x600 + (rng_next() % 2) * 0x8000);
+            next[i] = base[i];
+            if (rng_next() % every == 0) next[i] = rng_next() % 9 ? (uint16_t)(base[i] + (rng_next() % 2 ? 1 : -1)) : (uint16_t)rng_next();
+        }
+        size_t l1, l2;
+        uint8_t *d1 = encode_with(dt, base, next, n, chunk, &l1);
+        memset(&codec->enc, 0, sizeof codec->enc);
+        uint8_t *d2 = encode_with(dt, base, next, n, chunk, &l2);
+        codec->enc = fast;
+        CHECK_EQ_INT(l1, l2);
+        CHECK(memcmp(d1, d2, l1) == 0);
+        free(d1), free(d2);
+    }
+    free(base), free(next);
+}
+
 static void test_delta_file(void) {
     enum { N = 3000 };
     static uint16_t wb[N], wn[N], wr[N];
@@ -400,17 +443,23 @@ int main(void) {
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
     test_delta_file();
     test_kernels();
-    /* every apply walk this CPU runs gets the whole suite */
+    test_encoders();
+    /* the whole suite with every encoder and every apply walk this CPU runs */
     apply_batches_fn walks[4];
     size_t nw = delta_apply_batches_kernels(walks, 4);
-    for (size_t i = 0; i < nw; i++) {
-        codec->apply_batches = walks[i];
-        test_round_trips();
-        test_special_values();
-        test_refusals();
-        test_chunk_api();
-        test_realistic();
+    delta_enc_kernels_t fast = codec->enc;
+    for (int e = 0; e < (fast.scan_w2 ? 2 : 1); e++) {
+        if (e) memset(&codec->enc, 0, sizeof codec->enc);
+        for (size_t i = 0; i < nw; i++) {
+            codec->apply_batches = walks[i];
+            test_round_trips();
+            test_special_values();
+            test_refusals();
+            test_chunk_api();
+            test_realistic();
+        }
     }
+    codec->enc = fast;
     ferry_delta_codec_destroy(codec);
     ferry_ctx_destroy(ctx);
     return 0;
