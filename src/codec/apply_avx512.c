@@ -1,19 +1,19 @@
-/* The batch walk of a sparse apply for CPUs with AVX-512 (BW, VPOPCNTDQ)
- * and BMI2; picked at run time (delta_apply_batches_pick). Per batch of 64
- * blocks: one compare per class threshold and 32 elements gives the masks
- * of elements at or above it (ge rows, straight from the mask registers);
- * their running counts come as vectors of 64 u16, and a class's counts are
- * the difference of two rows. Each change's block is then two compares of
- * its rank against those vectors, its element one PDEP (fast on every
- * AVX-512 CPU). Built once per element width so the element code is
- * straight-line. */
+/* The batch walk of a sparse apply for CPUs with AVX-512 (BW, VBMI,
+ * VPOPCNTDQ) and BMI2; picked at run time (delta_apply_batches_pick). Per
+ * batch of 64 blocks: one compare per class threshold gives the masks of
+ * elements at or above it (ge rows, straight from the mask registers; for
+ * 16-bit elements one byte compare of 64 magnitude buckets); their running
+ * counts come as vectors of 64 u16, and a class's counts are the
+ * difference of two rows. Each change's block is then two compares of its
+ * rank against those vectors, its element one PDEP (fast on every AVX-512
+ * CPU). Built once per element width so the element code is straight-line. */
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vpopcntdq,bmi,bmi2,popcnt")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vpopcntdq,bmi,bmi2,popcnt")))
 
 /* Running counts of a row of 64 block masks: lane b of lo (b < 32) or hi
  * holds the set bits in blocks 0..b. */
@@ -53,6 +53,11 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
                                   const uint32_t *lower, uint32_t K, uint64_t ge[][DELTA_MASK_BATCH], size_t ahead) {
     uint32_t full = nel / 64, nblk = (nel + 63) / 64;
     const size_t step = (size_t)64 * w;
+    /* the odd bytes of two vectors: the high bytes of 64 16-bit elements */
+    const __m512i odd_bytes = _mm512_set_epi8(
+        127, 125, 123, 121, 119, 117, 115, 113, 111, 109, 107, 105, 103, 101, 99, 97, 95, 93, 91, 89, 87, 85, 83, 81, 79,
+        77, 75, 73, 71, 69, 67, 65, 63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23,
+        21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     for (uint32_t b = 0; b < full; b++) {
         const uint8_t *bp = base + b * step;
         /* the same block of the next batch on its way from memory, spread
@@ -60,13 +65,10 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
            loads here wait anyway) */
         if ((b + DELTA_MASK_BATCH + 1) * step <= ahead)
             for (uint32_t o = 0; o < step; o += 64) __builtin_prefetch(bp + DELTA_MASK_BATCH * step + o);
-        if (w == 2) {
-            const __m512i mm = _mm512_set1_epi16(0x7FFF);
-            __m512i m0 = _mm512_and_si512(_mm512_loadu_si512((const void *)bp), mm);
-            __m512i m1 = _mm512_and_si512(_mm512_loadu_si512((const void *)(bp + 64)), mm);
-            for (uint32_t k = 1; k < K; k++)
-                ge[k][b] = _cvtmask64_u64(
-                    _mm512_kunpackd(_mm512_cmpge_epu16_mask(m1, thr[k]), _mm512_cmpge_epu16_mask(m0, thr[k])));
+        if (w == 2) { /* one byte compare per threshold: see thr in walk */
+            __m512i v0 = _mm512_loadu_si512((const void *)bp), v1 = _mm512_loadu_si512((const void *)(bp + 64));
+            __m512i e = _mm512_permutex2var_epi8(_mm512_add_epi16(v0, v0), odd_bytes, _mm512_add_epi16(v1, v1));
+            for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, thr[k]));
         } else if (w == 4) {
             const __m512i mm = _mm512_set1_epi32(0x7FFFFFFF);
             __m512i m[4];
@@ -102,7 +104,10 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
     for (uint32_t k = 0; k < K; k++) {
         lower[k] = h->cls[k].lower;
         uint32_t c = lower[k] > top ? top : lower[k];
-        thr[k] = w == 2 ? _mm512_set1_epi16((short)c) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
+        /* 16-bit elements compare their magnitude bucket, the high byte of
+           the element shifted left by one: bounds are whole buckets
+           (delta_chunk_parse checks), so that is the same test */
+        thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
     }
     /* ge[0]: the batch's elements; ge[K]: none */
     uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
@@ -110,8 +115,10 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
         ge[0][b] = ~0ull;
         ge[K][b] = 0;
     }
-    uint16_t up[DELTA_MASK_BATCH + 1]; /* up[b + 1]: the class's elements in blocks 0..b */
-    up[0] = 0;
+    /* up[k][b + 1]: class k's elements in blocks 0..b of the batch */
+    uint16_t up[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH + 1];
+    uint32_t run[FERRY_DELTA_CLASSES_MAX]; /* class k's elements in the batch */
+    for (uint32_t k = 0; k < K; k++) up[k][0] = 0;
     j->bad_class = UINT32_MAX;
     for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
@@ -125,31 +132,40 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
             counts_t q = k + 1 < K ? row_counts(ge[k + 1]) : (counts_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
             counts_t c = {_mm512_sub_epi16(p.lo, q.lo), _mm512_sub_epi16(p.hi, q.hi)}; /* class k's */
             p = q;
-            uint32_t run = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
-            uint64_t end = seen[k] + run;
-            const uint32_t *rank = j->rank[k];
-            uint32_t i = next[k];
-            if (rank[i] >= end) { /* no change of this class in the batch (rank[] ends with a sentinel) */
-                seen[k] = end;
-                continue;
-            }
+            run[k] = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
             if (nblk < DELTA_MASK_BATCH) { /* counts past the batch above every rank */
                 const __m512i all = _mm512_set1_epi16(-1);
                 uint64_t past = ~0ull << nblk;
                 c.lo = _mm512_mask_mov_epi16(c.lo, (__mmask32)past, all);
                 c.hi = _mm512_mask_mov_epi16(c.hi, (__mmask32)(past >> 32), all);
             }
-            _mm512_storeu_si512((void *)(up + 1), c.lo);
-            _mm512_storeu_si512((void *)(up + 33), c.hi);
+            _mm512_storeu_si512((void *)(up[k] + 1), c.lo);
+            _mm512_storeu_si512((void *)(up[k] + 33), c.hi);
+        }
+        /* the previous batch, all written, into the checksum: meanwhile the
+           stores above reach the cache, so the loads below of single
+           counts need not wait on them (a narrow load from a wide store
+           does not forward) */
+        if (at) XXH3_64bits_update(j->hash, base + (size_t)(at - 64 * DELTA_MASK_BATCH) * w, (size_t)64 * DELTA_MASK_BATCH * w);
+        for (uint32_t k = 0; k < K; k++) {
+            uint64_t end = seen[k] + run[k];
+            const uint32_t *rank = j->rank[k];
+            uint32_t i = next[k];
+            if (rank[i] >= end) { /* no change of this class in the batch (rank[] ends with a sentinel) */
+                seen[k] = end;
+                continue;
+            }
+            const uint16_t *u = up[k];
+            const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)), hi = _mm512_loadu_si512((const void *)(u + 33));
             const int64_t *dl = j->delta[k];
             const uint64_t *g0 = ge[k], *g1 = ge[k + 1];
             for (; rank[i] < end; i++) {
                 uint32_t t = (uint32_t)(rank[i] - seen[k]);
                 __m512i tv = _mm512_set1_epi16((short)t);
-                uint32_t b = (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(c.lo, tv)) +
-                             (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(c.hi, tv));
+                uint32_t b = (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(lo, tv)) +
+                             (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(hi, tv));
                 uint64_t cm = g0[b] & ~g1[b];
-                uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - up[b]), cm));
+                uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
                 if (!delta_apply_one(base, w, pos, dl[i], &j->log[n])) {
                     j->bad_class = k;
                     goto done;
@@ -159,7 +175,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
             next[k] = i;
             seen[k] = end;
         }
-        XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
+        if (at + nel == h->elems) XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
     }
 done:
     j->n = n;

@@ -170,8 +170,8 @@ size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap) {
     size_t n = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (n < cap && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vpopcntdq") &&
-        __builtin_cpu_supports("bmi2"))
+    if (n < cap && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512vpopcntdq") && __builtin_cpu_supports("bmi2"))
         out[n++] = delta_apply_batches_avx512;
 #endif
     if (n < cap) out[n++] = apply_batches_base;

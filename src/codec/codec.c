@@ -173,6 +173,9 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, d
         if ((c == 0 && k->lower != 0) || (c > 0 && k->lower <= o->cls[c - 1].lower) || k->lower > mag_mask(width))
             return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u's lower bound %u is out of order or range", c,
                               k->lower);
+        if (k->lower & ((1u << delta_bucket_shift(width)) - 1))
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u's lower bound %#x is not a whole magnitude bucket", c,
+                              k->lower);
         if (k->changed > k->count || k->nonunit > k->changed)
             return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u: %u of %u changed, %u of them by more than an ulp", c,
                               k->changed, k->count, k->nonunit);

@@ -395,7 +395,7 @@ typedef void (*apply_batches_fn)(apply_job_t *j);
 apply_batches_fn delta_apply_batches_pick(void); /* the fastest walk this CPU runs */
 /* Every walk this CPU runs, fastest first, the portable one last (for tests). */
 size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap);
-void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with AVX-512BW, VPOPCNTDQ and BMI2 only */
+void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with AVX-512BW, VBMI, VPOPCNTDQ and BMI2 only */
 
 /* The encoder's per-element passes for 16-bit elements, vectorized
  * (enc_avx512.c); the portable code in chunk_enc.c does the same.

@@ -230,6 +230,27 @@ static void test_refusals(void) {
                 ferry_delta_codec_detail(codec), "not this delta's base");
     CHECK(memcmp(region, next, sizeof region) == 0);
 
+    /* a class bound that is not a whole magnitude bucket, sealed with a
+       valid record checksum: refused before anything is written */
+    {
+        static uint8_t rec[40 + 8 * 24 + 16384];
+        static uint16_t b1[8192], n1[8192], r1[8192];
+        for (int i = 0; i < 8192; i++) { /* small magnitudes change, large ones never: two classes or more */
+            b1[i] = n1[i] = (uint16_t)(0x3000 + (i % 8) * 0x100);
+            if (i % 8 < 2 && i % 3 == 0) n1[i]++;
+        }
+        size_t rl;
+        CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, b1, n1, 8192, rec, sizeof rec, &rl, NULL, NULL),
+                 ferry_delta_codec_detail(codec));
+        CHECK(rec[0] == CHUNK_SPARSE && rec[2] >= 2);
+        put_u32(rec + CHUNK_HEADER + CLASS_ENTRY, get_u32(rec + CHUNK_HEADER + CLASS_ENTRY) + 1);
+        put_u64(rec + 32, delta_record_sum(rec, rl));
+        memcpy(r1, b1, sizeof b1);
+        CHECK_FAILS(ferry_delta_chunk_apply(codec, FERRY_DTYPE_BF16, rec, rl, r1, 8192), FERRY_ERR_CORRUPT,
+                    ferry_delta_codec_detail(codec), "not a whole magnitude bucket");
+        CHECK(memcmp(r1, b1, sizeof b1) == 0);
+    }
+
     /* bad arguments */
     ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS, .dtype = FERRY_DTYPE_BF16,
                               .chunk_elems = 1000};
