@@ -81,12 +81,14 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
                 __builtin_prefetch(bp + 2 * 2048 + o);
                 __builtin_prefetch(np + 2 * 2048 + o);
             }
-        XXH3_64bits_update(&hb, bp, (size_t)nel * w);
-        XXH3_64bits_update(&hn, np, (size_t)nel * w);
         if (w == 2 && c->enc.scan_w2) {
-            /* the kernel packs the offsets, then value changes and buckets
-               in a loop without branches (the piece is in L1) */
+            /* the kernel packs the offsets; the checksums run before they
+               are read back (a narrow load waits for a wide store to reach
+               the cache); then value changes and buckets in a loop without
+               branches (the piece is in L1) */
             size_t k = c->enc.scan_w2(bp, np, nel, c->off);
+            XXH3_64bits_update(&hb, bp, (size_t)nel * w);
+            XXH3_64bits_update(&hn, np, (size_t)nel * w);
             for (size_t i = 0; i < k; i++, m++) {
                 uint32_t p = c->off[i], v = elem_get(bp, 2, p);
                 int32_t d = (int32_t)(elem_ord(elem_get(np, 2, p), 2) - elem_ord(v, 2));
@@ -96,6 +98,8 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
                 c->cls[m] = (uint8_t)((v & 0x7FFFu) >> 7);
             }
         } else {
+          XXH3_64bits_update(&hb, bp, (size_t)nel * w);
+          XXH3_64bits_update(&hn, np, (size_t)nel * w);
           c->masks(bp, np, w, nel, NULL, 0, chb, NULL, 0);
           for (uint32_t b = 0; 64 * b < nel; b++)
             for (uint64_t ch = chb[b]; ch; ch &= ch - 1) {
@@ -119,6 +123,43 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
     return m;
 }
 
+/* A batch's class rows: per class k and block b its elements cm[k][b], and
+ * its elements in the chunk before the block, before[k][b]. */
+typedef struct class_rows {
+    uint64_t cm[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];
+    uint32_t before[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];
+} class_rows_t;
+
+/* The rows of the batch of nel elements at base; cnt[k] in: class k's
+ * elements before the batch, out: after it. */
+DELTA_HOT static void rows_fill(const ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t nel,
+                                size_t ahead, uint32_t K, const uint32_t *lower, const uint8_t *bucket_lower,
+                                class_rows_t *r, uint64_t *cnt) {
+    if (w == 2 && c->enc.class_rows_w2) {
+        c->enc.class_rows_w2(base, nel, ahead, bucket_lower, K, r->cm, r->before, cnt);
+        return;
+    }
+    uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
+    uint32_t nblk = (nel + 63) / 64;
+    c->masks(base, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1], FERRY_DELTA_CLASSES_MAX + 1);
+    for (uint32_t b = 0; b < nblk; b++) {
+        gebuf[b][0] = delta_block_valid(nel, b);
+        gebuf[b][K] = 0;
+    }
+    /* a second loop: reading gebuf right after the kernel's stores would
+       stall on store forwarding */
+    for (uint32_t k = 0; k < K; k++) {
+        uint64_t run = cnt[k];
+        for (uint32_t b = 0; b < nblk; b++) {
+            uint64_t x = gebuf[b][k] & ~gebuf[b][k + 1];
+            r->cm[k][b] = x;
+            r->before[k][b] = (uint32_t)run;
+            run += (uint64_t)__builtin_popcountll(x);
+        }
+        cnt[k] = run;
+    }
+}
+
 /* Pass 2 (the chunk's base is still in cache): each change's rank among
  * the elements of its class, and the changes grouped by class in position
  * order: gaps (elements of the class skipped since its previous change) in
@@ -127,9 +168,9 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
 DELTA_HOT static void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t elems, size_t m,
                                    uint32_t K, const uint32_t *lower, const uint8_t *class_of, const size_t *start,
                                    uint64_t *count) {
-    uint64_t gebuf[DELTA_MASK_BATCH][FERRY_DELTA_CLASSES_MAX + 1]; /* per block: elements at or above each class */
-    uint64_t cm[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];         /* per class and block: its elements */
-    uint32_t before[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];     /* class elements in the chunk before the block */
+    /* two sets of rows: a batch's are made while the one before places its
+       changes, so those loads never wait on the rows' wide stores */
+    class_rows_t rows[2];
     size_t fill[FERRY_DELTA_CLASSES_MAX];
     uint32_t last[FERRY_DELTA_CLASSES_MAX] = {0}; /* one past the rank of the class's previous change */
     uint64_t cnt[FERRY_DELTA_CLASSES_MAX] = {0};
@@ -138,38 +179,22 @@ DELTA_HOT static void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uin
     memcpy(fill, start, sizeof fill);
     size_t i = 0;
     c->pos[m] = UINT32_MAX; /* a sentinel: the loop over a batch's changes exits once per batch */
-    for (uint32_t at = 0; at < elems; at += 64 * DELTA_MASK_BATCH) {
-        uint32_t nel = elems - at < 64 * DELTA_MASK_BATCH ? elems - at : 64 * DELTA_MASK_BATCH;
-        uint32_t nblk = (nel + 63) / 64;
-        if (w == 2 && c->enc.class_rows_w2) {
-            c->enc.class_rows_w2(base + (size_t)at * w, nel, (size_t)(elems - at) * w, bucket_lower, K, cm, before,
-                                 cnt);
-        } else {
-            c->masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, &gebuf[0][1],
-                     FERRY_DELTA_CLASSES_MAX + 1);
-            for (uint32_t b = 0; b < nblk; b++) {
-                gebuf[b][0] = delta_block_valid(nel, b);
-                gebuf[b][K] = 0;
-            }
-            /* a second loop: reading gebuf right after the kernel's stores
-               would stall on store forwarding */
-            for (uint32_t k = 0; k < K; k++) {
-                uint64_t run = cnt[k];
-                for (uint32_t b = 0; b < nblk; b++) {
-                    uint64_t x = gebuf[b][k] & ~gebuf[b][k + 1];
-                    cm[k][b] = x;
-                    before[k][b] = (uint32_t)run;
-                    run += (uint64_t)__builtin_popcountll(x);
-                }
-                cnt[k] = run;
-            }
+    const uint32_t batch = 64 * DELTA_MASK_BATCH;
+    rows_fill(c, w, base, elems < batch ? elems : batch, (size_t)elems * w, K, lower, bucket_lower, &rows[0], cnt);
+    for (uint32_t at = 0, x = 0; at < elems; at += batch, x ^= 1) {
+        uint32_t nel = elems - at < batch ? elems - at : batch;
+        if (elems - at > batch) {
+            uint32_t nx = elems - at - batch;
+            rows_fill(c, w, base + (size_t)(at + batch) * w, nx < batch ? nx : batch, (size_t)nx * w, K, lower,
+                      bucket_lower, &rows[x ^ 1], cnt);
         }
+        const class_rows_t *r = &rows[x];
         for (; c->pos[i] < at + nel; i++) {
             uint32_t p = c->pos[i] - at, b = p / 64, bit = p % 64, k = class_of[c->cls[i]];
-            uint32_t r = before[k][b] + (uint32_t)__builtin_popcountll(cm[k][b] & ((1ull << bit) - 1));
+            uint32_t rk = r->before[k][b] + (uint32_t)__builtin_popcountll(r->cm[k][b] & ((1ull << bit) - 1));
             size_t j = fill[k]++;
-            c->order[j] = r - last[k];
-            last[k] = r + 1;
+            c->order[j] = rk - last[k];
+            last[k] = rk + 1;
             c->cval[j] = c->val[i];
             c->csign[j] = c->sign[i];
         }
