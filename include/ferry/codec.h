@@ -55,8 +55,7 @@ const char *ferry_delta_codec_detail(const ferry_delta_codec_t *codec);
 enum {
     FERRY_DELTA_PARAM_CHUNK_ELEMS = 1u << 0,
     FERRY_DELTA_PARAM_MAX_CLASSES = 1u << 1,
-    FERRY_DELTA_PARAM_VERSIONS = 1u << 2,
-    FERRY_DELTA_PARAM_BASE_SUM = 1u << 3
+    FERRY_DELTA_PARAM_VERSIONS = 1u << 2
 };
 
 typedef struct ferry_delta_params {
@@ -67,8 +66,6 @@ typedef struct ferry_delta_params {
                                  1 codes positions without looking at the base */
     uint64_t base_version;    /* recorded in the delta; apply can insist on it */
     uint64_t next_version;
-    uint64_t base_sum;        /* the base's region checksum (ferry_delta_region_sum), if the
-                                 caller already has it; saves one read of the base */
 } ferry_delta_params_t;
 
 /* What a delta holds, from its header and chunk records (no base needed). */
@@ -145,8 +142,8 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *codec, ferry_dtype_
                                         const void *base, const void *next, uint32_t elems, void *dst,
                                         size_t cap, size_t *len, uint64_t *base_sum, uint64_t *next_sum);
 
-/* Writes a delta from already encoded chunk records, in chunk order.
- * params->base_sum is not used: the region sums come from the records. */
+/* Writes a delta from already encoded chunk records, in chunk order; the
+ * region sums come from the records. */
 ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *codec, const ferry_delta_params_t *params,
                                     uint64_t elems, const void *const *chunks, const size_t *chunk_lens,
                                     void *dst, size_t cap, size_t *len);

@@ -742,10 +742,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             in.p += 4;
             in.n -= 4;
         }
-        if (b2 & 16) {
-            p.field_mask |= FERRY_DELTA_PARAM_BASE_SUM;
-            if (ferry_delta_region_sum(dt, base, elems, chunk, &p.base_sum) != FERRY_OK) FAIL("region_sum failed");
-        }
         delta = encode_valid(codec, &p, base, next, elems, (b2 & 32) != 0, &len);
         if (mode <= 3) {
             intact = true;
