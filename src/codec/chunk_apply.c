@@ -51,24 +51,62 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
     const uint32_t n = e->changed, k = e->k_gap;
     const uint64_t low_mask = (1ull << k) - 1;
     uint32_t i = 0;
+    const uint32_t k_nu = e->k_nu, k_mag = e->k_mag;
     while (i < n) {
-        /* The common case in a tight loop: a one-ulp change and the gap to
-           the next one, read off a 64-bit window of the stream refilled
-           without a branch (whole bytes; bits above the count are the
-           stream's next bits, so OR-ing them in again is harmless). It
-           stops before a non-unit change, the last change, a code longer
+        /* Changes in a tight loop, read off a 64-bit window of the stream
+           refilled without a branch (whole bytes; bits above the count are
+           the stream's next bits, so OR-ing them in again is harmless): a
+           one-ulp change and the gap to the next, or a non-unit change with
+           its magnitude and the run to the next non-unit one when all of it
+           fits the window. It stops before the last change, a code longer
            than the window, or the stream's last 8 bytes. */
-        uint32_t stop = q.nu_left && q.nu_next < n - 1 ? q.nu_next : n - 1;
         bitr_t *r = &q.br;
-        if (i < stop && r->end - r->p >= 8) {
+        if (i + 1 < n && r->end - r->p >= 8) {
             uint64_t acc = r->acc, target = q.target;
-            uint32_t nb = r->n;
+            uint32_t nb = r->n, nu_left = q.nu_left, nu_at = nu_left ? q.nu_next : UINT32_MAX;
             const uint8_t *p = r->p, *last = r->end - 8;
-            while (i < stop && p <= last) {
+            while (i + 1 < n && p <= last) {
                 acc |= get_u64(p) << nb;
                 p += (63 - nb) >> 3;
                 nb |= 56;
                 uint64_t u = acc >> 1; /* past the sign bit */
+                int64_t mag = 1;
+                uint32_t head = 1; /* bits before the gap */
+                if (i == nu_at) {
+                    /* ExpGolomb(|d| - 2, k_mag): zeros, a one, extra + k_mag bits */
+                    uint32_t z = (uint32_t)__builtin_ctzll(u | 1ull << 62), low = z + k_mag;
+                    if (z > 32 - k_mag || 2 + z + low > nb) break;
+                    mag = (int64_t)(((1ull << low) | ((u >> (z + 1)) & ((1ull << low) - 1))) - (1ull << k_mag)) + 2;
+                    head = 2 + z + low;
+                    if (nu_left > 1) { /* Rice(run to the next non-unit change, k_nu) */
+                        uint64_t v = acc >> head;
+                        uint32_t z2 = (uint32_t)__builtin_ctzll(v | 1ull << (63 - head));
+                        if (head + z2 + 1 + k_nu > nb) break;
+                        uint64_t run = (uint64_t)z2 << k_nu | ((v >> (z2 + 1)) & ((1ull << k_nu) - 1));
+                        /* past the class's changes: corrupt (never matches i again) */
+                        nu_at = i + 1 + run >= e->changed ? UINT32_MAX - 1 : i + 1 + (uint32_t)run;
+                        head += z2 + 1 + k_nu;
+                    } else {
+                        nu_at = UINT32_MAX;
+                    }
+                    u = acc >> head;
+                    uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << (63 - head));
+                    if (head + t + 1 + k > nb) {
+                        nu_at = i; /* undo: the general reader takes this change */
+                        break;
+                    }
+                    nu_left--;
+                    past |= nu_at == UINT32_MAX - 1;
+                    past |= target >= e->count;
+                    rank[i] = (uint32_t)target;
+                    delta[i] = (acc & 1) ? -mag : mag;
+                    target += ((uint64_t)t << k | ((u >> (t + 1)) & low_mask)) + 1;
+                    uint32_t used = head + t + 1 + k;
+                    acc >>= used;
+                    nb -= used;
+                    i++;
+                    continue;
+                }
                 uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << 62);
                 uint32_t used = t + 2 + k;
                 if (used > nb) break;
@@ -86,6 +124,8 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
             q.target = target;
             q.j = i;
             q.left = n - i;
+            q.nu_left = nu_left;
+            if (nu_left) q.nu_next = nu_at;
         }
         if (i >= n) break;
         past |= q.target >= e->count;

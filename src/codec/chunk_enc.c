@@ -37,12 +37,6 @@ static uint64_t expg_len(uint64_t v, uint32_t k) {
     return 2ull * len - 1 - k;
 }
 
-/* Index of the first change at or after j that is more than one ulp. */
-static size_t next_nonunit(const uint32_t *val, size_t m, size_t j) {
-    while (j < m && val[j] == 0) j++;
-    return j;
-}
-
 /* One entry per element of the chunk and a sentinel; a piece's offsets. */
 static bool scratch(ferry_delta_codec_t *c, size_t elems) {
     size_t n = elems + 1;
@@ -204,14 +198,21 @@ DELTA_HOT static void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uin
 
 /* One class's stream: Rice-coded gaps, sign bits, and the changes of more
  * than one ulp with their own sparse positions; the parameters each from one
- * pass over the class. Returns the stream's length, 0 when it does not fit. */
+ * pass over the class. nuidx has room for mk + 1 entries. Returns the
+ * stream's length, 0 when it does not fit. */
 DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk,
-                                    const uint32_t *gap, const uint32_t *val, const uint8_t *sign) {
+                                    const uint32_t *gap, const uint32_t *val, const uint8_t *sign, uint32_t *nuidx) {
+    /* the non-unit changes' indices, without a branch (which would
+       mispredict on each of them) */
+    size_t nu = 0;
+    for (size_t j = 0; j < mk; j++) {
+        nuidx[nu] = (uint32_t)j;
+        nu += val[j] != 0;
+    }
+    nuidx[nu] = (uint32_t)mk; /* after the last non-unit change: none */
     /* three Rice parameters around the geometric optimum for the gaps and
        for the runs between non-unit changes, five exp-Golomb orders for
        their magnitudes */
-    size_t nu = 0;
-    for (size_t j = 0; j < mk; j++) nu += val[j] != 0;
     int g0 = rice_guess((double)(count - mk) / (double)mk), n0 = nu ? rice_guess((double)(mk - nu) / nu) : 0;
     if (g0 < 1) g0 = 1;
     if (n0 < 1) n0 = 1;
@@ -223,7 +224,8 @@ DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, u
         gap_bits[2] += g >> (g0 + 1);
     }
     size_t prev_nu = 0;
-    for (size_t j = next_nonunit(val, mk, 0); j < mk; j = next_nonunit(val, mk, j + 1)) {
+    for (size_t x = 0; x < nu; x++) {
+        size_t j = nuidx[x];
         uint64_t r = j - prev_nu;
         prev_nu = j + 1;
         for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
@@ -244,18 +246,41 @@ DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, u
     bitw_init(&bw, dst, room);
     size_t next_nu = mk, nu_left = nu;
     if (nu_left) {
-        next_nu = next_nonunit(val, mk, 0);
+        next_nu = nuidx[0];
         bitw_rice(&bw, (uint32_t)next_nu, k_nu);
     }
     const uint32_t low = (1u << k_gap) - 1;
     for (size_t j = 0; j < mk;) {
-        /* the common case, a one-ulp change: its gap and sign as one code */
+        /* every change as one code when it fits 56 bits: its gap and sign,
+           and for a non-unit change its magnitude and the run to the next
+           non-unit one; the general writer otherwise */
         if (bitw_room8(&bw)) bitw_flush8(&bw);
-        for (; j < next_nu; j++) {
+        for (; j < mk; j++) {
             uint32_t q = gap[j] >> k_gap;
             if (q > 30 || !bitw_room8(&bw)) break;
-            bitw_put56(&bw, (1ull << q) | (uint64_t)(gap[j] & low) << (q + 1) | (uint64_t)sign[j] << (q + 1 + k_gap),
-                       q + 2 + k_gap);
+            uint64_t code = (1ull << q) | (uint64_t)(gap[j] & low) << (q + 1) | (uint64_t)sign[j] << (q + 1 + k_gap);
+            uint32_t len = q + 2 + k_gap;
+            if (j == next_nu) {
+                uint64_t x = (uint64_t)val[j] - 1 + (1ull << k_mag); /* ExpGolomb(|d| - 2, k_mag) */
+                uint32_t bits = 64u - (uint32_t)__builtin_clzll(x), extra = bits - 1 - k_mag;
+                uint64_t ecode = (1ull << extra) | (x & ((1ull << (bits - 1)) - 1)) << (extra + 1);
+                uint32_t elen = extra + bits, rlen = 0;
+                size_t after = mk;
+                uint64_t rcode = 0;
+                if (nu_left > 1) {
+                    after = nuidx[nu - nu_left + 1];
+                    uint32_t run = (uint32_t)(after - j - 1), q2 = run >> k_nu;
+                    if (q2 > 30) break;
+                    rcode = (1ull << q2) | (uint64_t)(run & ((1u << k_nu) - 1)) << (q2 + 1);
+                    rlen = q2 + 1 + k_nu;
+                }
+                if (len + elen + rlen > 56) break;
+                code |= ecode << len | rcode << (len + elen);
+                len += elen + rlen;
+                nu_left--;
+                next_nu = after;
+            }
+            bitw_put56(&bw, code, len);
         }
         if (j >= mk) break;
         bitw_rice(&bw, gap[j], k_gap);
@@ -263,7 +288,7 @@ DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, u
         if (j == next_nu) {
             bitw_expg(&bw, val[j] - 1, k_mag);
             if (--nu_left) {
-                size_t after = next_nonunit(val, mk, j + 1);
+                size_t after = nuidx[nu - nu_left];
                 bitw_rice(&bw, (uint32_t)(after - j - 1), k_nu);
                 next_nu = after;
             } else {
@@ -320,7 +345,7 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
         put_u32(entry + 8, (uint32_t)changed[k]);
         if (!changed[k]) continue;
         size_t len = write_class(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
-                                 c->cval + start[k], c->csign + start[k]);
+                                 c->cval + start[k], c->csign + start[k], c->pos);
         if (!len) return 0;
         off += len;
     }
