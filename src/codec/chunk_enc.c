@@ -70,7 +70,7 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
         const uint8_t *bp = base + (size_t)at * w, *np = next + (size_t)at * w;
         /* two pieces ahead on their way from memory: the hardware
            prefetcher alone leaves the hash waiting */
-        if (elems - at > 3 * piece)
+        if (!(w == 2 && c->enc.scan_w2) && elems - at > 3 * piece)
             for (uint32_t o = 0; o < 2048; o += 64) {
                 __builtin_prefetch(bp + 2 * 2048 + o);
                 __builtin_prefetch(np + 2 * 2048 + o);

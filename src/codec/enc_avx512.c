@@ -22,6 +22,10 @@ AVX512 static size_t scan_w2(const uint8_t *base, const uint8_t *next, uint32_t 
     __m512i idx = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10,
                                    9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     for (uint32_t i = 0; i < n; i += 32) {
+        /* the same line two pieces ahead on its way from memory, one per
+           step (a burst of them fills the miss buffers and stalls) */
+        __builtin_prefetch(base + 2 * (size_t)i + 4096);
+        __builtin_prefetch(next + 2 * (size_t)i + 4096);
         __mmask32 valid = n - i >= 32 ? ~0u : (1u << (n - i)) - 1; /* lanes past n load as equal zeros */
         __mmask32 ch = _mm512_cmpneq_epi16_mask(_mm512_maskz_loadu_epi16(valid, base + 2 * (size_t)i),
                                                 _mm512_maskz_loadu_epi16(valid, next + 2 * (size_t)i));
