@@ -96,7 +96,7 @@ static uint32_t chunk_len(const job_t *j, uint32_t c) {
 static void encode_chunk(job_t *j, uint32_t c) {
     uint64_t at = (uint64_t)c * j->chunk_elems;
     uint32_t n = chunk_len(j, c);
-    ferry_status_t st = ferry_delta_chunk_encode(j->codecs[c % j->threads], FERRY_DTYPE_BF16, 0, j->base + at,
+    ferry_status_t st = ferry_delta_chunk_encode(j->codecs[c % j->threads], FERRY_DTYPE_BF16, 0, 0, j->base + at,
                                                  j->next + at, n, j->recs[c],
                                                  ferry_delta_chunk_bound(FERRY_DTYPE_BF16, n), &j->lens[c], NULL, NULL);
     if (st != FERRY_OK) j->st = st;
@@ -236,8 +236,9 @@ int bench_delta(int argc, char **argv) {
     const void **crecs = calloc(chunks, sizeof *crecs);
     size_t *lens = calloc(chunks, sizeof *lens), cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 0);
     uint8_t *delta = malloc(cap);
+    uint64_t *bsums = malloc((chunks + 1) * sizeof *bsums);
     ferry_delta_codec_t *codecs[64] = {0};
-    bool ok = w && m && v && d && base && next && region && recs && crecs && lens && delta;
+    bool ok = w && m && v && d && base && next && region && recs && crecs && lens && delta && bsums;
     for (uint32_t c = 0; ok && c < chunks; c++) {
         uint64_t at = (uint64_t)c * chunk;
         recs[c] = malloc(ferry_delta_chunk_bound(FERRY_DTYPE_BF16, (uint32_t)(n - at < chunk ? n - at : chunk)));
@@ -269,6 +270,7 @@ int bench_delta(int argc, char **argv) {
            "encode GB/s (x memcpy)", "apply GB/s (x memcpy)");
     printf("%-6s %7s | %6s %6s %8s | %6s %6s %6s | %13s %13s | %13s %13s\n", "lr", "changed", "pos", "val", "ferry",
            "raw", "gap", "", "1 thread", "all", "1 thread", "all");
+    double given[8]; /* per lr (o.lrs): 1-thread encode with the base's chunk sums given */
     for (uint32_t li = 0; li < o.n_lrs; li++) {
         delta_synth_t s;
         delta_synth_init(&s, n, false, o.lrs[li], 1, w, m, v, d);
@@ -312,6 +314,30 @@ int bench_delta(int argc, char **argv) {
             }
         }
         ferry_delta_inspect(codecs[0], delta, len, &info);
+        /* the sync writer's case from its second delta on: the base's chunk
+           sums came out of the encode that made it (here from an encode
+           towards base, untimed), so base is not hashed; same bytes */
+        {
+            ferry_delta_params_t q = {.field_mask = FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS, .dtype = FERRY_DTYPE_BF16,
+                                      .next_chunk_sums = bsums};
+            size_t l2 = 0;
+            ferry_status_t st = ferry_delta_encode(codecs[0], &q, next, base, n, delta, cap, &l2);
+            q.field_mask = FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
+            q.base_chunk_sums = bsums;
+            double tg[64];
+            for (uint32_t r = 0; r < o.repeat && st == FERRY_OK; r++) {
+                double t = cli_now_s();
+                st = ferry_delta_encode(codecs[0], &q, base, next, n, delta, cap, &l2);
+                tg[r] = cli_now_s() - t;
+            }
+            if (st != FERRY_OK || l2 != len) {
+                fprintf(stderr, "ferry bench delta: encode with the base's sums failed: %s %s\n",
+                        ferry_status_name(st), ferry_delta_codec_detail(codecs[0]));
+                rc = CLI_FAIL;
+                goto out;
+            }
+            given[li] = (double)bytes / median(tg, o.repeat) / 1e9;
+        }
         /* all threads: chunks spread over threads, then assembled */
         j = (job_t){.chunks = chunks, .chunk_elems = chunk, .elems = n, .codecs = codecs, .base = base, .next = next,
                     .region = region, .recs = recs, .lens = lens, .delta = delta, .st = FERRY_OK};
@@ -347,12 +373,14 @@ int bench_delta(int argc, char **argv) {
                e1 / mem1, en, en / memn, a1, a1 / mem1, an, an / memn);
         fflush(stdout);
     }
-    printf("\nferry: whole delta incl. headers and checksums; every applied delta matched the next version.\n"
+    printf("\nencode, 1 thread, with the base's chunk sums given (the sync writer from its second delta on):");
+    for (uint32_t li = 0; li < o.n_lrs; li++) printf(" %s%.0e %.2f (%.2fx)", li ? "| " : "", o.lrs[li], given[li], given[li] / mem1);
+    printf("\n\nferry: whole delta incl. headers and checksums; every applied delta matched the next version.\n"
            "TRL sizes count the index and value payloads only; zstd: level 3, gaps and values compressed apart.\n");
 out:
     for (uint32_t t = 0; t < 64; t++) ferry_delta_codec_destroy(codecs[t]);
     for (uint32_t c = 0; recs && c < chunks; c++) free(recs[c]);
-    free(recs), free(crecs), free(lens), free(delta);
+    free(recs), free(crecs), free(lens), free(delta), free(bsums);
     free(w), free(m), free(v), free(d), free(base), free(next), free(region);
     ferry_ctx_destroy(ctx);
     return rc;

@@ -55,7 +55,9 @@ const char *ferry_delta_codec_detail(const ferry_delta_codec_t *codec);
 enum {
     FERRY_DELTA_PARAM_CHUNK_ELEMS = 1u << 0,
     FERRY_DELTA_PARAM_MAX_CLASSES = 1u << 1,
-    FERRY_DELTA_PARAM_VERSIONS = 1u << 2
+    FERRY_DELTA_PARAM_VERSIONS = 1u << 2,
+    FERRY_DELTA_PARAM_BASE_CHUNK_SUMS = 1u << 3,
+    FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS = 1u << 4
 };
 
 typedef struct ferry_delta_params {
@@ -66,6 +68,16 @@ typedef struct ferry_delta_params {
                                  1 codes positions without looking at the base */
     uint64_t base_version;    /* recorded in the delta; apply can insist on it */
     uint64_t next_version;
+    /* BASE_CHUNK_SUMS: the xxh3 of each chunk of base (ferry_delta_chunk_count
+       entries), as the next_chunk_sums of the encode that produced base gave
+       them; the encoder then does not hash base. They must be right: with a
+       wrong one readers refuse the delta as for another base (a raw chunk
+       checks it), never apply it wrongly. */
+    const uint64_t *base_chunk_sums;
+    /* NEXT_CHUNK_SUMS: gets the xxh3 of each chunk of next. It may be
+       base_chunk_sums itself: chunk i's base sum is read before its next
+       sum is written. */
+    uint64_t *next_chunk_sums;
 } ferry_delta_params_t;
 
 /* What a delta holds, from its header and chunk records (no base needed). */
@@ -91,6 +103,10 @@ typedef struct ferry_delta_info {
  * chunk_elems per chunk (0 for the default); 0 when the arguments are out of
  * range. Thread-safe. */
 size_t ferry_delta_bound(ferry_dtype_t dtype, uint64_t elems, uint32_t chunk_elems);
+
+/* Chunks of a region of elems elements at chunk_elems per chunk (0 for the
+ * default); 0 when the arguments are out of range. Thread-safe. */
+uint32_t ferry_delta_chunk_count(uint64_t elems, uint32_t chunk_elems);
 
 /* The region checksum of n elements of dtype as deltas record it (xxh3 over
  * the xxh3 of each chunk); 0 and FERRY_ERR_INVALID_ARGUMENT when the
@@ -137,10 +153,14 @@ size_t ferry_delta_chunk_bound(ferry_dtype_t dtype, uint32_t elems);
 
 /* Encodes one chunk (elems <= FERRY_DELTA_CHUNK_MAX elements) into dst.
  * max_classes as in ferry_delta_params_t (0: default). *base_sum (if not
- * NULL) gets the xxh3 of the base chunk and *next_sum that of the next one. */
+ * NULL) gets the xxh3 of the base chunk and *next_sum that of the next one.
+ * With flags FERRY_DELTA_BASE_SUM_GIVEN, *base_sum holds the base chunk's
+ * xxh3 on entry instead (see base_chunk_sums) and the base is not hashed. */
+#define FERRY_DELTA_BASE_SUM_GIVEN 1u
 ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *codec, ferry_dtype_t dtype, uint32_t max_classes,
-                                        const void *base, const void *next, uint32_t elems, void *dst,
-                                        size_t cap, size_t *len, uint64_t *base_sum, uint64_t *next_sum);
+                                        uint32_t flags, const void *base, const void *next, uint32_t elems,
+                                        void *dst, size_t cap, size_t *len, uint64_t *base_sum,
+                                        uint64_t *next_sum);
 
 /* Writes a delta from already encoded chunk records, in chunk order; the
  * region sums come from the records. */

@@ -54,8 +54,8 @@ static bool scratch(ferry_delta_codec_t *c, size_t elems) {
  * every 64th of a large one). One read of base and next from memory.
  * Returns the changed count. */
 DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
-                                   uint32_t elems, uint32_t stride, uint32_t sample[4][256], uint64_t *bs,
-                                   uint64_t *ns) {
+                                   uint32_t elems, uint32_t stride, uint32_t sample[4][256], bool hash_base,
+                                   uint64_t *bs, uint64_t *ns) {
     XXH3_state_t hb, hn;
     XXH3_64bits_reset(&hb);
     XXH3_64bits_reset(&hn);
@@ -81,7 +81,7 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
                the cache); then value changes and buckets in a loop without
                branches (the piece is in L1) */
             size_t k = c->enc.scan_w2(bp, np, nel, c->off);
-            XXH3_64bits_update(&hb, bp, (size_t)nel * w);
+            if (hash_base) XXH3_64bits_update(&hb, bp, (size_t)nel * w);
             XXH3_64bits_update(&hn, np, (size_t)nel * w);
             for (size_t i = 0; i < k; i++, m++) {
                 uint32_t p = c->off[i], v = elem_get(bp, 2, p);
@@ -92,7 +92,7 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
                 c->cls[m] = (uint8_t)((v & 0x7FFFu) >> 7);
             }
         } else {
-          XXH3_64bits_update(&hb, bp, (size_t)nel * w);
+          if (hash_base) XXH3_64bits_update(&hb, bp, (size_t)nel * w);
           XXH3_64bits_update(&hn, np, (size_t)nel * w);
           c->masks(bp, np, w, nel, NULL, 0, chb, NULL, 0);
           for (uint32_t b = 0; 64 * b < nel; b++)
@@ -112,7 +112,7 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
            not wait on each other's increments (pieces are whole strides) */
         for (uint32_t i = 0; i < nel; i += stride, i4++) sample[i4 & 3][(elem_get(bp, w, i) & mm) >> shift]++;
     }
-    *bs = XXH3_64bits_digest(&hb);
+    if (hash_base) *bs = XXH3_64bits_digest(&hb);
     *ns = XXH3_64bits_digest(&hn);
     return m;
 }
@@ -354,8 +354,9 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
 }
 
 ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dtype, uint32_t max_classes,
-                                        const void *base_, const void *next_, uint32_t elems, void *dst_,
-                                        size_t cap, size_t *len, uint64_t *base_sum_out, uint64_t *next_sum_out) {
+                                        uint32_t flags, const void *base_, const void *next_, uint32_t elems,
+                                        void *dst_, size_t cap, size_t *len, uint64_t *base_sum_out,
+                                        uint64_t *next_sum_out) {
     if (!c) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_err_clear(&c->err);
     const uint8_t *base = base_, *next = next_;
@@ -371,6 +372,9 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     if (max_classes > FERRY_DELTA_CLASSES_MAX)
         return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "max_classes %u (1 to %u allowed)", max_classes,
                           FERRY_DELTA_CLASSES_MAX);
+    if ((flags & ~FERRY_DELTA_BASE_SUM_GIVEN) || ((flags & FERRY_DELTA_BASE_SUM_GIVEN) && !base_sum_out))
+        return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT,
+                          "chunk encode: flags %#x (only FERRY_DELTA_BASE_SUM_GIVEN, which needs base_sum)", flags);
     size_t raw_len = CHUNK_HEADER + (size_t)elems * w;
     if (cap < CHUNK_HEADER)
         return delta_fail(c, FERRY_ERR_LIMIT, "chunk encode: %zu bytes of room, at least %u needed", cap,
@@ -378,8 +382,10 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     if (!scratch(c, elems)) return delta_fail(c, FERRY_ERR_NO_MEMORY, "chunk encode: out of memory");
     uint32_t stride = elems >= (1u << 16) ? 64 : 1, sample[4][256];
     memset(sample, 0, sizeof sample);
-    uint64_t bs, ns;
-    size_t m = scan_chunk(c, w, base, next, elems, stride, sample, &bs, &ns);
+    bool given = flags & FERRY_DELTA_BASE_SUM_GIVEN;
+    uint64_t bs = given ? *base_sum_out : 0, ns;
+    size_t m = scan_chunk(c, w, base, next, elems, stride, sample, !given, &bs, &ns);
+    if (m == 0) bs = ns; /* the same bytes */
     if (base_sum_out) *base_sum_out = bs;
     if (next_sum_out) *next_sum_out = ns;
     if (m == 0) {

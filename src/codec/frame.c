@@ -53,6 +53,11 @@ static uint64_t fold_end(sum_fold_t *f) {
     return XXH3_64bits_digest(&f->st);
 }
 
+uint32_t ferry_delta_chunk_count(uint64_t elems, uint32_t chunk) {
+    if (chunk == 0) chunk = FERRY_DELTA_CHUNK_DEFAULT;
+    return chunk_ok(chunk) && elems_ok(elems, chunk) ? chunk_count(elems, chunk) : 0;
+}
+
 ferry_status_t ferry_delta_region_sum(ferry_dtype_t dtype, const void *data, uint64_t elems, uint32_t chunk,
                                       uint64_t *out) {
     uint32_t w = delta_width(dtype);
@@ -123,6 +128,9 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_para
     if (st != FERRY_OK) return st;
     if (!dst_ || !len || (elems && (!base || !next)))
         return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "delta encode: a NULL buffer");
+    bool known = p->field_mask & FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
+    if ((known && !p->base_chunk_sums) || ((p->field_mask & FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS) && !p->next_chunk_sums))
+        return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "delta encode: chunk sums asked for but NULL");
     uint8_t *dst = dst_;
     uint32_t w = delta_width(p->dtype), chunks = chunk_count(elems, chunk);
     size_t off = DELTA_FRAME_HEADER + (size_t)chunks * 4;
@@ -134,10 +142,12 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_para
         uint64_t at = (uint64_t)i * chunk;
         uint32_t n = chunk_elems_at(elems, chunk, i);
         size_t rl;
-        uint64_t bs, ns;
-        st = ferry_delta_chunk_encode(c, p->dtype, classes, (const uint8_t *)base + at * w,
-                                      (const uint8_t *)next + at * w, n, dst + off, cap - off, &rl, &bs, &ns);
+        uint64_t bs = known ? p->base_chunk_sums[i] : 0, ns;
+        st = ferry_delta_chunk_encode(c, p->dtype, classes, known ? FERRY_DELTA_BASE_SUM_GIVEN : 0,
+                                      (const uint8_t *)base + at * w, (const uint8_t *)next + at * w, n, dst + off,
+                                      cap - off, &rl, &bs, &ns);
         if (st != FERRY_OK) return st;
+        if (p->field_mask & FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS) p->next_chunk_sums[i] = ns;
         put_u32(dst + DELTA_FRAME_HEADER + (size_t)i * 4, (uint32_t)rl);
         fold_add(&fb, bs);
         fold_add(&fn, ns);

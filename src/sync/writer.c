@@ -51,6 +51,11 @@ struct ferry_writer {
     size_t *group_op;          /* per group: an op that reads it */
     uint64_t *group_base;      /* per group: offset in base */
     uint64_t *frame_at, *frame_len, *frame_ver; /* per group: its frame in the area this version */
+    /* per group: the chunk checksums of its last encode's next (sums from
+       sum_at[g]), which became its base: given back to the next encode, the
+       base is not hashed again; sum_ver[g] is their version (0: none) */
+    uint64_t *sums, *sum_at, *sum_ver;
+    ferry_dtype_t *sum_dt;
     uint8_t *base;
     uint64_t base_version;     /* 0: base holds nothing usable */
     ferry_xport_mem_t *delta_mem;
@@ -102,6 +107,12 @@ static void epoch_free(ferry_writer_t *w) {
     ferry_free(w->m.ctx, w->frame_at);
     ferry_free(w->m.ctx, w->frame_len);
     ferry_free(w->m.ctx, w->frame_ver);
+    ferry_free(w->m.ctx, w->sums);
+    ferry_free(w->m.ctx, w->sum_at);
+    ferry_free(w->m.ctx, w->sum_ver);
+    ferry_free(w->m.ctx, w->sum_dt);
+    w->sums = w->sum_at = w->sum_ver = NULL;
+    w->sum_dt = NULL;
     ferry_free(w->m.ctx, w->delta_pair);
     w->delta_pair = NULL;
     free(w->base);
@@ -201,13 +212,20 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     w->frame_at = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_at);
     w->frame_len = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_len);
     w->frame_ver = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_ver);
-    if (!w->group_base || !w->frame_at || !w->frame_len || !w->frame_ver)
+    w->sum_at = ferry_calloc(ctx, w->ngroups, sizeof *w->sum_at);
+    w->sum_ver = ferry_calloc(ctx, w->ngroups, sizeof *w->sum_ver);
+    w->sum_dt = ferry_calloc(ctx, w->ngroups, sizeof *w->sum_dt);
+    if (!w->group_base || !w->frame_at || !w->frame_len || !w->frame_ver || !w->sum_at || !w->sum_ver || !w->sum_dt)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-    uint64_t base_bytes = 0;
+    uint64_t base_bytes = 0, nsums = 0;
     for (size_t g = 0; g < w->ngroups; g++) {
         w->group_base[g] = base_bytes;
         base_bytes += ops[w->group_op[g]].bytes;
+        w->sum_at[g] = nsums;
+        nsums += ops[w->group_op[g]].bytes / FERRY_DELTA_CHUNK_DEFAULT + 1; /* chunks at any element width */
     }
+    w->sums = ferry_alloc(ctx, nsums * sizeof *w->sums);
+    if (!w->sums) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     w->base = malloc(base_bytes ? base_bytes : 1);
     if (!w->base)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for the %llu-byte delta base",
@@ -425,11 +443,19 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
                 ferry_dtype_t dt;
                 uint64_t elems;
                 sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems);
-                ferry_delta_params_t dp = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = dt,
-                                           .base_version = w->base_version, .next_version = v};
+                uint64_t *gs = w->sums + w->sum_at[g]; /* base sums in, next sums out: chunk by chunk */
+                ferry_delta_params_t dp = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS,
+                                           .dtype = dt, .base_version = w->base_version, .next_version = v,
+                                           .next_chunk_sums = gs};
+                if (w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt) {
+                    dp.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
+                    dp.base_chunk_sums = gs;
+                }
                 size_t l = 0;
                 ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], op_bytes(w, s, &ops[i]), elems,
                                         a + at, w->delta_cap - at, &l) == FERRY_OK;
+                w->sum_ver[g] = ok ? v : 0;
+                w->sum_dt[g] = dt;
                 len = l;
                 w->frame_at[g] = at;
                 w->frame_len[g] = len;

@@ -609,7 +609,7 @@ static void check_delta(ferry_delta_codec_t *codec, const uint8_t *d, size_t len
 
 /* Encodes base -> next; checks the encoder's own promises. */
 static uint8_t *encode_valid(ferry_delta_codec_t *codec, const ferry_delta_params_t *p, const uint8_t *base,
-                             const uint8_t *next, uint64_t n, bool cap_tests, size_t *len_out) {
+                             const uint8_t *next, uint64_t n, bool cap_tests, bool sum_tests, size_t *len_out) {
     uint32_t w = delta_width(p->dtype);
     uint32_t chunk = (p->field_mask & FERRY_DELTA_PARAM_CHUNK_ELEMS) ? p->chunk_elems : FERRY_DELTA_CHUNK_DEFAULT;
     size_t cap = ferry_delta_bound(p->dtype, n, chunk);
@@ -620,6 +620,28 @@ static uint8_t *encode_valid(ferry_delta_codec_t *codec, const ferry_delta_param
     if (len > cap || len < DELTA_FRAME_HEADER) FAIL("encode's length is outside its bound");
     uint8_t *d = exact_copy(dst, len);
     free(dst);
+    if (sum_tests) { /* the next's chunk sums out, the base's given: the same bytes */
+        uint32_t chunks = ferry_delta_chunk_count(n, chunk);
+        uint64_t *bsums = xmalloc((size_t)chunks * 8 + 8), *nsums = xmalloc((size_t)chunks * 8 + 8);
+        for (uint32_t i = 0; i < chunks; i++) {
+            uint64_t at = (uint64_t)i * chunk, m = n - at < chunk ? n - at : chunk;
+            bsums[i] = XXH3_64bits(base + at * w, (size_t)m * w);
+        }
+        ferry_delta_params_t q = *p;
+        q.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS;
+        q.base_chunk_sums = bsums;
+        q.next_chunk_sums = nsums;
+        uint8_t *again = xmalloc(len);
+        size_t l2 = 0;
+        if (ferry_delta_encode(codec, &q, base, next, n, again, len, &l2) != FERRY_OK || l2 != len ||
+            memcmp(again, d, len) != 0)
+            FAIL("encoding with the base's chunk sums given gave other bytes");
+        for (uint32_t i = 0; i < chunks; i++) {
+            uint64_t at = (uint64_t)i * chunk, m = n - at < chunk ? n - at : chunk;
+            if (nsums[i] != XXH3_64bits(next + at * w, (size_t)m * w)) FAIL("next_chunk_sums is not the chunks' xxh3");
+        }
+        free(again), free(bsums), free(nsums);
+    }
     if (cap_tests) {
         uint8_t *again = xmalloc(len);
         size_t l2 = 0;
@@ -644,7 +666,7 @@ static uint8_t *encode_valid(ferry_delta_codec_t *codec, const ferry_delta_param
             size_t rl = 0;
             uint64_t bs = 0, ns = 0;
             uint32_t mc = (p->field_mask & FERRY_DELTA_PARAM_MAX_CLASSES) ? p->max_classes : 0;
-            if (ferry_delta_chunk_encode(codec, p->dtype, mc, base + at * w, next + at * w, m, rec, cb, &rl, &bs,
+            if (ferry_delta_chunk_encode(codec, p->dtype, mc, 0, base + at * w, next + at * w, m, rec, cb, &rl, &bs,
                                          &ns) != FERRY_OK)
                 FAIL("chunk_encode failed");
             if (bs != XXH3_64bits(base + at * w, (size_t)m * w) || ns != XXH3_64bits(next + at * w, (size_t)m * w))
@@ -742,7 +764,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             in.p += 4;
             in.n -= 4;
         }
-        delta = encode_valid(codec, &p, base, next, elems, (b2 & 32) != 0, &len);
+        delta = encode_valid(codec, &p, base, next, elems, (b2 & 32) != 0, (b2 & 16) != 0, &len);
         if (mode <= 3) {
             intact = true;
             /* inspect's info, field by field */

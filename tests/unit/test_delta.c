@@ -240,7 +240,7 @@ static void test_refusals(void) {
             if (i % 8 < 2 && i % 3 == 0) n1[i]++;
         }
         size_t rl;
-        CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, b1, n1, 8192, rec, sizeof rec, &rl, NULL, NULL),
+        CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, 0, b1, n1, 8192, rec, sizeof rec, &rl, NULL, NULL),
                  ferry_delta_codec_detail(codec));
         CHECK(rec[0] == CHUNK_SPARSE && rec[2] >= 2);
         put_u32(rec + CHUNK_HEADER + CLASS_ENTRY, get_u32(rec + CHUNK_HEADER + CLASS_ENTRY) + 1);
@@ -267,6 +267,61 @@ static void test_refusals(void) {
     free(d);
 }
 
+/* Chunk sums carried from one encode to the next: the next encode writes
+ * the same bytes without hashing its base; a wrong sum gets a delta
+ * refused, never applied wrongly. */
+static void test_chunk_sums(void) {
+    enum { N = 5000, C = 1024, K = 5 };
+    static uint16_t v0[N], v1[N], v2[N], region[N];
+    for (int i = 0; i < N; i++) v0[i] = v1[i] = v2[i] = (uint16_t)(0x3C00 + rng_next() % 2048);
+    for (int i = 0; i < N; i += 13) v1[i]++;
+    for (int i = 0; i < N; i += 7) v2[i] = (uint16_t)(v1[i] - 1);
+    for (int i = 2 * C; i < 3 * C; i++) v2[i] = (uint16_t)rng_next(); /* chunk 2 goes raw */
+    CHECK_EQ_INT(ferry_delta_chunk_count(N, C), K);
+    CHECK_EQ_INT(ferry_delta_chunk_count(N, 0), 1);
+    CHECK_EQ_INT(ferry_delta_chunk_count(N, 1000), 0);
+    uint64_t sums1[K], sums2[K];
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS,
+                              .dtype = FERRY_DTYPE_BF16, .chunk_elems = C, .next_chunk_sums = sums1};
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, N, C), la, lb;
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    CHECK_OK(ferry_delta_encode(codec, &p, v0, v1, N, a, cap, &la), ferry_delta_codec_detail(codec));
+    for (int i = 0; i < K; i++) {
+        uint32_t n = i < K - 1 ? C : N - (K - 1) * C;
+        CHECK(sums1[i] == XXH3_64bits(v1 + i * C, (size_t)n * 2));
+    }
+    /* v1 -> v2 with v1's sums given, and without */
+    p.next_chunk_sums = sums2;
+    CHECK_OK(ferry_delta_encode(codec, &p, v1, v2, N, a, cap, &la), ferry_delta_codec_detail(codec));
+    p.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
+    p.base_chunk_sums = sums1;
+    CHECK_OK(ferry_delta_encode(codec, &p, v1, v2, N, b, cap, &lb), ferry_delta_codec_detail(codec));
+    CHECK(la == lb && memcmp(a, b, la) == 0);
+    ferry_delta_info_t info;
+    CHECK_OK(ferry_delta_inspect(codec, b, lb, &info), ferry_delta_codec_detail(codec));
+    CHECK_EQ_INT(info.chunks_raw, 1);
+    /* a wrong base sum: the raw chunk refuses the right base, nothing changes */
+    uint64_t wrong[K];
+    memcpy(wrong, sums1, sizeof wrong);
+    wrong[2] ^= 1;
+    p.base_chunk_sums = wrong;
+    CHECK_OK(ferry_delta_encode(codec, &p, v1, v2, N, b, cap, &lb), ferry_delta_codec_detail(codec));
+    memcpy(region, v1, sizeof region);
+    CHECK_FAILS(ferry_delta_apply(codec, b, lb, region, N, FERRY_DELTA_ANY_BASE, NULL), FERRY_ERR_MISMATCH,
+                ferry_delta_codec_detail(codec), "base checksum differs");
+    CHECK(memcmp(region, v1, sizeof region) == 0);
+    /* bad arguments */
+    p.base_chunk_sums = NULL;
+    CHECK_FAILS(ferry_delta_encode(codec, &p, v1, v2, N, b, cap, &lb), FERRY_ERR_INVALID_ARGUMENT,
+                ferry_delta_codec_detail(codec), "chunk sums");
+    CHECK_FAILS(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, FERRY_DELTA_BASE_SUM_GIVEN, v1, v2, C, b, cap,
+                                         &lb, NULL, NULL),
+                FERRY_ERR_INVALID_ARGUMENT, ferry_delta_codec_detail(codec), "needs base_sum");
+    CHECK_FAILS(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, 2, v1, v2, C, b, cap, &lb, NULL, NULL),
+                FERRY_ERR_INVALID_ARGUMENT, ferry_delta_codec_detail(codec), "flags 0x2");
+    free(a), free(b);
+}
+
 /* chunks encoded one by one and assembled give the same delta; chunks
  * applied one by one can be rolled back */
 static void test_chunk_api(void) {
@@ -281,7 +336,7 @@ static void test_chunk_api(void) {
         uint32_t n = i < 4 ? C : N - 4 * C;
         size_t cap = ferry_delta_chunk_bound(FERRY_DTYPE_BF16, n);
         bufs[i] = malloc(cap);
-        CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, base + i * C, next + i * C, n, bufs[i], cap,
+        CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, 0, base + i * C, next + i * C, n, bufs[i], cap,
                                           &lens[i], NULL, NULL),
                  ferry_delta_codec_detail(codec));
         recs[i] = bufs[i];
@@ -477,6 +532,7 @@ int main(void) {
             test_special_values();
             test_refusals();
             test_chunk_api();
+            test_chunk_sums();
             test_realistic();
         }
     }
