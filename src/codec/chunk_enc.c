@@ -47,12 +47,12 @@ static bool scratch(ferry_delta_codec_t *c, size_t elems) {
            (!c->enc.scan_w2 || delta_grow(c, (void **)&c->off, &c->off_cap, 2048 + 32, 2));
 }
 
-/* Pass 1, a batch at a time while the batch is in L1: both checksums, the
- * changed elements in position order (c->pos; value changes in c->val as
- * |d| - 1 and c->sign; base magnitude buckets in c->cls) and a sample of the
- * base's buckets for choosing classes (every element of a small chunk,
- * every 64th of a large one). One read of base and next from memory.
- * Returns the changed count. */
+/* Pass 1, 2 KiB of each buffer at a time while they are in L1: the
+ * checksums (the base's only if hash_base), the changed elements in position
+ * order (c->pos; value changes in c->val as |d| - 1 and c->sign; base
+ * magnitude buckets in c->cls) and a sample of the base's buckets for
+ * choosing classes (every element of a small chunk, every 64th of a large
+ * one). One read of base and next from memory. Returns the changed count. */
 DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
                                    uint32_t elems, uint32_t stride, uint32_t sample[4][256], bool hash_base,
                                    uint64_t *bs, uint64_t *ns) {
@@ -61,15 +61,16 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
     XXH3_64bits_reset(&hn);
     size_t m = 0;
     uint32_t shift = delta_bucket_shift(w), mm = mag_mask(w), i4 = 0;
-    /* pieces of 2 KiB per buffer: hashing a piece brings it into L1, where
-       the masks kernel finds it (larger pieces measured slower) */
+    /* pieces of 2 KiB per buffer: the first pass over a piece brings it
+       into L1, where the others find it (larger pieces measured slower) */
     const uint32_t piece = 2048 / w;
     uint64_t chb[2048 / 64];
     for (uint32_t at = 0; at < elems; at += piece) {
         uint32_t nel = elems - at < piece ? elems - at : piece;
         const uint8_t *bp = base + (size_t)at * w, *np = next + (size_t)at * w;
         /* two pieces ahead on their way from memory: the hardware
-           prefetcher alone leaves the hash waiting */
+           prefetcher alone leaves the hash waiting (the vector kernel
+           prefetches as it goes) */
         if (!(w == 2 && c->enc.scan_w2) && elems - at > 3 * piece)
             for (uint32_t o = 0; o < 2048; o += 64) {
                 __builtin_prefetch(bp + 2 * 2048 + o);
@@ -92,21 +93,21 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
                 c->cls[m] = (uint8_t)((v & 0x7FFFu) >> 7);
             }
         } else {
-          if (hash_base) XXH3_64bits_update(&hb, bp, (size_t)nel * w);
-          XXH3_64bits_update(&hn, np, (size_t)nel * w);
-          c->masks(bp, np, w, nel, NULL, 0, chb, NULL, 0);
-          for (uint32_t b = 0; 64 * b < nel; b++)
-            for (uint64_t ch = chb[b]; ch; ch &= ch - 1) {
-                uint32_t p = 64 * b + (uint32_t)__builtin_ctzll(ch);
-                uint32_t v = elem_get(bp, w, p);
-                int64_t d = elem_ord(elem_get(np, w, p), w) - elem_ord(v, w);
-                uint64_t a = d < 0 ? (uint64_t)-d : (uint64_t)d;
-                c->pos[m] = at + p;
-                c->val[m] = (uint32_t)(a - 1);
-                c->sign[m] = d < 0;
-                c->cls[m] = (uint8_t)((v & mm) >> shift);
-                m++;
-            }
+            if (hash_base) XXH3_64bits_update(&hb, bp, (size_t)nel * w);
+            XXH3_64bits_update(&hn, np, (size_t)nel * w);
+            c->masks(bp, np, w, nel, NULL, 0, chb, NULL, 0);
+            for (uint32_t b = 0; 64 * b < nel; b++)
+                for (uint64_t ch = chb[b]; ch; ch &= ch - 1) {
+                    uint32_t p = 64 * b + (uint32_t)__builtin_ctzll(ch);
+                    uint32_t v = elem_get(bp, w, p);
+                    int64_t d = elem_ord(elem_get(np, w, p), w) - elem_ord(v, w);
+                    uint64_t a = d < 0 ? (uint64_t)-d : (uint64_t)d;
+                    c->pos[m] = at + p;
+                    c->val[m] = (uint32_t)(a - 1);
+                    c->sign[m] = d < 0;
+                    c->cls[m] = (uint8_t)((v & mm) >> shift);
+                    m++;
+                }
         }
         /* four counters per bucket, so neighbouring samples of one bucket do
            not wait on each other's increments (pieces are whole strides) */
