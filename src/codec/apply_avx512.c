@@ -162,8 +162,8 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
             for (; rank[i] < end; i++) {
                 uint32_t t = (uint32_t)(rank[i] - seen[k]);
                 __m512i tv = _mm512_set1_epi16((short)t);
-                uint32_t b = (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(lo, tv)) +
-                             (uint32_t)__builtin_popcount((uint32_t)_mm512_cmple_epu16_mask(hi, tv));
+                uint32_t b = (uint32_t)__builtin_popcountll(_cvtmask64_u64(
+                    _mm512_kunpackd(_mm512_cmple_epu16_mask(hi, tv), _mm512_cmple_epu16_mask(lo, tv))));
                 uint64_t cm = g0[b] & ~g1[b];
                 uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
                 if (!delta_apply_one(base, w, pos, dl[i], &j->log[n])) {
