@@ -13,6 +13,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "codec/bucket_bytes.h"
+
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vpopcntdq,bmi,bmi2,popcnt")))
 
 /* Running counts of a row of 64 block masks: lane b of lo (b < 32) or hi
@@ -53,11 +55,6 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
                                   const uint32_t *lower, uint32_t K, uint64_t ge[][DELTA_MASK_BATCH], size_t ahead) {
     uint32_t full = nel / 64, nblk = (nel + 63) / 64;
     const size_t step = (size_t)64 * w;
-    /* the odd bytes of two vectors: the high bytes of 64 16-bit elements */
-    const __m512i odd_bytes = _mm512_set_epi8(
-        127, 125, 123, 121, 119, 117, 115, 113, 111, 109, 107, 105, 103, 101, 99, 97, 95, 93, 91, 89, 87, 85, 83, 81, 79,
-        77, 75, 73, 71, 69, 67, 65, 63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23,
-        21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     for (uint32_t b = 0; b < full; b++) {
         const uint8_t *bp = base + b * step;
         /* the same block of the next batch on its way from memory, spread
@@ -67,7 +64,7 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
             for (uint32_t o = 0; o < step; o += 64) __builtin_prefetch(bp + DELTA_MASK_BATCH * step + o);
         if (w == 2) { /* one byte compare per threshold: see thr in walk */
             __m512i v0 = _mm512_loadu_si512((const void *)bp), v1 = _mm512_loadu_si512((const void *)(bp + 64));
-            __m512i e = _mm512_permutex2var_epi8(_mm512_add_epi16(v0, v0), odd_bytes, _mm512_add_epi16(v1, v1));
+            __m512i e = delta_bucket_bytes16(v0, v1);
             for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, thr[k]));
         } else if (w == 4) {
             const __m512i mm = _mm512_set1_epi32(0x7FFFFFFF);

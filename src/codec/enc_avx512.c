@@ -14,6 +14,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "codec/bucket_bytes.h"
+
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,avx512vpopcntdq,bmi,bmi2,popcnt")))
 
 AVX512 static size_t scan_w2(const uint8_t *base, const uint8_t *next, uint32_t n, uint16_t *off) {
@@ -56,11 +58,6 @@ AVX512 static void class_rows_w2(const uint8_t *base, uint32_t nel, size_t ahead
     uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
     __m512i thr[FERRY_DELTA_CLASSES_MAX];
     for (uint32_t k = 1; k < K; k++) thr[k] = _mm512_set1_epi8((char)bucket_lower[k]);
-    /* the odd bytes of two vectors: each element's high byte */
-    const __m512i odd = _mm512_set_epi8(127, 125, 123, 121, 119, 117, 115, 113, 111, 109, 107, 105, 103, 101, 99, 97,
-                                        95, 93, 91, 89, 87, 85, 83, 81, 79, 77, 75, 73, 71, 69, 67, 65, 63, 61, 59, 57,
-                                        55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17,
-                                        15, 13, 11, 9, 7, 5, 3, 1);
     uint32_t nblk = (nel + 63) / 64;
     for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
         uint64_t valid = delta_block_valid(nel, b);
@@ -78,7 +75,7 @@ AVX512 static void class_rows_w2(const uint8_t *base, uint32_t nel, size_t ahead
         }
         __m512i v0 = _mm512_maskz_loadu_epi16((__mmask32)valid, bp);
         __m512i v1 = _mm512_maskz_loadu_epi16((__mmask32)(valid >> 32), bp + 64);
-        __m512i e = _mm512_permutex2var_epi8(_mm512_add_epi16(v0, v0), odd, _mm512_add_epi16(v1, v1));
+        __m512i e = delta_bucket_bytes16(v0, v1);
         for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_mask_cmpge_epu8_mask(valid, e, thr[k]));
     }
     for (uint32_t k = 0; k < K; k++) {
