@@ -97,13 +97,11 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
     uint32_t next[FERRY_DELTA_CLASSES_MAX] = {0}, lower[FERRY_DELTA_CLASSES_MAX];
     uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
     __m512i thr[FERRY_DELTA_CLASSES_MAX];
-    const uint32_t top = mag_mask(w) + 1; /* a threshold past every magnitude selects nothing */
     for (uint32_t k = 0; k < K; k++) {
-        lower[k] = h->cls[k].lower;
-        uint32_t c = lower[k] > top ? top : lower[k];
-        /* 16-bit elements compare their magnitude bucket, the high byte of
-           the element shifted left by one: bounds are whole buckets
-           (delta_chunk_parse checks), so that is the same test */
+        /* bounds are whole buckets within the width's magnitudes
+           (delta_chunk_parse checks); 16-bit elements compare their
+           bucket, the high byte of the element shifted left by one */
+        uint32_t c = lower[k] = h->cls[k].lower;
         thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
     }
     /* ge[0]: the batch's elements; ge[K]: none */
@@ -175,11 +173,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
         if (at + nel == h->elems) XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
     }
 done:
-    j->n = n;
-    for (uint32_t k = 0; k < K; k++) {
-        j->seen[k] = seen[k];
-        j->placed[k] = next[k];
-    }
+    apply_job_finish(j, n, seen, next);
 }
 
 AVX512 void delta_apply_batches_avx512(apply_job_t *j) {

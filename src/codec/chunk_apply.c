@@ -38,6 +38,29 @@ static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
     return neg ? -(int64_t)a : (int64_t)a;
 }
 
+/* The end of one change in decode_class's fast loop: after head bits (the
+ * sign bit first, then a non-unit change's magnitude and run), the Rice
+ * gap to the next change. Writes the change (magnitude mag, signed by that
+ * bit) at *rank_i and *delta_i and consumes its bits; false, consuming
+ * nothing, when the gap does not fit the window. Inlined with head 1 for
+ * one-ulp changes, so their path keeps constant shifts. */
+static inline __attribute__((always_inline)) bool gap_step(uint64_t *acc, uint32_t *nb, uint64_t *target,
+                                                           uint32_t head, uint32_t k, int64_t mag, uint32_t count,
+                                                           bool *past, uint32_t *rank_i, int64_t *delta_i) {
+    uint64_t u = *acc >> head;
+    uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << (63 - head));
+    uint32_t used = head + t + 1 + k;
+    if (used > *nb) return false;
+    *past |= *target >= count;
+    *rank_i = (uint32_t)*target;
+    int64_t neg = -(int64_t)(*acc & 1);
+    *delta_i = (mag ^ neg) - neg; /* no branch on a coin flip */
+    *target += ((uint64_t)t << k | ((u >> (t + 1)) & ((1ull << k) - 1))) + 1;
+    *acc >>= used;
+    *nb -= used;
+    return true;
+}
+
 /* The first half of applying a sparse chunk: one class's changes in rank
  * order, rank[] (within the class; a sentinel above every rank after the
  * last) and delta[] (in elem_ord steps). Needs no base. False when the
@@ -49,7 +72,6 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
     q.target = e->changed ? bitr_rice(&q.br, e->k_gap, e->count) : UINT64_MAX;
     bool past = false;
     const uint32_t n = e->changed, k = e->k_gap;
-    const uint64_t low_mask = (1ull << k) - 1;
     uint32_t i = 0;
     const uint32_t k_nu = e->k_nu, k_mag = e->k_mag;
     while (i < n) {
@@ -69,53 +91,30 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
                 acc |= get_u64(p) << nb;
                 p += (63 - nb) >> 3;
                 nb |= 56;
-                uint64_t u = acc >> 1; /* past the sign bit */
-                int64_t mag = 1;
-                uint32_t head = 1; /* bits before the gap */
-                if (i == nu_at) {
-                    /* ExpGolomb(|d| - 2, k_mag): zeros, a one, extra + k_mag bits */
-                    uint32_t z = (uint32_t)__builtin_ctzll(u | 1ull << 62), low = z + k_mag;
-                    if (z > 32 - k_mag || 2 + z + low > nb) break;
-                    mag = (int64_t)(((1ull << low) | ((u >> (z + 1)) & ((1ull << low) - 1))) - (1ull << k_mag)) + 2;
-                    head = 2 + z + low;
-                    if (nu_left > 1) { /* Rice(run to the next non-unit change, k_nu) */
-                        uint64_t v = acc >> head;
-                        uint32_t z2 = (uint32_t)__builtin_ctzll(v | 1ull << (63 - head));
-                        if (head + z2 + 1 + k_nu > nb) break;
-                        uint64_t run = (uint64_t)z2 << k_nu | ((v >> (z2 + 1)) & ((1ull << k_nu) - 1));
-                        /* past the class's changes: corrupt (never matches i again) */
-                        nu_at = i + 1 + run >= e->changed ? UINT32_MAX - 1 : i + 1 + (uint32_t)run;
-                        head += z2 + 1 + k_nu;
-                    } else {
-                        nu_at = UINT32_MAX;
-                    }
-                    u = acc >> head;
-                    uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << (63 - head));
-                    if (head + t + 1 + k > nb) {
-                        nu_at = i; /* undo: the general reader takes this change */
-                        break;
-                    }
-                    nu_left--;
-                    past |= nu_at == UINT32_MAX - 1;
-                    past |= target >= e->count;
-                    rank[i] = (uint32_t)target;
-                    delta[i] = (acc & 1) ? -mag : mag;
-                    target += ((uint64_t)t << k | ((u >> (t + 1)) & low_mask)) + 1;
-                    uint32_t used = head + t + 1 + k;
-                    acc >>= used;
-                    nb -= used;
+                if (i != nu_at) { /* a one-ulp change: the sign, then the gap */
+                    if (!gap_step(&acc, &nb, &target, 1, k, 1, e->count, &past, &rank[i], &delta[i])) break;
                     i++;
                     continue;
                 }
-                uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << 62);
-                uint32_t used = t + 2 + k;
-                if (used > nb) break;
-                past |= target >= e->count;
-                rank[i] = (uint32_t)target;
-                delta[i] = 1 - 2 * (int64_t)(acc & 1); /* no branch on a coin flip */
-                target += ((uint64_t)t << k | ((u >> (t + 1)) & low_mask)) + 1;
-                acc >>= used;
-                nb -= used;
+                /* ExpGolomb(|d| - 2, k_mag): zeros, a one, extra + k_mag bits */
+                uint64_t x = acc >> 1;
+                uint32_t z = (uint32_t)__builtin_ctzll(x | 1ull << 62), low = z + k_mag;
+                if (z > 32 - k_mag || 2 + z + low > nb) break;
+                int64_t mag = (int64_t)(((1ull << low) | ((x >> (z + 1)) & ((1ull << low) - 1))) - (1ull << k_mag)) + 2;
+                uint32_t head = 2 + z + low, nu_new = UINT32_MAX;
+                if (nu_left > 1) { /* Rice(run to the next non-unit change, k_nu) */
+                    uint64_t v = acc >> head;
+                    uint32_t z2 = (uint32_t)__builtin_ctzll(v | 1ull << (63 - head));
+                    if (head + z2 + 1 + k_nu > nb) break;
+                    uint64_t run = (uint64_t)z2 << k_nu | ((v >> (z2 + 1)) & ((1ull << k_nu) - 1));
+                    /* past the class's changes: corrupt (never matches i again) */
+                    nu_new = i + 1 + run >= e->changed ? UINT32_MAX - 1 : i + 1 + (uint32_t)run;
+                    head += z2 + 1 + k_nu;
+                }
+                if (!gap_step(&acc, &nb, &target, head, k, mag, e->count, &past, &rank[i], &delta[i])) break;
+                nu_at = nu_new;
+                past |= nu_at == UINT32_MAX - 1;
+                nu_left--;
                 i++;
             }
             r->acc = acc & ((1ull << nb) - 1); /* the slow reader keeps nothing above the count */
@@ -199,11 +198,7 @@ DELTA_HOT static void apply_batches_base(apply_job_t *j) {
         XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
     }
 done:
-    j->n = n;
-    for (uint32_t k = 0; k < K; k++) {
-        j->seen[k] = seen[k];
-        j->placed[k] = next[k];
-    }
+    apply_job_finish(j, n, seen, next);
 }
 
 size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap) {

@@ -346,7 +346,7 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
         put_u32(entry + 8, (uint32_t)changed[k]);
         if (!changed[k]) continue;
         size_t len = write_class(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
-                                 c->cval + start[k], c->csign + start[k], c->pos);
+                                 c->cval + start[k], c->csign + start[k], c->pos /* free once ranked */);
         if (!len) return 0;
         off += len;
     }

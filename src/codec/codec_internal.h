@@ -392,6 +392,14 @@ typedef struct apply_job {
     uint32_t bad_class;                         /* a class whose value left the range, else UINT32_MAX */
 } apply_job_t;
 typedef void (*apply_batches_fn)(apply_job_t *j);
+/* A walk's results, whether it finished or stopped at a bad class. */
+static inline void apply_job_finish(apply_job_t *j, size_t n, const uint64_t *seen, const uint32_t *placed) {
+    j->n = n;
+    for (uint32_t k = 0; k < j->h->classes; k++) {
+        j->seen[k] = seen[k];
+        j->placed[k] = placed[k];
+    }
+}
 apply_batches_fn delta_apply_batches_pick(void); /* the fastest walk this CPU runs */
 /* Every walk this CPU runs, fastest first, the portable one last (for tests). */
 size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap);
