@@ -1,75 +1,22 @@
-/* Applying one chunk, in two halves: each class's stream decoded on its own
- * into its changes in rank order (no base needed), then a walk over the
- * chunk in batches that finds each change's element from the base's
- * magnitude classes and writes it in place, keeping the old values as the
- * undo log and hashing each batch for the chunk's next checksum. A chunk
- * that fails is restored before the error returns. The walk has a portable
- * build here and an AVX-512 one in apply_avx512.c. */
+/* Applying one chunk: a walk over the chunk in batches that finds each
+ * change's element from the base's magnitude classes and writes it in
+ * place, keeping the old values as the undo log and hashing each batch for
+ * the chunk's next checksum. The walk has a portable build here, which
+ * takes each class's changes decoded beforehand in rank order (no base
+ * needed), and an AVX-512 one in apply_avx512.c, which reads the class
+ * streams as it goes, so that decoding one change overlaps placing the
+ * last. A chunk that fails is restored before the error returns. */
+#include "codec/class_dec.h"
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
-/* Where one class's stream stands while decoding. */
-typedef struct class_cursor {
-    bitr_t br;
-    uint64_t target;  /* rank of the class's next change; UINT64_MAX when done */
-    uint32_t left;    /* changes still to decode */
-    uint32_t j;       /* index of the next change within the class */
-    uint32_t nu_next; /* index of the next non-unit change */
-    uint32_t nu_left;
-} class_cursor_t;
-
-/* Decodes one change of class k: its value change, then where the next is.
- * The general reader; decode_class takes one-ulp changes faster itself. */
-static inline int64_t next_value(class_cursor_t *q, const delta_class_t *e) {
-    uint32_t neg = bitr_bits(&q->br, 1);
-    uint64_t a = 1;
-    if (q->nu_left && q->j == q->nu_next) {
-        a = bitr_expg(&q->br, e->k_mag) + 2;
-        if (--q->nu_left) {
-            q->nu_next += bitr_rice(&q->br, e->k_nu, e->changed) + 1;
-            if (q->nu_next >= e->changed) q->br.overrun = true; /* past the class's changes: corrupt */
-        }
-    }
-    q->j++;
-    if (--q->left == 0)
-        q->target = UINT64_MAX;
-    else
-        q->target += (uint64_t)bitr_rice(&q->br, e->k_gap, e->count) + 1;
-    return neg ? -(int64_t)a : (int64_t)a;
-}
-
-/* The end of one change in decode_class's fast loop: after head bits (the
- * sign bit first, then a non-unit change's magnitude and run), the Rice
- * gap to the next change. Writes the change (magnitude mag, signed by that
- * bit) at *rank_i and *delta_i and consumes its bits; false, consuming
- * nothing, when the gap does not fit the window. Inlined with head 1 for
- * one-ulp changes, so their path keeps constant shifts. */
-static inline __attribute__((always_inline)) bool gap_step(uint64_t *acc, uint32_t *nb, uint64_t *target,
-                                                           uint32_t head, uint32_t k, int64_t mag, uint32_t count,
-                                                           bool *past, uint32_t *rank_i, int64_t *delta_i) {
-    uint64_t u = *acc >> head;
-    uint32_t t = (uint32_t)__builtin_ctzll(u | 1ull << (63 - head));
-    uint32_t used = head + t + 1 + k;
-    if (used > *nb) return false;
-    *past |= *target >= count;
-    *rank_i = (uint32_t)*target;
-    int64_t neg = -(int64_t)(*acc & 1);
-    *delta_i = (mag ^ neg) - neg; /* no branch on a coin flip */
-    *target += ((uint64_t)t << k | ((u >> (t + 1)) & ((1ull << k) - 1))) + 1;
-    *acc >>= used;
-    *nb -= used;
-    return true;
-}
-
-/* The first half of applying a sparse chunk: one class's changes in rank
+/* For the portable walk, before it starts: one class's changes in rank
  * order, rank[] (within the class; a sentinel above every rank after the
  * last) and delta[] (in elem_ord steps). Needs no base. False when the
  * stream is malformed or a rank falls past the class's elements. */
 DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream, uint32_t *rank, int64_t *delta) {
-    class_cursor_t q = {.j = 0, .left = e->changed, .nu_left = e->nonunit};
-    bitr_init(&q.br, stream, e->len);
-    q.nu_next = e->nonunit ? bitr_rice(&q.br, e->k_nu, e->changed) : 0;
-    q.target = e->changed ? bitr_rice(&q.br, e->k_gap, e->count) : UINT64_MAX;
+    class_cursor_t q;
+    class_cursor_start(&q, e, stream);
     bool past = false;
     const uint32_t n = e->changed, k = e->k_gap;
     uint32_t i = 0;
@@ -96,21 +43,9 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
                     i++;
                     continue;
                 }
-                /* ExpGolomb(|d| - 2, k_mag): zeros, a one, extra + k_mag bits */
-                uint64_t x = acc >> 1;
-                uint32_t z = (uint32_t)__builtin_ctzll(x | 1ull << 62), low = z + k_mag;
-                if (z > 32 - k_mag || 2 + z + low > nb) break;
-                int64_t mag = (int64_t)(((1ull << low) | ((x >> (z + 1)) & ((1ull << low) - 1))) - (1ull << k_mag)) + 2;
-                uint32_t head = 2 + z + low, nu_new = UINT32_MAX;
-                if (nu_left > 1) { /* Rice(run to the next non-unit change, k_nu) */
-                    uint64_t v = acc >> head;
-                    uint32_t z2 = (uint32_t)__builtin_ctzll(v | 1ull << (63 - head));
-                    if (head + z2 + 1 + k_nu > nb) break;
-                    uint64_t run = (uint64_t)z2 << k_nu | ((v >> (z2 + 1)) & ((1ull << k_nu) - 1));
-                    /* past the class's changes: corrupt (never matches i again) */
-                    nu_new = i + 1 + run >= e->changed ? UINT32_MAX - 1 : i + 1 + (uint32_t)run;
-                    head += z2 + 1 + k_nu;
-                }
+                int64_t mag;
+                uint32_t head, nu_new;
+                if (!nu_head(acc, nb, k_mag, k_nu, nu_left, i, e->changed, &mag, &head, &nu_new)) break;
                 if (!gap_step(&acc, &nb, &target, head, k, mag, e->count, &past, &rank[i], &delta[i])) break;
                 nu_at = nu_new;
                 past |= nu_at == UINT32_MAX - 1;
@@ -133,7 +68,7 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
         i++;
     }
     rank[n] = UINT32_MAX;
-    return !past && !q.br.overrun && q.nu_left == 0 && bitr_tell(&q.br) + 7 >= (uint64_t)e->len * 8;
+    return !past && class_cursor_sound(&q, e);
 }
 
 /* The portable batch walk (x86-64-v3 and baseline clones): per batch of 64
@@ -152,7 +87,7 @@ DELTA_HOT static void apply_batches_base(apply_job_t *j) {
     uint64_t cmask[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH];
     uint16_t up[DELTA_MASK_BATCH + 1]; /* up[b + 1]: the class's elements in blocks 0..b */
     up[0] = 0;
-    j->bad_class = UINT32_MAX;
+    j->bad_class = j->bad_stream = UINT32_MAX;
     for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
         uint32_t nblk = (nel + 63) / 64;
@@ -213,6 +148,15 @@ size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap) {
     return n;
 }
 
+bool delta_apply_batches_decode(apply_batches_fn f) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    return f == delta_apply_batches_avx512;
+#else
+    (void)f;
+    return false;
+#endif
+}
+
 apply_batches_fn delta_apply_batches_pick(void) {
     apply_batches_fn f[2];
     delta_apply_batches_kernels(f, 2);
@@ -228,21 +172,25 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
                                     uint64_t *next_sum) {
     uint32_t K = h->classes;
     size_t slots = (size_t)h->changed + K;
+    bool decodes = delta_apply_batches_decode(c->apply_batches); /* else the changes decoded here first */
     if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log) ||
-        !delta_grow(c, (void **)&c->dec_rank, &c->dec_rank_cap, slots, sizeof *c->dec_rank) ||
-        !delta_grow(c, (void **)&c->dec_delta, &c->dec_delta_cap, slots, sizeof *c->dec_delta))
+        (!decodes && (!delta_grow(c, (void **)&c->dec_rank, &c->dec_rank_cap, slots, sizeof *c->dec_rank) ||
+                      !delta_grow(c, (void **)&c->dec_delta, &c->dec_delta_cap, slots, sizeof *c->dec_delta))))
         return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
     apply_job_t j = {.h = h, .base = base, .masks = c->masks, .log = c->log + c->log_n};
     const uint8_t *p = h->payload;
     size_t off = 0;
     for (uint32_t k = 0; k < K; k++) {
         const delta_class_t *e = &h->cls[k];
-        j.rank[k] = c->dec_rank + off;
-        j.delta[k] = c->dec_delta + off;
-        if (!decode_class(e, p, c->dec_rank + off, c->dec_delta + off))
-            return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, cut short or too long", k);
+        j.stream[k] = p;
+        if (!decodes) {
+            j.rank[k] = c->dec_rank + off;
+            j.delta[k] = c->dec_delta + off;
+            if (!decode_class(e, p, c->dec_rank + off, c->dec_delta + off))
+                return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, cut short or too long", k);
+            off += e->changed + 1;
+        }
         p += e->len;
-        off += e->changed + 1;
     }
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
@@ -251,12 +199,17 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
     ferry_status_t st = FERRY_OK;
     if (j.bad_class != UINT32_MAX)
         st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: a value change out of the element's range", j.bad_class);
+    else if (j.bad_stream != UINT32_MAX)
+        st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, cut short or too long", j.bad_stream);
     for (uint32_t k = 0; k < K && st == FERRY_OK; k++) {
-        if (j.seen[k] != h->cls[k].count || j.placed[k] != h->cls[k].changed)
+        if (j.seen[k] != h->cls[k].count)
             st = delta_fail(c, FERRY_ERR_MISMATCH,
                             "the region is not this delta's base: magnitude class %u holds %llu elements, "
                             "the delta's base had %u",
                             k, (unsigned long long)j.seen[k], h->cls[k].count);
+        else if (j.placed[k] != h->cls[k].changed) /* a rank past the class's elements */
+            st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, a change past the class's elements",
+                            k);
     }
     if (st == FERRY_OK) {
         *n_out = j.n;

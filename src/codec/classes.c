@@ -52,6 +52,11 @@ uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, ui
         cm[i + 1] = cm[i] + m[i];
     }
     uint32_t K = max_classes < g ? max_classes : g;
+    /* cost[j][i]: groups [j, i) as one class, computed once for every k
+       (the logarithms were most of the DP's time) */
+    double cost[GROUPS_MAX][GROUPS_MAX + 1];
+    for (uint32_t j = 0; j < g; j++)
+        for (uint32_t i = j + 1; i <= g; i++) cost[j][i] = pos_bits(cn[i] - cn[j], cm[i] - cm[j]) + CLASS_COST_BITS;
     /* best[k][i]: cheapest split of groups [0, i) into k classes */
     double best[FERRY_DELTA_CLASSES_MAX + 1][GROUPS_MAX + 1];
     uint32_t from[FERRY_DELTA_CLASSES_MAX + 1][GROUPS_MAX + 1];
@@ -62,7 +67,7 @@ uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, ui
         for (uint32_t i = k; i <= g; i++)
             for (uint32_t j = k - 1; j < i; j++) {
                 if (!isfinite(best[k - 1][j])) continue;
-                double c = best[k - 1][j] + pos_bits(cn[i] - cn[j], cm[i] - cm[j]) + CLASS_COST_BITS;
+                double c = best[k - 1][j] + cost[j][i];
                 if (c < best[k][i]) {
                     best[k][i] = c;
                     from[k][i] = j;

@@ -381,8 +381,11 @@ typedef struct apply_job {
     const delta_chunk_t *h;
     uint8_t *base;
     delta_masks_fn masks;
-    const uint32_t *rank[FERRY_DELTA_CLASSES_MAX]; /* per class, ends with a sentinel above every rank */
+    /* per class, decoded by decode_sparse for a walk that does not decode
+       (rank ends with a sentinel above every rank) ... */
+    const uint32_t *rank[FERRY_DELTA_CLASSES_MAX];
     const int64_t *delta[FERRY_DELTA_CLASSES_MAX];
+    const uint8_t *stream[FERRY_DELTA_CLASSES_MAX]; /* ... else its stream (delta_apply_batches_decode) */
     delta_change_t *log;       /* room for every change: (position, old value) */
     struct XXH3_state_s *hash; /* takes the chunk's new contents */
     /* out */
@@ -390,6 +393,7 @@ typedef struct apply_job {
     uint64_t seen[FERRY_DELTA_CLASSES_MAX];      /* class elements met in the base */
     uint32_t placed[FERRY_DELTA_CLASSES_MAX];   /* class changes written */
     uint32_t bad_class;                         /* a class whose value left the range, else UINT32_MAX */
+    uint32_t bad_stream;                        /* a class whose stream is malformed, else UINT32_MAX */
 } apply_job_t;
 typedef void (*apply_batches_fn)(apply_job_t *j);
 /* A walk's results, whether it finished or stopped at a bad class. */
@@ -404,6 +408,9 @@ apply_batches_fn delta_apply_batches_pick(void); /* the fastest walk this CPU ru
 /* Every walk this CPU runs, fastest first, the portable one last (for tests). */
 size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap);
 void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with AVX-512BW, VBMI, VPOPCNTDQ and BMI2 only */
+/* Whether walk f reads the class streams itself (job.stream) rather than
+ * decoded changes (job.rank, job.delta). */
+bool delta_apply_batches_decode(apply_batches_fn f);
 
 /* The encoder's per-element passes for 16-bit elements, vectorized
  * (enc_avx512.c); the portable code in chunk_enc.c does the same.

@@ -243,6 +243,26 @@ static void test_refusals(void) {
         CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, 0, b1, n1, 8192, rec, sizeof rec, &rl, NULL, NULL),
                  ferry_delta_codec_detail(codec));
         CHECK(rec[0] == CHUNK_SPARSE && rec[2] >= 2);
+        /* every bit of the record flipped and the record resealed: the
+           class streams reach the decoder, which refuses each with the
+           region intact, or (a flip in a stream's last padding bits)
+           applies the same changes */
+        static uint8_t flip[sizeof rec];
+        for (size_t bit = 0; bit < rl * 8; bit++) {
+            if (bit / 8 >= 32 && bit / 8 < 40) continue; /* the record checksum itself */
+            memcpy(flip, rec, rl);
+            flip[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            put_u64(flip + 32, delta_record_sum(flip, rl));
+            memcpy(r1, b1, sizeof b1);
+            ferry_status_t st = ferry_delta_chunk_apply(codec, FERRY_DTYPE_BF16, flip, rl, r1, 8192);
+            if (st == FERRY_OK) {
+                CHECK(memcmp(r1, n1, sizeof n1) == 0);
+                ferry_delta_codec_commit(codec);
+            } else {
+                CHECK(st == FERRY_ERR_CORRUPT || st == FERRY_ERR_MISMATCH || st == FERRY_ERR_UNSUPPORTED);
+                CHECK(memcmp(r1, b1, sizeof b1) == 0);
+            }
+        }
         put_u32(rec + CHUNK_HEADER + CLASS_ENTRY, get_u32(rec + CHUNK_HEADER + CLASS_ENTRY) + 1);
         put_u64(rec + 32, delta_record_sum(rec, rl));
         memcpy(r1, b1, sizeof b1);
