@@ -28,29 +28,47 @@ typedef struct counts {
     __m512i lo, hi;
 } counts_t;
 
-/* Inclusive prefix sums over 8 lanes of popcounts, plus the carry in. */
-AVX512 static inline __m512i prefix8(__m512i m, __m512i *carry) {
-    const __m512i z = _mm512_setzero_si512();
-    __m512i x = _mm512_popcnt_epi64(m);
-    x = _mm512_add_epi64(x, _mm512_alignr_epi64(x, z, 7)); /* lanes shifted up by 1 */
-    x = _mm512_add_epi64(x, _mm512_alignr_epi64(x, z, 6)); /* by 2 */
-    x = _mm512_add_epi64(x, _mm512_alignr_epi64(x, z, 4)); /* by 4 */
-    x = _mm512_add_epi64(x, *carry);
-    *carry = _mm512_permutexvar_epi64(_mm512_set1_epi64(7), x);
+/* Inclusive prefix sums over the 32 u16 lanes of x: five steps, each adding
+ * x shifted up by 1, 2, 4, 8, 16 lanes (one word permute with zeros in). */
+AVX512 static inline __m512i prefix32(__m512i x) {
+    const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                          11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int s = 1; s < 32; s *= 2) /* lane i takes lane i - s; lanes below s take zero */
+        x = _mm512_add_epi16(x, _mm512_maskz_permutexvar_epi16(~0u << s, _mm512_sub_epi16(iota, _mm512_set1_epi16((short)s)), x));
     return x;
 }
 
 AVX512 static inline counts_t row_counts(const uint64_t *row) {
-    __m512i carry = _mm512_setzero_si512();
     __m128i q[8];
     for (int i = 0; i < 8; i++)
-        q[i] = _mm512_cvtepi64_epi16(prefix8(_mm512_loadu_si512((const void *)(row + 8 * i)), &carry));
+        q[i] = _mm512_cvtepi64_epi16(_mm512_popcnt_epi64(_mm512_loadu_si512((const void *)(row + 8 * i))));
     counts_t c;
     c.lo = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(q[0]), q[1], 1), q[2], 2),
                               q[3], 3);
     c.hi = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(q[4]), q[5], 1), q[6], 2),
                               q[7], 3);
+    c.lo = prefix32(c.lo);
+    c.hi = _mm512_add_epi16(prefix32(c.hi), _mm512_permutexvar_epi16(_mm512_set1_epi16(31), c.lo));
     return c;
+}
+
+/* ge_rows' full blocks of 16-bit elements: one byte compare of the 64
+ * elements' buckets per threshold (see thr in walk). */
+AVX512 static inline __attribute__((always_inline)) void ge_rows_w2(const uint8_t *base, uint32_t full,
+                                                                    const __m512i *thr, uint32_t K,
+                                                                    uint64_t ge[][DELTA_MASK_BATCH], size_t ahead) {
+    for (uint32_t b = 0; b < full; b++) {
+        const uint8_t *bp = base + b * 128;
+        /* the same block of the next batch on its way from memory, spread
+           over the loop (all at once they overflow the miss buffers and the
+           loads here wait anyway) */
+        if ((b + DELTA_MASK_BATCH + 1) * 128 <= ahead) {
+            __builtin_prefetch(bp + DELTA_MASK_BATCH * 128);
+            __builtin_prefetch(bp + DELTA_MASK_BATCH * 128 + 64);
+        }
+        __m512i e = delta_bucket_bytes16(_mm512_loadu_si512((const void *)bp), _mm512_loadu_si512((const void *)(bp + 64)));
+        for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, thr[k]));
+    }
 }
 
 /* Rows 1..K-1 of ge for the batch's blocks: bit i of ge[k][b] is set when
@@ -60,18 +78,26 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
                                   const uint32_t *lower, uint32_t K, uint64_t ge[][DELTA_MASK_BATCH], size_t ahead) {
     uint32_t full = nel / 64, nblk = (nel + 63) / 64;
     const size_t step = (size_t)64 * w;
-    for (uint32_t b = 0; b < full; b++) {
+    if (w == 2) {
+        switch (K) { /* the class count known to the compiler: no test per threshold and block */
+        case 2: ge_rows_w2(base, full, thr, 2, ge, ahead); break;
+        case 3: ge_rows_w2(base, full, thr, 3, ge, ahead); break;
+        case 4: ge_rows_w2(base, full, thr, 4, ge, ahead); break;
+        case 5: ge_rows_w2(base, full, thr, 5, ge, ahead); break;
+        case 6: ge_rows_w2(base, full, thr, 6, ge, ahead); break;
+        case 7: ge_rows_w2(base, full, thr, 7, ge, ahead); break;
+        case 8: ge_rows_w2(base, full, thr, 8, ge, ahead); break;
+        default: ge_rows_w2(base, full, thr, K, ge, ahead); break;
+        }
+    }
+    for (uint32_t b = 0; b < full && w != 2; b++) {
         const uint8_t *bp = base + b * step;
         /* the same block of the next batch on its way from memory, spread
            over the loop (all at once they overflow the miss buffers and the
            loads here wait anyway) */
         if ((b + DELTA_MASK_BATCH + 1) * step <= ahead)
             for (uint32_t o = 0; o < step; o += 64) __builtin_prefetch(bp + DELTA_MASK_BATCH * step + o);
-        if (w == 2) { /* one byte compare per threshold: see thr in walk */
-            __m512i v0 = _mm512_loadu_si512((const void *)bp), v1 = _mm512_loadu_si512((const void *)(bp + 64));
-            __m512i e = delta_bucket_bytes16(v0, v1);
-            for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, thr[k]));
-        } else if (w == 4) {
+        if (w == 4) {
             const __m512i mm = _mm512_set1_epi32(0x7FFFFFFF);
             __m512i m[4];
             for (int i = 0; i < 4; i++) m[i] = _mm512_and_si512(_mm512_loadu_si512((const void *)(bp + 64 * i)), mm);
@@ -99,6 +125,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
     const uint32_t K = h->classes;
     uint8_t *base = j->base;
     size_t n = 0;
+    delta_change_t *const log = j->log; /* in a register: stores to base could alias j->log */
     uint32_t lower[FERRY_DELTA_CLASSES_MAX], placed[FERRY_DELTA_CLASSES_MAX];
     class_cursor_t cur[FERRY_DELTA_CLASSES_MAX];
     uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
@@ -228,7 +255,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
                     _mm512_kunpackd(_mm512_cmple_epu16_mask(hi, tv), _mm512_cmple_epu16_mask(lo, tv))));
                 uint64_t cm = g0[b] & ~g1[b];
                 uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
-                if (!delta_apply_one(base, w, pos, d, &j->log[n])) {
+                if (!delta_apply_one(base, w, pos, d, &log[n])) {
                     j->bad_class = k;
                     goto done;
                 }
