@@ -4,9 +4,10 @@
  *   TRL raw       int32 index + bf16 value per changed element (6 B);
  *   TRL gap       gaps as uint16 (uint32 when one does not fit) + bf16 values;
  *   zstd          gaps as uint32 and the bf16 values, each zstd -3;
- * and beside memcpy of the dense tensor with 1 and all threads. Speeds are
- * dense tensor bytes per second, medians of --repeat runs; every applied
- * delta is compared with the expected next version. */
+ * and beside memcpy of the dense tensor with 1 and all threads, and the
+ * floor under any verified encoder on one thread (bench_floor.c). Speeds
+ * are dense tensor bytes per second, medians of --repeat runs; every
+ * applied delta is compared with the expected next version. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <zstd.h>
 
 #include "cli.h"
+#include "bench_floor.h"
 #include "synth.h"
 
 typedef struct bench_opts {
@@ -30,6 +32,8 @@ static void usage(FILE *f) {
             "  Synthetic bf16 weights (fp32 masters ~ N(0, 0.02), Adam on noisy gradients) take S\n"
             "  steps at each learning rate; the delta between steps S-1 and S is encoded by ferry and\n"
             "  sized as TRL's raw and gap patches and as zstd'd gaps + values would ship it.\n"
+            "  Speeds are beside memcpy of the tensor, and beside the floor under any verified\n"
+            "  encoder: reading base and next once, finding the changed lines, hashing next.\n"
             "  --elems N    elements of the tensor (default 16M; K/M/G suffixes)\n"
             "  --steps S    Adam steps before the measured one (default 5)\n"
             "  --lr LIST    learning rates (default 1e-6,3e-6,1e-5)\n"
@@ -379,6 +383,19 @@ int bench_delta(int argc, char **argv) {
     }
     printf("\nencode, 1 thread, with the base's chunk sums given (the sync writer from its second delta on):");
     for (uint32_t li = 0; li < o.n_lrs; li++) printf(" %s%.0e %.2f (%.2fx)", li ? "| " : "", o.lrs[li], given[li], given[li] / mem1);
+    if (bench_encode_floor_runs()) {
+        double tf[64];
+        volatile uint64_t sink = 0;
+        for (uint32_t r = 0; r < o.repeat; r++) {
+            double t = cli_now_s();
+            sink += bench_encode_floor((const uint8_t *)base, (const uint8_t *)next, bytes);
+            tf[r] = cli_now_s() - t;
+        }
+        double fl = (double)bytes / median(tf, o.repeat) / 1e9;
+        printf("\nfloor of any verified encoder, 1 thread (read base and next once, find the changed lines, xxh3 of "
+               "next): %.2f (%.2fx)",
+               fl, fl / mem1);
+    }
     printf("\n\nferry: whole delta incl. headers and checksums; every applied delta matched the next version.\n"
            "TRL sizes count the index and value payloads only; zstd: level 3, gaps and values compressed apart.\n");
 out:
