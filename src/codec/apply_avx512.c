@@ -33,8 +33,10 @@ typedef struct counts {
 AVX512 static inline __m512i prefix32(__m512i x) {
     const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
                                           11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    for (int s = 1; s < 32; s *= 2) /* lane i takes lane i - s; lanes below s take zero */
-        x = _mm512_add_epi16(x, _mm512_maskz_permutexvar_epi16(~0u << s, _mm512_sub_epi16(iota, _mm512_set1_epi16((short)s)), x));
+    for (int s = 1; s < 32; s *= 2) { /* lane i takes lane i - s; lanes below s take zero */
+        __m512i from = _mm512_sub_epi16(iota, _mm512_set1_epi16((short)s));
+        x = _mm512_add_epi16(x, _mm512_maskz_permutexvar_epi16(~0u << s, from, x));
+    }
     return x;
 }
 
@@ -66,7 +68,8 @@ AVX512 static inline __attribute__((always_inline)) void ge_rows_w2(const uint8_
             __builtin_prefetch(bp + DELTA_MASK_BATCH * 128);
             __builtin_prefetch(bp + DELTA_MASK_BATCH * 128 + 64);
         }
-        __m512i e = delta_bucket_bytes16(_mm512_loadu_si512((const void *)bp), _mm512_loadu_si512((const void *)(bp + 64)));
+        __m512i e =
+            delta_bucket_bytes16(_mm512_loadu_si512((const void *)bp), _mm512_loadu_si512((const void *)(bp + 64)));
         for (uint32_t k = 1; k < K; k++) ge[k][b] = _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, thr[k]));
     }
 }
@@ -217,7 +220,6 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
                         if (nu_head(acc, nb, k_mag, k_nu, nu_left, i, nch, &mag, &head, &nu_new) &&
                             gap_step(&acc, &nb, &target, head, kg, mag, e->count, &unused, &rk, &d)) {
                             if (nu_new == UINT32_MAX - 1) { /* a run past the class's changes */
-                                r->overrun = true;
                                 j->bad_stream = k;
                                 goto done;
                             }
@@ -229,14 +231,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
                     }
                 }
                 /* the general reader, on the cursor in memory */
-                r->acc = acc & ((1ull << nb) - 1); /* it keeps nothing above the count */
-                r->n = nb;
-                r->p = sp;
-                q->target = target;
-                q->j = i;
-                q->left = nch - i;
-                q->nu_left = nu_left;
-                if (nu_left) q->nu_next = nu_at;
+                class_cursor_put(q, e, acc, nb, sp, target, i, nu_left, nu_at);
                 d = next_value(q, e);
                 if (r->overrun) {
                     j->bad_stream = k;
@@ -261,14 +256,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
                 }
                 n++;
             }
-            r->acc = acc & ((1ull << nb) - 1);
-            r->n = nb;
-            r->p = sp;
-            q->target = target;
-            q->j = i;
-            q->left = nch - i;
-            q->nu_left = nu_left;
-            if (nu_left) q->nu_next = nu_at;
+            class_cursor_put(q, e, acc, nb, sp, target, i, nu_left, nu_at);
             seen[k] = end;
         }
         if (at + nel == h->elems) XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
@@ -279,7 +267,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
             j->bad_stream = k;
             break;
         }
-done:
+done: /* after a failure the counts are not used: the chunk is undone */
     for (uint32_t k = 0; k < K; k++) placed[k] = cur[k].j;
     apply_job_finish(j, n, seen, placed);
 }

@@ -52,14 +52,7 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
                 nu_left--;
                 i++;
             }
-            r->acc = acc & ((1ull << nb) - 1); /* the slow reader keeps nothing above the count */
-            r->n = nb;
-            r->p = p;
-            q.target = target;
-            q.j = i;
-            q.left = n - i;
-            q.nu_left = nu_left;
-            if (nu_left) q.nu_next = nu_at;
+            class_cursor_put(&q, e, acc, nb, p, target, i, nu_left, nu_at);
         }
         if (i >= n) break;
         past |= q.target >= e->count;

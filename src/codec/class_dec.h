@@ -95,6 +95,23 @@ static inline void class_cursor_start(class_cursor_t *q, const delta_class_t *e,
     q->target = e->changed ? bitr_rice(&q->br, e->k_gap, e->count) : UINT64_MAX;
 }
 
+/* A fast loop's registers back into the cursor, for the general reader or
+ * for later: the window (acc, nb bits, refilled up to p), the next change's
+ * rank and index, and the non-unit changes left and the next one's index. */
+static inline __attribute__((always_inline)) void class_cursor_put(class_cursor_t *q, const delta_class_t *e,
+                                                                   uint64_t acc, uint32_t nb, const uint8_t *p,
+                                                                   uint64_t target, uint32_t i, uint32_t nu_left,
+                                                                   uint32_t nu_at) {
+    q->br.acc = acc & ((1ull << nb) - 1); /* the general reader keeps nothing above the count */
+    q->br.n = nb;
+    q->br.p = p;
+    q->target = target;
+    q->j = i;
+    q->left = e->changed - i;
+    q->nu_left = nu_left;
+    if (nu_left) q->nu_next = nu_at;
+}
+
 /* After the class's last change: every value was whole, every non-unit
  * change was met, and the stream ends there (bar its last byte's padding). */
 static inline bool class_cursor_sound(const class_cursor_t *q, const delta_class_t *e) {
