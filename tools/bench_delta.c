@@ -264,8 +264,9 @@ int bench_delta(int argc, char **argv) {
        same copy varies by up to 1.8x from one try to the next */
     memset(base, 0x3c, bytes);
     memset(region, 0, bytes);
+    const uint32_t copies = o.repeat < 9 ? 9 : o.repeat;
     double t1 = 1e30, tn = 1e30;
-    for (uint32_t r = 0; r < (o.repeat < 9 ? 9 : o.repeat); r++) {
+    for (uint32_t r = 0; r < copies; r++) {
         double t = cli_now_s();
         cli_memcpy_threads((uint8_t *)region, (const uint8_t *)base, bytes, 1);
         t = cli_now_s() - t;
@@ -279,8 +280,8 @@ int bench_delta(int argc, char **argv) {
     char sz[32];
     printf("ferry bench delta: %llu bf16 elements (%s), delta of Adam step %u vs %u, %u threads, median of %u\n",
            (unsigned long long)n, cli_bytes(bytes, sz, sizeof sz), o.steps, o.steps - 1, o.threads, o.repeat);
-    printf("memcpy of the dense tensor, fastest of %u: %.2f GB/s (1 thread), %.2f GB/s (%u threads)\n\n",
-           o.repeat < 9 ? 9 : o.repeat, mem1, memn, o.threads);
+    printf("memcpy of the dense tensor, fastest of %u: %.2f GB/s (1 thread), %.2f GB/s (%u threads)\n\n", copies,
+           mem1, memn, o.threads);
     printf("%-6s %7s | %-22s | %6s %6s %6s | %-27s | %-27s\n", "", "", "bytes per changed elem", "TRL", "TRL", "zstd",
            "encode GB/s (x memcpy)", "apply GB/s (x memcpy)");
     printf("%-6s %7s | %6s %6s %8s | %6s %6s %6s | %13s %13s | %13s %13s\n", "lr", "changed", "pos", "val", "ferry",
