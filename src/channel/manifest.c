@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sync/channel_internal.h"
+#include "channel/channel_internal.h"
 
 bool chan_path(char *buf, size_t size, const char *dir, const char *name) {
     int n = snprintf(buf, size, "%s/%s", dir, name);

@@ -1,7 +1,7 @@
 /* The file channel's shared parts: the manifest, file names, whole-file
  * reads and atomic writes. docs/channel.md describes the directory. */
-#ifndef FERRY_SYNC_CHANNEL_INTERNAL_H
-#define FERRY_SYNC_CHANNEL_INTERNAL_H
+#ifndef FERRY_CHANNEL_INTERNAL_H
+#define FERRY_CHANNEL_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common/hash.h"
-#include "sync/channel_internal.h"
+#include "channel/channel_internal.h"
 
 struct ferry_channel_writer {
     ferry_ctx_t *ctx;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/hash.h"
-#include "sync/channel_internal.h"
+#include "channel/channel_internal.h"
 
 #define FILE_MAX (1ull << 40)
 #define ATTEMPTS 4 /* a file removed between reading the manifest and opening it: read again */
