@@ -1,0 +1,2 @@
+/* codec may not use the sync engine's public API either. */
+#include "ferry/sync.h"
