@@ -1,13 +1,13 @@
 # One target per library module, each compiled against only the headers of
 # the modules it may use.
 #
-# ferry_module(NAME DEPS <modules> SOURCES <files> [GENERATED <dir>] [LIBS <libs>])
+# ferry_module(NAME DEPS <modules> SOURCES <files> [GENERATED <dir> GENERATED_BY <target>] [LIBS <libs>])
 #
 # NAME's sources see, through ${CMAKE_BINARY_DIR}/modules/NAME/, links to
 # src/<m>/ and to the public headers of NAME and of each module in DEPS,
 # and nothing else of the tree: `#include "meta/client.h"` from a module
 # that may not use meta does not compile. GENERATED adds a folder of
-# generated headers. A shared link of NAME's objects with those of DEPS and
+# generated headers, made by target GENERATED_BY before NAME compiles. A shared link of NAME's objects with those of DEPS and
 # -Wl,--no-undefined (target ferry_layering_NAME, part of `all`) fails when
 # NAME calls into a module it may not use. Modules must be declared after
 # their DEPS.
@@ -25,7 +25,7 @@ set(FERRY_PUBLIC_sync sync.h)
 set(FERRY_MODULES)
 
 function(ferry_module name)
-  cmake_parse_arguments(M "" "" "DEPS;SOURCES;GENERATED;LIBS" ${ARGN})
+  cmake_parse_arguments(M "" "" "DEPS;SOURCES;GENERATED;GENERATED_BY;LIBS" ${ARGN})
   set(root ${CMAKE_BINARY_DIR}/modules/${name})
   file(REMOVE_RECURSE ${root})
   file(MAKE_DIRECTORY ${root}/src ${root}/include/ferry)
@@ -51,6 +51,9 @@ function(ferry_module name)
   add_library(ferry_${name} OBJECT ${M_SOURCES})
   target_include_directories(ferry_${name} PRIVATE ${root}/src ${root}/include ${M_GENERATED})
   target_compile_options(ferry_${name} PRIVATE -fvisibility=hidden)
+  if(M_GENERATED_BY)
+    add_dependencies(ferry_${name} ${M_GENERATED_BY})
+  endif()
   # external libraries: their include paths here, linked by the libraries
   foreach(lib ${M_LIBS})
     if(TARGET ${lib})
@@ -74,10 +77,15 @@ function(ferry_module name)
   foreach(m ${closure})
     list(APPEND objs $<TARGET_OBJECTS:ferry_${m}>)
   endforeach()
-  add_library(ferry_layering_${name} SHARED ${objs})
-  target_link_libraries(ferry_layering_${name} PRIVATE ${libs})
-  target_link_options(ferry_layering_${name} PRIVATE -Wl,--no-undefined)
-  set_target_properties(ferry_layering_${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/layering)
+  if(NOT FERRY_FUZZ) # coverage hooks are left undefined in fuzzing builds' shared objects
+    add_library(ferry_layering_${name} SHARED ${objs})
+    target_link_libraries(ferry_layering_${name} PRIVATE ${libs})
+    target_link_options(ferry_layering_${name} PRIVATE -Wl,--no-undefined)
+    if(CMAKE_C_COMPILER_ID STREQUAL "Clang" AND (FERRY_SANITIZE OR FERRY_TSAN))
+      target_link_options(ferry_layering_${name} PRIVATE -shared-libsan) # clang leaves the runtime to executables
+    endif()
+    set_target_properties(ferry_layering_${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/layering)
+  endif()
 
   set(FERRY_MODULES ${FERRY_MODULES} ${name} PARENT_SCOPE)
 endfunction()

@@ -36,6 +36,14 @@ typedef struct chan_manifest {
     size_t n, cap;
 } chan_manifest_t;
 
+/* Parses manifest text (no I/O): every field type-checked, file names
+ * checked by chan_name_ok, versions ascending, sums 16 hex digits, counts
+ * and size bounded. `what` names the text's source in errors. On failure
+ * *m is empty. */
+ferry_status_t chan_manifest_parse(ferry_ctx_t *ctx, const char *what, const void *text, size_t len,
+                                   chan_manifest_t *m);
+/* The text chan_manifest_parse reads back as *m; *text is freed with free(). */
+ferry_status_t chan_manifest_format(ferry_ctx_t *ctx, const chan_manifest_t *m, char **text);
 /* Reads dir's manifest: *m empty (FERRY_OK) when there is none yet. */
 ferry_status_t chan_manifest_read(ferry_ctx_t *ctx, const char *dir, chan_manifest_t *m);
 /* Writes it atomically (temporary file, fsync, rename, directory fsync). */

@@ -1,4 +1,5 @@
-/* The channel manifest (JSON) and the channel's file I/O. */
+/* The channel manifest (JSON: a sans-I/O parse and format pair, fuzzed by
+ * tests/fuzz/fuzz_channel_manifest.c) and the channel's file I/O. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -32,7 +33,8 @@ ferry_status_t chan_file_read(ferry_ctx_t *ctx, const char *path, uint64_t max, 
     ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
     *data = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted in the directory must not block the open */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ferry_fail(err, errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "channel: cannot open %s: %s",
                           path, strerror(errno));
@@ -142,26 +144,21 @@ static bool get_name_field(json_t *o, const char *key, char *out) {
     return true;
 }
 
-ferry_status_t chan_manifest_read(ferry_ctx_t *ctx, const char *dir, chan_manifest_t *m) {
+ferry_status_t chan_manifest_parse(ferry_ctx_t *ctx, const char *what, const void *text, size_t len,
+                                   chan_manifest_t *m) {
     ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
     memset(m, 0, sizeof *m);
-    char path[4096];
-    if (!chan_path(path, sizeof path, dir, CHANNEL_MANIFEST))
-        return ferry_fail(err, FERRY_ERR_LIMIT, "channel: directory path too long");
-    uint8_t *text;
-    size_t len;
-    ferry_status_t st = chan_file_read(ctx, path, CHANNEL_MANIFEST_MAX, &text, &len);
-    if (st == FERRY_ERR_NOT_FOUND) return FERRY_OK;
-    if (st != FERRY_OK) return st;
+    if (len > CHANNEL_MANIFEST_MAX)
+        return ferry_fail(err, FERRY_ERR_LIMIT, "channel: %s is %zu bytes (at most %u)", what, len,
+                          CHANNEL_MANIFEST_MAX);
     json_error_t je;
-    json_t *root = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &je);
-    ferry_free(ctx, text);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     json_t *fmt = root ? json_object_get(root, "format") : NULL, *vs = root ? json_object_get(root, "versions") : NULL;
     uint64_t fv = 0;
     if (!root || !json_is_string(fmt) || strcmp(json_string_value(fmt), "ferry_channel") || !json_is_array(vs) ||
         !get_u64_field(root, "format_version", &fv)) {
         json_decref(root);
-        return ferry_fail(err, FERRY_ERR_CORRUPT, "channel: %s is not a ferry channel manifest%s%s", path,
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "channel: %s is not a ferry channel manifest%s%s", what,
                           root ? "" : ": ", root ? "" : je.text);
     }
     if (fv != 1) {
@@ -180,6 +177,7 @@ ferry_status_t chan_manifest_read(ferry_ctx_t *ctx, const char *dir, chan_manife
         json_decref(root);
         return ferry_fail(err, FERRY_ERR_NO_MEMORY, "channel: out of memory");
     }
+    ferry_status_t st = FERRY_OK;
     for (size_t i = 0; i < n && st == FERRY_OK; i++) {
         json_t *e = json_array_get(vs, i), *sums = json_object_get(e, "sums");
         chan_version_t *v = &m->v[i];
@@ -224,7 +222,23 @@ ferry_status_t chan_manifest_read(ferry_ctx_t *ctx, const char *dir, chan_manife
     return st;
 }
 
-ferry_status_t chan_manifest_write(ferry_ctx_t *ctx, const char *dir, const chan_manifest_t *m) {
+ferry_status_t chan_manifest_read(ferry_ctx_t *ctx, const char *dir, chan_manifest_t *m) {
+    ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    if (!chan_path(path, sizeof path, dir, CHANNEL_MANIFEST))
+        return ferry_fail(err, FERRY_ERR_LIMIT, "channel: directory path too long");
+    uint8_t *text;
+    size_t len;
+    ferry_status_t st = chan_file_read(ctx, path, CHANNEL_MANIFEST_MAX, &text, &len);
+    if (st == FERRY_ERR_NOT_FOUND) return FERRY_OK;
+    if (st != FERRY_OK) return st;
+    st = chan_manifest_parse(ctx, path, text, len, m);
+    ferry_free(ctx, text);
+    return st;
+}
+
+ferry_status_t chan_manifest_format(ferry_ctx_t *ctx, const chan_manifest_t *m, char **text) {
     json_t *root = json_object(), *vs = json_array();
     bool ok = root && vs && json_object_set_new(root, "format", json_string("ferry_channel")) == 0 &&
               json_object_set_new(root, "format_version", json_integer(1)) == 0;
@@ -251,11 +265,18 @@ ferry_status_t chan_manifest_write(ferry_ctx_t *ctx, const char *dir, const chan
         }
     }
     ok = ok && json_object_set(root, "versions", vs) == 0;
-    char *text = ok ? json_dumps(root, JSON_INDENT(1)) : NULL;
+    *text = ok ? json_dumps(root, JSON_INDENT(1)) : NULL;
     json_decref(vs);
     json_decref(root);
-    if (!text) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "channel: out of memory for the manifest");
-    ferry_status_t st = chan_file_write(ctx, dir, CHANNEL_MANIFEST, text, strlen(text));
+    if (!*text) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "channel: out of memory for the manifest");
+    return FERRY_OK;
+}
+
+ferry_status_t chan_manifest_write(ferry_ctx_t *ctx, const char *dir, const chan_manifest_t *m) {
+    char *text;
+    ferry_status_t st = chan_manifest_format(ctx, m, &text);
+    if (st != FERRY_OK) return st;
+    st = chan_file_write(ctx, dir, CHANNEL_MANIFEST, text, strlen(text));
     free(text);
     return st;
 }
