@@ -1,11 +1,66 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds with -Werror and AddressSanitizer+UBSan,
-# and runs every test (unit, fuzz corpus replay, integration) under ctest.
+# Installs what is missing, then builds and runs every test in three builds:
+#   asan     Debug, -Werror, AddressSanitizer + UBSan: every test (unit,
+#            property, golden, fuzz-corpus replay, CLI integration, layering)
+#   tsan     Debug, -Werror, ThreadSanitizer: the unit tests (where the
+#            threads are: service, heartbeats, transports, sync)
+#   release  Release (-O2), -Werror: every test, on the code users run
+# `scripts/test.sh asan tsan` runs some of them; no argument runs all three.
+# ctest reports a test that exits 77 as skipped, never as passed; the
+# summary at the end lists the skipped ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=Debug -DFERRY_WERROR=ON -DFERRY_SANITIZE=ON >/dev/null
-cmake --build build-ci -j"$(nproc)"
-cd build-ci
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j"$(nproc)"
+
+jobs=("$@")
+[ ${#jobs[@]} -gt 0 ] || jobs=(asan tsan release)
+ncpu=$(nproc)
+summary=()
+
+run_job() {
+    local name=$1 dir=build-ci
+    local -a cfg ctest_args=(--output-on-failure -j"$ncpu")
+    local -a env_run=()
+    case "$name" in
+    asan)
+        cfg=(-DCMAKE_BUILD_TYPE=Debug -DFERRY_WERROR=ON -DFERRY_SANITIZE=ON)
+        env_run=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1)
+        ;;
+    tsan)
+        dir=build-ci-tsan
+        cfg=(-DCMAKE_BUILD_TYPE=Debug -DFERRY_WERROR=ON -DFERRY_TSAN=ON)
+        env_run=("TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp")
+        ctest_args+=(-R '^unit/')
+        ;;
+    release)
+        dir=build-ci-release
+        cfg=(-DCMAKE_BUILD_TYPE=Release -DFERRY_WERROR=ON)
+        ;;
+    *)
+        echo "scripts/test.sh: unknown build \"$name\" (asan, tsan or release)" >&2
+        exit 2
+        ;;
+    esac
+    echo "== $name: building in $dir"
+    cmake -S . -B "$dir" "${cfg[@]}" >/dev/null
+    cmake --build "$dir" -j"$ncpu" >/dev/null
+    echo "== $name: testing"
+    local log
+    log=$(mktemp)
+    local rc=0
+    (cd "$dir" && env "${env_run[@]}" ctest "${ctest_args[@]}") 2>&1 | tee "$log" || rc=$?
+    summary+=("$name: $(grep -E 'tests passed|tests failed' "$log" | tail -1)")
+    local skipped
+    skipped=$(grep -E '\*\*\*Skipped|Not Run' "$log" | sed -E 's/.*: ([^ ]+) .*/\1/' | tr '\n' ' ' || true)
+    [ -z "$skipped" ] || summary+=("$name: skipped: $skipped")
+    rm -f "$log"
+    return $rc
+}
+
+status=0
+for j in "${jobs[@]}"; do
+    run_job "$j" || status=1
+done
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $status
