@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli.h"
 
@@ -12,7 +13,10 @@ static void usage(FILE *f) {
             "usage: ferry meta --listen HOST:PORT [--lease-ms N]\n"
             "       ferry meta --status [--meta HOST:PORT]\n"
             "  --listen  runs the metadata service in the foreground until SIGINT/SIGTERM;\n"
-            "            members find it with FERRY_META=HOST:PORT and present FERRY_TOKEN\n"
+            "            members find it with FERRY_META=HOST:PORT and present its token:\n"
+            "            FERRY_TOKEN, else FERRY_TOKEN_FILE; with neither set it generates one\n"
+            "            into a 0600 file (printed) that this user's processes on this host\n"
+            "            find by themselves; members on other hosts need a copy of it\n"
             "  --status  prints, as JSON, the job, its members and versions\n"
             "            (address: --meta, else FERRY_META)\n");
 }
@@ -59,6 +63,13 @@ int cmd_meta(int argc, char **argv) {
         sigaddset(&set, SIGINT);
         sigaddset(&set, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &set, NULL); /* the service thread inherits the mask */
+        /* this process is the service: every descriptor it may open is for
+         * connections (the service's cap follows the soft limit) */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
         ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | (lease ? FERRY_META_PARAM_LEASE_MS : 0),
                                   .listen = listen,
                                   .lease_ms = (uint32_t)lease};
@@ -68,6 +79,8 @@ int cmd_meta(int argc, char **argv) {
             rc = CLI_FAIL;
         } else {
             printf("ferry meta: listening on %s (stop with SIGINT or SIGTERM)\n", ferry_meta_service_address(svc));
+            const char *tf = ferry_meta_service_token_file(svc);
+            if (*tf) printf("ferry meta: token generated into %s (removed on exit)\n", tf);
             fflush(stdout);
             int sig;
             sigwait(&set, &sig);

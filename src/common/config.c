@@ -17,7 +17,14 @@ static const ferry_config_var_t config_vars[FERRY_CFG_COUNT] = {
     {"FERRY_META", "host:port", "127.0.0.1:7470",
      "address of the metadata service that writers, readers and `ferry meta` use"},
     {"FERRY_TOKEN", "string", "",
-     "shared secret every member of a job presents to the metadata service"},
+     "shared secret every member of a job presents to the metadata service; unset (and no "
+     "FERRY_TOKEN_FILE): the service generates one into FERRY_TOKEN_DIR"},
+    {"FERRY_TOKEN_FILE", "path", "",
+     "file holding the token (0600, owned by the user): read by members; a service writes a generated "
+     "token there if it does not exist"},
+    {"FERRY_TOKEN_DIR", "path", "",
+     "directory (0700) where a service without a token writes its generated one and where members of "
+     "the same user on the same host find it; unset: $XDG_RUNTIME_DIR/ferry, else ~/.ferry"},
 };
 
 size_t ferry_config_var_count(void) { return FERRY_CFG_COUNT; }

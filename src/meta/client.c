@@ -11,12 +11,15 @@
 
 #include "meta/client.h"
 #include "meta/conn.h"
+#include "meta/token.h"
 
 struct meta_client {
     ferry_ctx_t *ctx;
     meta_client_params_t p;
     char address[META_HOST_MAX + 16], token[META_MAX_TOKEN + 1], job[META_MAX_NAME + 1];
     char host[META_MAX_NAME + 1];
+    bool token_given;                /* else each connection finds it (meta_token_client) */
+    char token_from[META_TOKEN_PATH]; /* the file it came from */
     uint16_t port;
     char service_host[META_HOST_MAX];
     uint64_t incarnation, service_id;
@@ -104,6 +107,10 @@ static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errb
     int fd;
     ferry_status_t st = meta_connect(c->service_host, c->port, deadline, &fd, err);
     if (st != FERRY_OK) return st;
+    if (!c->token_given && (st = meta_token_client(c->ctx, fd, c->token, c->token_from, err)) != FERRY_OK) {
+        close(fd);
+        return st;
+    }
     FerryMeta__Hello h = FERRY_META__HELLO__INIT;
     h.protocol = META_PROTOCOL;
     h.token = (ProtobufCBinaryData){strlen(c->token), (uint8_t *)c->token};
@@ -134,6 +141,9 @@ static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errb
     ProtobufCMessage *w = NULL;
     if (st == FERRY_OK) st = read_reply(c, META_WELCOME, deadline, &w, err);
     if (st != FERRY_OK) {
+        size_t n = strlen(err->text);
+        if (st == FERRY_ERR_INVALID_ARGUMENT && c->service_error && c->token_from[0])
+            snprintf(err->text + n, sizeof err->text - n, " (the token was read from %s)", c->token_from);
         disconnect(c);
         return st;
     }
@@ -202,6 +212,7 @@ ferry_status_t meta_client_create(ferry_ctx_t *ctx, const meta_client_params_t *
     c->fd = -1;
     snprintf(c->address, sizeof c->address, "%s", params->address ? params->address : "");
     snprintf(c->token, sizeof c->token, "%s", params->token ? params->token : "");
+    c->token_given = c->token[0] != '\0';
     snprintf(c->job, sizeof c->job, "%s", params->job ? params->job : "");
     if (gethostname(c->host, sizeof c->host - 1) != 0) snprintf(c->host, sizeof c->host, "localhost");
     if (getrandom(&c->incarnation, sizeof c->incarnation, 0) != sizeof c->incarnation)
@@ -218,6 +229,7 @@ ferry_status_t meta_client_create(ferry_ctx_t *ctx, const meta_client_params_t *
     pthread_condattr_destroy(&ca);
     frame_reader_init(&c->rd, ctx, META_MAX_REPLY);
     ferry_status_t st = meta_addr_parse(c->address, c->service_host, &c->port, err);
+    if (st == FERRY_OK && !c->token_given) st = meta_token_precheck(ctx, c->service_host, c->port, err);
     if (st == FERRY_OK) st = connect_retry(c, err);
     if (st == FERRY_OK && pthread_create(&c->hb, NULL, heartbeat_main, c) != 0)
         st = ferry_fail(err, FERRY_ERR_IO, "meta: cannot start the heartbeat thread");

@@ -1,6 +1,7 @@
 /* Metadata protocol, socket side: see conn.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -54,8 +55,8 @@ static ferry_status_t resolve(const char *host, uint16_t port, bool passive, str
     return FERRY_OK;
 }
 
-ferry_status_t meta_listen(const char *host, uint16_t port, int *fd_out, uint16_t *bound_port,
-                           ferry_errbuf_t *err) {
+ferry_status_t meta_bind(const char *host, uint16_t port, int *fd_out, struct sockaddr_storage *bound,
+                         ferry_errbuf_t *err) {
     struct addrinfo *res;
     ferry_status_t st = resolve(host, port, true, &res, err);
     if (st != FERRY_OK) return st;
@@ -68,7 +69,7 @@ ferry_status_t meta_listen(const char *host, uint16_t port, int *fd_out, uint16_
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
         last = errno;
         close(fd);
         fd = -1;
@@ -76,14 +77,78 @@ ferry_status_t meta_listen(const char *host, uint16_t port, int *fd_out, uint16_
     freeaddrinfo(res);
     if (fd < 0)
         return ferry_fail(err, FERRY_ERR_IO, "meta: cannot listen on %s:%u: %s", host, port, strerror(last));
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    socklen_t sl = sizeof *bound;
+    memset(bound, 0, sizeof *bound);
+    if (getsockname(fd, (struct sockaddr *)bound, &sl) != 0) {
+        int e = errno;
+        close(fd);
+        return ferry_fail(err, FERRY_ERR_IO, "meta: getsockname on %s:%u: %s", host, port, strerror(e));
+    }
     *fd_out = fd;
     return FERRY_OK;
 }
+
+ferry_status_t meta_listen_fd(int fd, ferry_errbuf_t *err) {
+    if (listen(fd, 1024) != 0) return ferry_fail(err, FERRY_ERR_IO, "meta: listen: %s", strerror(errno));
+    return FERRY_OK;
+}
+
+ferry_status_t meta_listen(const char *host, uint16_t port, int *fd_out, uint16_t *bound_port,
+                           ferry_errbuf_t *err) {
+    struct sockaddr_storage ss;
+    int fd;
+    ferry_status_t st = meta_bind(host, port, &fd, &ss, err);
+    if (st == FERRY_OK && (st = meta_listen_fd(fd, err)) != FERRY_OK) close(fd);
+    if (st != FERRY_OK) return st;
+    uint8_t a[16];
+    meta_sockaddr_key((const struct sockaddr *)&ss, a, bound_port);
+    *fd_out = fd;
+    return FERRY_OK;
+}
+
+void meta_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port) {
+    memset(addr, 0, 16);
+    *port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        addr[10] = addr[11] = 0xff;
+        memcpy(addr + 12, &in->sin_addr, 4);
+        *port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        memcpy(addr, &in6->sin6_addr, 16);
+        *port = ntohs(in6->sin6_port);
+    }
+}
+
+static bool key_is_v4(const uint8_t a[16]) {
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(a, mapped, 12) == 0;
+}
+
+void meta_sockaddr_text(const struct sockaddr *sa, char *buf, size_t size) {
+    uint8_t a[16];
+    uint16_t port;
+    meta_sockaddr_key(sa, a, &port);
+    char ip[INET6_ADDRSTRLEN];
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) snprintf(buf, size, "(family %d)", sa->sa_family);
+    else if (key_is_v4(a) && inet_ntop(AF_INET, a + 12, ip, sizeof ip)) snprintf(buf, size, "%s:%u", ip, port);
+    else if (inet_ntop(AF_INET6, a, ip, sizeof ip)) snprintf(buf, size, "[%s]:%u", ip, port);
+    else snprintf(buf, size, "(unprintable address)");
+}
+
+static bool addr_kind(const struct sockaddr *sa, bool unspecified_too) {
+    uint8_t a[16];
+    uint16_t port;
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) return false;
+    meta_sockaddr_key(sa, a, &port);
+    static const uint8_t zero[16], one[16] = {[15] = 1};
+    if (key_is_v4(a)) return a[12] == 127 || (unspecified_too && (a[12] | a[13] | a[14] | a[15]) == 0);
+    return memcmp(a, one, 16) == 0 || (unspecified_too && memcmp(a, zero, 16) == 0);
+}
+
+bool meta_sockaddr_is_loopback(const struct sockaddr *sa) { return addr_kind(sa, false); }
+bool meta_sockaddr_is_local(const struct sockaddr *sa) { return addr_kind(sa, true); }
 
 static int remaining_ms(double deadline) {
     if (deadline < 0) return -1;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "common/internal.h"
 #include "meta/frame.h"
@@ -17,9 +18,27 @@ ferry_status_t meta_addr_parse(const char *addr, char host[META_HOST_MAX], uint1
                                ferry_errbuf_t *err);
 
 /* A listening TCP socket (non-blocking, close-on-exec); *bound_port gets
- * the port actually bound. */
+ * the port actually bound. meta_bind + meta_listen_fd in one. */
 ferry_status_t meta_listen(const char *host, uint16_t port, int *fd, uint16_t *bound_port,
                            ferry_errbuf_t *err);
+
+/* A TCP socket bound to host:port but not listening yet (non-blocking,
+ * close-on-exec): connections to it are refused until meta_listen_fd, so
+ * whatever a client needs (the token file) can be put in place first.
+ * *bound gets the address actually bound (port 0 resolved). */
+ferry_status_t meta_bind(const char *host, uint16_t port, int *fd, struct sockaddr_storage *bound,
+                         ferry_errbuf_t *err);
+ferry_status_t meta_listen_fd(int fd, ferry_errbuf_t *err);
+
+/* "1.2.3.4:5" or "[::1]:5" (an IPv4-mapped IPv6 address as IPv4). */
+void meta_sockaddr_text(const struct sockaddr *sa, char *buf, size_t size);
+/* The address as 16 bytes (IPv4 as IPv4-mapped IPv6) and its port. */
+void meta_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port);
+/* A loopback address (127/8, ::1): only this host reaches it. */
+bool meta_sockaddr_is_loopback(const struct sockaddr *sa);
+/* A loopback or unspecified (0.0.0.0, ::) address: connecting to it
+ * reaches this host only. */
+bool meta_sockaddr_is_local(const struct sockaddr *sa);
 
 /* Connects before deadline (ferry_mono_s seconds); the socket is blocking,
  * close-on-exec, TCP_NODELAY. Fails at once if nothing listens. */

@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -22,13 +23,20 @@
 #include "common/config.h"
 #include "ferry/meta.h"
 #include "meta/conn.h"
+#include "meta/peers.h"
 #include "meta/proto.h"
+#include "meta/token.h"
 
 #define HELLO_WAIT_S 5.0 /* a connection must introduce itself this fast */
 #define MAX_RECORDS 64   /* versions a writer may keep published at once */
+#define ACCEPT_BACKOFF_S 0.1 /* accept failing for want of memory or descriptors: pause listening this long */
+#define ACCEPTS_PER_TURN 1024 /* then members' frames get a turn */
+#define FD_RESERVE 128        /* descriptors the default connection cap leaves to the rest of the process */
 
 typedef struct svc_conn {
     int fd;
+    uint8_t peer[16];     /* the peer's address (meta_sockaddr_key), counted in s->peers */
+    bool pending;         /* accepted, no HELLO yet: counted in s->npending */
     frame_reader_t rd;
     uint8_t *out;
     size_t out_len, out_cap, out_off;
@@ -70,7 +78,15 @@ struct ferry_meta_service {
     atomic_bool stop;
     char address[META_HOST_MAX + 16];
     char token[META_MAX_TOKEN + 1];
+    char token_path[META_TOKEN_PATH]; /* the generated token's file, removed at the end ("" if none) */
     uint32_t lease_ms, max_body;
+    uint32_t max_conns, max_peer_conns, max_pending;
+    meta_peers_t peers;      /* connections per peer address */
+    size_t npending;         /* connections that have not said HELLO */
+    int spare_fd;            /* held open so that an accept can succeed when out of descriptors */
+    bool fd_short;           /* accept is failing for want of descriptors (logged once per episode) */
+    bool cap_logged;         /* the connection cap was reached (logged once) */
+    double accept_resume;    /* the listening socket is not polled before this */
     uint64_t service_id;
     bool have_job;
     char job[META_MAX_NAME + 1];
@@ -597,7 +613,12 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
         return;
     }
     if (diff) {
-        send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "token mismatch: FERRY_TOKEN differs from the service's");
+        if (h->token.len == 0)
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT,
+                       "token mismatch: no token presented; this service requires one (set FERRY_TOKEN or "
+                       "FERRY_TOKEN_FILE to its token)");
+        else
+            send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "token mismatch: FERRY_TOKEN differs from the service's");
         ferry_log(s->ctx, FERRY_LOG_WARN, "meta service: refused %s %u (pid %u): token mismatch", role_name(h->role),
                   h->rank, h->pid);
         c->dead = true;
@@ -652,6 +673,10 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
         m->pid = h->pid;
     }
     c->joined = true;
+    if (c->pending) {
+        c->pending = false;
+        s->npending--;
+    }
     c->role = h->role;
     c->rank = h->rank;
     c->incarnation = h->incarnation;
@@ -933,6 +958,8 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
     }
     unpark(s, c);
     close(c->fd);
+    meta_peers_remove(&s->peers, c->peer);
+    if (c->pending) s->npending--;
     frame_reader_free(&c->rd);
     ferry_free(s->ctx, c->out);
     ferry_free(s->ctx, c);
@@ -943,19 +970,126 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
     }
 }
 
+/* Closes a connection the service will not take, after a best-effort
+ * ERROR saying why (a client reads it as the answer to its HELLO). */
+static void refuse(ferry_meta_service_t *s, int fd, const struct sockaddr *peer, ferry_status_t st, const char *fmt,
+                   ...) FERRY_PRINTF(5, 6);
+static void refuse(ferry_meta_service_t *s, int fd, const struct sockaddr *peer, ferry_status_t st, const char *fmt,
+                   ...) {
+    char detail[256], who[80];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    meta_sockaddr_text(peer, who, sizeof who);
+    ferry_log(s->ctx, FERRY_LOG_DEBUG, "meta service: refused a connection from %s: %s", who, detail);
+    FerryMeta__Error e = FERRY_META__ERROR__INIT;
+    e.status = (uint32_t)st;
+    e.detail = detail;
+    uint8_t *buf;
+    size_t len;
+    ferry_errbuf_t err;
+    if (meta_encode(s->ctx, META_ERROR, &e.base, &buf, &len, &err) == FERRY_OK) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+        ferry_free(s->ctx, buf);
+    }
+    close(fd);
+}
+
+/* accept failed with EMFILE or ENFILE. Not accepting would leave the
+ * listening socket readable and the loop spinning, so one pending
+ * connection is taken with the spare descriptor and refused; when even
+ * that fails the listening socket rests for ACCEPT_BACKOFF_S. True if a
+ * connection was taken (try the next). */
+static bool out_of_fds(ferry_meta_service_t *s, int why, double now) {
+    if (!s->fd_short) {
+        s->fd_short = true;
+        ferry_log(s->ctx, FERRY_LOG_WARN,
+                  "meta service on %s: out of file descriptors (%s) with %zu connections: refusing new ones until "
+                  "some close (raise the open-file limit, ulimit -n)",
+                  s->address, strerror(why), s->nconns);
+    }
+    if (s->spare_fd < 0) s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    bool took = false;
+    if (s->spare_fd >= 0) {
+        close(s->spare_fd);
+        struct sockaddr_storage ss = {0};
+        socklen_t sl = sizeof ss;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            refuse(s, fd, (struct sockaddr *)&ss, FERRY_ERR_LIMIT,
+                   "the service is out of file descriptors (%zu connections); retry later", s->nconns);
+            took = true;
+        }
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (!took || s->spare_fd < 0) s->accept_resume = now + ACCEPT_BACKOFF_S;
+    return took && s->spare_fd >= 0;
+}
+
 static void conn_accept(ferry_meta_service_t *s, double now) {
-    for (;;) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
+    for (int turn = 0; turn < ACCEPTS_PER_TURN; turn++) {
+        struct sockaddr_storage ss = {0};
+        socklen_t sl = sizeof ss;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (e == EAGAIN || e == EWOULDBLOCK) return;
+            if (e == EINTR || e == ECONNABORTED) continue;
+            if (e == EMFILE || e == ENFILE) {
+                if (out_of_fds(s, e, now)) continue;
+                return;
+            }
+            /* ENOBUFS, ENOMEM, anything unforeseen: rest instead of spinning */
+            ferry_log(s->ctx, FERRY_LOG_WARN, "meta service: accept: %s", strerror(e));
+            s->accept_resume = now + ACCEPT_BACKOFF_S;
+            return;
+        }
+        if (s->fd_short) {
+            s->fd_short = false;
+            ferry_log(s->ctx, FERRY_LOG_WARN, "meta service on %s: accepting connections again (%zu open)",
+                      s->address, s->nconns);
+        }
+        const struct sockaddr *peer = (const struct sockaddr *)&ss;
+        uint8_t key[16];
+        uint16_t port;
+        meta_sockaddr_key(peer, key, &port);
+        uint32_t from_peer = meta_peers_count(&s->peers, key);
+        if (s->nconns >= s->max_conns) {
+            if (!s->cap_logged)
+                ferry_log(s->ctx, FERRY_LOG_WARN, "meta service on %s: %zu connections, its limit; refusing more",
+                          s->address, s->nconns);
+            s->cap_logged = true;
+            refuse(s, fd, peer, FERRY_ERR_LIMIT, "the service holds %zu connections, its limit; retry later",
+                   s->nconns);
+            continue;
+        }
+        if (from_peer >= s->max_peer_conns) {
+            char who[80];
+            meta_sockaddr_text(peer, who, sizeof who);
+            refuse(s, fd, peer, FERRY_ERR_LIMIT, "%u connections from this peer's address (%.*s), the per-peer limit",
+                   from_peer, (int)(strrchr(who, ':') - who), who);
+            continue;
+        }
+        if (s->npending >= s->max_pending) {
+            refuse(s, fd, peer, FERRY_ERR_LIMIT, "%zu connections are waiting to say HELLO, the limit; retry later",
+                   s->npending);
+            continue;
+        }
         svc_conn_t *c = ferry_calloc(s->ctx, 1, sizeof *c);
-        if (!c || ferry_grow(s->ctx, (void **)&s->conns, sizeof *s->conns, &s->cap_conns, s->nconns + 1) != 0) {
+        if (!c || ferry_grow(s->ctx, (void **)&s->conns, sizeof *s->conns, &s->cap_conns, s->nconns + 1) != 0 ||
+            meta_peers_add(&s->peers, key) != 0) {
             ferry_free(s->ctx, c);
-            close(fd);
+            refuse(s, fd, peer, FERRY_ERR_NO_MEMORY, "the service is out of memory");
             continue;
         }
         int one = 1; /* replies are small and awaited: no Nagle delay */
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->fd = fd;
+        memcpy(c->peer, key, sizeof key);
+        c->pending = true;
+        s->npending++;
         frame_reader_init(&c->rd, s->ctx, META_MAX_HELLO_BODY);
         c->deadline = now + HELLO_WAIT_S;
         s->conns[s->nconns++] = c;
@@ -1004,6 +1138,8 @@ static void *service_main(void *arg) {
     while (!atomic_load(&s->stop)) {
         double now = ferry_mono_s(), next = now + 3600;
         if (now < s->grace_end) next = s->grace_end; /* waits on absent members end then */
+        bool listening = now >= s->accept_resume;
+        if (!listening && s->accept_resume < next) next = s->accept_resume;
         for (size_t i = 0; i < s->nconns; i++) {
             svc_conn_t *c = s->conns[i];
             if (c->deadline < next) next = c->deadline;
@@ -1012,7 +1148,7 @@ static void *service_main(void *arg) {
         }
         if (ferry_grow(s->ctx, (void **)&pfds, sizeof *pfds, &cap, s->nconns + 2) != 0) break;
         pfds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        pfds[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+        pfds[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
         size_t n = s->nconns;
         for (size_t i = 0; i < n; i++)
             pfds[2 + i] = (struct pollfd){.fd = s->conns[i]->fd,
@@ -1027,7 +1163,6 @@ static void *service_main(void *arg) {
                 if (pfds[2 + i].revents & POLLOUT) conn_flush(c);
                 if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(s, c, now);
             }
-            if (pfds[1].revents & POLLIN) conn_accept(s, now);
         }
         /* deadlines: leases, parked requests, grants that ran out */
         for (size_t i = 0; i < s->nconns; i++) {
@@ -1041,6 +1176,8 @@ static void *service_main(void *arg) {
             if (c->dead) conn_close(s, i, "connection closed", now);
             else if (c->deadline <= now) conn_close(s, i, c->joined ? "lease expired" : "no HELLO in time", now);
         }
+        /* after the closes: the descriptors they freed are there for newcomers */
+        if (rc > 0 && (pfds[1].revents & POLLIN)) conn_accept(s, now);
     }
     ferry_free(s->ctx, pfds);
     return NULL;
@@ -1052,6 +1189,18 @@ static const char *cfg(ferry_ctx_t *ctx, const char *name) {
     const char *v = ferry_ctx_config_value(ctx, name, NULL);
     return v ? v : "";
 }
+
+/* The default connection cap: 65536, or what RLIMIT_NOFILE leaves once the
+ * rest of the process has FD_RESERVE descriptors. */
+static uint32_t default_max_conns(void) {
+    struct rlimit rl;
+    uint64_t lim = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < lim + FD_RESERVE)
+        lim = rl.rlim_cur > 2 * FD_RESERVE ? rl.rlim_cur - FD_RESERVE : rl.rlim_cur / 2;
+    return lim ? (uint32_t)lim : 1;
+}
+
+static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 ferry_status_t ferry_meta_service_create(ferry_ctx_t *ctx, const ferry_meta_params_t *params,
                                          ferry_meta_service_t **out) {
@@ -1070,33 +1219,52 @@ ferry_status_t ferry_meta_service_create(ferry_ctx_t *ctx, const ferry_meta_para
     if (!s) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory creating the meta service");
     s->ctx = ctx;
     s->wake[0] = s->wake[1] = s->listen_fd = -1;
-    snprintf(s->token, sizeof s->token, "%s", token);
     s->lease_ms = (mask & FERRY_META_PARAM_LEASE_MS) && params->lease_ms ? params->lease_ms : 10000;
     s->grace_end = ferry_mono_s() + s->lease_ms / 1000.0;
     s->max_body = (mask & FERRY_META_PARAM_MAX_FRAME) && params->max_frame ? params->max_frame : 256u << 20;
+    s->max_conns = (mask & FERRY_META_PARAM_MAX_CONNS) && params->max_conns ? params->max_conns : default_max_conns();
+    s->max_peer_conns = min_u32(s->max_conns, (mask & FERRY_META_PARAM_MAX_PEER_CONNS) && params->max_peer_conns
+                                                  ? params->max_peer_conns
+                                                  : 4096);
+    s->max_pending = min_u32(s->max_conns,
+                             (mask & FERRY_META_PARAM_MAX_PENDING) && params->max_pending ? params->max_pending : 4096);
+    meta_peers_init(&s->peers, ctx);
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (getrandom(&s->service_id, sizeof s->service_id, 0) != sizeof s->service_id)
         s->service_id = (uint64_t)ferry_mono_s() ^ (uint64_t)getpid() << 32;
-    uint16_t bound;
-    st = meta_listen(host, port, &s->listen_fd, &bound, err);
+    /* bound, then the token (and its file) in place, then listening: a
+     * client that gets in finds the file */
+    struct sockaddr_storage bound;
+    st = meta_bind(host, port, &s->listen_fd, &bound, err);
+    if (st == FERRY_OK) st = meta_token_service(ctx, token, (struct sockaddr *)&bound, s->token, s->token_path, err);
+    if (st == FERRY_OK) st = meta_listen_fd(s->listen_fd, err);
     if (st == FERRY_OK && pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0)
         st = ferry_fail(err, FERRY_ERR_IO, "meta service: pipe: %s", strerror(errno));
     if (st == FERRY_OK) {
-        snprintf(s->address, sizeof s->address, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound);
+        uint8_t a[16];
+        uint16_t bound_port;
+        meta_sockaddr_key((struct sockaddr *)&bound, a, &bound_port);
+        snprintf(s->address, sizeof s->address, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound_port);
         if (pthread_create(&s->thread, NULL, service_main, s) != 0)
             st = ferry_fail(err, FERRY_ERR_IO, "meta service: cannot start its thread");
     }
     if (st != FERRY_OK) {
+        meta_token_remove(s->token_path, s->token);
         if (s->listen_fd >= 0) close(s->listen_fd);
         if (s->wake[0] >= 0) close(s->wake[0]), close(s->wake[1]);
+        if (s->spare_fd >= 0) close(s->spare_fd);
         ferry_free(ctx, s);
         return st;
     }
-    ferry_log(ctx, FERRY_LOG_INFO, "meta service listening on %s", s->address);
+    ferry_log(ctx, FERRY_LOG_INFO, "meta service listening on %s (at most %u connections, %u per peer address)",
+              s->address, s->max_conns, s->max_peer_conns);
     *out = s;
     return FERRY_OK;
 }
 
 const char *ferry_meta_service_address(const ferry_meta_service_t *svc) { return svc ? svc->address : ""; }
+
+const char *ferry_meta_service_token_file(const ferry_meta_service_t *svc) { return svc ? svc->token_path : ""; }
 
 void ferry_meta_service_destroy(ferry_meta_service_t *s) {
     if (!s) return;
@@ -1104,6 +1272,11 @@ void ferry_meta_service_destroy(ferry_meta_service_t *s) {
     ssize_t w = write(s->wake[1], "x", 1);
     (void)w;
     pthread_join(s->thread, NULL);
+    /* the token file goes while the port is still ours (a successor cannot
+     * have bound it), then the port: members that reconnect find no
+     * listener, or the successor and its file */
+    meta_token_remove(s->token_path, s->token);
+    close(s->listen_fd);
     double now = ferry_mono_s();
     while (s->nconns) {
         s->conns[s->nconns - 1]->joined = false; /* no events on the way out */
@@ -1119,7 +1292,8 @@ void ferry_meta_service_destroy(ferry_meta_service_t *s) {
         ferry_free(s->ctx, s->members[role]);
     }
     ferry_free(s->ctx, s->conns);
-    close(s->listen_fd);
+    meta_peers_free(&s->peers);
+    if (s->spare_fd >= 0) close(s->spare_fd);
     close(s->wake[0]);
     close(s->wake[1]);
     ferry_free(s->ctx, s);
