@@ -51,7 +51,9 @@ typedef enum ferry_sync_mode {
  * job, rank and world are always required. */
 enum {
     FERRY_SYNC_PARAM_META = 1u << 0,       /* default: FERRY_META */
-    FERRY_SYNC_PARAM_TOKEN = 1u << 1,      /* default: FERRY_TOKEN */
+    FERRY_SYNC_PARAM_TOKEN = 1u << 1,      /* default: FERRY_TOKEN, else FERRY_TOKEN_FILE, else a serving
+                                              writer generates one and same-user members on the
+                                              host find it (docs/protocol.md, "Handshake and token") */
     FERRY_SYNC_PARAM_TRANSPORT = 1u << 2,  /* default: FERRY_XPORT_SHM */
     FERRY_SYNC_PARAM_TIMEOUT_MS = 1u << 3, /* default: 30000 */
     FERRY_SYNC_PARAM_LEASE_MS = 1u << 4,   /* default: 10000 */
