@@ -32,7 +32,7 @@ ferry_status_t chan_file_read(ferry_ctx_t *ctx, const char *path, uint64_t max, 
     ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
     *data = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block the open */
     if (fd < 0)
         return ferry_fail(err, errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "channel: cannot open %s: %s",
                           path, strerror(errno));
