@@ -111,7 +111,7 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
         memcpy(&n, cmd + 1, 8);
         memcpy(&count, cmd + 9, 4);
         memcpy(&port, cmd + 13, 2);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         if (fd < 0 || tcp_buffers(fd) || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(3);
@@ -130,7 +130,7 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
 
 /* Seconds to receive each of count streams of n bytes from the owner. */
 static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, double *t) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof a;
@@ -143,7 +143,7 @@ static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, do
     memcpy(cmd + 9, &count, 4);
     memcpy(cmd + 13, &port, 2);
     if (write(cmd_fd, cmd, sizeof cmd) != (ssize_t)sizeof cmd) return -1;
-    int fd = accept(lfd, NULL, NULL);
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     close(lfd);
     if (fd < 0) return -1;
     for (uint32_t c = 0; c < count; c++) {
