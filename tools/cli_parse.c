@@ -186,6 +186,33 @@ bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uin
     return true;
 }
 
+bool cli_f64_list(const char *opt, const char *s, cli_range_t r, double *out, size_t max, size_t *n) {
+    if (!s) return false;
+    char iv[96], want[192];
+    range_text(iv, sizeof iv, r);
+    snprintf(want, sizeof want, "1 to %zu comma-separated decimal numbers, each in %s", max, iv);
+    const char *p = s;
+    *n = 0;
+    do {
+        const char *item;
+        size_t len;
+        if (!next_item(&p, &item, &len)) return fail(opt, s, "an empty item", want);
+        if (*n == max) return fail(opt, s, "too many items", want);
+        char buf[64];
+        if (len >= sizeof buf) return fail(opt, s, "an item too long to be a number", want);
+        memcpy(buf, item, len);
+        buf[len] = '\0';
+        const char *why = cli_scan_f64(buf, r, &out[*n]);
+        if (why) {
+            char detail[128];
+            snprintf(detail, sizeof detail, "item \"%s\": %s", buf, why);
+            return fail(opt, s, detail, want);
+        }
+        (*n)++;
+    } while (p);
+    return true;
+}
+
 /* "a, b or c" (last " or ") or "a, b, c" (last ", "). */
 static void words_text(char *buf, size_t size, const char *const *words, size_t nwords, const char *last) {
     size_t at = 0;

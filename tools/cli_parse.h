@@ -46,6 +46,8 @@ bool cli_size(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t
 bool cli_f64(const char *opt, const char *s, cli_range_t r, double *out);
 /* A comma list of sizes, 1..max of them, into out[]; *n the count. */
 bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max, size_t *n);
+/* A comma list of reals in r, 1..max of them, into out[]; *n the count. */
+bool cli_f64_list(const char *opt, const char *s, cli_range_t r, double *out, size_t max, size_t *n);
 /* One of words[0..nwords) (exact match); *idx its index. */
 bool cli_word(const char *opt, const char *s, const char *const *words, size_t nwords, size_t *idx);
 /* A comma list of distinct words from words[]; idx[] their indices in the

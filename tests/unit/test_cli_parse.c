@@ -182,6 +182,13 @@ int main(void) {
     CHECK(!cli_size_list("--size", "", 1, UINT64_MAX, sz, 4, &n));
     CHECK(!cli_size_list("--size", "1,2,3,4,5", 1, UINT64_MAX, sz, 4, &n));
     CHECK(!cli_size_list("--size", "0", 1, UINT64_MAX, sz, 4, &n));
+    double lr[3];
+    cli_range_t rate = {0, 1, true, false};
+    CHECK(cli_f64_list("--lr", "1e-6,3e-6,1e-5", rate, lr, 3, &n) && n == 3 && lr[0] == 1e-6 && lr[2] == 1e-5);
+    CHECK(!cli_f64_list("--lr", "1e-6,,1e-5", rate, lr, 3, &n));
+    CHECK(!cli_f64_list("--lr", "1e-6,0", rate, lr, 3, &n));
+    CHECK(!cli_f64_list("--lr", "1e-6,fast", rate, lr, 3, &n));
+    CHECK(!cli_f64_list("--lr", "0.1,0.2,0.3,0.4", rate, lr, 3, &n));
     static const char *const tr[] = {"shm", "ucx"};
     size_t idx[2];
     CHECK(cli_word_list("--transports", "ucx,shm", tr, 2, idx, &n) && n == 2 && idx[0] == 1 && idx[1] == 0);
