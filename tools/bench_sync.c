@@ -497,12 +497,13 @@ static stat3_t stats(const double *v, uint32_t n) {
 /* One transport: the ferry run with its interleaved rounds, and its table. */
 static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
     demo_step_t *steps = calloc(o.steps, sizeof *steps);
+    bool have = steps != NULL;
     for (int m = 0; m < M_COUNT; m++) {
         r->sec[m] = calloc(o.steps + 1, sizeof(double));
-        if (!r->sec[m]) steps = (free(steps), NULL);
+        have = have && r->sec[m];
     }
     int rc = CLI_FAIL;
-    if (!steps) goto out;
+    if (!have) goto out;
     demo_result_t res;
     demo_hooks_t hooks = {.before_go = round_before_go, .opaque = r};
     if (demo_run(&o, steps, &res, &hooks) != CLI_OK) {

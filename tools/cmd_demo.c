@@ -16,10 +16,10 @@ static const char legend[] =
     "  from the first trainer starting to publish to the last engine process holding the version;\n"
     "  GB/s = bytes moved / seconds of that version; publish, update = the slowest trainer's publish\n"
     "  call and engine's update call, s; verified = engine processes that matched the reference / that\n"
-    "  hold the version.\n"
-    "summary: version 1 also connects and plans, so the steady state is over versions 2..N: the median\n"
-    "  of each column (seconds, bytes moved, GB/s) over the same versions, those that finished (every\n"
-    "  engine process holds them); a version that did not finish is counted nowhere, n/a if none did.\n";
+    "  hold the version. The summary line: version 1 also connects and plans, so the steady state is\n"
+    "  over versions 2..N: the median of each column (seconds, bytes moved, GB/s) over the same\n"
+    "  versions, those that finished (every engine process holds them); a version that did not finish\n"
+    "  is counted nowhere, n/a if none did.\n";
 
 static void usage(FILE *f) {
     fprintf(f,
