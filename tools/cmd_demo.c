@@ -124,6 +124,19 @@ int cmd_demo(int argc, char **argv) {
         }
         if (!ok) return CLI_USAGE;
     }
+    { /* bad input is said before the table starts (demo_run checks again) */
+        ferry_ctx_t *ctx = cli_ctx();
+        ferry_model_t *m = NULL;
+        ferry_parallel_t tp, ip;
+        char err[512];
+        int c = ctx ? demo_check(ctx, &o, &m, &tp, &ip, err, sizeof err) : CLI_FAIL;
+        ferry_model_destroy(m);
+        ferry_ctx_destroy(ctx);
+        if (c != CLI_OK) {
+            if (ctx && err[0]) fprintf(stderr, "ferry demo: %s\n", err);
+            return c;
+        }
+    }
     demo_step_t *steps = calloc(o.steps, sizeof *steps);
     if (!steps) return CLI_FAIL;
     printf("ferry demo: %s, trainer %s -> engine %s, %s mode%s, %s, %u steps at lr %g\n", o.model, o.train, o.infer,
