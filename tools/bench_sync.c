@@ -1,13 +1,17 @@
 /* ferry bench sync: end-to-end resharded updates of a model from W trainer
  * processes to R engine processes (the demo topology), through ferry (shm,
- * ucx), beside memcpy bandwidth and two baselines measured in the same run:
+ * ucx), beside memcpy and two baselines, all measured in the same rounds:
  *   files: the full model written as one safetensors file, every engine
  *          process maps it and copies out its shards (the file stays in the
  *          page cache: the most favourable case for this approach);
  *   tcp:   the full model sent whole over loopback TCP to every engine
  *          process at once (one sender thread each), which copies out its
  *          shards (naive broadcast).
- * Each figure is the median over repeated updates. */
+ * Like is compared with like: before each ferry update, while every ferry
+ * process is idle, one update by each baseline and one memcpy are timed, so
+ * every method has one sample per round under the same load; each is
+ * reported as the median (min-max) over its rounds and ratios are ratios of
+ * medians. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +19,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,17 +32,19 @@
 #include "demo.h"
 #include "demo_weights.h"
 
-extern char **environ;
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench sync [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
-            "                        [--transports shm,ucx] [--repeat R] [--dir PATH] [--no-baselines]\n"
-            "  ferry: N updates (the first, which connects and plans, is not counted) through\n"
-            "  each transport; baselines: R updates each of files (a safetensors file in\n"
-            "  --dir, default $TMPDIR or /tmp) and tcp (full model to every engine process).\n"
-            "  Also memcpy bandwidth with 1 and all cores. Medians are reported.\n"
-            "  Defaults: the demo topology (qwen3-0.6b, tp=2,pp=2 -> tp=2,replicas=2), N 6, R 3.\n");
+            "                        [--transports shm,ucx] [--dir PATH] [--no-baselines]\n"
+            "  N ferry updates through each transport (2..1000, default 6); the first, which\n"
+            "  connects and plans, is not counted. Before each later one, while every ferry\n"
+            "  process is idle, one round: a memcpy of 256 MiB with 1 and with all cores, one\n"
+            "  update by files (a safetensors file in --dir, default $TMPDIR or /tmp, mapped by\n"
+            "  every engine process) and one by tcp (the full model to every engine process).\n"
+            "  Each method is reported as the median (min-max) over the same N-1 interleaved\n"
+            "  rounds; every ratio is a ratio of medians. Seconds are per update of the same\n"
+            "  bytes (those landing in engine buffers; memcpy: those bytes at its rate).\n"
+            "  Defaults: the demo topology (qwen3-0.6b, tp=2,pp=2 -> tp=2,replicas=2).\n");
 }
 
 /* ---- the full model, as a trainer would gather it --------------------------------- */
@@ -140,38 +145,46 @@ static int recv_all(int fd, uint8_t *p, uint64_t n) {
 /* _bench-reader file|tcp PATH|PORT MODEL INFER RANK: lands the rank's shards
  * from the full model, prints "done <t>" on stdout. */
 int bench_sync_reader_main(int argc, char **argv) {
-    if (argc != 6) return CLI_USAGE;
+    uint32_t rank, port = 0;
+    if (argc != 6 || (strcmp(argv[1], "file") && strcmp(argv[1], "tcp")) ||
+        !cli_u32("RANK", argv[5], 0, UINT32_MAX, &rank) ||
+        (!strcmp(argv[1], "tcp") && !cli_u32("PORT", argv[2], 1, 65535, &port))) {
+        fprintf(stderr, "ferry _bench-reader: internal command (used by `ferry bench sync`): bad arguments\n");
+        return CLI_USAGE;
+    }
     bool file = !strcmp(argv[1], "file");
     ferry_ctx_t *ctx = cli_ctx();
     if (!ctx) return CLI_FAIL;
     full_model_t fm;
     ferry_parallel_t par;
     ferry_layout_t *lay = NULL;
-    uint32_t rank = (uint32_t)strtoul(argv[5], NULL, 10);
     int rc = CLI_FAIL;
+    uint32_t nb = 0;
+    uint8_t **bufs = NULL, *all = NULL;
+    size_t mapped = 0; /* file: the length of the mapping all points into */
+    json_t *hdr = NULL;
+    uint64_t data_at = 0;
+    int fd = -1;
     if (!full_build(ctx, argv[3], &fm, false) || ferry_parallel_parse(ctx, FERRY_SIDE_INFER, argv[4], &par) != FERRY_OK ||
         ferry_layout_build(ctx, fm.model, &par, rank, &lay) != FERRY_OK)
         goto out;
     /* the engine's parameters, allocated and touched before the clock starts */
-    uint32_t nb = ferry_layout_buffer_count(lay);
-    uint8_t **bufs = calloc(nb + 1, sizeof *bufs);
-    for (uint32_t b = 0; bufs && b < nb; b++) {
+    nb = ferry_layout_buffer_count(lay);
+    bufs = calloc(nb + 1, sizeof *bufs);
+    if (!bufs) goto out;
+    for (uint32_t b = 0; b < nb; b++) {
         ferry_buffer_info_t bi;
         ferry_layout_buffer(lay, b, &bi);
         if (bi.rank == rank && !(bufs[b] = calloc(1, bi.size))) goto out;
     }
-    uint8_t *all = NULL;
-    json_t *hdr = NULL;
-    uint64_t data_at = 0;
-    int fd = -1;
     if (!file) {
         all = malloc(fm.bytes);
         if (!all) goto out;
         memset(all, 0, fm.bytes);
-        fd = socket(AF_INET, SOCK_STREAM, 0);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int b = 8 << 20;
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2]))};
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) goto out;
         printf("ready\n");
@@ -182,10 +195,10 @@ int bench_sync_reader_main(int argc, char **argv) {
         fflush(stdout);
         char go[8];
         if (read(0, go, 1) != 1) goto out; /* the file is written */
-        fd = open(argv[2], O_RDONLY);
+        fd = open(argv[2], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         struct stat stt;
         uint8_t len8[8];
-        if (fd < 0 || fstat(fd, &stt) != 0 || pread(fd, len8, 8, 0) != 8) goto out;
+        if (fd < 0 || fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode) || pread(fd, len8, 8, 0) != 8) goto out;
         uint64_t hl = 0;
         for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
         if (hl > (uint64_t)stt.st_size - 8) goto out;
@@ -196,7 +209,9 @@ int bench_sync_reader_main(int argc, char **argv) {
         free(h);
         data_at = 8 + hl;
         all = mmap(NULL, (size_t)stt.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (!hdr || all == MAP_FAILED) goto out;
+        if (all == MAP_FAILED) all = NULL;
+        else mapped = (size_t)stt.st_size;
+        if (!hdr || !all) goto out;
     }
     size_t first, count;
     ferry_layout_rank_pieces(lay, rank, &first, &count);
@@ -217,6 +232,12 @@ int bench_sync_reader_main(int argc, char **argv) {
     fflush(stdout);
     rc = CLI_OK;
 out:
+    if (file && all) munmap(all, mapped);
+    else free(all);
+    json_decref(hdr);
+    if (fd >= 0) close(fd);
+    for (uint32_t b = 0; bufs && b < nb; b++) free(bufs[b]);
+    free(bufs);
     ferry_layout_destroy(lay);
     full_free(&fm);
     ferry_ctx_destroy(ctx);
@@ -251,33 +272,45 @@ typedef struct {
     int in;     /* its stdin */
 } proc_t;
 
+/* A reader gets only its own two pipe ends (as stdin and stdout), and every
+ * descriptor here is close-on-exec besides: closing a reader's stdin is an
+ * EOF it sees while other readers live (before, each inherited the others'
+ * pipes, and a failed baseline waited forever). */
 static bool spawn_reader(proc_t *p, const char *kind, const char *where, const demo_opts_t *o, uint32_t rank) {
-    int so[2], si[2];
-    if (pipe(so) != 0 || pipe(si) != 0) return false;
+    int so[2] = {-1, -1}, si[2] = {-1, -1};
+    p->pid = -1;
+    p->out = NULL;
+    p->in = -1;
+    if (pipe2(so, O_CLOEXEC) != 0 || pipe2(si, O_CLOEXEC) != 0) {
+        for (int i = 0; i < 2; i++) {
+            if (so[i] >= 0) close(so[i]);
+            if (si[i] >= 0) close(si[i]);
+        }
+        return false;
+    }
     char r[16];
     snprintf(r, sizeof r, "%u", rank);
     char *argv[] = {"ferry", "_bench-reader", (char *)kind, (char *)where, (char *)o->model, (char *)o->infer, r, NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, so[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, si[0], 0);
-    posix_spawn_file_actions_addclose(&fa, so[0]);
-    posix_spawn_file_actions_addclose(&fa, si[1]);
-    int rc = posix_spawn(&p->pid, "/proc/self/exe", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    const int map[] = {si[0], 0, so[1], 1};
+    p->pid = cli_spawn(argv, map, 2);
+    int rc = p->pid < 0 ? -1 : 0;
     close(so[1]);
     close(si[0]);
     p->out = fdopen(so[0], "r");
+    if (!p->out) close(so[0]);
     p->in = si[1];
     return rc == 0 && p->out;
 }
 
 static bool expect_line(proc_t *p, const char *word, double *t) {
+    static const cli_range_t any = {0, 1e300, false, false};
     char line[128];
-    if (!fgets(line, sizeof line, p->out)) return false;
-    if (strncmp(line, word, strlen(word)) != 0) return false;
-    if (t) *t = strtod(line + strlen(word), NULL);
-    return true;
+    if (!p->out || !fgets(line, sizeof line, p->out)) return false;
+    size_t n = strlen(word), len = strlen(line);
+    if (strncmp(line, word, n) != 0) return false;
+    if (len && line[len - 1] == '\n') line[len - 1] = '\0';
+    if (!t) return line[n] == '\0';
+    return line[n] == ' ' && !cli_scan_f64(line + n + 1, any, t);
 }
 
 static void reap(proc_t *ps, uint32_t n) {
@@ -289,12 +322,18 @@ static void reap(proc_t *ps, uint32_t n) {
 }
 
 /* One update by the files approach: seconds from starting to write the file
- * to the last engine process holding its shards; < 0 on failure. */
-static double run_files(const demo_opts_t *o, const full_model_t *fm, uint32_t readers, const char *dir) {
+ * to the last engine process holding its shards; < 0 on failure (why says
+ * what failed). */
+static double run_files(const demo_opts_t *o, const full_model_t *fm, uint32_t readers, const char *dir, char *why,
+                        size_t why_size) {
     char path[4096];
     snprintf(path, sizeof path, "%s/ferry-bench-%d.safetensors", dir, (int)getpid());
     proc_t *ps = calloc(readers, sizeof *ps);
     double result = -1, last = 0;
+    char *text = NULL;
+    if (!ps) return -1;
+    for (uint32_t r = 0; r < readers; r++) ps[r] = (proc_t){.pid = -1, .in = -1};
+    snprintf(why, why_size, "an engine process failed");
     for (uint32_t r = 0; r < readers; r++)
         if (!spawn_reader(&ps[r], "file", path, o, r) || !expect_line(&ps[r], "ready", NULL)) goto out;
     /* header: every tensor with its offsets */
@@ -309,21 +348,25 @@ static double run_files(const demo_opts_t *o, const full_model_t *fm, uint32_t r
                             json_pack("{s:s, s:o, s:[I,I]}", "dtype", ferry_dtype_name(ti.dtype), "shape", shape,
                                       "data_offsets", (json_int_t)fm->offset[t], (json_int_t)fm->offset[t + 1]));
     }
-    char *text = json_dumps(h, JSON_COMPACT);
+    text = json_dumps(h, JSON_COMPACT);
     json_decref(h);
     double t0 = cli_now_s();
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    uint64_t hl = strlen(text);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(why, why_size, "cannot create %s: %s", path, strerror(errno));
+        goto out;
+    }
+    uint64_t hl = text ? strlen(text) : 0;
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)(hl >> (8 * i));
-    bool ok = fd >= 0 && write(fd, len8, 8) == 8 && write(fd, text, hl) == (ssize_t)hl;
+    bool ok = text && write(fd, len8, 8) == 8 && write(fd, text, hl) == (ssize_t)hl;
     for (uint64_t at = 0; ok && at < fm->bytes;) {
         ssize_t k = write(fd, fm->data + at, fm->bytes - at > (1u << 30) ? (1u << 30) : fm->bytes - at);
         if (k <= 0) ok = false;
         else at += (uint64_t)k;
     }
-    if (fd >= 0) close(fd);
-    free(text);
+    if (!ok) snprintf(why, why_size, "writing %s: %s", path, errno ? strerror(errno) : "short write");
+    close(fd);
     if (!ok) goto out;
     for (uint32_t r = 0; r < readers; r++) {
         ssize_t k = write(ps[r].in, "g", 1);
@@ -336,6 +379,7 @@ static double run_files(const demo_opts_t *o, const full_model_t *fm, uint32_t r
     }
     result = last - t0;
 out:
+    free(text);
     reap(ps, readers);
     free(ps);
     unlink(path);
@@ -343,24 +387,33 @@ out:
 }
 
 /* One update by TCP broadcast of the full model to every engine process. */
-static double run_tcp(const demo_opts_t *o, const full_model_t *fm, uint32_t readers) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+static double run_tcp(const demo_opts_t *o, const full_model_t *fm, uint32_t readers, char *why, size_t why_size) {
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof a;
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 64) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+        getsockname(lfd, (struct sockaddr *)&a, &al) != 0) {
+        snprintf(why, why_size, "a loopback listening socket: %s", strerror(errno));
+        if (lfd >= 0) close(lfd);
         return -1;
+    }
     char port[16];
     snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
     proc_t *ps = calloc(readers, sizeof *ps);
     sender_t *ss = calloc(readers, sizeof *ss);
     pthread_t *th = calloc(readers, sizeof *th);
     double result = -1, last = 0;
+    snprintf(why, why_size, "an engine process failed");
+    if (!ps || !ss || !th) goto out;
+    for (uint32_t r = 0; r < readers; r++) {
+        ps[r] = (proc_t){.pid = -1, .in = -1};
+        ss[r].fd = -1;
+    }
     for (uint32_t r = 0; r < readers; r++)
         if (!spawn_reader(&ps[r], "tcp", port, o, r) || !expect_line(&ps[r], "ready", NULL)) goto out;
-    for (uint32_t r = 0; r < readers; r++) {
-        ss[r].fd = accept(lfd, NULL, NULL);
+    for (uint32_t r = 0; r < readers; r++) { /* each printed "ready" once connected: accept does not wait */
+        ss[r].fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         int b = 8 << 20, one = 1;
         setsockopt(ss[r].fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
         setsockopt(ss[r].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -377,46 +430,129 @@ static double run_tcp(const demo_opts_t *o, const full_model_t *fm, uint32_t rea
     }
     result = last - t0;
 out:
-    for (uint32_t r = 0; r < readers; r++)
-        if (ss[r].fd > 0) close(ss[r].fd);
+    for (uint32_t r = 0; ss && r < readers; r++)
+        if (ss[r].fd >= 0) close(ss[r].fd);
     close(lfd);
-    reap(ps, readers);
+    if (ps) reap(ps, readers);
     free(ps);
     free(ss);
     free(th);
     return result;
 }
 
-/* memcpy, the physical limit for moving bytes on one host: measured at the
- * start, and again before each update while every process is idle */
-typedef struct mem_probe {
-    uint32_t threads;
-    size_t len;
-    uint8_t *a, *b;
-    double *gbps; /* by version: all threads, measured just before it went out */
-} mem_probe_t;
+/* ---- interleaved rounds ------------------------------------------------------------------ */
 
-static double median(double *v, int n);
+enum { M_FERRY, M_FILES, M_TCP, M_MEMN, M_MEM1, M_COUNT };
+static const char *const method_names[M_COUNT] = {"ferry", "files (safetensors)", "tcp broadcast", "memcpy, all cores",
+                                                  "memcpy, 1 core"};
 
-static double memcpy_gbps(mem_probe_t *mp, uint32_t threads) {
-    double t[3];
-    for (int k = 0; k < 3; k++) {
-        double t0 = cli_now_s();
-        cli_memcpy_threads(mp->b, mp->a, mp->len, threads);
-        t[k] = cli_now_s() - t0;
+/* What one transport's run measures, per version (index v, v >= 2). */
+typedef struct rounds {
+    const demo_opts_t *o;
+    const full_model_t *fm; /* NULL: no baselines */
+    uint32_t readers, threads;
+    const char *dir;
+    size_t mem_len;
+    uint8_t *mem_a, *mem_b;
+    double *sec[M_COUNT];   /* seconds (memcpy: GB/s until converted), < 0 failed */
+    char why_files[256], why_tcp[256];
+} rounds_t;
+
+static double memcpy_gbps(rounds_t *r, uint32_t threads) {
+    double t0 = cli_now_s();
+    cli_memcpy_threads(r->mem_b, r->mem_a, r->mem_len, threads);
+    return (double)r->mem_len / (cli_now_s() - t0) / 1e9;
+}
+
+/* Every ferry process is idle: one sample of each method but ferry. */
+static void round_before_go(uint64_t v, void *opaque) {
+    rounds_t *r = opaque;
+    r->sec[M_MEMN][v] = memcpy_gbps(r, r->threads);
+    r->sec[M_MEM1][v] = memcpy_gbps(r, 1);
+    if (!r->fm) return;
+    r->sec[M_FILES][v] = run_files(r->o, r->fm, r->readers, r->dir, r->why_files, sizeof r->why_files);
+    r->sec[M_TCP][v] = run_tcp(r->o, r->fm, r->readers, r->why_tcp, sizeof r->why_tcp);
+}
+
+typedef struct stat3 {
+    double median, min, max;
+    uint32_t n;
+} stat3_t;
+
+static stat3_t stats(const double *v, uint32_t n) {
+    stat3_t s = {0, 0, 0, 0};
+    double *c = malloc((n + 1) * sizeof *c);
+    if (!c) return s;
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] > 0) c[s.n++] = v[i];
+    if (s.n) {
+        s.median = cli_median(c, s.n); /* sorts c */
+        s.min = c[0];
+        s.max = c[s.n - 1];
     }
-    return (double)mp->len / median(t, 3) / 1e9;
+    free(c);
+    return s;
 }
 
-static void probe_before_go(uint64_t version, void *opaque) {
-    mem_probe_t *mp = opaque;
-    mp->gbps[version] = memcpy_gbps(mp, mp->threads);
+/* One transport: the ferry run with its interleaved rounds, and its table. */
+static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
+    demo_step_t *steps = calloc(o.steps, sizeof *steps);
+    bool have = steps != NULL;
+    for (int m = 0; m < M_COUNT; m++) {
+        r->sec[m] = calloc(o.steps + 1, sizeof(double));
+        have = have && r->sec[m];
+    }
+    int rc = CLI_FAIL;
+    if (!have) goto out;
+    demo_result_t res;
+    demo_hooks_t hooks = {.before_go = round_before_go, .opaque = r};
+    if (demo_run(&o, steps, &res, &hooks) != CLI_OK) {
+        fprintf(stderr, "ferry bench sync: %s run failed: %s\n", name, res.error);
+        goto out;
+    }
+    /* per round k (version k + 2): seconds per update of the bytes ferry landed */
+    uint32_t n = o.steps - 1;
+    double bytes = (double)steps[1].bytes;
+    double *sec[M_COUNT];
+    for (int m = 0; m < M_COUNT; m++) sec[m] = r->sec[m] + 2;
+    for (uint32_t k = 0; k < n; k++) {
+        sec[M_FERRY][k] = steps[k + 1].seconds;
+        for (int m = M_MEMN; m <= M_MEM1; m++) /* the same bytes at memcpy's rate measured in that round */
+            sec[m][k] = sec[m][k] > 0 ? (double)steps[k + 1].bytes / (sec[m][k] * 1e9) : -1;
+    }
+    stat3_t st[M_COUNT];
+    for (int m = 0; m < M_COUNT; m++) st[m] = stats(sec[m], n);
+    char b[32];
+    printf("\ntransport %s: %u rounds, %s landing in engine buffers per update\n", name, n,
+           cli_bytes((uint64_t)bytes, b, sizeof b));
+    printf("  %-22s %9s %21s %8s %10s %10s\n", "method", "median s", "(min - max) s", "GB/s", "of memcpy", "ferry is");
+    rc = CLI_OK;
+    for (int m = 0; m < M_COUNT; m++) {
+        char label[64];
+        snprintf(label, sizeof label, m == M_FERRY ? "ferry (%s)" : "%s", m == M_FERRY ? name : method_names[m]);
+        if ((m == M_FILES || m == M_TCP) && !r->fm) continue;
+        if (st[m].n < n) {
+            printf("  %-22s failed in %u of %u rounds: %s\n", label, n - st[m].n, n,
+                   m == M_FILES ? r->why_files : m == M_TCP ? r->why_tcp : "no sample");
+            rc = CLI_FAIL;
+            continue;
+        }
+        char spread[48], faster[16] = "-";
+        snprintf(spread, sizeof spread, "(%.3g - %.3g)", st[m].min, st[m].max);
+        if (m == M_FILES || m == M_TCP) snprintf(faster, sizeof faster, "%.1fx", st[m].median / st[M_FERRY].median);
+        printf("  %-22s %9.3g %21s %8.2f %9.2fx %10s\n", label, st[m].median, spread, bytes / st[m].median / 1e9,
+               st[M_MEMN].n ? st[M_MEMN].median / st[m].median : 0.0, faster);
+    }
+out:
+    for (int m = 0; m < M_COUNT; m++) {
+        free(r->sec[m]);
+        r->sec[m] = NULL;
+    }
+    free(steps);
+    return rc;
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cli_cmp_dbl);
-    return n ? v[n / 2] : 0;
-}
+static const char *const transport_names[] = {"shm", "ucx"};
 
 int bench_sync(int argc, char **argv) {
     demo_opts_t o = demo_defaults();
@@ -424,141 +560,84 @@ int bench_sync(int argc, char **argv) {
     o.verify = false;
     const char *transports = "shm,ucx", *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
-    int repeat = 3;
     bool baselines = true;
     for (int i = 1; i < argc; i++) {
-        const char *v;
+        const char *v = NULL;
+        int c = demo_common_opt(argc, argv, &i, &o, 2, 1000);
+        if (c < 0) return CLI_USAGE;
+        if (c > 0) continue; /* --model, --train, --infer, --steps */
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return CLI_OK;
-        } else if (demo_common_opt(argc, argv, &i, &o)) {
-            continue; /* --model, --train, --infer, --steps */
-        } else if (cli_opt(argc, argv, &i, "--repeat", &v)) repeat = atoi(v);
-        else if (cli_opt(argc, argv, &i, "--transports", &v)) transports = v;
+        } else if (cli_opt(argc, argv, &i, "--transports", &v)) transports = v;
         else if (cli_opt(argc, argv, &i, "--dir", &v)) dir = v;
-        else if (!strcmp(argv[i], "--no-baselines")) baselines = false;
-        else {
+        else if (!strcmp(argv[i], "--no-baselines")) {
+            baselines = false;
+            continue;
+        } else {
             fprintf(stderr, "ferry bench sync: unknown option \"%s\"\n\n", argv[i]);
             usage(stderr);
             return CLI_USAGE;
         }
+        if (!v) return CLI_USAGE;
     }
-    if (o.steps < 2 || o.steps > 1000 || repeat < 1 || repeat > 100) {
-        fprintf(stderr, "ferry bench sync: --steps must be 2..1000 and --repeat 1..100\n");
-        return CLI_USAGE;
-    }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    mem_probe_t mp = {.threads = ncpu > 0 && ncpu <= 64 ? (uint32_t)ncpu : 1, .len = 256u << 20};
-    mp.a = malloc(mp.len);
-    mp.b = malloc(mp.len);
-    mp.gbps = calloc(o.steps + 1, sizeof *mp.gbps);
+    size_t tr[2], ntr;
+    if (!cli_word_list("--transports", transports, transport_names, 2, tr, &ntr)) return CLI_USAGE;
+    /* a directory the files baseline cannot use fails now, not after the ferry runs */
+    if (baselines && cli_check_dir(dir, "--dir") != 0) return CLI_USAGE;
+    ferry_ctx_t *ctx = cli_ctx();
+    if (!ctx) return CLI_FAIL;
+    full_model_t fm = {0};
+    ferry_parallel_t tp, ip;
     int rc = CLI_OK;
-    if (!mp.a || !mp.b || !mp.gbps) {
-        rc = CLI_FAIL;
-        goto out;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    rounds_t r = {.o = &o, .dir = dir, .threads = ncpu > 0 && ncpu <= 64 ? (uint32_t)ncpu : 1, .mem_len = 256u << 20};
+    { /* the model and specs fail now, not in each transport's run */
+        ferry_model_t *m = NULL;
+        char err[512];
+        rc = demo_check(ctx, &o, &m, &tp, &ip, err, sizeof err);
+        ferry_model_destroy(m);
+        if (rc != CLI_OK) {
+            if (err[0]) fprintf(stderr, "ferry bench sync: %s\n", err);
+            goto out;
+        }
     }
-    memset(mp.a, 1, mp.len);
-    memset(mp.b, 2, mp.len);
-    double mem1 = memcpy_gbps(&mp, 1), memn = memcpy_gbps(&mp, mp.threads);
-    printf("ferry bench sync: %s, trainer %s -> engine %s, sync mode; medians over %u updates (ferry) and %d (baselines)\n",
-           o.model, o.train, o.infer, o.steps - 1, repeat);
-    printf("memcpy: %.2f GB/s one core, %.2f GB/s %u cores\n", mem1, memn, mp.threads);
-    printf("%-22s %10s %12s %9s %10s %11s\n", "method", "seconds", "bytes/update", "GB/s", "vs memcpy", "ferry is");
-    double ferry_best = 0;
-    uint64_t ferry_bytes = 0;
-    char tl[64];
-    snprintf(tl, sizeof tl, "%s", transports);
-    for (char *save = NULL, *tok = strtok_r(tl, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        o.transport = !strcmp(tok, "ucx") ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;
-        if (strcmp(tok, "ucx") && strcmp(tok, "shm")) {
-            fprintf(stderr, "ferry bench sync: unknown transport \"%s\" (shm, ucx)\n", tok);
+    if (baselines) {
+        if (!full_build(ctx, o.model, &fm, true) || ferry_parallel_parse(ctx, FERRY_SIDE_INFER, o.infer, &ip) != FERRY_OK) {
+            if (fm.model) fprintf(stderr, "ferry bench sync: %s\n", ferry_ctx_error(ctx));
             rc = CLI_USAGE;
             goto out;
         }
-        /* per update: its step, then seconds, ratio to memcpy and that memcpy */
-        demo_step_t *steps = calloc(o.steps, sizeof *steps);
-        double *secs = calloc(3 * (size_t)o.steps, sizeof *secs), *ratio = secs + o.steps, *mem = ratio + o.steps;
-        demo_result_t res;
-        if (!steps || !secs) {
-            free(steps);
-            free(secs);
-            rc = CLI_FAIL;
-            goto out;
-        }
-        demo_hooks_t hooks = {.before_go = probe_before_go, .opaque = &mp};
-        if (demo_run(&o, steps, &res, &hooks) != CLI_OK) {
-            fprintf(stderr, "ferry bench sync: %s run failed: %s\n", tok, res.error);
-            free(steps);
-            free(secs);
-            rc = CLI_FAIL;
-            continue;
-        }
-        /* each update against the memcpy bandwidth measured just before it:
-         * the load of a shared host drifts over a run */
-        ferry_bytes = steps[1].bytes;
-        for (uint32_t v = 1; v < o.steps; v++) {
-            secs[v - 1] = steps[v].seconds;
-            mem[v - 1] = mp.gbps[v + 1];
-            ratio[v - 1] = (double)steps[v].bytes / steps[v].seconds / 1e9 / mp.gbps[v + 1];
-        }
-        double s = median(secs, (int)o.steps - 1), r = median(ratio, (int)o.steps - 1);
-        double gbps = (double)ferry_bytes / s / 1e9, m = median(mem, (int)o.steps - 1);
-        if (ferry_best == 0 || s < ferry_best) ferry_best = s;
-        char b[32], name[64];
-        snprintf(name, sizeof name, "ferry (%s)", tok);
-        printf("%-22s %10.3f %12s %9.2f %9.2fx %11s   (memcpy before each update: median %.2f GB/s)\n", name, s,
-               cli_bytes(ferry_bytes, b, sizeof b), gbps, r, "-", m);
-        free(secs);
-        free(steps);
+        r.fm = &fm;
+        r.readers = ferry_parallel_world_size(&ip);
     }
-    if (baselines && ferry_best > 0) {
-        ferry_ctx_t *ctx = cli_ctx();
-        full_model_t fm;
-        ferry_parallel_t ip;
-        if (!ctx || !full_build(ctx, o.model, &fm, true) ||
-            ferry_parallel_parse(ctx, FERRY_SIDE_INFER, o.infer, &ip) != FERRY_OK) {
-            fprintf(stderr, "ferry bench sync: cannot prepare the baselines\n");
-            ferry_ctx_destroy(ctx);
-            rc = CLI_FAIL;
-            goto out;
-        }
-        uint32_t readers = ferry_parallel_world_size(&ip);
-        double *ft = calloc((size_t)repeat, sizeof *ft), *tt = calloc((size_t)repeat, sizeof *tt);
-        int okf = 0, okt = 0;
-        for (int k = 0; k < repeat; k++) {
-            double f = run_files(&o, &fm, readers, dir), t = run_tcp(&o, &fm, readers);
-            if (f > 0) ft[okf++] = f;
-            if (t > 0) tt[okt++] = t;
-        }
-        char b[32];
-        if (okf) {
-            double s = median(ft, okf);
-            printf("%-22s %10.3f %12s %9.2f %9.2fx %10.1fx\n", "files (safetensors)", s,
-                   cli_bytes(ferry_bytes, b, sizeof b), (double)ferry_bytes / s / 1e9,
-                   (double)ferry_bytes / s / 1e9 / memn, s / ferry_best);
-        } else {
-            fprintf(stderr, "ferry bench sync: the files baseline failed (--dir %s)\n", dir);
-            rc = CLI_FAIL;
-        }
-        if (okt) {
-            double s = median(tt, okt);
-            printf("%-22s %10.3f %12s %9.2f %9.2fx %10.1fx\n", "tcp broadcast", s, cli_bytes(ferry_bytes, b, sizeof b),
-                   (double)ferry_bytes / s / 1e9, (double)ferry_bytes / s / 1e9 / memn, s / ferry_best);
-        } else {
-            fprintf(stderr, "ferry bench sync: the tcp baseline failed\n");
-            rc = CLI_FAIL;
-        }
-        printf("(\"ferry is\" = baseline seconds / best ferry seconds; GB/s counts the bytes that land in engine\n"
-               " buffers per update, the same for every method; the files baseline reads from the page cache;\n"
-               " ferry's \"vs memcpy\" is the median over updates of each against memcpy measured just before it)\n");
-        free(ft);
-        free(tt);
-        full_free(&fm);
-        ferry_ctx_destroy(ctx);
+    r.mem_a = malloc(r.mem_len);
+    r.mem_b = malloc(r.mem_len);
+    if (!r.mem_a || !r.mem_b) {
+        rc = CLI_FAIL;
+        goto out;
     }
+    memset(r.mem_a, 1, r.mem_len);
+    memset(r.mem_b, 2, r.mem_len);
+    printf("ferry bench sync: %s, trainer %s -> engine %s, sync mode, %u cores\n", o.model, o.train, o.infer,
+           r.threads);
+    printf("Interleaved rounds: before each ferry update but the first (which connects and plans), while\n"
+           "every ferry process is idle, one memcpy of 256 MiB with all cores and with one%s.\n"
+           "Each method is the median (min - max) over the same rounds; every ratio is a ratio of medians.\n",
+           baselines ? ",\none update by files and one by tcp" : "");
+    for (size_t t = 0; t < ntr; t++) {
+        o.transport = tr[t] == 0 ? FERRY_XPORT_SHM : FERRY_XPORT_UCX;
+        if (bench_transport(o, transport_names[tr[t]], &r) != CLI_OK) rc = CLI_FAIL;
+    }
+    printf("\n(seconds: per update of the same bytes, those landing in engine buffers; memcpy: those bytes at the\n"
+           " rate it reached in that round. GB/s: those bytes / median seconds. \"of memcpy\": memcpy with all\n"
+           " cores' median seconds / the method's (its share of memcpy bandwidth). \"ferry is\": the baseline's\n"
+           " median seconds / ferry's (how many times faster ferry is). The files baseline reads from the page\n"
+           " cache.)\n");
 out:
-    free(mp.a);
-    free(mp.b);
-    free(mp.gbps);
+    free(r.mem_a);
+    free(r.mem_b);
+    if (fm.model || fm.offset) full_free(&fm);
+    ferry_ctx_destroy(ctx);
     return rc;
 }

@@ -1,4 +1,7 @@
+#include <errno.h>
+#include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,7 +13,7 @@ ferry_ctx_t *cli_ctx(void) {
     char detail[512];
     ferry_status_t st = ferry_ctx_create(NULL, &ctx, detail, sizeof detail);
     if (st != FERRY_OK) {
-        fprintf(stderr, "ferry: %s (%s)\n", detail, ferry_status_name(st));
+        fprintf(stderr, "%s: %s (%s)\n", cli_parse_who(), detail, ferry_status_name(st));
         return NULL;
     }
     return ctx;
@@ -32,16 +35,16 @@ ferry_model_t *cli_load_model(ferry_ctx_t *ctx, const char *arg, bool mtp) {
         }
         if (use == arg) {
             fprintf(stderr,
-                    "ferry: model \"%s\" is neither a file nor NAME.json in %s or %s\n"
+                    "%s: model \"%s\" is neither a file nor NAME.json in %s or %s\n"
                     "       (bundled: qwen3-0.6b qwen3-8b qwen3-30b-a3b deepseek-v3 kimi-k2)\n",
-                    arg, dirs[0], dirs[1]);
+                    cli_parse_who(), arg, dirs[0], dirs[1]);
             return NULL;
         }
     }
     ferry_model_t *m = NULL;
     ferry_status_t st = ferry_model_from_hf_config_file(ctx, use, &opts, &m);
     if (st != FERRY_OK) {
-        fprintf(stderr, "ferry: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
+        fprintf(stderr, "%s: %s (%s)\n", cli_parse_who(), ferry_ctx_error(ctx), ferry_status_name(st));
         return NULL;
     }
     return m;
@@ -77,7 +80,7 @@ bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value
     }
     if (argv[*i][n] != '\0') return false;
     if (*i + 1 >= argc) {
-        fprintf(stderr, "ferry: %s needs a value\n", name);
+        fprintf(stderr, "%s: %s needs a value\n", cli_parse_who(), name);
         *value = NULL;
         return true;
     }
@@ -99,4 +102,32 @@ int cli_cmp_u64(const void *x, const void *y) {
 int cli_cmp_dbl(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;
+}
+
+double cli_median(double *v, size_t n) {
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, cli_cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+extern char **environ;
+
+pid_t cli_spawn(char *const argv[], const int *map, size_t n) {
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+    int top = 2; /* stderr is shared */
+    for (size_t k = 0; k < n; k++) {
+        posix_spawn_file_actions_adddup2(&fa, map[2 * k], map[2 * k + 1]);
+        if (map[2 * k + 1] > top) top = map[2 * k + 1];
+    }
+    /* whatever else is open here, close-on-exec or not, stays here */
+    posix_spawn_file_actions_addclosefrom_np(&fa, top + 1);
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        errno = rc;
+        return -1;
+    }
+    return pid;
 }

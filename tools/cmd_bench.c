@@ -1,6 +1,7 @@
 /* ferry bench xport: two processes, one-sided reads of a registered buffer,
  * against memcpy measured in the same run with the same thread count. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -30,19 +31,6 @@ static void usage(FILE *f) {
             "  --tls LIST      ucx: UCX_TLS for both processes (e.g. tcp, or sm,self,tcp); with\n"
             "                  tcp alone the baseline is a plain TCP stream between the same two\n"
             "                  processes (8 MiB socket buffers), measured in the same run\n");
-}
-
-static bool parse_size(const char *s, uint64_t *out) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s) return false;
-    uint64_t mult = 1;
-    if (*end == 'K' || *end == 'k') mult = 1ull << 10, end++;
-    else if (*end == 'M' || *end == 'm') mult = 1ull << 20, end++;
-    else if (*end == 'G' || *end == 'g') mult = 1ull << 30, end++;
-    if (*end || v == 0) return false;
-    *out = v * mult;
-    return true;
 }
 
 typedef struct {
@@ -123,7 +111,7 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
         memcpy(&n, cmd + 1, 8);
         memcpy(&count, cmd + 9, 4);
         memcpy(&port, cmd + 13, 2);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         if (fd < 0 || tcp_buffers(fd) || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(3);
@@ -142,7 +130,7 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
 
 /* Seconds to receive each of count streams of n bytes from the owner. */
 static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, double *t) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof a;
@@ -155,7 +143,7 @@ static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, do
     memcpy(cmd + 9, &count, 4);
     memcpy(cmd + 13, &port, 2);
     if (write(cmd_fd, cmd, sizeof cmd) != (ssize_t)sizeof cmd) return -1;
-    int fd = accept(lfd, NULL, NULL);
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     close(lfd);
     if (fd < 0) return -1;
     for (uint32_t c = 0; c < count; c++) {
@@ -174,26 +162,24 @@ static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, do
     return 0;
 }
 
+static const char *const backends[] = {"shm", "ucx"}, *const memories[] = {"alloc", "user"};
+
 static int bench_xport(int argc, char **argv) {
-    const char *backend = "shm", *sizes = "64M,1G", *memory = "alloc", *tls = NULL;
+    const char *tls = NULL;
+    size_t backend = 0, memory = 0;
     uint64_t threads = 1, repeat = 7;
+    uint64_t list[16] = {64ull << 20, 1ull << 30}, max = 0;
+    size_t nsizes = 2;
     for (int i = 2; i < argc; i++) {
         const char *v = NULL;
-        if (cli_opt(argc, argv, &i, "--backend", &v)) backend = v;
-        else if (cli_opt(argc, argv, &i, "--size", &v)) sizes = v;
-        else if (cli_opt(argc, argv, &i, "--memory", &v)) memory = v;
+        bool ok = true;
+        if (cli_opt(argc, argv, &i, "--backend", &v)) ok = cli_word("--backend", v, backends, 2, &backend);
+        else if (cli_opt(argc, argv, &i, "--size", &v)) ok = cli_size_list("--size", v, 1, 1ull << 40, list, 16, &nsizes);
+        else if (cli_opt(argc, argv, &i, "--memory", &v)) ok = cli_word("--memory", v, memories, 2, &memory);
         else if (cli_opt(argc, argv, &i, "--tls", &v)) tls = v;
-        else if (cli_opt(argc, argv, &i, "--threads", &v)) {
-            if (v && (!parse_size(v, &threads) || threads > 64)) {
-                fprintf(stderr, "ferry bench: --threads takes 1..64\n");
-                return CLI_USAGE;
-            }
-        } else if (cli_opt(argc, argv, &i, "--repeat", &v)) {
-            if (v && (!parse_size(v, &repeat) || repeat > 1000)) {
-                fprintf(stderr, "ferry bench: --repeat takes 1..1000\n");
-                return CLI_USAGE;
-            }
-        } else if (!strcmp(argv[i], "--help")) {
+        else if (cli_opt(argc, argv, &i, "--threads", &v)) ok = cli_u64("--threads", v, 1, 64, &threads);
+        else if (cli_opt(argc, argv, &i, "--repeat", &v)) ok = cli_u64("--repeat", v, 1, 1000, &repeat);
+        else if (!strcmp(argv[i], "--help")) {
             usage(stdout);
             return CLI_OK;
         } else {
@@ -201,15 +187,10 @@ static int bench_xport(int argc, char **argv) {
             usage(stderr);
             return CLI_USAGE;
         }
-        if (!v) return CLI_USAGE;
+        if (!v || !ok) return CLI_USAGE;
     }
-    ferry_xport_kind_t kind;
-    if (!strcmp(backend, "shm")) kind = FERRY_XPORT_SHM;
-    else if (!strcmp(backend, "ucx")) kind = FERRY_XPORT_UCX;
-    else {
-        fprintf(stderr, "ferry bench: backend is shm or ucx, not \"%s\"\n", backend);
-        return CLI_USAGE;
-    }
+    ferry_xport_kind_t kind = backend ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;
+    const char *backend_name = backends[backend];
     if (tls) {
         if (kind != FERRY_XPORT_UCX) {
             fprintf(stderr, "ferry bench: --tls applies to --backend ucx\n");
@@ -219,29 +200,19 @@ static int bench_xport(int argc, char **argv) {
     }
     const char *tls_now = getenv("UCX_TLS");
     bool tcp_only = kind == FERRY_XPORT_UCX && tls_now && !strcmp(tls_now, "tcp");
-    bool user = !strcmp(memory, "user");
-    if (!user && strcmp(memory, "alloc") != 0) {
-        fprintf(stderr, "ferry bench: --memory is alloc or user, not \"%s\"\n", memory);
-        return CLI_USAGE;
-    }
-    uint64_t list[16], max = 0;
-    size_t nsizes = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", sizes);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (nsizes == 16 || !parse_size(tok, &list[nsizes])) {
-            fprintf(stderr, "ferry bench: --size takes sizes like 64M,1G (at most 16), not \"%s\"\n", tok);
-            return CLI_USAGE;
-        }
-        if (list[nsizes] > max) max = list[nsizes];
-        nsizes++;
-    }
+    bool user = memory == 1;
+    for (size_t s = 0; s < nsizes; s++)
+        if (list[s] > max) max = list[s];
     if (max < (4u << 20)) max = 4u << 20; /* room for the 4 KiB runs */
     int dp[2], fp[2];
-    if (pipe(dp) != 0 || pipe(fp) != 0) return CLI_FAIL;
+    if (pipe2(dp, O_CLOEXEC) != 0 || pipe2(fp, O_CLOEXEC) != 0) return CLI_FAIL;
     pid_t pid = fork();
     if (pid < 0) return CLI_FAIL;
-    if (pid == 0) owner(kind, max, user, dp[1], fp[0]);
+    if (pid == 0) { /* each side keeps only its ends, so either sees the other leave */
+        close(dp[0]), close(fp[1]);
+        owner(kind, max, user, dp[1], fp[0]);
+    }
+    close(dp[1]), close(fp[0]);
     int rc = CLI_FAIL;
     ferry_ctx_t *ctx = cli_ctx();
     ferry_xport_t *xp = NULL;
@@ -268,7 +239,7 @@ static int bench_xport(int argc, char **argv) {
     if (!local || !src) goto out;
     memset(local, 1, max); /* resident, so page faults do not count */
     memset(src, 2, max);
-    printf("ferry bench xport: backend %s%s%s, memory %s, %llu thread(s), median of %llu\n", backend,
+    printf("ferry bench xport: backend %s%s%s, memory %s, %llu thread(s), median of %llu\n", backend_name,
            kind == FERRY_XPORT_UCX ? ", UCX_TLS=" : "", kind == FERRY_XPORT_UCX ? (tls_now ? tls_now : "(all)") : "",
            user ? "user-registered" : "allocated by the transport", (unsigned long long)threads,
            (unsigned long long)repeat);
@@ -355,7 +326,7 @@ out:
     ferry_xport_rmem_release(r);
     ferry_xport_destroy(xp);
     ferry_ctx_destroy(ctx);
-    close(dp[0]), close(dp[1]), close(fp[0]), close(fp[1]);
+    close(dp[0]), close(fp[1]);
     return rc;
 }
 
@@ -364,6 +335,9 @@ int cmd_bench(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
+    static char who[64];
+    snprintf(who, sizeof who, "ferry bench %s", argv[1]);
+    cli_parse_set_who(who);
     if (!strcmp(argv[1], "xport")) return bench_xport(argc, argv);
     if (!strcmp(argv[1], "sync")) return bench_sync(argc - 1, argv + 1);
     if (!strcmp(argv[1], "delta")) return bench_delta(argc - 1, argv + 1);

@@ -36,8 +36,11 @@ static void usage(FILE *f) {
             "          unless every tensor applied\n"
             "  inspect density, bytes per changed element (positions / values) per tensor\n"
             "  synth   two bf16 checkpoints S-1 and S Adam steps from the same init (default\n"
-            "          4M elements in 4 tensors plus a norm, lr 1e-6, 5 steps)\n"
-            "  Files are written to a temporary name and renamed, so no torn file is seen.\n");
+            "          4M elements in 4 tensors plus a norm, lr 1e-6, 5 steps; --elems 1K..4G with\n"
+            "          K, M, G = powers of 1024, --tensors 1..1000, --steps 1..1000, --lr in (0, 1))\n"
+            "  Files are written to a temporary name and renamed, so no torn file is seen.\n"
+            "  Inputs must be regular files; outputs are checked (their directory takes new\n"
+            "  files, an existing output is a regular file) before any work.\n");
 }
 
 typedef struct loaded {
@@ -106,14 +109,6 @@ static int write_file(ferry_ctx_t *ctx, ferry_safetensors_writer_t *w, const cha
     free(buf);
     if (size_out) *size_out = len;
     return rc;
-}
-
-static bool parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end || s[0] == '-') return false;
-    *out = v;
-    return true;
 }
 
 /* One step of a subcommand's arguments: a positional one (into paths, at
@@ -285,13 +280,12 @@ static int delta_encode(ferry_ctx_t *ctx, int argc, char **argv) {
         int k = next_arg("encode", argc, argv, &i, paths, &np, &a, &v);
         if (k < 0) return CLI_USAGE;
         if (k == 0) continue;
-        if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--format")) format = v;
+        if (!strcmp(a, "-o")) {
+            if (cli_check_output(v, "-o") != 0) return CLI_USAGE;
+            out = v;
+        } else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--base-version") || !strcmp(a, "--next-version")) {
-            if (!parse_u64(v, a[2] == 'b' ? &bv : &nv)) {
-                fprintf(stderr, "ferry delta encode: %s %s: want a version number\n", a, v);
-                return CLI_USAGE;
-            }
+            if (!cli_u64(a, v, 0, UINT64_MAX - 1, a[2] == 'b' ? &bv : &nv)) return CLI_USAGE;
         } else {
             fprintf(stderr, "ferry delta encode: unknown option %s\n", a);
             return CLI_USAGE;
@@ -452,12 +446,11 @@ static int delta_apply(ferry_ctx_t *ctx, int argc, char **argv) {
         int k = next_arg("apply", argc, argv, &i, paths, &np, &a, &v);
         if (k < 0) return CLI_USAGE;
         if (k == 0) continue;
-        if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--base-version")) {
-            if (!parse_u64(v, &bv)) {
-                fprintf(stderr, "ferry delta apply: --base-version %s: want a version number\n", v);
-                return CLI_USAGE;
-            }
+        if (!strcmp(a, "-o")) {
+            if (cli_check_output(v, "-o") != 0) return CLI_USAGE;
+            out = v;
+        } else if (!strcmp(a, "--base-version")) {
+            if (!cli_u64(a, v, 0, UINT64_MAX - 1, &bv)) return CLI_USAGE;
         } else {
             fprintf(stderr, "ferry delta apply: unknown option %s\n", a);
             return CLI_USAGE;
@@ -642,25 +635,22 @@ static int delta_synth(ferry_ctx_t *ctx, int argc, char **argv) {
         int k = next_arg("synth", argc, argv, &i, paths, &np, &a, &v);
         if (k < 0) return CLI_USAGE;
         if (k == 0) continue;
-        char *end;
-        bool ok = true;
-        if (!strcmp(a, "--elems")) ok = parse_u64(v, &elems) && elems >= 1024 && elems <= (1ull << 32);
-        else if (!strcmp(a, "--tensors")) ok = parse_u64(v, &tensors) && tensors >= 1 && tensors <= 1000;
-        else if (!strcmp(a, "--steps")) ok = parse_u64(v, &steps) && steps >= 1 && steps <= 1000;
-        else if (!strcmp(a, "--lr")) ok = (lr = strtod(v, &end)) > 0 && lr < 1 && *end == '\0';
+        bool ok;
+        if (!strcmp(a, "--elems")) ok = cli_size(a, v, 1024, 1ull << 32, &elems);
+        else if (!strcmp(a, "--tensors")) ok = cli_u64(a, v, 1, 1000, &tensors);
+        else if (!strcmp(a, "--steps")) ok = cli_u64(a, v, 1, 1000, &steps);
+        else if (!strcmp(a, "--lr")) ok = cli_f64(a, v, (cli_range_t){0, 1, true, true}, &lr);
         else {
             fprintf(stderr, "ferry delta synth: unknown option %s\n", a);
             return CLI_USAGE;
         }
-        if (!ok) {
-            fprintf(stderr, "ferry delta synth: %s %s is out of range\n", a, v);
-            return CLI_USAGE;
-        }
+        if (!ok) return CLI_USAGE;
     }
     if (np != 2) {
         fprintf(stderr, "ferry delta synth: needs BASE and NEXT output paths\n");
         return CLI_USAGE;
     }
+    if (cli_check_output(paths[0], "BASE") != 0 || cli_check_output(paths[1], "NEXT") != 0) return CLI_USAGE;
     const int64_t cols = 1024;
     uint64_t rows = (elems / tensors + cols - 1) / cols;
     size_t per = (size_t)(rows * cols);
@@ -719,6 +709,9 @@ int cmd_delta(int argc, char **argv) {
             usage(stdout);
             return CLI_OK;
         }
+    static char who[64];
+    snprintf(who, sizeof who, "ferry delta %s", argv[1]);
+    cli_parse_set_who(who);
     ferry_ctx_t *ctx = cli_ctx();
     if (!ctx) return CLI_FAIL;
     int rc;

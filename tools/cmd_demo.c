@@ -9,6 +9,18 @@
 #include "cli.h"
 #include "demo.h"
 
+/* What the table's columns and the summary mean: printed above the table and by --help. */
+static const char legend[] =
+    "columns: version; changed = share of bf16 elements that differ from the previous version\n"
+    "  (engine replica 0); bytes moved = bytes landed in all engine processes; seconds = sync latency,\n"
+    "  from the first trainer starting to publish to the last engine process holding the version;\n"
+    "  GB/s = bytes moved / seconds of that version; publish, update = the slowest trainer's publish\n"
+    "  call and engine's update call, s; verified = engine processes that matched the reference / that\n"
+    "  hold the version. The summary line: version 1 also connects and plans, so the steady state is\n"
+    "  over versions 2..N: the median of each column (seconds, bytes moved, GB/s) over the same\n"
+    "  versions, those that finished (every engine process holds them); a version that did not finish\n"
+    "  is counted nowhere, n/a if none did.\n";
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
@@ -21,9 +33,17 @@ static void usage(FILE *f) {
             "(vLLM-style layout); after every step the engines pull the new version in\n"
             "place through ferry and check every element against their own reference.\n"
             "Defaults: --model qwen3-0.6b --train tp=2,pp=2 --infer tp=2,replicas=2\n"
-            "          --steps 5 --mode sync --transport shm --lr 1e-6 --deltas auto\n"
+            "          --steps 5 --mode sync --transport shm --slots 2 --lr 1e-6 --seed 1\n"
+            "          --timeout-ms 60000 --deltas auto\n"
+            "Ranges: --steps 1..100000, --slots 1..16, --lr 0..1, --timeout-ms 1..86400000.\n"
+            "--timeout-ms: each update and publish; a process stopped (SIGSTOP) that long, or\n"
+            "making no progress for twice that and 10 s, ends the run, named as the cause\n"
+            "(after SIGTERM, SIGKILL follows in 3 s).\n"
             "--deltas: sync mode, readers one version behind apply sparse deltas instead of\n"
-            "pulling whole: auto between hosts only, always also on one host, or off.\n");
+            "pulling whole: auto between hosts only, always also on one host, or off.\n"
+            "--verbose: each process's pid and events on stderr.\n"
+            "\n%s",
+            legend);
 }
 
 static void print_row(const demo_step_t *s, void *opaque) {
@@ -38,42 +58,62 @@ static void print_row(const demo_step_t *s, void *opaque) {
     fflush(stdout);
 }
 
+/* The summary's steady state: each column's median over the same versions,
+ * 2..N that finished. */
+static void print_later(const demo_step_t *steps, uint32_t nsteps) {
+    if (nsteps < 2) {
+        printf("; no later versions (--steps 1)");
+        return;
+    }
+    double *secs = calloc(3 * (size_t)nsteps, sizeof *secs), *bytes = secs + nsteps, *rate = bytes + nsteps;
+    uint32_t n = 0;
+    for (uint32_t v = 1; v < nsteps && secs; v++)
+        if (steps[v].complete && steps[v].seconds > 0) {
+            secs[n] = steps[v].seconds;
+            bytes[n] = (double)steps[v].bytes;
+            rate[n] = (double)steps[v].bytes / steps[v].seconds / 1e9;
+            n++;
+        }
+    printf("; versions 2-%u: %u of %u finished", nsteps, n, nsteps - 1);
+    if (n) {
+        char b[32];
+        double ms = cli_median(secs, n), mb = cli_median(bytes, n), mr = cli_median(rate, n);
+        printf(", median seconds %.3f, median bytes moved %s, median GB/s %.2f (each over those %u)", ms,
+               cli_bytes((uint64_t)(mb + 0.5), b, sizeof b), mr, n);
+    } else {
+        printf(", medians n/a");
+    }
+    free(secs);
+}
+
+static const char *const modes[] = {"sync", "async"}, *const transports[] = {"shm", "ucx", "file"},
+                         *const deltas[] = {"auto", "always", "off"};
+
 int cmd_demo(int argc, char **argv) {
     demo_opts_t o = demo_defaults();
     for (int i = 1; i < argc; i++) {
-        const char *v;
+        const char *v = NULL;
+        size_t k = 0;
+        bool ok = true;
+        int c = demo_common_opt(argc, argv, &i, &o, 1, 100000);
+        if (c < 0) return CLI_USAGE;
+        if (c > 0) continue; /* --model, --train, --infer, --steps */
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return CLI_OK;
-        } else if (demo_common_opt(argc, argv, &i, &o)) {
-            continue; /* --model, --train, --infer, --steps */
-        } else if (cli_opt(argc, argv, &i, "--slots", &v)) o.slots = (uint32_t)strtoul(v, NULL, 10);
-        else if (cli_opt(argc, argv, &i, "--lr", &v)) o.lr = strtod(v, NULL);
-        else if (cli_opt(argc, argv, &i, "--seed", &v)) o.seed = strtoull(v, NULL, 10);
-        else if (cli_opt(argc, argv, &i, "--timeout-ms", &v)) o.timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        } else if (cli_opt(argc, argv, &i, "--slots", &v)) ok = cli_u32("--slots", v, 1, 16, &o.slots);
+        else if (cli_opt(argc, argv, &i, "--lr", &v)) ok = cli_f64("--lr", v, (cli_range_t){0, 1, false, false}, &o.lr);
+        else if (cli_opt(argc, argv, &i, "--seed", &v)) ok = cli_u64("--seed", v, 0, UINT64_MAX, &o.seed);
+        else if (cli_opt(argc, argv, &i, "--timeout-ms", &v))
+            ok = cli_u32("--timeout-ms", v, 1, 86400000, &o.timeout_ms);
         else if (cli_opt(argc, argv, &i, "--mode", &v)) {
-            if (!strcmp(v, "sync")) o.mode = FERRY_SYNC_MODE_SYNC;
-            else if (!strcmp(v, "async")) o.mode = FERRY_SYNC_MODE_ASYNC;
-            else {
-                fprintf(stderr, "ferry demo: --mode must be sync or async, not \"%s\"\n", v);
-                return CLI_USAGE;
-            }
+            if ((ok = cli_word("--mode", v, modes, 2, &k))) o.mode = k ? FERRY_SYNC_MODE_ASYNC : FERRY_SYNC_MODE_SYNC;
         } else if (cli_opt(argc, argv, &i, "--transport", &v)) {
-            if (!strcmp(v, "shm")) o.transport = FERRY_XPORT_SHM;
-            else if (!strcmp(v, "ucx")) o.transport = FERRY_XPORT_UCX;
-            else if (!strcmp(v, "file")) o.transport = (ferry_xport_kind_t)DEMO_TRANSPORT_FILE;
-            else {
-                fprintf(stderr, "ferry demo: --transport must be shm, ucx or file, not \"%s\"\n", v);
-                return CLI_USAGE;
-            }
+            if ((ok = cli_word("--transport", v, transports, 3, &k)))
+                o.transport = k == 0 ? FERRY_XPORT_SHM : k == 1 ? FERRY_XPORT_UCX : (ferry_xport_kind_t)DEMO_TRANSPORT_FILE;
         } else if (cli_opt(argc, argv, &i, "--deltas", &v)) {
-            if (!strcmp(v, "auto")) o.deltas = FERRY_SYNC_DELTAS_AUTO;
-            else if (!strcmp(v, "always")) o.deltas = FERRY_SYNC_DELTAS_ALWAYS;
-            else if (!strcmp(v, "off")) o.deltas = FERRY_SYNC_DELTAS_OFF;
-            else {
-                fprintf(stderr, "ferry demo: --deltas must be auto, always or off, not \"%s\"\n", v);
-                return CLI_USAGE;
-            }
+            if ((ok = cli_word("--deltas", v, deltas, 3, &k)))
+                o.deltas = k == 0 ? FERRY_SYNC_DELTAS_AUTO : k == 1 ? FERRY_SYNC_DELTAS_ALWAYS : FERRY_SYNC_DELTAS_OFF;
         } else if (!strcmp(argv[i], "--staged")) o.staged = true;
         else if (!strcmp(argv[i], "--no-verify")) o.verify = false;
         else if (!strcmp(argv[i], "--verbose")) o.verbose = true;
@@ -82,16 +122,27 @@ int cmd_demo(int argc, char **argv) {
             usage(stderr);
             return CLI_USAGE;
         }
+        if (!ok) return CLI_USAGE;
     }
-    if (o.steps < 1 || o.steps > 100000 || o.slots < 1 || o.slots > 16 || !(o.lr >= 0) || o.timeout_ms == 0) {
-        fprintf(stderr, "ferry demo: --steps must be 1..100000, --slots 1..16, --lr >= 0, --timeout-ms > 0\n");
-        return CLI_USAGE;
+    { /* bad input is said before the table starts (demo_run checks again) */
+        ferry_ctx_t *ctx = cli_ctx();
+        ferry_model_t *m = NULL;
+        ferry_parallel_t tp, ip;
+        char err[512];
+        int c = ctx ? demo_check(ctx, &o, &m, &tp, &ip, err, sizeof err) : CLI_FAIL;
+        ferry_model_destroy(m);
+        ferry_ctx_destroy(ctx);
+        if (c != CLI_OK) {
+            if (ctx && err[0]) fprintf(stderr, "ferry demo: %s\n", err);
+            return c;
+        }
     }
     demo_step_t *steps = calloc(o.steps, sizeof *steps);
     if (!steps) return CLI_FAIL;
     printf("ferry demo: %s, trainer %s -> engine %s, %s mode%s, %s, %u steps at lr %g\n", o.model, o.train, o.infer,
            o.mode == FERRY_SYNC_MODE_SYNC ? "sync" : "async", o.staged ? " (staged)" : "",
            o.transport == FERRY_XPORT_SHM ? "shm" : o.transport == FERRY_XPORT_UCX ? "ucx" : "file", o.steps, o.lr);
+    printf("%s", legend);
     printf("%7s  %8s  %12s  %8s  %7s  %8s  %8s  %s\n", "version", "changed", "bytes moved", "seconds", "GB/s",
            "publish", "update", "verified");
     fflush(stdout);
@@ -99,29 +150,16 @@ int cmd_demo(int argc, char **argv) {
     demo_hooks_t hooks = {.row = print_row};
     int rc = demo_run(&o, steps, &res, &hooks);
     if (rc == CLI_USAGE) {
-        fprintf(stderr, "ferry demo: %s\n", res.error);
+        if (res.error[0]) fprintf(stderr, "ferry demo: %s\n", res.error);
         free(steps);
         return CLI_USAGE;
     }
-    /* version 1 also connects and plans: the steady state is the median of the others */
-    double bytes = 0, *secs = calloc(o.steps, sizeof *secs);
-    uint32_t n = 0;
-    for (uint32_t v = 1; v < o.steps && secs; v++)
-        if (steps[v].readers) {
-            secs[n++] = steps[v].seconds;
-            bytes = (double)steps[v].bytes;
-        }
-    double med = 0;
-    if (n) {
-        qsort(secs, n, sizeof *secs, cli_cmp_dbl);
-        med = secs[n / 2];
-    }
-    free(secs);
-    char b[32], b2[32];
-    printf("summary: %u writers -> %u readers, model %s; first version (connect, plan, sync) %.2f s", res.writers,
-           res.readers, cli_bytes(res.model_bytes, b, sizeof b), steps[0].seconds);
-    if (n) printf("; later versions: median %.3f s for %s (%.2f GB/s)", med, cli_bytes((uint64_t)bytes, b2, sizeof b2),
-                  med > 0 ? bytes / med / 1e9 : 0.0);
+    char b[32];
+    printf("summary: %u writers -> %u readers, model %s; version 1 (connect, plan, sync) ", res.writers, res.readers,
+           cli_bytes(res.model_bytes, b, sizeof b));
+    if (steps[0].complete) printf("%.2f s", steps[0].seconds);
+    else printf("n/a (did not finish)");
+    print_later(steps, o.steps);
     uint32_t du = 0;
     for (uint32_t v = 0; v < o.steps; v++) du += steps[v].delta_updates;
     if (du) printf("; %u reader updates applied sparse deltas", du);

@@ -192,14 +192,17 @@ static void print_rank_detail(const ferry_layout_t *l, uint32_t rank, json_t *jo
 }
 
 int cmd_layout(int argc, char **argv) {
-    const char *model_arg = NULL, *side_arg = NULL, *par_arg = NULL, *rank_arg = NULL;
+    const char *model_arg = NULL, *side_arg = NULL, *par_arg = NULL;
+    uint32_t rank_arg = UINT32_MAX; /* none */
     bool json = false, mtp = false, all_rows = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_opt(argc, argv, &i, "--model", &v)) model_arg = v;
         else if (cli_opt(argc, argv, &i, "--side", &v)) side_arg = v;
         else if (cli_opt(argc, argv, &i, "--parallel", &v)) par_arg = v;
-        else if (cli_opt(argc, argv, &i, "--rank", &v)) rank_arg = v;
+        else if (cli_opt(argc, argv, &i, "--rank", &v)) {
+            if (!cli_u32("--rank", v, 0, (1u << 24) - 1, &rank_arg)) return CLI_USAGE;
+        }
         else if (cli_opt(argc, argv, &i, "--ranks", &v)) {
             if (v && strcmp(v, "all") != 0) {
                 fprintf(stderr, "ferry layout: --ranks takes \"all\"\n");
@@ -256,13 +259,12 @@ int cmd_layout(int argc, char **argv) {
     }
     uint32_t world = ferry_layout_world_size(l);
     long rank = -1;
-    if (rank_arg) {
-        char *end;
-        rank = strtol(rank_arg, &end, 10);
-        if (*end || rank < 0 || rank >= (long)world) {
-            fprintf(stderr, "ferry layout: --rank %s is not a rank in [0, %u)\n", rank_arg, world);
+    if (rank_arg != UINT32_MAX) {
+        if (rank_arg >= world) {
+            fprintf(stderr, "ferry layout: --rank %u is not a rank in [0, %u)\n", rank_arg, world);
             goto out;
         }
+        rank = (long)rank_arg;
     }
     ferry_coverage_t cov;
     ferry_status_t vst = ferry_layout_validate(l, &cov);

@@ -10,7 +10,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ferry meta --listen HOST:PORT [--lease-ms N]\n"
+            "usage: ferry meta --listen HOST:PORT [--lease-ms N (1..86400000, default 10000)]\n"
             "       ferry meta --status [--meta HOST:PORT]\n"
             "  --listen  runs the metadata service in the foreground until SIGINT/SIGTERM;\n"
             "            members find it with FERRY_META=HOST:PORT and present its token:\n"
@@ -24,21 +24,25 @@ static void usage(FILE *f) {
 int cmd_meta(int argc, char **argv) {
     const char *listen = NULL, *addr = NULL;
     bool status = false;
-    unsigned long lease = 0;
+    uint32_t lease = 0;
     for (int i = 1; i < argc; i++) {
-        const char *v;
+        const char *v = NULL;
+        bool ok = true;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return CLI_OK;
         } else if (cli_opt(argc, argv, &i, "--listen", &v)) listen = v;
         else if (cli_opt(argc, argv, &i, "--meta", &v)) addr = v;
-        else if (cli_opt(argc, argv, &i, "--lease-ms", &v)) lease = strtoul(v, NULL, 10);
-        else if (!strcmp(argv[i], "--status")) status = true;
-        else {
+        else if (cli_opt(argc, argv, &i, "--lease-ms", &v)) ok = cli_u32("--lease-ms", v, 1, 86400000, &lease);
+        else if (!strcmp(argv[i], "--status")) {
+            status = true;
+            continue;
+        } else {
             fprintf(stderr, "ferry meta: unknown option \"%s\"\n\n", argv[i]);
             usage(stderr);
             return CLI_USAGE;
         }
+        if (!v || !ok) return CLI_USAGE;
     }
     if (!!listen == status) {
         usage(stderr);
@@ -72,7 +76,7 @@ int cmd_meta(int argc, char **argv) {
         }
         ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | (lease ? FERRY_META_PARAM_LEASE_MS : 0),
                                   .listen = listen,
-                                  .lease_ms = (uint32_t)lease};
+                                  .lease_ms = lease};
         ferry_meta_service_t *svc;
         if (ferry_meta_service_create(ctx, &mp, &svc) != FERRY_OK) {
             fprintf(stderr, "ferry meta: %s\n", ferry_ctx_error(ctx));

@@ -20,10 +20,11 @@ static void usage(FILE *f) {
             "  --writer S          the local plan of source rank S: what it packs and serves\n"
             "  --ranks-per-host N  ranks 0..N-1 of each side share a host, and so on (default 8);\n"
             "                      trainer and engine hosts are distinct machines\n"
-            "  --bucket BYTES      largest grouped transfer (default 4194304)\n"
-            "  --pack-below BYTES  pack ops smaller than this (default 65536)\n"
+            "  --bucket BYTES      largest grouped transfer (default 4M = 4194304)\n"
+            "  --pack-below BYTES  pack ops smaller than this (default 64K = 65536)\n"
+            "                      (BYTES: digits with an optional K, M, G or T, powers of 1024)\n"
             "  --locals N          also time the local plans of N destination and N source ranks\n"
-            "  --repeat R          build the global plan R times and report the median time\n"
+            "  --repeat R          build the global plan R times (1..1000) and report the median time\n"
             "  --json              machine-readable output\n"
             "Exit status: 0 planned and verified, 1 planning or verification failed, 2 bad input.\n");
 }
@@ -82,15 +83,6 @@ static spread_t spread(uint64_t *v, size_t n) {
     s.max = v[n - 1];
     s.mean = (double)sum / (double)(n - z);
     return s;
-}
-
-static bool parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    if (!s || !*s || *s == '-') return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end) return false;
-    *out = v;
-    return true;
 }
 
 /* The floor for any planner that must look at every piece: copying both
@@ -217,31 +209,17 @@ int cmd_plan(int argc, char **argv) {
     }
     uint64_t rph = 8, nlocals = 0, rank = UINT64_MAX, writer = UINT64_MAX, repeat = 1;
     ferry_plan_params_t params = {0};
-    struct {
-        const char *arg, *name;
-        uint64_t *out;
-    } nums[] = {{rph_arg, "--ranks-per-host", &rph},   {locals_arg, "--locals", &nlocals},
-                {repeat_arg, "--repeat", &repeat},
-                {rank_arg, "--rank", &rank},           {writer_arg, "--writer", &writer},
-                {bucket_arg, "--bucket", &params.bucket_bytes},
-                {pack_arg, "--pack-below", &params.pack_below}};
-    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        if (nums[i].arg && !parse_u64(nums[i].arg, nums[i].out)) {
-            fprintf(stderr, "ferry plan: %s takes a non-negative integer, not \"%s\"\n", nums[i].name,
-                    nums[i].arg);
-            return CLI_USAGE;
-        }
-    }
+    const uint64_t ranks = 1u << 24; /* ferry_parallel_parse's limit on a world */
+    if ((rph_arg && !cli_u64("--ranks-per-host", rph_arg, 1, ranks, &rph)) ||
+        (locals_arg && !cli_u64("--locals", locals_arg, 0, ranks, &nlocals)) ||
+        (repeat_arg && !cli_u64("--repeat", repeat_arg, 1, 1000, &repeat)) ||
+        (rank_arg && !cli_u64("--rank", rank_arg, 0, ranks - 1, &rank)) ||
+        (writer_arg && !cli_u64("--writer", writer_arg, 0, ranks - 1, &writer)) ||
+        (bucket_arg && !cli_size("--bucket", bucket_arg, 1, 1ull << 40, &params.bucket_bytes)) ||
+        (pack_arg && !cli_size("--pack-below", pack_arg, 0, 1ull << 40, &params.pack_below)))
+        return CLI_USAGE;
     if (rank_arg && writer_arg) {
         fprintf(stderr, "ferry plan: give --rank or --writer, not both\n");
-        return CLI_USAGE;
-    }
-    if (repeat == 0 || repeat > 1000) {
-        fprintf(stderr, "ferry plan: --repeat must be between 1 and 1000\n");
-        return CLI_USAGE;
-    }
-    if (rph == 0 || rph > UINT32_MAX) {
-        fprintf(stderr, "ferry plan: --ranks-per-host must be at least 1\n");
         return CLI_USAGE;
     }
     if (bucket_arg) params.field_mask |= FERRY_PLAN_PARAM_BUCKET_BYTES;

@@ -44,6 +44,7 @@ typedef struct demo_step {
     uint64_t changed;     /* bf16 elements that differ from the previous version (reader 0s of each replica) */
     uint64_t elements;
     uint32_t delta_updates; /* readers that applied deltas for this version */
+    bool complete;        /* every writer published it and every reader holds it: seconds is set */
 } demo_step_t;
 
 typedef struct demo_result {
@@ -56,17 +57,25 @@ typedef struct demo_result {
 
 demo_opts_t demo_defaults(void);
 /* Takes one of the options `ferry demo` and `ferry bench sync` share
- * (--model, --train, --infer, --steps) at argv[*i]; false if it is none. */
-bool demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o);
+ * (--model, --train, --infer, --steps in [steps_lo, steps_hi]) at argv[*i]:
+ * 1 taken, 0 it is none of them, -1 a bad or missing value (said on stderr). */
+int demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o, uint32_t steps_lo, uint32_t steps_hi);
 /* What a caller of demo_run hears about; any member may be NULL. */
 typedef struct demo_hooks {
-    /* a step completed (every reader holds it): a progress row */
+    /* a step completed (every writer published it, every reader holds it): a progress row */
     void (*row)(const demo_step_t *step, void *opaque);
     /* version v is about to be published (v >= 2): every writer has computed
      * it and every process is idle, so the machine is quiet for a moment */
     void (*before_go)(uint64_t version, void *opaque);
     void *opaque;
 } demo_hooks_t;
+
+/* What the workers would refuse, refused before any starts: the model
+ * loads (*model, the caller destroys it, also on failure), the specs parse,
+ * both layouts build, every tensor is bf16 or f32. CLI_OK, or CLI_USAGE
+ * with the reason in err (empty when cli_load_model printed it). */
+int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, ferry_parallel_t *tp,
+               ferry_parallel_t *ip, char *err, size_t size);
 
 /* Runs the whole thing; steps[] has o->steps entries. hooks may be NULL. */
 int demo_run(const demo_opts_t *o, demo_step_t *steps, demo_result_t *res, const demo_hooks_t *hooks);

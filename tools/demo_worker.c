@@ -213,20 +213,30 @@ int demo_worker_main(int argc, char **argv) {
     worker_t w;
     memset(&w, 0, sizeof w);
     w.role = argv[1];
-    w.rank = (uint32_t)strtoul(argv[2], NULL, 10);
     w.o.model = argv[3];
     w.o.train = argv[4];
     w.o.infer = argv[5];
-    w.o.steps = (uint32_t)strtoul(argv[6], NULL, 10);
-    w.o.mode = (ferry_sync_mode_t)atoi(argv[7]);
-    w.o.transport = (ferry_xport_kind_t)atoi(argv[8]);
-    w.o.staged = atoi(argv[9]) != 0;
-    w.o.verify = atoi(argv[10]) != 0;
-    w.o.lr = strtod(argv[11], NULL);
-    w.o.seed = strtoull(argv[12], NULL, 10);
-    w.o.timeout_ms = (uint32_t)strtoul(argv[13], NULL, 10);
-    w.o.slots = (uint32_t)strtoul(argv[14], NULL, 10);
-    w.o.deltas = (ferry_sync_deltas_t)atoi(argv[15]);
+    /* the parent wrote these; each is checked all the same, as any argument is */
+    uint32_t mode, transport, staged, verify, deltas;
+    if ((strcmp(w.role, "writer") && strcmp(w.role, "reader")) || !cli_u32("RANK", argv[2], 0, UINT32_MAX, &w.rank) ||
+        !cli_u32("STEPS", argv[6], 1, UINT32_MAX, &w.o.steps) ||
+        !cli_u32("MODE", argv[7], FERRY_SYNC_MODE_SYNC, FERRY_SYNC_MODE_ASYNC, &mode) ||
+        !cli_u32("TRANSPORT", argv[8], 0, DEMO_TRANSPORT_FILE, &transport) ||
+        !cli_u32("STAGED", argv[9], 0, 1, &staged) || !cli_u32("VERIFY", argv[10], 0, 1, &verify) ||
+        !cli_f64("LR", argv[11], (cli_range_t){0, 1, false, false}, &w.o.lr) ||
+        !cli_u64("SEED", argv[12], 0, UINT64_MAX, &w.o.seed) ||
+        !cli_u32("TIMEOUT", argv[13], 1, UINT32_MAX, &w.o.timeout_ms) ||
+        !cli_u32("SLOTS", argv[14], 1, UINT32_MAX, &w.o.slots) ||
+        !cli_u32("DELTAS", argv[15], FERRY_SYNC_DELTAS_AUTO, FERRY_SYNC_DELTAS_OFF, &deltas) ||
+        (transport != FERRY_XPORT_SHM && transport != FERRY_XPORT_UCX && transport != DEMO_TRANSPORT_FILE)) {
+        fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`): bad arguments\n");
+        return CLI_USAGE;
+    }
+    w.o.mode = (ferry_sync_mode_t)mode;
+    w.o.transport = (ferry_xport_kind_t)transport;
+    w.o.staged = staged;
+    w.o.verify = verify;
+    w.o.deltas = (ferry_sync_deltas_t)deltas;
     bool writer = strcmp(w.role, "writer") == 0;
     w.ctx = cli_ctx();
     if (!w.ctx) return CLI_FAIL;

@@ -34,6 +34,9 @@ int main(int argc, char **argv) {
         return CLI_USAGE;
     }
     const char *cmd = argv[1];
+    static char who[64];
+    snprintf(who, sizeof who, "ferry %s", cmd);
+    cli_parse_set_who(who);
     if (!strcmp(cmd, "layout")) return cmd_layout(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);

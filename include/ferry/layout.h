@@ -266,8 +266,10 @@ ferry_parallel_t ferry_parallel_defaults(ferry_side_t side);
 /* Parses "tp=4,pp=2,ep=1,dp=2" (keys: tp pp vpp cp ep etp dp pp_first
  * pp_last pp_layers=a+b+.. experts=grouped|grouped_t buffers=param|flat
  * vocab_multiple; infer: tp ep dp replicas transpose=GLOB buffers
- * vocab_multiple) on top of the side's defaults. *out is written only on
- * success. Errors name the offending key; detail on ctx. Thread-safety: one
+ * vocab_multiple) on top of the side's defaults. A key given twice and an
+ * empty entry ("tp=2,,pp=2", a trailing comma) are refused; "" is the
+ * defaults. *out is written only on success. Errors name the offending key;
+ * detail on ctx. Thread-safety: one
  * thread at a time per ctx. */
 ferry_status_t ferry_parallel_parse(ferry_ctx_t *ctx, ferry_side_t side, const char *spec,
                                     ferry_parallel_t *out);

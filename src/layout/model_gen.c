@@ -1,10 +1,13 @@
 /* Architecture -> the Hugging Face checkpoint's tensor list (names and shapes
  * exactly as in the published safetensors), and the config.json entry points. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "layout/model_internal.h"
 
@@ -177,21 +180,46 @@ ferry_status_t ferry_model_from_hf_config_file(ferry_ctx_t *ctx, const char *pat
     if (!path || !out)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT,
                           "ferry_model_from_hf_config_file: path and out must not be NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a
+     * regular file is refused before a read could block or never end */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return ferry_fail(err, errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "%s: %s", path,
                           strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return ferry_fail(err, FERRY_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s is %s, not a regular config.json file", path,
+                          S_ISDIR(sb.st_mode)    ? "a directory"
+                          : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                          : S_ISCHR(sb.st_mode)  ? "a character device"
+                          : S_ISBLK(sb.st_mode)  ? "a block device"
+                          : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                 : "no regular file");
+    }
     char *buf = ferry_alloc(ctx, CONFIG_MAX_BYTES + 1);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory reading %s", path);
     }
-    size_t n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
-    int read_error = ferror(f);
-    fclose(f);
+    size_t n = 0;
+    int read_error = 0;
+    while (n < CONFIG_MAX_BYTES + 1) {
+        ssize_t r = read(fd, buf + n, CONFIG_MAX_BYTES + 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) read_error = errno;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
     ferry_status_t st;
     if (read_error) {
-        st = ferry_fail(err, FERRY_ERR_IO, "%s: read error", path);
+        st = ferry_fail(err, FERRY_ERR_IO, "%s: %s", path, strerror(read_error));
     } else if (n > CONFIG_MAX_BYTES) {
         st = ferry_fail(err, FERRY_ERR_LIMIT, "%s: larger than %u bytes; not a config.json", path,
                         CONFIG_MAX_BYTES);

@@ -79,23 +79,33 @@ ferry_status_t ferry_parallel_parse(ferry_ctx_t *ctx, ferry_side_t side, const c
     ferry_parallel_t p = ferry_parallel_defaults(side);
     uint32_t sidebit = side == FERRY_SIDE_TRAIN ? TRAIN_ONLY : INFER_ONLY;
     const char *s = spec;
+    /* a key given twice would silently take its last value: refused */
+    uint32_t seen = 0;
+    static const char *const other_keys[] = {"pp_layers", "experts", "buffers", "transpose"};
     while (*s) {
         const char *end = strchr(s, ',');
         size_t len = end ? (size_t)(end - s) : strlen(s);
         const char *eq = memchr(s, '=', len);
-        if (len == 0) {
-            if (!end) break;
-            s = end + 1;
-            continue;
-        }
+        if (len == 0)
+            return ferry_fail(err, FERRY_ERR_INVALID_CONFIG,
+                              "parallel spec \"%s\": an empty entry (two commas, or one at an end)", spec);
         if (!eq)
             return ferry_fail(err, FERRY_ERR_INVALID_CONFIG,
                               "parallel spec \"%s\": \"%.*s\" is not key=value", spec, (int)len, s);
         size_t klen = (size_t)(eq - s);
         const char *val = eq + 1;
         size_t vlen = len - klen - 1;
+        size_t nsize = sizeof size_keys / sizeof size_keys[0];
+        for (size_t i = 0; i < nsize + sizeof other_keys / sizeof other_keys[0]; i++) {
+            const char *key = i < nsize ? size_keys[i].key : other_keys[i - nsize];
+            if (strlen(key) != klen || strncmp(key, s, klen) != 0) continue;
+            if (seen & (1u << i))
+                return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "parallel spec \"%s\": key \"%s\" is given twice",
+                                  spec, key);
+            seen |= 1u << i;
+        }
         bool done = false;
-        for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
+        for (size_t i = 0; i < nsize; i++) {
             const size_key_t *k = &size_keys[i];
             if (strlen(k->key) != klen || strncmp(k->key, s, klen) != 0) continue;
             if (!(k->sides & sidebit))
@@ -164,6 +174,9 @@ ferry_status_t ferry_parallel_parse(ferry_ctx_t *ctx, ferry_side_t side, const c
         }
         if (!end) break;
         s = end + 1;
+        if (!*s)
+            return ferry_fail(err, FERRY_ERR_INVALID_CONFIG, "parallel spec \"%s\": an empty entry (a comma at the end)",
+                              spec);
     }
     if (ferry_parallel_world_size(&p) == 0 || ferry_parallel_world_size(&p) > (1u << 24))
         return ferry_fail(err, FERRY_ERR_LIMIT, "parallel spec \"%s\": more than 2^24 ranks", spec);

@@ -10,10 +10,10 @@ expect 0 "runs/s" -- bench xport --size 4M --repeat 2 --threads 2
 expect 0 "user-registered" -- bench xport --size 4M --repeat 2 --memory user
 expect 0 "get/TCP" -- bench xport --backend ucx --tls tcp --size 4M --repeat 2
 expect 0 "get/memcpy" -- bench xport --backend ucx --tls sm,self --size 4M --repeat 2
-expect 2 "backend is shm or ucx" -- bench xport --backend rdma
+expect 2 "--backend \"rdma\": not a choice; want shm or ucx" -- bench xport --backend rdma
 expect 2 "--tls applies to --backend ucx" -- bench xport --tls tcp
-expect 2 "--size takes sizes like 64M,1G" -- bench xport --size lots
-expect 2 "--memory is alloc or user" -- bench xport --memory gpu
+expect 2 "--size \"lots\": item \"lots\": not a number" -- bench xport --size lots
+expect 2 "--memory \"gpu\": not a choice; want alloc or user" -- bench xport --memory gpu
 expect 0 "every applied delta matched" -- bench delta --elems 3M --repeat 1 --steps 2 --lr 1e-6,1e-5
 expect 0 "TRL" -- bench delta --elems 100K --repeat 1 --steps 1 --threads 1
 expect 2 "--elems 0: want 1 to 4G" -- bench delta --elems 0

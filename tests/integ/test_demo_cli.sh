@@ -24,15 +24,15 @@ expect 0 "reader updates applied sparse deltas" -- demo $moe --infer tp=2,ep=2,r
 expect 0 "reader updates applied sparse deltas" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2,buffers=flat \
     --infer tp=1,replicas=2 --steps 3 --deltas always --transport ucx
 expect 0 "$ok" -- demo $moe --infer tp=2,ep=2 --steps 3 --deltas always --staged
-expect 2 "--deltas must be auto, always or off" -- demo --deltas sometimes
+expect 2 "--deltas \"sometimes\": not a choice; want auto, always or off" -- demo --deltas sometimes
 # the file channel: trainer ranks publish snapshots and deltas into directories, engine ranks follow them
 expect 0 "$ok" -- demo $moe --infer tp=2,ep=2,replicas=2 --steps 4 --transport file
 expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2 --infer tp=1,replicas=2 --steps 3 --transport file
 expect 0 "verification off" -- demo $moe --infer tp=2 --steps 2 --no-verify
-expect 0 "tcp broadcast" -- bench sync $moe --infer tp=2,ep=2,replicas=2 --steps 3 --repeat 1
-expect 2 "--mode must be sync or async" -- demo --mode eventual
-expect 2 "--transport must be shm, ucx or file" -- demo --transport carrier-pigeon
-expect 2 "--steps must be" -- demo --steps 0
+expect 0 "tcp broadcast" -- bench sync $moe --infer tp=2,ep=2,replicas=2 --steps 3
+expect 2 "--mode \"eventual\": not a choice; want sync or async" -- demo --mode eventual
+expect 2 "--transport \"carrier-pigeon\": not a choice; want shm, ucx or file" -- demo --transport carrier-pigeon
+expect 2 "--steps \"0\": out of range; want an integer from 1 to 100000" -- demo --steps 0
 expect 2 "unknown option" -- demo --frobnicate
 expect 2 "trainer layout" -- demo --model $golden/tiny-qwen3.json --train tp=3 --steps 1
 expect 2 "usage: ferry meta" -- meta

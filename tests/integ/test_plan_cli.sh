@@ -26,9 +26,9 @@ expect 2 "usage: ferry plan" -- plan --model qwen3-0.6b --train tp=2
 expect 2 "unknown option --bogus" -- plan --bogus
 expect 2 "--rank must be below 4" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --rank 4
 expect 2 "give --rank or --writer, not both" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --rank 0 --writer 0
-expect 2 "--bucket takes a non-negative integer" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket lots
-expect 2 "--ranks-per-host must be at least 1" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --ranks-per-host 0
-expect 1 "bucket_bytes must be at least 1" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket 0
+expect 2 "--bucket \"lots\": not a number" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket lots
+expect 2 "--ranks-per-host \"0\": out of range; want an integer from 1 to 16777216" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --ranks-per-host 0
+expect 2 "--bucket \"0\": out of range; want from 1 to" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket 0
 expect 2 "unknown key \"xp\"" -- plan --model qwen3-0.6b --train xp=2 --infer tp=4
 expect 2 "num_attention_heads = 16 is not divisible by attention tp (tp/dp) = 3" -- plan --model qwen3-0.6b --train tp=2 --infer tp=3
 expect_done

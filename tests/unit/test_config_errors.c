@@ -470,8 +470,55 @@ static void test_nul_substitutions(ferry_ctx_t *ctx, const char *file) {
     free(text);
 }
 
+/* Parallel specs: a key given twice would silently take its last value, an
+ * empty entry is a typo; both refused, naming the key or the spec, with
+ * *out untouched. */
+static void test_parallel_specs(ferry_ctx_t *ctx) {
+    static const struct {
+        ferry_side_t side;
+        const char *spec, *needle;
+    } bad[] = {
+        {FERRY_SIDE_TRAIN, "tp=2,tp=4", "key \"tp\" is given twice"},
+        {FERRY_SIDE_TRAIN, "tp=2,pp=2,tp=2", "key \"tp\" is given twice"},
+        {FERRY_SIDE_TRAIN, "pp_layers=1+1,pp=2,pp_layers=2", "key \"pp_layers\" is given twice"},
+        {FERRY_SIDE_TRAIN, "experts=grouped,experts=grouped_t", "key \"experts\" is given twice"},
+        {FERRY_SIDE_INFER, "buffers=flat,buffers=param", "key \"buffers\" is given twice"},
+        {FERRY_SIDE_INFER, "transpose=*w2*,transpose=*w1*", "key \"transpose\" is given twice"},
+        {FERRY_SIDE_INFER, "replicas=2,tp=2,replicas=2", "key \"replicas\" is given twice"},
+        {FERRY_SIDE_INFER, "tp=2,,replicas=2", "an empty entry"},
+        {FERRY_SIDE_INFER, "tp=2,", "an empty entry"},
+        {FERRY_SIDE_INFER, ",tp=2", "an empty entry"},
+        {FERRY_SIDE_INFER, ",", "an empty entry"},
+        {FERRY_SIDE_TRAIN, "tp=4294967297", "tp=4294967297 is not an integer"},
+        {FERRY_SIDE_TRAIN, "tp=-1", "tp=-1 is not an integer"},
+        {FERRY_SIDE_TRAIN, "tp=2x", "tp=2x is not an integer"},
+        {FERRY_SIDE_TRAIN, "tp=", "tp= is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ferry_parallel_t p;
+        memset(&p, 0x5a, sizeof p);
+        ferry_parallel_t before = p;
+        ferry_status_t st = ferry_parallel_parse(ctx, bad[i].side, bad[i].spec, &p);
+        if (st != FERRY_ERR_INVALID_CONFIG || !strstr(ferry_ctx_error(ctx), bad[i].needle)) {
+            fprintf(stderr, "parallel spec \"%s\": %s \"%s\"; expected FERRY_ERR_INVALID_CONFIG with \"%s\"\n",
+                    bad[i].spec, ferry_status_name(st), ferry_ctx_error(ctx), bad[i].needle);
+            exit(1);
+        }
+        CHECK(memcmp(&p, &before, sizeof p) == 0);
+    }
+    /* the same keys once each still parse; "" is the defaults */
+    ferry_parallel_t p;
+    CHECK_OK(ferry_parallel_parse(ctx, FERRY_SIDE_TRAIN, "tp=2,pp=2,pp_layers=14+14,experts=grouped_t", &p),
+             ferry_ctx_error(ctx));
+    CHECK_EQ_INT(p.tp, 2);
+    CHECK_EQ_INT(p.num_pp_layers, 2);
+    CHECK_OK(ferry_parallel_parse(ctx, FERRY_SIDE_INFER, "", &p), ferry_ctx_error(ctx));
+    CHECK_EQ_INT(p.tp, 1);
+}
+
 int main(void) {
     ferry_ctx_t *ctx = test_ctx();
+    test_parallel_specs(ctx);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(ctx, &cases[i]);
     test_other_errors(ctx);
     /* qwen3-0.6b: 1 + 28 * 11 + 1 tensors (tied embeddings) */
