@@ -42,11 +42,36 @@ ferry_status_t ferry_delta_codec_create(ferry_ctx_t *ctx, ferry_delta_codec_t **
     ferry_delta_codec_t *c = ferry_calloc(ctx, 1, sizeof *c);
     if (!c) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "delta codec: out of memory");
     c->ctx = ctx;
-    c->masks = delta_masks_pick();
-    c->apply_batches = delta_apply_batches_pick();
-    delta_enc_kernels_pick(&c->enc);
+    delta_codec_level(c, delta_level_best());
     *out = c;
     return FERRY_OK;
+}
+
+bool delta_level_runs(delta_level_t level) {
+    uint32_t cpu = ferry_cpu();
+    switch (level) {
+    case DELTA_LEVEL_GENERIC: return true;
+    case DELTA_LEVEL_AVX2: return (cpu & FERRY_CPU_V3) != 0;
+    case DELTA_LEVEL_AVX512: return (cpu & FERRY_CPU_V3) && (cpu & FERRY_CPU_AVX512BW);
+    default: return false;
+    }
+}
+
+delta_level_t delta_level_best(void) {
+    for (int l = DELTA_LEVELS - 1; l > DELTA_LEVEL_GENERIC; l--)
+        if (delta_level_runs((delta_level_t)l)) return (delta_level_t)l;
+    return DELTA_LEVEL_GENERIC;
+}
+
+bool delta_codec_level(ferry_delta_codec_t *c, delta_level_t level) {
+    if (!delta_level_runs(level)) return false;
+    c->level = level;
+    c->v3 = level >= DELTA_LEVEL_AVX2;
+    c->masks = delta_masks_at(level);
+    c->apply_batches = delta_apply_batches_at(level);
+    memset(&c->enc, 0, sizeof c->enc);
+    if (level >= DELTA_LEVEL_AVX512) delta_enc_kernels_pick(&c->enc);
+    return true;
 }
 
 void ferry_delta_codec_destroy(ferry_delta_codec_t *c) {

@@ -405,7 +405,7 @@ static void test_chunk_api(void) {
 static void test_kernels(void) {
     delta_masks_fn kernels[4];
     size_t nk = delta_masks_kernels(kernels, 4);
-    CHECK(nk >= 1 && kernels[nk - 1] == delta_masks_scalar && kernels[0] == delta_masks_pick());
+    CHECK(nk >= 1 && kernels[nk - 1] == delta_masks_scalar && kernels[0] == delta_masks_at(delta_level_best()));
     /* several blocks per call, the last one partial at times */
     static uint8_t base[5 * 64 * 4], next[5 * 64 * 4];
     for (int rep = 0; rep < 6000; rep++) {
@@ -462,36 +462,44 @@ static uint8_t *encode_with(ferry_dtype_t dt, const void *base, const void *next
     return d;
 }
 
-/* The vector encoder writes exactly the portable encoder's bytes: a delta
+/* Every kernel level writes exactly the generic level's bytes: a delta
  * must not depend on the CPU that made it. */
 static void test_encoders(void) {
-    delta_enc_kernels_t fast = codec->enc;
-    if (!fast.scan_w2) {
-        printf("encoders: this CPU runs the portable encoder only\n");
-        return;
-    }
     const size_t cap = 200000;
-    uint16_t *base = malloc(cap * 2), *next = malloc(cap * 2);
+    uint32_t *base = malloc(cap * 4), *next = malloc(cap * 4);
+    static const ferry_dtype_t dts[] = {FERRY_DTYPE_BF16, FERRY_DTYPE_F16, FERRY_DTYPE_F32, FERRY_DTYPE_F8_E4M3};
     for (int rep = 0; rep < 300; rep++) {
-        ferry_dtype_t dt = rep % 2 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
-        uint64_t n = rep % 7 == 0 ? 1 + rng_next() % 100 : 1 + rng_next() % cap;
+        ferry_dtype_t dt = dts[rep % 4];
+        uint32_t w = delta_width(dt);
+        uint64_t n = rep % 7 == 0 ? 1 + rng_next() % 100 : 1 + rng_next() % (rep % 4 == 2 ? cap / 4 : cap);
         uint32_t chunk = 1u << (10 + rng_next() % 8);
         uint32_t every = (uint32_t[]){1, 2, 7, 50, 300, 100000}[rep % 6];
         for (uint64_t i = 0; i < n; i++) {
-            /* weights near N(0, 0.02) mostly, every bit pattern at times */
-            base[i] = rep % 5 == 0 ? (uint16_t)rng_next() : (uint16_t)(0x3A00 + rng_next() % 0x600 + (rng_next() % 2) * 0x8000);
-            next[i] = base[i];
-            if (rng_next() % every == 0) next[i] = rng_next() % 9 ? (uint16_t)(base[i] + (rng_next() % 2 ? 1 : -1)) : (uint16_t)rng_next();
+            /* weights near N(0, 0.02) mostly (for 16-bit elements), every bit pattern at times */
+            uint32_t b = rep % 5 == 0 || w != 2 ? (uint32_t)rng_next()
+                                                : 0x3A00 + (uint32_t)(rng_next() % 0x600) + (uint32_t)(rng_next() % 2) * 0x8000;
+            uint32_t x = b;
+            if (rng_next() % every == 0) x = rng_next() % 9 ? b + (rng_next() % 2 ? 1 : -1) : (uint32_t)rng_next();
+            elem_put((uint8_t *)base, w, i, b);
+            elem_put((uint8_t *)next, w, i, x);
         }
-        size_t l1, l2;
-        uint8_t *d1 = encode_with(dt, base, next, n, chunk, &l1);
-        memset(&codec->enc, 0, sizeof codec->enc);
-        uint8_t *d2 = encode_with(dt, base, next, n, chunk, &l2);
-        codec->enc = fast;
-        CHECK_EQ_INT(l1, l2);
-        CHECK(memcmp(d1, d2, l1) == 0);
-        free(d1), free(d2);
+        size_t l1 = 0;
+        uint8_t *d1 = NULL;
+        for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+            if (!delta_codec_level(codec, (delta_level_t)l)) continue;
+            size_t l2;
+            uint8_t *d2 = encode_with(dt, base, next, n, chunk, &l2);
+            if (!d1) {
+                d1 = d2, l1 = l2;
+                continue;
+            }
+            CHECK_EQ_INT(l1, l2);
+            CHECK(memcmp(d1, d2, l1) == 0);
+            free(d2);
+        }
+        free(d1);
     }
+    delta_codec_level(codec, delta_level_best());
     free(base), free(next);
 }
 
@@ -540,23 +548,19 @@ int main(void) {
     test_delta_file();
     test_kernels();
     test_encoders();
-    /* the whole suite with every encoder and every apply walk this CPU runs */
-    apply_batches_fn walks[4];
-    size_t nw = delta_apply_batches_kernels(walks, 4);
-    delta_enc_kernels_t fast = codec->enc;
-    for (int e = 0; e < (fast.scan_w2 ? 2 : 1); e++) {
-        if (e) memset(&codec->enc, 0, sizeof codec->enc);
-        for (size_t i = 0; i < nw; i++) {
-            codec->apply_batches = walks[i];
-            test_round_trips();
-            test_special_values();
-            test_refusals();
-            test_chunk_api();
-            test_chunk_sums();
-            test_realistic();
+    /* the whole suite at every kernel level this CPU runs, best last */
+    for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+        if (!delta_codec_level(codec, (delta_level_t)l)) {
+            printf("kernel level %s: not on this CPU\n", delta_level_name((delta_level_t)l));
+            continue;
         }
+        test_round_trips();
+        test_special_values();
+        test_refusals();
+        test_chunk_api();
+        test_chunk_sums();
+        test_realistic();
     }
-    codec->enc = fast;
     ferry_delta_codec_destroy(codec);
     ferry_ctx_destroy(ctx);
     return 0;
