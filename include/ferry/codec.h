@@ -121,18 +121,39 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *codec, const ferry_delta_
                                   const void *base, const void *next, uint64_t elems, void *dst,
                                   size_t cap, size_t *len);
 
-/* Checks a delta's framing and every checksum that needs no base, and fills
- * *info. FERRY_ERR_CORRUPT names what is wrong. Errors: detail on the codec. */
+/* Checks a delta's framing and every checksum that needs no base, walks
+ * every coded stream, and fills *info (with the position/value split). For
+ * reports: it costs about as much as applying the delta. FERRY_ERR_CORRUPT
+ * names what is wrong. Errors: detail on the codec. */
 ferry_status_t ferry_delta_inspect(ferry_delta_codec_t *codec, const void *delta, size_t len,
                                    ferry_delta_info_t *info);
 
+/* What a caller checks before applying: reads only the frame header, the
+ * chunk table and each chunk's header and class table (O(chunks), like
+ * zstd's ZSTD_getFrameHeader), and fills *info except bytes_positions and
+ * bytes_values (0). Checked, all bounds-checked against len: the magic and
+ * format, the header checksum (which covers dtype, elements, versions,
+ * region sums and the chunk table), the records' lengths adding up to len,
+ * each chunk header's fields and the region sums against the chunks'. Not
+ * checked: the records' checksums and coded streams, which
+ * ferry_delta_apply and ferry_delta_chunk_apply verify themselves before
+ * and while they write, so a delta that peeks well may still be refused as
+ * FERRY_ERR_CORRUPT there, with the region left as it was. *info is set
+ * only on success. FERRY_ERR_CORRUPT or FERRY_ERR_UNSUPPORTED (format) name
+ * what is wrong. Errors: detail on the codec. Thread-safety: one thread at
+ * a time per codec. */
+ferry_status_t ferry_delta_peek(ferry_delta_codec_t *codec, const void *delta, size_t len, ferry_delta_info_t *info);
+
 /* Applies a delta in place onto region (elems elements of the delta's dtype)
- * and verifies every chunk's result. base_version: the version the caller
- * holds, or FERRY_DELTA_ANY_BASE to skip that check. On any failure the
- * region is exactly as before. FERRY_ERR_MISMATCH: the delta is for another
- * base (version, size, dtype or contents); FERRY_ERR_CORRUPT: the delta's
- * bytes are damaged. *info (if not NULL) is filled on success.
- * Errors: detail on the codec. */
+ * and verifies every chunk's result: before writing anything it checks what
+ * ferry_delta_peek checks and every record's checksum, and each coded
+ * stream as it decodes it. base_version: the version the caller holds, or
+ * FERRY_DELTA_ANY_BASE to skip that check. On any failure the region is
+ * exactly as before. FERRY_ERR_MISMATCH: the delta is for another base
+ * (version, size, dtype or contents); FERRY_ERR_CORRUPT: the delta's bytes
+ * are damaged. *info (if not NULL) is filled on success as ferry_delta_peek
+ * fills it. Callers peek first to check dtype, size and versions: apply
+ * needs no ferry_delta_inspect before it. Errors: detail on the codec. */
 #define FERRY_DELTA_ANY_BASE UINT64_MAX
 ferry_status_t ferry_delta_apply(ferry_delta_codec_t *codec, const void *delta, size_t len, void *region,
                                  uint64_t elems, uint64_t base_version, ferry_delta_info_t *info);
@@ -168,7 +189,7 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *codec, const ferry_delt
                                     uint64_t elems, const void *const *chunks, const size_t *chunk_lens,
                                     void *dst, size_t cap, size_t *len);
 
-/* Chunk i's record inside a delta that ferry_delta_inspect accepted. */
+/* Chunk i's record inside a delta that ferry_delta_peek accepted. */
 ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *codec, const void *delta, size_t len, uint32_t i,
                                      const void **chunk, size_t *chunk_len);
 

@@ -228,7 +228,7 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dty
     if (!w) return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta of dtype %s", ferry_dtype_name(dtype));
     if (!chunk || !base) return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk apply: NULL chunk or region");
     delta_chunk_t h;
-    ferry_status_t st = delta_chunk_parse(chunk, chunk_len, w, &h, &c->err);
+    ferry_status_t st = delta_chunk_parse(chunk, chunk_len, w, true, &h, &c->err);
     if (st != FERRY_OK) return st;
     if (h.elems != elems)
         return delta_fail(c, FERRY_ERR_MISMATCH, "chunk of %u elements applied to %u elements", h.elems, elems);

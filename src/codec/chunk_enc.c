@@ -417,7 +417,8 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     memset(sample, 0, sizeof sample);
     bool given = flags & FERRY_DELTA_BASE_SUM_GIVEN;
     uint64_t bs = given ? *base_sum_out : 0, ns;
-    size_t m = (c->v3 ? scan_chunk_v3 : scan_chunk_base)(c, w, base, next, elems, stride, sample, !given, &bs, &ns);
+    size_t m =
+        (c->v3 ? scan_chunk_v3 : scan_chunk_base)(c, w, base, next, elems, stride, sample, !given, &bs, &ns);
     if (m == 0) bs = ns; /* the same bytes */
     if (base_sum_out) *base_sum_out = bs;
     if (next_sum_out) *next_sum_out = ns;

@@ -56,8 +56,10 @@ static inline uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) |
 /* Width in bytes of a dtype the codec takes (sign bit is the top bit), or 0. */
 uint32_t delta_width(ferry_dtype_t dtype);
 
-/* Parses a chunk record of width-byte elements; FERRY_ERR_CORRUPT with detail. */
-ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, delta_chunk_t *out,
+/* Parses a chunk record of width-byte elements; FERRY_ERR_CORRUPT with detail.
+ * verify: also check the record checksum (every use of the payload does;
+ * ferry_delta_peek reads only the header and class table). */
+ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, bool verify, delta_chunk_t *out,
                                  ferry_errbuf_t *err);
 
 /* Walks a class's stream without the base (positions need it, the codes do

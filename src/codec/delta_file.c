@@ -94,7 +94,8 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
         size_t fl = 0;
         ferry_delta_info_t info;
         st = ferry_delta_encode(codec, &p, b->data, u->data, elems, frames[i], fcap, &fl);
-        if (st == FERRY_OK) st = ferry_delta_inspect(codec, frames[i], fl, &info);
+        /* the changed count from the chunk headers: no second walk of the frame */
+        if (st == FERRY_OK) st = ferry_delta_peek(codec, frames[i], fl, &info);
         if (st != FERRY_OK) {
             ferry_fail(err, st, "delta file: \"%s\": %s", u->name, ferry_delta_codec_detail(codec));
             break;
@@ -194,7 +195,7 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
             ferry_delta_info_t info;
             if (d->dtype != FERRY_DTYPE_U8 || d->ndim != 1) {
                 st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: \"%s\" is not a U8 frame", d->name);
-            } else if ((st = ferry_delta_inspect(codec, d->data, d->bytes, &info)) != FERRY_OK) {
+            } else if ((st = ferry_delta_peek(codec, d->data, d->bytes, &info)) != FERRY_OK) {
                 ferry_fail(err, st, "delta file: \"%s\": %s", d->name, ferry_delta_codec_detail(codec));
             } else if (info.dtype != x->dtype || info.elems * ferry_dtype_size(x->dtype) != x->bytes) {
                 st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: \"%s\" is a delta of %llu %s elements", d->name,

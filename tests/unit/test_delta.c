@@ -3,6 +3,8 @@
  * refused with the region untouched; the chunk-level calls giving the same
  * bytes as the whole-region ones; rollback; the size goal on RL-like data. */
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "codec/codec_internal.h"
@@ -54,11 +56,19 @@ static size_t round_trip(ferry_dtype_t dt, const void *base, const void *next, u
     CHECK_OK(ferry_delta_region_sum(dt, base, n, chunk, &bs), "");
     CHECK_OK(ferry_delta_region_sum(dt, next, n, chunk, &ns), "");
     CHECK(info.base_sum == bs && info.next_sum == ns);
+    /* the peek: everything inspect says but the position/value split */
+    ferry_delta_info_t pk, ai;
+    CHECK_OK(ferry_delta_peek(codec, d, len, &pk), ferry_delta_codec_detail(codec));
+    CHECK(pk.bytes_positions == 0 && pk.bytes_values == 0);
+    pk.bytes_positions = info.bytes_positions, pk.bytes_values = info.bytes_values;
+    CHECK(memcmp(&pk, &info, sizeof pk) == 0);
 
     uint8_t *region = malloc(n * w + 1);
     memcpy(region, base, n * w);
-    CHECK_OK(ferry_delta_apply(codec, d, len, region, n, 7, NULL), ferry_delta_codec_detail(codec));
+    CHECK_OK(ferry_delta_apply(codec, d, len, region, n, 7, &ai), ferry_delta_codec_detail(codec));
     CHECK(memcmp(region, next, n * w) == 0);
+    ai.bytes_positions = info.bytes_positions, ai.bytes_values = info.bytes_values;
+    CHECK(memcmp(&ai, &info, sizeof ai) == 0); /* apply's info is the peek's */
     free(region);
     free(d);
     if (info_out) *info_out = info;
@@ -205,6 +215,34 @@ static void test_refusals(void) {
                     ferry_delta_codec_detail(codec), "");
         CHECK(memcmp(region, base, sizeof region) == 0);
     }
+    /* as callers run it, the peek then the apply: the peek takes damage it
+       does not read (records' bodies and streams), the apply refuses all of
+       it before writing; the peek refuses the rest */
+    size_t peeked = 0, header_end = DELTA_FRAME_HEADER + 3 * 4;
+    bool in_stream[N * 2] = {false}; /* the delta's bytes that are class streams */
+    CHECK(len <= sizeof in_stream);
+    for (size_t i = 0, off = header_end; i < 3; off += get_u32(d + DELTA_FRAME_HEADER + 4 * i), i++) {
+        size_t pay = off + CHUNK_HEADER + (size_t)d[off + 2] * CLASS_ENTRY;
+        for (size_t k = 0; k < get_u32(d + off + 12); k++) in_stream[pay + k] = true;
+    }
+    ferry_delta_info_t pk;
+    for (size_t at = 0; at < len; at++) {
+        memcpy(bad, d, len);
+        bad[at] ^= 0x20;
+        ferry_status_t pst = ferry_delta_peek(codec, bad, len, &pk);
+        if (at < header_end) CHECK(pst != FERRY_OK); /* under the header checksum */
+        if (in_stream[at]) CHECK(pst == FERRY_OK);    /* not read */
+        if (pst != FERRY_OK) {
+            CHECK(ferry_delta_codec_detail(codec)[0] != '\0');
+            continue;
+        }
+        peeked++;
+        memcpy(region, base, sizeof region);
+        CHECK_FAILS(ferry_delta_apply(codec, bad, len, region, N, 3, NULL), FERRY_ERR_CORRUPT,
+                    ferry_delta_codec_detail(codec), "checksum");
+        CHECK(memcmp(region, base, sizeof region) == 0);
+    }
+    CHECK(peeked > 0);
     free(bad);
 
     /* another base: refused as a mismatch, region untouched; a late chunk
@@ -284,6 +322,35 @@ static void test_refusals(void) {
     p.dtype = FERRY_DTYPE_BF16;
     CHECK_FAILS(ferry_delta_encode(codec, &p, base, next, N, region, 100, &l2), FERRY_ERR_LIMIT,
                 ferry_delta_codec_detail(codec), "room");
+    free(d);
+}
+
+/* The peek reads headers only: with a one-chunk delta's streams on pages
+ * that cannot be read it still answers (inspect would fault there). */
+static void test_peek_reads_headers(void) {
+    enum { N = 20000 };
+    static uint16_t base[N], next[N];
+    for (int i = 0; i < N; i++) base[i] = next[i] = (uint16_t)(0x3C00 + rng_next() % 2048);
+    for (int i = 0; i < N; i += 3) next[i]++;
+    ferry_delta_params_t p = {.dtype = FERRY_DTYPE_BF16};
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, N, 0), len;
+    uint8_t *d = malloc(cap);
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, N, d, cap, &len), ferry_delta_codec_detail(codec));
+    CHECK(d[DELTA_FRAME_HEADER + 4] == CHUNK_SPARSE);
+    size_t heads = DELTA_FRAME_HEADER + 4 + CHUNK_HEADER + (size_t)d[DELTA_FRAME_HEADER + 4 + 2] * CLASS_ENTRY;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t span = ((heads + (size_t)pg - 1) / (size_t)pg + (len - heads) / (size_t)pg + 2) * (size_t)pg;
+    uint8_t *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(m != MAP_FAILED);
+    size_t first = ((heads + (size_t)pg - 1) / (size_t)pg) * (size_t)pg; /* the streams start here */
+    uint8_t *at = m + first - heads;
+    memcpy(at, d, len);
+    CHECK(mprotect(m + first, span - first, PROT_NONE) == 0);
+    ferry_delta_info_t info;
+    CHECK_OK(ferry_delta_peek(codec, at, len, &info), ferry_delta_codec_detail(codec));
+    CHECK_EQ_INT(info.changed, (N + 2) / 3);
+    CHECK_EQ_INT(info.chunks_sparse, 1);
+    munmap(m, span);
     free(d);
 }
 
@@ -546,6 +613,7 @@ int main(void) {
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
     test_delta_file();
+    test_peek_reads_headers();
     test_kernels();
     test_encoders();
     /* the whole suite at every kernel level this CPU runs, best last */
