@@ -434,7 +434,8 @@ static int measure_lr(bench_t *b, lr_result_t *res) {
     ferry_delta_info_t info;
     if (st == FERRY_OK) st = ferry_delta_inspect(c, b->ref, b->ref_len, &info);
     if (st != FERRY_OK) {
-        fprintf(stderr, "ferry bench delta: encode failed: %s %s\n", ferry_status_name(st), ferry_delta_codec_detail(c));
+        fprintf(stderr, "ferry bench delta: encode failed: %s %s\n", ferry_status_name(st),
+                ferry_delta_codec_detail(c));
         return CLI_FAIL;
     }
     res->changed = info.changed;

@@ -225,16 +225,42 @@ typedef struct ferry_tensor_ref {
 size_t ferry_delta_file_bound(const ferry_tensor_ref_t *next, size_t n);
 
 /* Writes the delta file turning base[i] into next[i] (the same names,
- * dtypes and shapes, in any order) into dst and sets *len; *changed (if not
- * NULL) gets the elements that differ. Errors: detail on ctx. */
+ * dtypes and shapes, in any order; the file keeps next's order) into dst
+ * and sets *len; *changed (if not NULL) gets the elements that differ, as
+ * the encoded chunks' headers count them (no second walk of the frames).
+ * Errors: detail on ctx. */
 ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base, const ferry_tensor_ref_t *next,
                                       size_t n, uint64_t base_version, uint64_t next_version, void *dst, size_t cap,
                                       size_t *len, uint64_t *changed);
 
+/* One entry of a checkpoint's safetensors metadata ("__metadata__"). */
+typedef struct ferry_delta_meta {
+    const char *key, *value;
+} ferry_delta_meta_t;
+
+/* ferry_delta_file_bound for a file that also carries n_meta entries of
+ * next's metadata; 0 if anything is malformed. Thread-safe. */
+size_t ferry_delta_file_bound_meta(const ferry_tensor_ref_t *next, size_t n, const ferry_delta_meta_t *meta,
+                                   size_t n_meta);
+
+/* ferry_delta_file_build that also records next's own metadata (meta[0,
+ * n_meta), keys unique, UTF-8) as the file's metadata "next_metadata", a
+ * JSON map in that order, so that the checkpoint rebuilt from base and this
+ * file carries next's metadata rather than base's (ferry delta apply writes
+ * it). cap: ferry_delta_file_bound_meta is always enough. Errors: detail on
+ * ctx. */
+ferry_status_t ferry_delta_file_build_meta(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base,
+                                           const ferry_tensor_ref_t *next, size_t n, uint64_t base_version,
+                                           uint64_t next_version, const ferry_delta_meta_t *meta, size_t n_meta,
+                                           void *dst, size_t cap, size_t *len, uint64_t *changed);
+
 /* Applies a delta file in place onto t[0, n) (every tensor of the file must
  * be among them, with its dtype and shape). base_version as in
  * ferry_delta_apply. All or nothing: on any failure every tensor is as
- * before. FERRY_ERR_MISMATCH: another base; FERRY_ERR_CORRUPT: damaged.
+ * before. Each frame is peeked (dtype, size, version) before any tensor is
+ * written and verified as it is applied (ferry_delta_apply). Metadata
+ * "next_metadata", where present, must be a JSON map of strings.
+ * FERRY_ERR_MISMATCH: another base; FERRY_ERR_CORRUPT: damaged.
  * Errors: detail on ctx. */
 ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t len, ferry_tensor_ref_t *t,
                                       size_t n, uint64_t base_version);

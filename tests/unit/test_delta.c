@@ -543,8 +543,9 @@ static void test_encoders(void) {
         uint32_t every = (uint32_t[]){1, 2, 7, 50, 300, 100000}[rep % 6];
         for (uint64_t i = 0; i < n; i++) {
             /* weights near N(0, 0.02) mostly (for 16-bit elements), every bit pattern at times */
-            uint32_t b = rep % 5 == 0 || w != 2 ? (uint32_t)rng_next()
-                                                : 0x3A00 + (uint32_t)(rng_next() % 0x600) + (uint32_t)(rng_next() % 2) * 0x8000;
+            uint32_t b = rep % 5 == 0 || w != 2
+                             ? (uint32_t)rng_next()
+                             : 0x3A00 + (uint32_t)(rng_next() % 0x600) + (uint32_t)(rng_next() % 2) * 0x8000;
             uint32_t x = b;
             if (rng_next() % every == 0) x = rng_next() % 9 ? b + (rng_next() % 2 ? 1 : -1) : (uint32_t)rng_next();
             elem_put((uint8_t *)base, w, i, b);
@@ -609,10 +610,108 @@ static void test_delta_file(void) {
     free(f), free(f2);
 }
 
+/* A copy of delta file f with metadata key set to value (NULL: removed). */
+static uint8_t *with_meta(const uint8_t *f, size_t len, const char *key, const char *value, size_t *out_len) {
+    ferry_safetensors_t *st;
+    ferry_safetensors_writer_t *w;
+    CHECK_OK(ferry_safetensors_parse(ctx, f, len, &st), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_safetensors_writer_create(ctx, &w), ferry_ctx_error(ctx));
+    for (size_t i = 0; i < ferry_safetensors_count(st); i++) {
+        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(st, i);
+        CHECK_OK(ferry_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->bytes), "");
+    }
+    for (size_t k = 0; ferry_safetensors_meta_key(st, k); k++) {
+        const char *mk = ferry_safetensors_meta_key(st, k);
+        if (strcmp(mk, key)) CHECK_OK(ferry_safetensors_writer_meta(w, mk, ferry_safetensors_meta(st, mk)), "");
+    }
+    if (value) CHECK_OK(ferry_safetensors_writer_meta(w, key, value), "");
+    size_t cap = ferry_safetensors_writer_size(w);
+    uint8_t *o = malloc(cap);
+    CHECK_OK(ferry_safetensors_writer_write(w, o, cap, out_len), ferry_ctx_error(ctx));
+    ferry_safetensors_writer_destroy(w);
+    ferry_safetensors_destroy(st);
+    return o;
+}
+
+/* NEXT's metadata travels in "next_metadata" (in its order); a malformed one
+ * or a base_version that is not plain digits is refused with nothing
+ * written; the safetensors writer's header alone is the full file's prefix. */
+static void test_delta_file_meta(void) {
+    enum { N = 3000 };
+    static uint16_t wb[N], wn[N], wr[N];
+    for (int i = 0; i < N; i++) wb[i] = wn[i] = (uint16_t)(0x3C00 + i % 700);
+    for (int i = 0; i < N; i += 17) wn[i]--;
+    ferry_tensor_ref_t base = {.name = "w", .dtype = FERRY_DTYPE_BF16, .ndim = 1, .shape = {N}, .data = wb,
+                               .bytes = sizeof wb};
+    ferry_tensor_ref_t next = base, reg = base;
+    next.data = wn, reg.data = wr;
+    const ferry_delta_meta_t meta[3] = {{"step", "5"}, {"format", "pt"}, {"note", "a \"quoted\"\tvalue"}};
+    size_t cap = ferry_delta_file_bound_meta(&next, 1, meta, 3), len;
+    CHECK(cap > ferry_delta_file_bound(&next, 1));
+    uint8_t *f = malloc(cap);
+    uint64_t changed;
+    CHECK_OK(ferry_delta_file_build_meta(ctx, &base, &next, 1, 4, 5, meta, 3, f, cap, &len, &changed),
+             ferry_ctx_error(ctx));
+    CHECK_EQ_INT(changed, (N + 16) / 17);
+    ferry_safetensors_t *st;
+    CHECK_OK(ferry_safetensors_parse(ctx, f, len, &st), ferry_ctx_error(ctx));
+    CHECK(!strcmp(ferry_safetensors_meta(st, "next_metadata"),
+                  "{\"step\":\"5\",\"format\":\"pt\",\"note\":\"a \\\"quoted\\\"\\tvalue\"}"));
+    ferry_safetensors_destroy(st);
+    memcpy(wr, wb, sizeof wr);
+    CHECK_OK(ferry_delta_file_apply(ctx, f, len, &reg, 1, 4), ferry_ctx_error(ctx));
+    CHECK(!memcmp(wr, wn, sizeof wr));
+    /* repeated keys are refused */
+    const ferry_delta_meta_t twice[2] = {{"step", "5"}, {"step", "6"}};
+    CHECK_FAILS(ferry_delta_file_build_meta(ctx, &base, &next, 1, 4, 5, twice, 2, f, cap, &len, NULL),
+                FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(ctx), "repeated");
+    CHECK_OK(ferry_delta_file_build_meta(ctx, &base, &next, 1, 4, 5, meta, 3, f, cap, &len, NULL),
+             ferry_ctx_error(ctx));
+    /* malformed metadata: refused, nothing applied */
+    static const char *const bad_meta[] = {"[1]", "{\"step\":5}", "{\"a\":\"1\",\"a\":\"2\"}", "not json"};
+    for (size_t i = 0; i < sizeof bad_meta / sizeof *bad_meta; i++) {
+        size_t bl;
+        uint8_t *b = with_meta(f, len, "next_metadata", bad_meta[i], &bl);
+        memcpy(wr, wb, sizeof wr);
+        CHECK_FAILS(ferry_delta_file_apply(ctx, b, bl, &reg, 1, 4), FERRY_ERR_CORRUPT, ferry_ctx_error(ctx),
+                    "next_metadata");
+        CHECK(!memcmp(wr, wb, sizeof wr));
+        free(b);
+    }
+    static const char *const bad_versions[] = {"-4", " 4", "+4", "4x", "", "18446744073709551620"};
+    for (size_t i = 0; i < sizeof bad_versions / sizeof *bad_versions; i++) {
+        size_t bl;
+        uint8_t *b = with_meta(f, len, "base_version", bad_versions[i], &bl);
+        memcpy(wr, wb, sizeof wr);
+        CHECK_FAILS(ferry_delta_file_apply(ctx, b, bl, &reg, 1, 4), FERRY_ERR_CORRUPT, ferry_ctx_error(ctx),
+                    "base_version");
+        CHECK(!memcmp(wr, wb, sizeof wr));
+        free(b);
+    }
+    /* the header alone is the whole file's first bytes; the data follows in the order added */
+    ferry_safetensors_writer_t *w;
+    CHECK_OK(ferry_safetensors_writer_create(ctx, &w), "");
+    CHECK_OK(ferry_safetensors_writer_add(w, "a", FERRY_DTYPE_BF16, 1, (int64_t[]){N}, wn, sizeof wn), "");
+    CHECK_OK(ferry_safetensors_writer_add(w, "b", FERRY_DTYPE_BF16, 1, (int64_t[]){N}, wb, sizeof wb), "");
+    CHECK_OK(ferry_safetensors_writer_meta(w, "step", "5"), "");
+    size_t size = ferry_safetensors_writer_size(w), full, head;
+    uint8_t *x = malloc(size), *y = malloc(size);
+    CHECK_OK(ferry_safetensors_writer_write(w, x, size, &full), ferry_ctx_error(ctx));
+    CHECK_FAILS(ferry_safetensors_writer_header(w, y, 16, &head), FERRY_ERR_LIMIT, ferry_ctx_error(ctx), "room");
+    CHECK_OK(ferry_safetensors_writer_header(w, y, size, &head), ferry_ctx_error(ctx));
+    CHECK(head + 2 * sizeof wn == full && !memcmp(x, y, head));
+    memcpy(y + head, wn, sizeof wn);
+    memcpy(y + head + sizeof wn, wb, sizeof wb);
+    CHECK(!memcmp(x, y, full));
+    ferry_safetensors_writer_destroy(w);
+    free(x), free(y), free(f);
+}
+
 int main(void) {
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
     test_delta_file();
+    test_delta_file_meta();
     test_peek_reads_headers();
     test_kernels();
     test_encoders();
