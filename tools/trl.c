@@ -165,8 +165,9 @@ int trl_apply(const ferry_safetensors_t *base, const ferry_safetensors_t *patch,
         size_t esz = ferry_dtype_size(t->dtype), isz = ix ? ferry_dtype_size(ix->dtype) : 0;
         bool idt_ok = ix && (gap ? (ix->dtype == FERRY_DTYPE_U16 || ix->dtype == FERRY_DTYPE_U32)
                                  : (ix->dtype == FERRY_DTYPE_I32 || ix->dtype == FERRY_DTYPE_I64));
-        if (!ix || !vx || !idt_ok || vx->dtype != t->dtype || ix->elems != vx->elems) {
-            snprintf(err, errlen, "\"%s\": the patch needs %s.idx (%s) and %s.val (%s) of one length", t->name,
+        if (!ix || !vx || !idt_ok || vx->dtype != t->dtype || ix->elems != vx->elems || ix->ndim != 1 ||
+            vx->ndim != 1) {
+            snprintf(err, errlen, "\"%s\": the patch needs %s.idx (%s) and %s.val (%s), 1-d of one length", t->name,
                      t->name, gap ? "U16/U32 gaps" : "I32 indices", t->name, ferry_dtype_name(t->dtype));
             return -1;
         }
