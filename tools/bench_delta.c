@@ -4,11 +4,16 @@
  *   TRL raw       int32 index + bf16 value per changed element (6 B);
  *   TRL gap       gaps as uint16 (uint32 when one does not fit) + bf16 values;
  *   zstd          gaps as uint32 and the bf16 values, each zstd -3;
- * and beside memcpy of the dense tensor with 1 and all threads (the fastest
- * copy: the limit), and the floor under any verified encoder on one thread
- * (bench_floor.c). Speeds are dense tensor bytes per second, medians of
- * --repeat runs; every applied delta is compared with the expected next
- * version. */
+ * Each speed times what ferry's callers run: encode as the sync writer
+ * calls it (versions, next chunk sums out; from its second delta on the
+ * base's sums in), apply as the sync reader and delta files call it (the
+ * header peek, then apply against the held version); the threaded rows use
+ * the chunk-level calls. Every run of an operation follows a memcpy of the
+ * tensor with the same threads, so the two are measured in turns under the
+ * same load; speeds are medians (with min-max) and "x memcpy" is the ratio
+ * of the two medians. The floor under any verified encoder
+ * (bench_floor.c) is measured the same way. Every applied delta is
+ * compared with the expected next version. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,25 +32,51 @@ typedef struct bench_opts {
     uint32_t n_lrs;
 } bench_opts_t;
 
+#define MAX_RUNS 64 /* --repeat at most */
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench delta [--elems N] [--steps S] [--lr LIST] [--threads T] [--repeat R]\n"
             "  Synthetic bf16 weights (fp32 masters ~ N(0, 0.02), Adam on noisy gradients) take S\n"
             "  steps at each learning rate; the delta between steps S-1 and S is encoded by ferry and\n"
             "  sized as TRL's raw and gap patches and as zstd'd gaps + values would ship it.\n"
-            "  Speeds (medians) are beside memcpy of the tensor (the fastest of at least 9 copies:\n"
-            "  the limit) and the floor under any verified encoder: reading base and next once,\n"
-            "  finding the changed lines, hashing next.\n"
+            "  Encode and apply are timed as ferry's callers run them (the sync writer's encode; the\n"
+            "  header peek, then apply), each run right after a memcpy of the tensor with the same\n"
+            "  threads: medians (min-max) of R runs of each, and the ratio of the two medians. The\n"
+            "  floor under any verified encoder (read base and next once, find the changed lines,\n"
+            "  hash next) is measured the same way.\n"
             "  --elems N    elements of the tensor (default 16M; K/M/G suffixes)\n"
             "  --steps S    Adam steps before the measured one (default 5)\n"
             "  --lr LIST    learning rates (default 1e-6,3e-6,1e-5)\n"
             "  --threads T  threads for the all-threads figures (default: online CPUs)\n"
-            "  --repeat R   runs per timing, median reported (default 5)\n");
+            "  --repeat R   runs per timing (default 5, at most %d)\n",
+            MAX_RUNS);
 }
 
-static double median(double *v, uint32_t n) {
-    qsort(v, n, sizeof *v, cli_cmp_dbl);
-    return v[n / 2];
+/* ---- timings: an operation in turns with memcpy ---- */
+
+typedef struct series {
+    double t[MAX_RUNS]; /* seconds */
+    uint32_t n;
+} series_t;
+
+static double median(const series_t *s) {
+    double v[MAX_RUNS];
+    memcpy(v, s->t, s->n * sizeof *v);
+    qsort(v, s->n, sizeof *v, cli_cmp_dbl);
+    return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
+}
+
+static double fastest(const series_t *s) {
+    double m = s->t[0];
+    for (uint32_t i = 1; i < s->n; i++) m = s->t[i] < m ? s->t[i] : m;
+    return m;
+}
+
+static double slowest(const series_t *s) {
+    double m = s->t[0];
+    for (uint32_t i = 1; i < s->n; i++) m = s->t[i] > m ? s->t[i] : m;
+    return m;
 }
 
 /* ---- a parallel for over chunks ---- */
@@ -208,6 +239,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
                 return CLI_USAGE;
             }
             *(!strcmp(a, "--steps") ? &o->steps : !strcmp(a, "--threads") ? &o->threads : &o->repeat) = (uint32_t)x;
+            if (o->repeat > MAX_RUNS) {
+                fprintf(stderr, "ferry bench delta: --repeat %s: at most %d runs\n", v, MAX_RUNS);
+                return CLI_USAGE;
+            }
         } else if (!strcmp(a, "--lr")) {
             o->n_lrs = 0;
             for (const char *p = v; *p && o->n_lrs < 8;) {
@@ -228,189 +263,299 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     return CLI_OK;
 }
 
-int bench_delta(int argc, char **argv) {
+/* ---- the measured operations ---- */
+enum {
+    OP_ENCODE,       /* 1 thread, as the sync writer's first delta (and ferry_delta_file_build) */
+    OP_ENCODE_GIVEN, /* 1 thread, the base's chunk sums given: the sync writer from its second delta on */
+    OP_APPLY,        /* 1 thread: peek, then apply against the held version */
+    OP_ENCODE_T,     /* all threads: chunk_encode spread over threads, then assemble */
+    OP_APPLY_T,      /* all threads: peek, then chunk_apply spread over threads */
+    OP_FLOOR,        /* 1 thread: the floor under any verified encoder */
+    OPS
+};
+static const char *const op_names[OPS] = {
+    "encode (sync writer, file build)", "encode, base's chunk sums given", "peek + apply (sync reader, files)",
+    "encode: chunks, then assemble", "peek + apply: chunks on threads", "floor of any verified encoder"};
+
+typedef struct bench {
     bench_opts_t o;
-    int rc = parse_args(argc, argv, &o);
+    uint64_t n, bytes, bv, nv;
+    uint16_t *base, *next, *region;
+    uint8_t *delta, *ref; /* scratch output; the delta every run must give */
+    size_t cap, ref_len;
+    uint64_t *bsums, *nsums; /* base's chunk sums (given), next's (out) */
+    job_t job;
+    ferry_delta_codec_t **codecs;
+    const void **crecs;
+    volatile uint64_t sink; /* the floor's result, so none of it is optimized away */
+} bench_t;
+
+static ferry_delta_params_t writer_params(const bench_t *b, bool given) {
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS,
+                              .dtype = FERRY_DTYPE_BF16, .base_version = b->bv, .next_version = b->nv,
+                              .next_chunk_sums = b->nsums};
+    if (given) {
+        p.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
+        p.base_chunk_sums = b->bsums;
+    }
+    return p;
+}
+
+/* Runs op once (region holds base on entry) and checks its result untimed;
+ * *t gets the seconds it took. */
+static ferry_status_t run_op(bench_t *b, int op, double *t) {
+    ferry_delta_codec_t *c = b->codecs[0];
+    job_t *j = &b->job;
+    ferry_status_t st = FERRY_OK;
+    size_t len = 0;
+    double t0 = cli_now_s();
+    switch (op) {
+    case OP_ENCODE:
+    case OP_ENCODE_GIVEN: {
+        ferry_delta_params_t p = writer_params(b, op == OP_ENCODE_GIVEN);
+        st = ferry_delta_encode(c, &p, b->base, b->next, b->n, b->delta, b->cap, &len);
+        break;
+    }
+    case OP_ENCODE_T: {
+        ferry_delta_params_t p = writer_params(b, false);
+        p.field_mask = FERRY_DELTA_PARAM_VERSIONS;
+        j->fn = encode_chunk;
+        j->st = FERRY_OK;
+        run_parallel(j, b->o.threads);
+        st = j->st;
+        if (st == FERRY_OK) st = ferry_delta_assemble(c, &p, b->n, b->crecs, j->lens, b->delta, b->cap, &len);
+        break;
+    }
+    case OP_APPLY:
+    case OP_APPLY_T: {
+        ferry_delta_info_t info;
+        st = ferry_delta_peek(c, b->ref, b->ref_len, &info);
+        if (st == FERRY_OK && (info.dtype != FERRY_DTYPE_BF16 || info.elems != b->n || info.base_version != b->bv))
+            st = FERRY_ERR_MISMATCH;
+        if (st == FERRY_OK && op == OP_APPLY) {
+            st = ferry_delta_apply(c, b->ref, b->ref_len, b->region, b->n, b->bv, NULL);
+        } else if (st == FERRY_OK) {
+            j->fn = apply_chunk;
+            j->st = FERRY_OK;
+            j->delta = b->ref;
+            j->delta_len = b->ref_len;
+            run_parallel(j, b->o.threads);
+            st = j->st;
+            for (uint32_t k = 0; k < b->o.threads; k++)
+                st == FERRY_OK ? ferry_delta_codec_commit(b->codecs[k]) : ferry_delta_codec_rollback(b->codecs[k]);
+        }
+        break;
+    }
+    default: b->sink += bench_encode_floor((const uint8_t *)b->base, (const uint8_t *)b->next, b->bytes); break;
+    }
+    *t = cli_now_s() - t0;
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry bench delta: %s failed: %s %s\n", op_names[op], ferry_status_name(st),
+                ferry_delta_codec_detail(c));
+        return st;
+    }
+    bool same = true;
+    if (op == OP_APPLY || op == OP_APPLY_T) same = memcmp(b->region, b->next, b->bytes) == 0;
+    else if (op != OP_FLOOR) same = len == b->ref_len && memcmp(b->delta, b->ref, len) == 0;
+    if (!same) {
+        fprintf(stderr, "ferry bench delta: %s gave %s\n", op_names[op],
+                op == OP_APPLY || op == OP_APPLY_T ? "other contents than the next version" : "another delta");
+        return FERRY_ERR_INTERNAL;
+    }
+    return FERRY_OK;
+}
+
+/* R runs of op, each right after a memcpy of the tensor (base into region,
+ * which also resets it for an apply) with the op's threads. */
+static ferry_status_t measure(bench_t *b, int op, series_t *ops, series_t *copies) {
+    uint32_t threads = op == OP_ENCODE_T || op == OP_APPLY_T ? b->o.threads : 1;
+    ops->n = copies->n = 0;
+    for (uint32_t r = 0; r < b->o.repeat; r++) {
+        double t = cli_now_s();
+        cli_memcpy_threads((uint8_t *)b->region, (const uint8_t *)b->base, b->bytes, threads);
+        copies->t[copies->n++] = cli_now_s() - t;
+        ferry_status_t st = run_op(b, op, &ops->t[ops->n]);
+        if (st != FERRY_OK) return st;
+        ops->n++;
+    }
+    return FERRY_OK;
+}
+
+/* One row: lr (or blank), operation, threads, both speeds and their ratio. */
+static void print_row(const bench_t *b, const char *lr, int op, const series_t *ops, const series_t *copies) {
+    double gb = (double)b->bytes / 1e9, f = gb / median(ops), m = gb / median(copies);
+    char fs[48], ms[48];
+    snprintf(fs, sizeof fs, "%6.2f [%.2f-%.2f]", f, gb / slowest(ops), gb / fastest(ops));
+    snprintf(ms, sizeof ms, "%6.2f [%.2f-%.2f]", m, gb / slowest(copies), gb / fastest(copies));
+    printf("%-6s %-36s %3u | %-21s | %-21s | %5.2f\n", lr, op_names[op],
+           op == OP_ENCODE_T || op == OP_APPLY_T ? b->o.threads : 1, fs, ms, f / m);
+}
+
+typedef struct lr_result {
+    uint64_t changed, positions, values, len;
+    sizes_t others;
+    series_t ops[OPS - 1], copies[OPS - 1];
+    series_t peek, inspect; /* seconds per call */
+} lr_result_t;
+
+/* Synthesizes base and next for one learning rate (steps - 1 and steps). */
+static void synth_pair(bench_t *b, double lr, float *w, float *m, float *v, float *d) {
+    delta_synth_t s;
+    delta_synth_init(&s, b->n, false, lr, 1, w, m, v, d);
+    job_t j = {.chunks = b->job.chunks, .chunk_elems = b->job.chunk_elems, .elems = b->n, .synth = &s};
+    j.fn = synth_chunk;
+    for (uint32_t t = 0; t < b->o.steps; t++) {
+        if (t + 1 == b->o.steps) {
+            j.out = b->base;
+            run_parallel(&j, b->o.threads);
+            j.out = NULL;
+        }
+        run_parallel(&j, b->o.threads);
+        delta_synth_next(&s);
+    }
+    j.out = b->next;
+    run_parallel(&j, b->o.threads);
+}
+
+/* Everything measured at one learning rate. */
+static int measure_lr(bench_t *b, lr_result_t *res) {
+    if (baseline_sizes(b->base, b->next, b->n, &res->others) != 0) {
+        fprintf(stderr, "ferry bench delta: the zstd baseline failed\n");
+        return CLI_FAIL;
+    }
+    ferry_delta_codec_t *c = b->codecs[0];
+    /* the reference delta, and base's chunk sums from an encode towards base (untimed) */
+    ferry_delta_params_t p = writer_params(b, false);
+    p.next_chunk_sums = b->bsums;
+    size_t l2;
+    ferry_status_t st = ferry_delta_encode(c, &p, b->next, b->base, b->n, b->ref, b->cap, &l2);
+    p = writer_params(b, false);
+    if (st == FERRY_OK) st = ferry_delta_encode(c, &p, b->base, b->next, b->n, b->ref, b->cap, &b->ref_len);
+    ferry_delta_info_t info;
+    if (st == FERRY_OK) st = ferry_delta_inspect(c, b->ref, b->ref_len, &info);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry bench delta: encode failed: %s %s\n", ferry_status_name(st),
+                ferry_delta_codec_detail(c));
+        return CLI_FAIL;
+    }
+    res->changed = info.changed;
+    res->positions = info.bytes_positions;
+    res->values = info.bytes_values;
+    res->len = b->ref_len;
+    for (int op = 0; op < OP_FLOOR; op++)
+        if (measure(b, op, &res->ops[op], &res->copies[op]) != FERRY_OK) return CLI_FAIL;
+    /* the peek (many per timing: it takes microseconds) and, for
+       comparison, the inspect walk callers ran before applying until the
+       peek existed */
+    res->peek.n = res->inspect.n = 0;
+    for (uint32_t r = 0; r < b->o.repeat; r++) {
+        ferry_delta_info_t pi;
+        double t = cli_now_s();
+        for (int k = 0; k < 1000; k++) st = st == FERRY_OK ? ferry_delta_peek(c, b->ref, b->ref_len, &pi) : st;
+        res->peek.t[res->peek.n++] = (cli_now_s() - t) / 1000;
+        t = cli_now_s();
+        if (st == FERRY_OK) st = ferry_delta_inspect(c, b->ref, b->ref_len, &pi);
+        res->inspect.t[res->inspect.n++] = cli_now_s() - t;
+    }
+    return st == FERRY_OK ? CLI_OK : CLI_FAIL;
+}
+
+int bench_delta(int argc, char **argv) {
+    bench_t b = {0};
+    int rc = parse_args(argc, argv, &b.o);
     if (rc != CLI_OK) return rc == CLI_OK + 100 ? CLI_OK : rc;
-    uint64_t n = o.elems, bytes = n * 2;
+    const bench_opts_t *o = &b.o;
+    b.n = o->elems, b.bytes = b.n * 2, b.bv = o->steps - 1, b.nv = o->steps;
     ferry_ctx_t *ctx = cli_ctx();
     if (!ctx) return CLI_FAIL;
+    uint64_t n = b.n;
     float *w = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4), *d = malloc(n * 4);
-    uint16_t *base = malloc(bytes), *next = malloc(bytes), *region = malloc(bytes);
-    uint32_t chunk = FERRY_DELTA_CHUNK_DEFAULT, chunks = (uint32_t)((n + chunk - 1) / chunk);
+    b.base = malloc(b.bytes), b.next = malloc(b.bytes), b.region = malloc(b.bytes);
+    uint32_t chunk = FERRY_DELTA_CHUNK_DEFAULT, chunks = ferry_delta_chunk_count(n, chunk);
     uint8_t **recs = calloc(chunks, sizeof *recs);
-    const void **crecs = calloc(chunks, sizeof *crecs);
-    size_t *lens = calloc(chunks, sizeof *lens), cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 0);
-    uint8_t *delta = malloc(cap);
-    uint64_t *bsums = malloc((chunks + 1) * sizeof *bsums);
+    size_t *lens = calloc(chunks, sizeof *lens);
+    b.crecs = calloc(chunks, sizeof *b.crecs);
+    b.cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 0);
+    b.delta = malloc(b.cap), b.ref = malloc(b.cap);
+    b.bsums = malloc((chunks + 1) * sizeof *b.bsums), b.nsums = malloc((chunks + 1) * sizeof *b.nsums);
     ferry_delta_codec_t *codecs[64] = {0};
-    bool ok = w && m && v && d && base && next && region && recs && crecs && lens && delta && bsums;
+    b.codecs = codecs;
+    if (b.region) memset(b.region, 0, b.bytes); /* a first copy into fresh pages would time page faults */
+    lr_result_t *res = calloc(o->n_lrs, sizeof *res);
+    series_t floor_t = {0}, floor_copy = {0};
+    bool ok = w && m && v && d && b.base && b.next && b.region && recs && b.crecs && lens && b.delta && b.ref &&
+              b.bsums && b.nsums && res;
     for (uint32_t c = 0; ok && c < chunks; c++) {
         uint64_t at = (uint64_t)c * chunk;
         recs[c] = malloc(ferry_delta_chunk_bound(FERRY_DTYPE_BF16, (uint32_t)(n - at < chunk ? n - at : chunk)));
-        crecs[c] = recs[c];
+        b.crecs[c] = recs[c];
         ok = recs[c] != NULL;
     }
-    for (uint32_t t = 0; ok && t < o.threads; t++) ok = ferry_delta_codec_create(ctx, &codecs[t]) == FERRY_OK;
+    for (uint32_t t = 0; ok && t < o->threads; t++) ok = ferry_delta_codec_create(ctx, &codecs[t]) == FERRY_OK;
     if (!ok) {
         fprintf(stderr, "ferry bench delta: out of memory for %llu elements\n", (unsigned long long)n);
         rc = CLI_FAIL;
         goto out;
     }
-    /* memcpy of the dense tensor, 1 and all threads, between pages already
-       written (an untouched source reads the kernel's one zero page, which
-       stays in cache, and the copy measured about 1.5x its real speed); the
-       fastest of at least 9 copies, as the limit: on a shared host the
-       same copy varies by up to 1.8x from one try to the next */
-    memset(base, 0x3c, bytes);
-    memset(region, 0, bytes);
-    const uint32_t copies = o.repeat < 9 ? 9 : o.repeat;
-    double t1 = 1e30, tn = 1e30;
-    for (uint32_t r = 0; r < copies; r++) {
-        double t = cli_now_s();
-        cli_memcpy_threads((uint8_t *)region, (const uint8_t *)base, bytes, 1);
-        t = cli_now_s() - t;
-        t1 = t < t1 ? t : t1;
-        t = cli_now_s();
-        cli_memcpy_threads((uint8_t *)region, (const uint8_t *)base, bytes, o.threads);
-        t = cli_now_s() - t;
-        tn = t < tn ? t : tn;
-    }
-    double mem1 = (double)bytes / t1 / 1e9, memn = (double)bytes / tn / 1e9;
-    char sz[32];
-    printf("ferry bench delta: %llu bf16 elements (%s), delta of Adam step %u vs %u, %u threads, median of %u\n",
-           (unsigned long long)n, cli_bytes(bytes, sz, sizeof sz), o.steps, o.steps - 1, o.threads, o.repeat);
-    printf("memcpy of the dense tensor, fastest of %u: %.2f GB/s (1 thread), %.2f GB/s (%u threads)\n\n", copies,
-           mem1, memn, o.threads);
-    printf("%-6s %7s | %-22s | %6s %6s %6s | %-27s | %-27s\n", "", "", "bytes per changed elem", "TRL", "TRL", "zstd",
-           "encode GB/s (x memcpy)", "apply GB/s (x memcpy)");
-    printf("%-6s %7s | %6s %6s %8s | %6s %6s %6s | %13s %13s | %13s %13s\n", "lr", "changed", "pos", "val", "ferry",
-           "raw", "gap", "", "1 thread", "all", "1 thread", "all");
-    double given[8]; /* per lr (o.lrs): 1-thread encode with the base's chunk sums given */
-    for (uint32_t li = 0; li < o.n_lrs; li++) {
-        delta_synth_t s;
-        delta_synth_init(&s, n, false, o.lrs[li], 1, w, m, v, d);
-        job_t j = {.chunks = chunks, .chunk_elems = chunk, .elems = n, .synth = &s};
-        j.fn = synth_chunk;
-        for (uint32_t t = 0; t < o.steps; t++) {
-            if (t + 1 == o.steps) {
-                j.out = base;
-                run_parallel(&j, o.threads);
-                j.out = NULL;
-            }
-            run_parallel(&j, o.threads);
-            delta_synth_next(&s);
-        }
-        j.out = next;
-        run_parallel(&j, o.threads);
-        sizes_t bs;
-        if (baseline_sizes(base, next, n, &bs) != 0) {
-            fprintf(stderr, "ferry bench delta: the zstd baseline failed\n");
+    b.job = (job_t){.chunks = chunks, .chunk_elems = chunk, .elems = n, .codecs = codecs, .base = b.base,
+                    .next = b.next, .region = b.region, .recs = recs, .lens = lens};
+    for (uint32_t li = 0; li < o->n_lrs; li++) {
+        synth_pair(&b, o->lrs[li], w, m, v, d);
+        if ((rc = measure_lr(&b, &res[li])) != CLI_OK) goto out;
+        /* the floor (data-independent but for the changed lines), once */
+        if (li == 0 && bench_encode_floor_runs() && measure(&b, OP_FLOOR, &floor_t, &floor_copy) != FERRY_OK) {
             rc = CLI_FAIL;
             goto out;
         }
-        /* ferry, one thread: the whole-region calls */
-        ferry_delta_params_t p = {.field_mask = 0, .dtype = FERRY_DTYPE_BF16};
-        double te1[64], ten[64], ta1[64], tan[64];
-        size_t len = 0;
-        ferry_delta_info_t info;
-        for (uint32_t r = 0; r < o.repeat; r++) {
-            double t = cli_now_s();
-            ferry_status_t st = ferry_delta_encode(codecs[0], &p, base, next, n, delta, cap, &len);
-            te1[r] = cli_now_s() - t;
-            memcpy(region, base, bytes);
-            t = cli_now_s();
-            if (st == FERRY_OK) st = ferry_delta_apply(codecs[0], delta, len, region, n, FERRY_DELTA_ANY_BASE, NULL);
-            ta1[r] = cli_now_s() - t;
-            if (st != FERRY_OK || memcmp(region, next, bytes) != 0) {
-                fprintf(stderr, "ferry bench delta: round trip failed: %s %s\n", ferry_status_name(st),
-                        ferry_delta_codec_detail(codecs[0]));
-                rc = CLI_FAIL;
-                goto out;
-            }
-        }
-        ferry_delta_inspect(codecs[0], delta, len, &info);
-        /* the sync writer's case from its second delta on: the base's chunk
-           sums came out of the encode that made it (here from an encode
-           towards base, untimed), so base is not hashed; same bytes */
-        {
-            ferry_delta_params_t q = {.field_mask = FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS, .dtype = FERRY_DTYPE_BF16,
-                                      .next_chunk_sums = bsums};
-            size_t l2 = 0;
-            ferry_status_t st = ferry_delta_encode(codecs[0], &q, next, base, n, delta, cap, &l2);
-            q.field_mask = FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
-            q.base_chunk_sums = bsums;
-            double tg[64];
-            for (uint32_t r = 0; r < o.repeat && st == FERRY_OK; r++) {
-                double t = cli_now_s();
-                st = ferry_delta_encode(codecs[0], &q, base, next, n, delta, cap, &l2);
-                tg[r] = cli_now_s() - t;
-            }
-            if (st != FERRY_OK || l2 != len) {
-                fprintf(stderr, "ferry bench delta: encode with the base's sums failed: %s %s\n",
-                        ferry_status_name(st), ferry_delta_codec_detail(codecs[0]));
-                rc = CLI_FAIL;
-                goto out;
-            }
-            given[li] = (double)bytes / median(tg, o.repeat) / 1e9;
-        }
-        /* all threads: chunks spread over threads, then assembled */
-        j = (job_t){.chunks = chunks, .chunk_elems = chunk, .elems = n, .codecs = codecs, .base = base, .next = next,
-                    .region = region, .recs = recs, .lens = lens, .delta = delta, .st = FERRY_OK};
-        for (uint32_t r = 0; r < o.repeat; r++) {
-            j.fn = encode_chunk;
-            double t = cli_now_s();
-            run_parallel(&j, o.threads);
-            size_t len2 = 0;
-            if (j.st == FERRY_OK)
-                j.st = ferry_delta_assemble(codecs[0], &p, n, crecs, lens, delta, cap, &len2);
-            ten[r] = cli_now_s() - t;
-            j.delta_len = len2;
-            memcpy(region, base, bytes);
-            j.fn = apply_chunk;
-            t = cli_now_s();
-            if (j.st == FERRY_OK) run_parallel(&j, o.threads);
-            for (uint32_t c = 0; c < o.threads; c++)
-                j.st == FERRY_OK ? ferry_delta_codec_commit(codecs[c]) : ferry_delta_codec_rollback(codecs[c]);
-            tan[r] = cli_now_s() - t;
-            if (j.st != FERRY_OK || len2 != len || memcmp(region, next, bytes) != 0) {
-                fprintf(stderr, "ferry bench delta: threaded round trip failed: %s\n", ferry_status_name(j.st));
-                rc = CLI_FAIL;
-                goto out;
-            }
-        }
-        double mc = (double)info.changed;
-        double e1 = (double)bytes / median(te1, o.repeat) / 1e9, en = (double)bytes / median(ten, o.repeat) / 1e9;
-        double a1 = (double)bytes / median(ta1, o.repeat) / 1e9, an = (double)bytes / median(tan, o.repeat) / 1e9;
-        printf("%-6.0e %6.2f%% | %6.3f %6.3f %8.3f | %6.2f %6.2f %6.2f | %5.2f (%.2fx) %5.2f (%.2fx) | %5.2f (%.2fx) "
-               "%5.2f (%.2fx)\n",
-               o.lrs[li], 100.0 * mc / (double)n, (double)info.bytes_positions / mc, (double)info.bytes_values / mc,
-               (double)len / mc, (double)bs.trl_raw / mc, (double)bs.trl_gap / mc, (double)bs.zstd / mc, e1,
-               e1 / mem1, en, en / memn, a1, a1 / mem1, an, an / memn);
-        fflush(stdout);
     }
-    printf("\nencode, 1 thread, with the base's chunk sums given (the sync writer from its second delta on):");
-    for (uint32_t li = 0; li < o.n_lrs; li++) printf(" %s%.0e %.2f (%.2fx)", li ? "| " : "", o.lrs[li], given[li], given[li] / mem1);
-    if (bench_encode_floor_runs()) {
-        double tf[64];
-        volatile uint64_t sink = 0;
-        for (uint32_t r = 0; r < o.repeat; r++) {
-            double t = cli_now_s();
-            sink += bench_encode_floor((const uint8_t *)base, (const uint8_t *)next, bytes);
-            tf[r] = cli_now_s() - t;
-        }
-        double fl = (double)bytes / median(tf, o.repeat) / 1e9;
-        printf("\nfloor of any verified encoder, 1 thread (read base and next once, find the changed lines, xxh3 of "
-               "next): %.2f (%.2fx)",
-               fl, fl / mem1);
+    char sz[32];
+    printf("ferry bench delta: %llu bf16 elements (%s), delta of Adam step %u vs %u, %u threads, %u runs per "
+           "figure\n",
+           (unsigned long long)n, cli_bytes(b.bytes, sz, sizeof sz), o->steps, o->steps - 1, o->threads, o->repeat);
+    printf("Speeds are GB/s of dense tensor bytes, median [slowest-fastest] of the runs. Each run follows a memcpy of\n"
+           "the tensor with the same threads, so both are measured in turns under the same load; \"x memcpy\" is the\n"
+           "ratio of the two medians.\n\n");
+    printf("%-6s %7s | %-26s | %-22s\n", "", "", "ferry, bytes per change", "others, bytes per change");
+    printf("%-6s %7s | %8s %8s %8s | %7s %7s %6s\n", "lr", "changed", "total", "pos", "val", "TRL raw", "TRL gap",
+           "zstd");
+    for (uint32_t li = 0; li < o->n_lrs; li++) {
+        const lr_result_t *r = &res[li];
+        double mc = r->changed ? (double)r->changed : 1.0;
+        printf("%-6.0e %6.2f%% | %8.3f %8.3f %8.3f | %7.2f %7.2f %6.2f\n", o->lrs[li],
+               100.0 * (double)r->changed / (double)n, (double)r->len / mc, (double)r->positions / mc,
+               (double)r->values / mc, (double)r->others.trl_raw / mc, (double)r->others.trl_gap / mc,
+               (double)r->others.zstd / mc);
     }
-    printf("\n\nferry: whole delta incl. headers and checksums; every applied delta matched the next version.\n"
-           "TRL sizes count the index and value payloads only; zstd: level 3, gaps and values compressed apart.\n");
+    printf("\n%-6s %-36s %3s | %-21s | %-21s | %s\n", "lr", "operation, as ferry's callers run it", "thr",
+           "ferry GB/s", "memcpy GB/s", "x memcpy");
+    for (uint32_t li = 0; li < o->n_lrs; li++) {
+        char lr[16];
+        snprintf(lr, sizeof lr, "%.0e", o->lrs[li]);
+        for (int op = 0; op < OP_FLOOR; op++) print_row(&b, op ? "" : lr, op, &res[li].ops[op], &res[li].copies[op]);
+    }
+    if (floor_t.n) print_row(&b, "any", OP_FLOOR, &floor_t, &floor_copy);
+    printf("\npeek before each apply:");
+    for (uint32_t li = 0; li < o->n_lrs; li++) {
+        const lr_result_t *r = &res[li];
+        double pa = median(&r->ops[OP_APPLY]);
+        printf("%s %.0e %.1f us (%.3f%% of peek + apply)", li ? " |" : "", o->lrs[li], median(&r->peek) * 1e6,
+               100.0 * median(&r->peek) / pa);
+    }
+    printf("\ninspect, the walk of every stream that callers ran before applying until the peek:");
+    for (uint32_t li = 0; li < o->n_lrs; li++) {
+        const lr_result_t *r = &res[li];
+        printf("%s %.0e %.2f ms (%.2fx peek + apply)", li ? " |" : "", o->lrs[li], median(&r->inspect) * 1e3,
+               median(&r->inspect) / median(&r->ops[OP_APPLY]));
+    }
+    printf("\n\nferry: whole delta incl. headers and checksums; every applied delta matched the next version, every\n"
+           "encode gave the same bytes. TRL sizes count the index and value payloads only; zstd: level 3, gaps and\n"
+           "values compressed apart. The floor reads base and next once, finds the changed lines and hashes next.\n");
+    rc = CLI_OK;
 out:
     for (uint32_t t = 0; t < 64; t++) ferry_delta_codec_destroy(codecs[t]);
     for (uint32_t c = 0; recs && c < chunks; c++) free(recs[c]);
-    free(recs), free(crecs), free(lens), free(delta), free(bsums);
-    free(w), free(m), free(v), free(d), free(base), free(next), free(region);
+    free(recs), free(b.crecs), free(lens), free(b.delta), free(b.ref), free(b.bsums), free(b.nsums), free(res);
+    free(w), free(m), free(v), free(d), free(b.base), free(b.next), free(b.region);
     ferry_ctx_destroy(ctx);
     return rc;
 }

@@ -9,17 +9,24 @@
  * name holding the codec's frame (docs/delta-format.md), or, for dtypes the
  * codec does not take, the next tensor itself (listed in metadata "dense").
  * TRL's sparse patches hold "{name}.idx" (I32 indices, or U16/U32 gaps) and
- * "{name}.val" (the new values) with format "sparse_weight_patch". */
+ * "{name}.val" (the new values) with format "sparse_weight_patch" (trl.c).
+ * apply writes OUT in one pass: the header with NEXT's metadata, BASE's
+ * tensors read once into the new file's mapping, the delta applied there in
+ * place, then fsync and rename; on any failure the temporary file goes. */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "synth.h"
+#include "trl.h"
 
 #define DELTA_FORMAT_NAME "ferry_delta"
-#define TRL_FORMAT_NAME "sparse_weight_patch"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -32,12 +39,14 @@ static void usage(FILE *f) {
             "  encode  writes a ferry delta file (default) or a Hugging Face TRL sparse patch:\n"
             "          trl-raw (int32 indices) or trl-gap (uint16/uint32 gaps), bf16 etc. values\n"
             "  apply   applies either kind onto BASE; ferry deltas are verified chunk by chunk\n"
-            "          against xxh3 checksums and refused on any other base; nothing is written\n"
-            "          unless every tensor applied\n"
+            "          against xxh3 checksums and refused on any other base; OUT gets NEXT's tensor\n"
+            "          order and metadata (a ferry delta carries them) and appears only if every\n"
+            "          tensor applied\n"
             "  inspect density, bytes per changed element (positions / values) per tensor\n"
             "  synth   two bf16 checkpoints S-1 and S Adam steps from the same init (default\n"
             "          4M elements in 4 tensors plus a norm, lr 1e-6, 5 steps; --elems 1K..4G with\n"
-            "          K, M, G = powers of 1024, --tensors 1..1000, --steps 1..1000, --lr in (0, 1))\n"
+            "          K, M, G = powers of 1024, --tensors 1..1000, --steps 1..1000, --lr in (0, 1);\n"
+            "          metadata \"step\")\n"
             "  Files are written to a temporary name and renamed, so no torn file is seen.\n"
             "  Inputs must be regular files; outputs are checked (their directory takes new\n"
             "  files, an existing output is a regular file) before any work.\n");
@@ -140,106 +149,6 @@ typedef struct enc_stats {
     uint64_t elems, changed, bytes;
 } enc_stats_t;
 
-/* Elements of t that differ from u, as flat indices (caller frees). */
-static uint64_t *changed_indices(const ferry_safetensors_tensor_t *t, const ferry_safetensors_tensor_t *u,
-                                 uint64_t *m) {
-    size_t esz = ferry_dtype_size(t->dtype);
-    const uint8_t *a = t->data, *b = u->data;
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < t->elems; i++) n += memcmp(a + i * esz, b + i * esz, esz) != 0;
-    uint64_t *idx = malloc((n ? n : 1) * sizeof *idx);
-    if (!idx) return NULL;
-    n = 0;
-    for (uint64_t i = 0; i < t->elems; i++)
-        if (memcmp(a + i * esz, b + i * esz, esz)) idx[n++] = i;
-    *m = n;
-    return idx;
-}
-
-static int encode_trl(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *next, bool gap, uint64_t next_version,
-                      ferry_safetensors_writer_t *w, void ***owned, size_t *n_owned, enc_stats_t *s) {
-    uint64_t tensors_changed = 0;
-    for (size_t i = 0; i < ferry_safetensors_count(next->st); i++) {
-        const ferry_safetensors_tensor_t *u = ferry_safetensors_at(next->st, i);
-        const ferry_safetensors_tensor_t *t = ferry_safetensors_find(base->st, u->name);
-        s->elems += u->elems;
-        uint64_t m = 0;
-        uint64_t *idx = changed_indices(t, u, &m);
-        if (!idx) return -1;
-        if (m == 0) {
-            free(idx);
-            continue;
-        }
-        if (u->elems > INT32_MAX) {
-            fprintf(stderr, "ferry delta: \"%s\" has %llu elements, more than TRL's int32 indices address\n",
-                    u->name, (unsigned long long)u->elems);
-            free(idx);
-            return -1;
-        }
-        tensors_changed++;
-        s->changed += m;
-        size_t esz = ferry_dtype_size(u->dtype);
-        uint64_t max_gap = 0;
-        for (uint64_t k = 0; k < m; k++) {
-            uint64_t g = k ? idx[k] - idx[k - 1] : idx[0];
-            if (g > max_gap) max_gap = g;
-        }
-        ferry_dtype_t idt = !gap ? FERRY_DTYPE_I32 : max_gap <= 0xFFFF ? FERRY_DTYPE_U16 : FERRY_DTYPE_U32;
-        size_t isz = ferry_dtype_size(idt);
-        uint8_t *ib = malloc(m * isz), *vb = malloc(m * esz);
-        (*owned)[(*n_owned)++] = ib;
-        (*owned)[(*n_owned)++] = vb;
-        if (!ib || !vb) {
-            free(idx);
-            return -1;
-        }
-        for (uint64_t k = 0; k < m; k++) {
-            uint64_t v = gap ? (k ? idx[k] - idx[k - 1] : idx[0]) : idx[k];
-            if (isz == 2) {
-                uint16_t x = (uint16_t)v;
-                memcpy(ib + k * 2, &x, 2);
-            } else {
-                uint32_t x = (uint32_t)v;
-                memcpy(ib + k * 4, &x, 4);
-            }
-            memcpy(vb + k * esz, (const uint8_t *)u->data + idx[k] * esz, esz);
-        }
-        free(idx);
-        size_t nl = strlen(u->name) + 5;
-        char *in = malloc(nl), *vn = malloc(nl);
-        if (!in || !vn) {
-            free(in), free(vn);
-            return -1;
-        }
-        snprintf(in, nl, "%s.idx", u->name);
-        snprintf(vn, nl, "%s.val", u->name);
-        int64_t shape[1] = {(int64_t)m};
-        ferry_status_t st = ferry_safetensors_writer_add(w, in, idt, 1, shape, ib, m * isz);
-        if (st == FERRY_OK) st = ferry_safetensors_writer_add(w, vn, u->dtype, 1, shape, vb, m * esz);
-        free(in), free(vn);
-        if (st != FERRY_OK) {
-            fprintf(stderr, "ferry delta: %s\n", ferry_ctx_error(ctx));
-            return -1;
-        }
-    }
-    char num[64];
-    ferry_safetensors_writer_meta(w, "format", TRL_FORMAT_NAME);
-    ferry_safetensors_writer_meta(w, "version", "1");
-    ferry_safetensors_writer_meta(w, "sparse", "True");
-    snprintf(num, sizeof num, "%llu", (unsigned long long)next_version);
-    ferry_safetensors_writer_meta(w, "model_version", num);
-    snprintf(num, sizeof num, "%llu", (unsigned long long)tensors_changed);
-    ferry_safetensors_writer_meta(w, "num_changed_params", num);
-    snprintf(num, sizeof num, "%llu", (unsigned long long)s->changed);
-    ferry_safetensors_writer_meta(w, "total_changed_elements", num);
-    snprintf(num, sizeof num, "%llu", (unsigned long long)s->elems);
-    ferry_safetensors_writer_meta(w, "total_elements", num);
-    snprintf(num, sizeof num, "%.9g", s->elems ? 1.0 - (double)s->changed / (double)s->elems : 1.0);
-    ferry_safetensors_writer_meta(w, "sparsity", num);
-    ferry_safetensors_writer_meta(w, "encoding", gap ? "gap_delta" : "raw");
-    return 0;
-}
-
 /* References to a parsed file's tensors (data borrowed; caller frees the array). */
 static ferry_tensor_ref_t *refs_of(const ferry_safetensors_t *st, uint8_t **data) {
     size_t n = ferry_safetensors_count(st);
@@ -255,19 +164,26 @@ static ferry_tensor_ref_t *refs_of(const ferry_safetensors_t *st, uint8_t **data
 
 static int encode_ferry(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *next, uint64_t bv, uint64_t nv,
                         const char *out, enc_stats_t *s) {
-    size_t n = ferry_safetensors_count(next->st);
+    size_t n = ferry_safetensors_count(next->st), n_meta = 0;
+    while (ferry_safetensors_meta_key(next->st, n_meta)) n_meta++;
     ferry_tensor_ref_t *b = refs_of(base->st, NULL), *u = refs_of(next->st, NULL);
-    size_t cap = u ? ferry_delta_file_bound(u, n) : 0, len = 0;
+    ferry_delta_meta_t *meta = calloc(n_meta + 1, sizeof *meta); /* NEXT's own metadata travels with the delta */
+    for (size_t k = 0; meta && k < n_meta; k++) {
+        meta[k].key = ferry_safetensors_meta_key(next->st, k);
+        meta[k].value = ferry_safetensors_meta(next->st, meta[k].key);
+    }
+    size_t cap = u && meta ? ferry_delta_file_bound_meta(u, n, meta, n_meta) : 0, len = 0;
     uint8_t *buf = cap ? malloc(cap) : NULL;
     int rc = -1;
-    ferry_status_t st = b && buf ? ferry_delta_file_build(ctx, b, u, n, bv, nv, buf, cap, &len, &s->changed)
+    ferry_status_t st = b && buf ? ferry_delta_file_build_meta(ctx, b, u, n, bv, nv, meta, n_meta, buf, cap, &len,
+                                                               &s->changed)
                                  : FERRY_ERR_NO_MEMORY;
     if (st != FERRY_OK)
         fprintf(stderr, "ferry delta encode: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
     else if (cli_write_atomic(out, buf, len) == 0)
         rc = 0, s->bytes = len;
     for (size_t i = 0; i < n; i++) s->elems += ferry_safetensors_at(next->st, i)->elems;
-    free(buf), free(b), free(u);
+    free(buf), free(b), free(u), free(meta);
     return rc;
 }
 
@@ -308,18 +224,21 @@ static int delta_encode(ferry_ctx_t *ctx, int argc, char **argv) {
     }
     int rc = CLI_FAIL;
     ferry_safetensors_writer_t *w = NULL;
-    size_t n_owned = 0, cap_owned = 2 * ferry_safetensors_count(next.st) + 1;
-    void **owned = calloc(cap_owned, sizeof *owned);
+    trl_bufs_t bufs = {0};
     enc_stats_t s = {0};
     uint64_t size = 0;
     double t0 = cli_now_s();
-    if (!owned || check_pair(&base, paths[0], &next, paths[1]) != 0 ||
-        ferry_safetensors_writer_create(ctx, &w) != FERRY_OK)
+    if (check_pair(&base, paths[0], &next, paths[1]) != 0 || ferry_safetensors_writer_create(ctx, &w) != FERRY_OK)
         goto out;
     if (trl) {
-        if (encode_trl(ctx, &base, &next, !strcmp(format, "trl-gap"), nv, w, &owned, &n_owned, &s) != 0 ||
-            write_file(ctx, w, out, &size) != 0)
+        trl_stats_t ts;
+        char why[256];
+        if (trl_encode(base.st, next.st, !strcmp(format, "trl-gap"), nv, w, &bufs, &ts, why, sizeof why) != 0) {
+            fprintf(stderr, "ferry delta encode: %s\n", why);
             goto out;
+        }
+        s.elems = ts.elems, s.changed = ts.changed;
+        if (write_file(ctx, w, out, &size) != 0) goto out;
     } else {
         if (encode_ferry(ctx, &base, &next, bv, nv, out, &s) != 0) goto out;
         size = s.bytes;
@@ -331,8 +250,7 @@ static int delta_encode(ferry_ctx_t *ctx, int argc, char **argv) {
            s.changed ? (double)size / (double)s.changed : 0.0, cli_now_s() - t0);
     rc = CLI_OK;
 out:
-    for (size_t i = 0; i < n_owned; i++) free(owned[i]);
-    free(owned);
+    trl_bufs_free(&bufs);
     ferry_safetensors_writer_destroy(w);
     unload(&base);
     unload(&next);
@@ -349,92 +267,200 @@ static bool in_dense_list(json_t *dense, const char *name) {
     return false;
 }
 
-/* Applies a ferry delta file onto the copies in regions[] (one per base tensor). */
-static int apply_ferry(ferry_ctx_t *ctx, const loaded_t *base, const loaded_t *patch, uint64_t bv,
-                       uint8_t **regions) {
-    if (ferry_safetensors_count(patch->st) != ferry_safetensors_count(base->st)) {
-        fprintf(stderr, "ferry delta apply: the delta has %zu tensors, the base %zu\n",
-                ferry_safetensors_count(patch->st), ferry_safetensors_count(base->st));
+/* The output file: made under a temporary name in OUT's directory, mapped
+ * for writing, and renamed to OUT only once complete and on disk. */
+typedef struct out_file {
+    char *tmp;
+    int fd;
+    uint8_t *map;
+    size_t len;
+} out_file_t;
+
+static void out_discard(out_file_t *o) {
+    if (o->map) munmap(o->map, o->len);
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    o->map = NULL, o->fd = -1, o->tmp = NULL;
+}
+
+static int out_create(out_file_t *o, const char *path, size_t len) {
+    size_t n = strlen(path) + 32;
+    *o = (out_file_t){.fd = -1, .len = len, .tmp = malloc(n)};
+    if (!o->tmp) return -1;
+    snprintf(o->tmp, n, "%s.tmp.%d", path, (int)getpid());
+    o->fd = open(o->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o->fd < 0) {
+        fprintf(stderr, "ferry delta apply: cannot create %s: %s\n", o->tmp, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
         return -1;
     }
-    ferry_tensor_ref_t *r = refs_of(base->st, regions);
-    ferry_status_t st = r ? ferry_delta_file_apply(ctx, patch->map.data, patch->map.len, r,
-                                                   ferry_safetensors_count(base->st), bv)
-                          : FERRY_ERR_NO_MEMORY;
-    free(r);
-    if (st != FERRY_OK) {
-        fprintf(stderr, "ferry delta apply: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
+    /* the blocks reserved now: a full disk is an error here, not a SIGBUS
+       on a store into the mapping later */
+    int e = posix_fallocate(o->fd, 0, (off_t)len);
+    if (e == EOPNOTSUPP || e == EINVAL) e = ftruncate(o->fd, (off_t)len) ? errno : 0;
+    if (e) {
+        fprintf(stderr, "ferry delta apply: cannot size %s to %zu bytes: %s\n", o->tmp, len, strerror(e));
+        out_discard(o);
+        return -1;
+    }
+    o->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, o->fd, 0);
+    if (o->map == MAP_FAILED) {
+        o->map = NULL;
+        fprintf(stderr, "ferry delta apply: cannot map %s: %s\n", o->tmp, strerror(errno));
+        out_discard(o);
         return -1;
     }
     return 0;
 }
 
-/* Applies a TRL sparse patch: indices bounds-checked and strictly increasing. */
-static int apply_trl(const loaded_t *base, const loaded_t *patch, uint8_t **regions) {
-    const char *enc = ferry_safetensors_meta(patch->st, "encoding");
-    bool gap = enc && !strcmp(enc, "gap_delta");
-    if (enc && !gap && strcmp(enc, "raw")) {
-        fprintf(stderr, "ferry delta apply: TRL patch encoding \"%s\" (raw or gap_delta known)\n", enc);
+static int out_publish(out_file_t *o, const char *path) {
+    int rc = msync(o->map, o->len, MS_SYNC);
+    munmap(o->map, o->len);
+    o->map = NULL;
+    if (rc != 0 || fsync(o->fd) != 0) {
+        fprintf(stderr, "ferry delta apply: writing %s: %s\n", o->tmp, strerror(errno));
         return -1;
     }
-    size_t used = 0;
-    for (size_t i = 0; i < ferry_safetensors_count(base->st); i++) {
-        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(base->st, i);
-        size_t nl = strlen(t->name) + 5;
-        char *in = malloc(nl), *vn = malloc(nl);
-        if (!in || !vn) {
-            free(in), free(vn);
-            return -1;
-        }
-        snprintf(in, nl, "%s.idx", t->name);
-        snprintf(vn, nl, "%s.val", t->name);
-        const ferry_safetensors_tensor_t *ix = ferry_safetensors_find(patch->st, in),
-                                         *vx = ferry_safetensors_find(patch->st, vn);
-        free(in), free(vn);
-        if (!ix && !vx) continue;
-        used += 2;
-        size_t esz = ferry_dtype_size(t->dtype), isz = ix ? ferry_dtype_size(ix->dtype) : 0;
-        bool idt_ok = ix && (gap ? (ix->dtype == FERRY_DTYPE_U16 || ix->dtype == FERRY_DTYPE_U32)
-                                 : (ix->dtype == FERRY_DTYPE_I32 || ix->dtype == FERRY_DTYPE_I64));
-        if (!ix || !vx || !idt_ok || vx->dtype != t->dtype || ix->elems != vx->elems) {
-            fprintf(stderr,
-                    "ferry delta apply: \"%s\": the patch needs %s.idx (%s) and %s.val (%s) of one length\n",
-                    t->name, t->name, gap ? "U16/U32 gaps" : "I32 indices", t->name, ferry_dtype_name(t->dtype));
-            return -1;
-        }
-        uint64_t prev = 0;
-        for (uint64_t k = 0; k < ix->elems; k++) {
-            const uint8_t *p = (const uint8_t *)ix->data + k * isz;
-            uint64_t v;
-            if (isz == 2) {
-                uint16_t x;
-                memcpy(&x, p, 2);
-                v = x;
-            } else if (isz == 4) {
-                uint32_t x;
-                memcpy(&x, p, 4);
-                v = ix->dtype == FERRY_DTYPE_I32 && (int32_t)x < 0 ? UINT64_MAX : x;
-            } else {
-                int64_t x;
-                memcpy(&x, p, 8);
-                v = x < 0 ? UINT64_MAX : (uint64_t)x;
-            }
-            uint64_t pos = gap ? (k ? prev + v : v) : v;
-            if (v == UINT64_MAX || pos >= t->elems || (k && (gap ? v == 0 : pos <= prev))) {
-                fprintf(stderr, "ferry delta apply: \"%s\": index %llu is out of range or out of order\n", t->name,
-                        (unsigned long long)k);
-                return -1;
-            }
-            prev = pos;
-            memcpy(regions[i] + pos * esz, (const uint8_t *)vx->data + k * esz, esz);
-        }
-    }
-    if (used != ferry_safetensors_count(patch->st)) {
-        fprintf(stderr, "ferry delta apply: the patch holds %zu tensors that name no tensor of the base\n",
-                ferry_safetensors_count(patch->st) - used);
+    rc = close(o->fd);
+    o->fd = -1;
+    if (rc != 0 || rename(o->tmp, path) != 0) {
+        fprintf(stderr, "ferry delta apply: publishing %s: %s\n", path, strerror(errno));
         return -1;
+    }
+    /* the rename itself reaches the disk with the directory */
+    char *slash = strrchr(o->tmp, '/');
+    if (slash) *slash = '\0';
+    int dfd = open(slash ? (slash == o->tmp ? "/" : o->tmp) : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(o->tmp);
+    o->tmp = NULL;
+    return 0;
+}
+
+/* len bytes of fd at off into dst. */
+static int read_at(int fd, uint8_t *dst, uint64_t len, uint64_t off) {
+    while (len > 0) {
+        ssize_t r = pread(fd, dst, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        dst += r, off += (uint64_t)r, len -= (uint64_t)r;
     }
     return 0;
+}
+
+/* The output's tensors and metadata into w: a ferry delta gives NEXT's
+ * tensor order (the file's) and, where it carries them, NEXT's metadata;
+ * otherwise BASE's order and metadata stay (*base_meta set). */
+static int plan_output(const loaded_t *base, const loaded_t *patch, bool trl, ferry_safetensors_writer_t *w,
+                       bool *base_meta) {
+    const ferry_safetensors_t *order = trl ? base->st : patch->st;
+    if (!trl && ferry_safetensors_count(patch->st) != ferry_safetensors_count(base->st)) {
+        fprintf(stderr, "ferry delta apply: the delta has %zu tensors, the base %zu\n",
+                ferry_safetensors_count(patch->st), ferry_safetensors_count(base->st));
+        return -1;
+    }
+    for (size_t i = 0; i < ferry_safetensors_count(order); i++) {
+        const char *name = ferry_safetensors_at(order, i)->name;
+        const ferry_safetensors_tensor_t *t = ferry_safetensors_find(base->st, name);
+        if (!t) {
+            fprintf(stderr, "ferry delta apply: the delta holds \"%s\", which the base does not\n", name);
+            return -1;
+        }
+        /* the data pointer is not read: the header goes out alone */
+        if (ferry_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->bytes) != FERRY_OK)
+            return -1;
+    }
+    const char *nm = trl ? NULL : ferry_safetensors_meta(patch->st, "next_metadata");
+    *base_meta = nm == NULL;
+    if (nm) {
+        json_t *o = json_loads(nm, JSON_REJECT_DUPLICATES, NULL), *v;
+        const char *k;
+        bool ok = json_is_object(o);
+        json_object_foreach(o, k, v) ok = ok && json_is_string(v) &&
+                                          ferry_safetensors_writer_meta(w, k, json_string_value(v)) == FERRY_OK;
+        json_decref(o);
+        if (!ok) {
+            fprintf(stderr,
+                    "ferry delta apply: metadata \"next_metadata\" of the delta is not a JSON map of strings\n");
+            return -1;
+        }
+        return 0;
+    }
+    for (size_t k = 0;; k++) {
+        const char *key = ferry_safetensors_meta_key(base->st, k);
+        if (!key) break;
+        ferry_safetensors_writer_meta(w, key, ferry_safetensors_meta(base->st, key));
+    }
+    return 0;
+}
+
+/* Writes OUT in one pass: the header, BASE's tensors read into the new
+ * file's mapping (one copy and no other buffer: about the tensors' size in
+ * memory), the patch applied there in place, then synced and renamed. */
+static int apply_to_file(ferry_ctx_t *ctx, const loaded_t *base, const char *base_path, const loaded_t *patch,
+                         bool trl, uint64_t bv, const char *out, bool *base_meta) {
+    ferry_safetensors_writer_t *w = NULL;
+    ferry_safetensors_t *ost = NULL;
+    out_file_t o = {.fd = -1};
+    int bfd = -1, rc = -1;
+    size_t n = ferry_safetensors_count(base->st), hlen = 0;
+    uint8_t **regions = calloc(n + 1, sizeof *regions);
+    ferry_tensor_ref_t *refs = NULL;
+    if (!regions || ferry_safetensors_writer_create(ctx, &w) != FERRY_OK ||
+        plan_output(base, patch, trl, w, base_meta) != 0)
+        goto out;
+    uint64_t size = ferry_safetensors_writer_size(w);
+    if (!size || size > SIZE_MAX || out_create(&o, out, (size_t)size) != 0) goto out;
+    ferry_status_t st = ferry_safetensors_writer_header(w, o.map, o.len, &hlen);
+    if (st == FERRY_OK) st = ferry_safetensors_parse(ctx, o.map, o.len, &ost);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry delta apply: writing %s: %s (%s)\n", out, ferry_ctx_error(ctx), ferry_status_name(st));
+        goto out;
+    }
+    bfd = open(base_path, O_RDONLY | O_CLOEXEC);
+    if (bfd < 0) {
+        fprintf(stderr, "ferry delta apply: cannot open %s: %s\n", base_path, strerror(errno));
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ferry_safetensors_tensor_t *u = ferry_safetensors_at(ost, i);
+        const ferry_safetensors_tensor_t *t = ferry_safetensors_find(base->st, u->name);
+        uint64_t at = (uint64_t)((const uint8_t *)t->data - (const uint8_t *)base->map.data);
+        errno = 0;
+        if (read_at(bfd, (uint8_t *)u->data, u->bytes, at) != 0) {
+            fprintf(stderr, "ferry delta apply: reading %s: %s\n", base_path, errno ? strerror(errno) : "cut short");
+            goto out;
+        }
+        regions[i] = (uint8_t *)u->data; /* in OUT's order, which is BASE's for a TRL patch */
+    }
+    if (trl) {
+        char why[512];
+        if (trl_apply(base->st, patch->st, regions, why, sizeof why) != 0) {
+            fprintf(stderr, "ferry delta apply: %s\n", why);
+            goto out;
+        }
+    } else {
+        refs = refs_of(ost, regions);
+        st = refs ? ferry_delta_file_apply(ctx, patch->map.data, patch->map.len, refs, n, bv) : FERRY_ERR_NO_MEMORY;
+        if (st != FERRY_OK) {
+            fprintf(stderr, "ferry delta apply: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
+            goto out;
+        }
+    }
+    rc = out_publish(&o, out);
+out:
+    if (rc != 0) out_discard(&o);
+    if (bfd >= 0) close(bfd);
+    free(refs);
+    free(regions);
+    ferry_safetensors_destroy(ost);
+    ferry_safetensors_writer_destroy(w);
+    return rc;
 }
 
 static int delta_apply(ferry_ctx_t *ctx, int argc, char **argv) {
@@ -466,51 +492,22 @@ static int delta_apply(ferry_ctx_t *ctx, int argc, char **argv) {
         unload(&base);
         return CLI_FAIL;
     }
-    const char *format = ferry_safetensors_meta(patch.st, "format");
-    size_t n = ferry_safetensors_count(base.st);
-    uint8_t **regions = calloc(n + 1, sizeof *regions);
-    ferry_safetensors_writer_t *w = NULL;
-    int rc = CLI_FAIL;
     double t0 = cli_now_s();
-    bool ok = regions != NULL;
-    for (size_t i = 0; ok && i < n; i++) {
-        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(base.st, i);
-        regions[i] = malloc(t->bytes ? t->bytes : 1);
-        ok = regions[i] != NULL;
-        if (ok && t->bytes) memcpy(regions[i], t->data, t->bytes);
-    }
-    if (!ok) {
-        fprintf(stderr, "ferry delta apply: out of memory\n");
-        goto out;
-    }
-    if (!format || (strcmp(format, DELTA_FORMAT_NAME) && strcmp(format, TRL_FORMAT_NAME))) {
+    const char *format = ferry_safetensors_meta(patch.st, "format");
+    bool trl = format && !strcmp(format, TRL_FORMAT_NAME), base_meta = false;
+    int rc = CLI_FAIL;
+    if (!trl && (!format || strcmp(format, DELTA_FORMAT_NAME))) {
         fprintf(stderr, "ferry delta apply: %s is neither a ferry delta nor a TRL patch (metadata format: %s)\n",
                 paths[1], format ? format : "none");
-        goto out;
+    } else if (apply_to_file(ctx, &base, paths[0], &patch, trl, bv, out, &base_meta) == 0) {
+        printf("%s: %s applied to %s (%zu tensors), %s; %s, %.2f s\n", out, trl ? "TRL patch" : "ferry delta",
+               paths[0], ferry_safetensors_count(base.st),
+               trl ? "not verified: TRL patches carry no checksum"
+                   : "every chunk and whole tensor verified against its xxh3",
+               base_meta ? "BASE's metadata kept (the patch carries none of NEXT's)" : "NEXT's metadata",
+               cli_now_s() - t0);
+        rc = CLI_OK;
     }
-    bool trl = !strcmp(format, TRL_FORMAT_NAME);
-    if ((trl ? apply_trl(&base, &patch, regions) : apply_ferry(ctx, &base, &patch, bv, regions)) != 0) goto out;
-    if (ferry_safetensors_writer_create(ctx, &w) != FERRY_OK) goto out;
-    for (size_t i = 0; i < n; i++) {
-        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(base.st, i);
-        if (ferry_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, regions[i], t->bytes) != FERRY_OK)
-            goto out;
-    }
-    /* the base's own metadata carries over */
-    for (size_t k = 0;; k++) {
-        const char *key = ferry_safetensors_meta_key(base.st, k);
-        if (!key) break;
-        ferry_safetensors_writer_meta(w, key, ferry_safetensors_meta(base.st, key));
-    }
-    if (write_file(ctx, w, out, NULL) != 0) goto out;
-    printf("%s: %s applied to %s (%zu tensors), %s, %.2f s\n", out, trl ? "TRL patch" : "ferry delta", paths[0], n,
-           trl ? "not verified: TRL patches carry no checksum" : "every chunk and whole tensor verified against its xxh3",
-           cli_now_s() - t0);
-    rc = CLI_OK;
-out:
-    for (size_t i = 0; regions && i < n; i++) free(regions[i]);
-    free(regions);
-    ferry_safetensors_writer_destroy(w);
     unload(&base);
     unload(&patch);
     return rc;
@@ -686,6 +683,15 @@ static int delta_synth(ferry_ctx_t *ctx, int argc, char **argv) {
             ferry_safetensors_writer_add(wn, name, FERRY_DTYPE_BF16, nd, norm ? shape + 1 : shape, n[k], len * 2))
             goto out;
     }
+    /* each file says which step it holds, as trainers' checkpoints do: a
+       checkpoint rebuilt from BASE and a delta must say NEXT's */
+    char step[32];
+    snprintf(step, sizeof step, "%llu", (unsigned long long)(steps - 1));
+    ferry_safetensors_writer_meta(wb, "format", "pt");
+    ferry_safetensors_writer_meta(wb, "step", step);
+    snprintf(step, sizeof step, "%llu", (unsigned long long)steps);
+    ferry_safetensors_writer_meta(wn, "format", "pt");
+    ferry_safetensors_writer_meta(wn, "step", step);
     if (write_file(ctx, wb, paths[0], NULL) != 0 || write_file(ctx, wn, paths[1], NULL) != 0) goto out;
     printf("%s, %s: %zu bf16 tensors, Adam steps %llu and %llu at lr %g\n", paths[0], paths[1], count,
            (unsigned long long)(steps - 1), (unsigned long long)steps, lr);

@@ -121,18 +121,39 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *codec, const ferry_delta_
                                   const void *base, const void *next, uint64_t elems, void *dst,
                                   size_t cap, size_t *len);
 
-/* Checks a delta's framing and every checksum that needs no base, and fills
- * *info. FERRY_ERR_CORRUPT names what is wrong. Errors: detail on the codec. */
+/* Checks a delta's framing and every checksum that needs no base, walks
+ * every coded stream, and fills *info (with the position/value split). For
+ * reports: it costs about as much as applying the delta. FERRY_ERR_CORRUPT
+ * names what is wrong. Errors: detail on the codec. */
 ferry_status_t ferry_delta_inspect(ferry_delta_codec_t *codec, const void *delta, size_t len,
                                    ferry_delta_info_t *info);
 
+/* What a caller checks before applying: reads only the frame header, the
+ * chunk table and each chunk's header and class table (O(chunks), like
+ * zstd's ZSTD_getFrameHeader), and fills *info except bytes_positions and
+ * bytes_values (0). Checked, all bounds-checked against len: the magic and
+ * format, the header checksum (which covers dtype, elements, versions,
+ * region sums and the chunk table), the records' lengths adding up to len,
+ * each chunk header's fields and the region sums against the chunks'. Not
+ * checked: the records' checksums and coded streams, which
+ * ferry_delta_apply and ferry_delta_chunk_apply verify themselves before
+ * and while they write, so a delta that peeks well may still be refused as
+ * FERRY_ERR_CORRUPT there, with the region left as it was. *info is set
+ * only on success. FERRY_ERR_CORRUPT or FERRY_ERR_UNSUPPORTED (format) name
+ * what is wrong. Errors: detail on the codec. Thread-safety: one thread at
+ * a time per codec. */
+ferry_status_t ferry_delta_peek(ferry_delta_codec_t *codec, const void *delta, size_t len, ferry_delta_info_t *info);
+
 /* Applies a delta in place onto region (elems elements of the delta's dtype)
- * and verifies every chunk's result. base_version: the version the caller
- * holds, or FERRY_DELTA_ANY_BASE to skip that check. On any failure the
- * region is exactly as before. FERRY_ERR_MISMATCH: the delta is for another
- * base (version, size, dtype or contents); FERRY_ERR_CORRUPT: the delta's
- * bytes are damaged. *info (if not NULL) is filled on success.
- * Errors: detail on the codec. */
+ * and verifies every chunk's result: before writing anything it checks what
+ * ferry_delta_peek checks and every record's checksum, and each coded
+ * stream as it decodes it. base_version: the version the caller holds, or
+ * FERRY_DELTA_ANY_BASE to skip that check. On any failure the region is
+ * exactly as before. FERRY_ERR_MISMATCH: the delta is for another base
+ * (version, size, dtype or contents); FERRY_ERR_CORRUPT: the delta's bytes
+ * are damaged. *info (if not NULL) is filled on success as ferry_delta_peek
+ * fills it. Callers peek first to check dtype, size and versions: apply
+ * needs no ferry_delta_inspect before it. Errors: detail on the codec. */
 #define FERRY_DELTA_ANY_BASE UINT64_MAX
 ferry_status_t ferry_delta_apply(ferry_delta_codec_t *codec, const void *delta, size_t len, void *region,
                                  uint64_t elems, uint64_t base_version, ferry_delta_info_t *info);
@@ -168,7 +189,7 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *codec, const ferry_delt
                                     uint64_t elems, const void *const *chunks, const size_t *chunk_lens,
                                     void *dst, size_t cap, size_t *len);
 
-/* Chunk i's record inside a delta that ferry_delta_inspect accepted. */
+/* Chunk i's record inside a delta that ferry_delta_peek accepted. */
 ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *codec, const void *delta, size_t len, uint32_t i,
                                      const void **chunk, size_t *chunk_len);
 
@@ -204,16 +225,42 @@ typedef struct ferry_tensor_ref {
 size_t ferry_delta_file_bound(const ferry_tensor_ref_t *next, size_t n);
 
 /* Writes the delta file turning base[i] into next[i] (the same names,
- * dtypes and shapes, in any order) into dst and sets *len; *changed (if not
- * NULL) gets the elements that differ. Errors: detail on ctx. */
+ * dtypes and shapes, in any order; the file keeps next's order) into dst
+ * and sets *len; *changed (if not NULL) gets the elements that differ, as
+ * the encoded chunks' headers count them (no second walk of the frames).
+ * Errors: detail on ctx. */
 ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base, const ferry_tensor_ref_t *next,
                                       size_t n, uint64_t base_version, uint64_t next_version, void *dst, size_t cap,
                                       size_t *len, uint64_t *changed);
 
+/* One entry of a checkpoint's safetensors metadata ("__metadata__"). */
+typedef struct ferry_delta_meta {
+    const char *key, *value;
+} ferry_delta_meta_t;
+
+/* ferry_delta_file_bound for a file that also carries n_meta entries of
+ * next's metadata; 0 if anything is malformed. Thread-safe. */
+size_t ferry_delta_file_bound_meta(const ferry_tensor_ref_t *next, size_t n, const ferry_delta_meta_t *meta,
+                                   size_t n_meta);
+
+/* ferry_delta_file_build that also records next's own metadata (meta[0,
+ * n_meta), keys unique, UTF-8) as the file's metadata "next_metadata", a
+ * JSON map in that order, so that the checkpoint rebuilt from base and this
+ * file carries next's metadata rather than base's (ferry delta apply writes
+ * it). cap: ferry_delta_file_bound_meta is always enough. Errors: detail on
+ * ctx. */
+ferry_status_t ferry_delta_file_build_meta(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base,
+                                           const ferry_tensor_ref_t *next, size_t n, uint64_t base_version,
+                                           uint64_t next_version, const ferry_delta_meta_t *meta, size_t n_meta,
+                                           void *dst, size_t cap, size_t *len, uint64_t *changed);
+
 /* Applies a delta file in place onto t[0, n) (every tensor of the file must
  * be among them, with its dtype and shape). base_version as in
  * ferry_delta_apply. All or nothing: on any failure every tensor is as
- * before. FERRY_ERR_MISMATCH: another base; FERRY_ERR_CORRUPT: damaged.
+ * before. Each frame is peeked (dtype, size, version) before any tensor is
+ * written and verified as it is applied (ferry_delta_apply). Metadata
+ * "next_metadata", where present, must be a JSON map of strings.
+ * FERRY_ERR_MISMATCH: another base; FERRY_ERR_CORRUPT: damaged.
  * Errors: detail on ctx. */
 ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t len, ferry_tensor_ref_t *t,
                                       size_t n, uint64_t base_version);

@@ -81,6 +81,11 @@ ferry_status_t ferry_safetensors_writer_meta(ferry_safetensors_writer_t *w, cons
 uint64_t ferry_safetensors_writer_size(const ferry_safetensors_writer_t *w);
 /* Writes the file into dst (cap >= ferry_safetensors_writer_size). */
 ferry_status_t ferry_safetensors_writer_write(ferry_safetensors_writer_t *w, void *dst, size_t cap, size_t *len);
+/* Writes only the file's first *len bytes, the header length and the
+ * header, for callers that place the tensors' data themselves (tensor i at
+ * *len plus the bytes of the tensors added before it; the data pointers
+ * given to add are not read). Errors: detail on ctx. */
+ferry_status_t ferry_safetensors_writer_header(ferry_safetensors_writer_t *w, void *dst, size_t cap, size_t *len);
 
 #pragma GCC visibility pop
 

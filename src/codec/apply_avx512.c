@@ -15,12 +15,12 @@
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(FERRY_CPU_X86)
 #include <immintrin.h>
 
 #include "codec/bucket_bytes.h"
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vpopcntdq,bmi,bmi2,popcnt")))
+#define AVX512 FERRY_TARGET_AVX512_CODEC
 
 /* Running counts of a row of 64 block masks: lane b of lo (b < 32) or hi
  * holds the set bits in blocks 0..b. */

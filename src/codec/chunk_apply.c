@@ -14,7 +14,7 @@
  * order, rank[] (within the class; a sentinel above every rank after the
  * last) and delta[] (in elem_ord steps). Needs no base. False when the
  * stream is malformed or a rank falls past the class's elements. */
-DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream, uint32_t *rank, int64_t *delta) {
+DELTA_HOT_BODY bool decode_class(const delta_class_t *e, const uint8_t *stream, uint32_t *rank, int64_t *delta) {
     class_cursor_t q;
     class_cursor_start(&q, e, stream);
     bool past = false;
@@ -63,12 +63,18 @@ DELTA_HOT static bool decode_class(const delta_class_t *e, const uint8_t *stream
     rank[n] = UINT32_MAX;
     return !past && class_cursor_sound(&q, e);
 }
+DELTA_V3 static bool decode_class_v3(const delta_class_t *e, const uint8_t *stream, uint32_t *rank, int64_t *delta) {
+    return decode_class(e, stream, rank, delta);
+}
+static bool decode_class_base(const delta_class_t *e, const uint8_t *stream, uint32_t *rank, int64_t *delta) {
+    return decode_class(e, stream, rank, delta);
+}
 
-/* The portable batch walk (x86-64-v3 and baseline clones): per batch of 64
+/* The portable batch walk (x86-64-v3 and baseline builds): per batch of 64
  * blocks the class masks from the masks kernel, each class's running counts
  * in a table, each change's block by counting the table's entries at or
  * below its rank (no branch per block), its element by broadword select. */
-DELTA_HOT static void apply_batches_base(apply_job_t *j) {
+DELTA_HOT_BODY void apply_batches(apply_job_t *j) {
     const delta_chunk_t *h = j->h;
     uint32_t w = h->width, K = h->classes;
     uint8_t *base = j->base;
@@ -128,32 +134,25 @@ DELTA_HOT static void apply_batches_base(apply_job_t *j) {
 done:
     apply_job_finish(j, n, seen, next);
 }
+DELTA_V3 static void apply_batches_v3(apply_job_t *j) { apply_batches(j); }
+static void apply_batches_base(apply_job_t *j) { apply_batches(j); }
 
-size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap) {
-    size_t n = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (n < cap && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
-        __builtin_cpu_supports("avx512vpopcntdq") && __builtin_cpu_supports("bmi2"))
-        out[n++] = delta_apply_batches_avx512;
+apply_batches_fn delta_apply_batches_at(delta_level_t level) {
+    uint32_t cpu = ferry_cpu();
+#if defined(FERRY_CPU_X86)
+    if (level >= DELTA_LEVEL_AVX512 && (cpu & FERRY_CPU_AVX512_CODEC)) return delta_apply_batches_avx512;
 #endif
-    if (n < cap) out[n++] = apply_batches_base;
-    return n;
+    if (level >= DELTA_LEVEL_AVX2 && (cpu & FERRY_CPU_V3)) return apply_batches_v3;
+    return apply_batches_base;
 }
 
 bool delta_apply_batches_decode(apply_batches_fn f) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(FERRY_CPU_X86)
     return f == delta_apply_batches_avx512;
 #else
     (void)f;
     return false;
 #endif
-}
-
-apply_batches_fn delta_apply_batches_pick(void) {
-    apply_batches_fn f[2];
-    delta_apply_batches_kernels(f, 2);
-    return f[0];
 }
 
 /* Decodes a sparse chunk's changes and writes them in place, logging
@@ -179,7 +178,7 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
         if (!decodes) {
             j.rank[k] = c->dec_rank + off;
             j.delta[k] = c->dec_delta + off;
-            if (!decode_class(e, p, c->dec_rank + off, c->dec_delta + off))
+            if (!(c->v3 ? decode_class_v3 : decode_class_base)(e, p, c->dec_rank + off, c->dec_delta + off))
                 return delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, cut short or too long", k);
             off += e->changed + 1;
         }
@@ -229,7 +228,7 @@ ferry_status_t ferry_delta_chunk_apply(ferry_delta_codec_t *c, ferry_dtype_t dty
     if (!w) return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta of dtype %s", ferry_dtype_name(dtype));
     if (!chunk || !base) return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk apply: NULL chunk or region");
     delta_chunk_t h;
-    ferry_status_t st = delta_chunk_parse(chunk, chunk_len, w, &h, &c->err);
+    ferry_status_t st = delta_chunk_parse(chunk, chunk_len, w, true, &h, &c->err);
     if (st != FERRY_OK) return st;
     if (h.elems != elems)
         return delta_fail(c, FERRY_ERR_MISMATCH, "chunk of %u elements applied to %u elements", h.elems, elems);

@@ -53,9 +53,9 @@ static bool scratch(ferry_delta_codec_t *c, size_t elems) {
  * magnitude buckets in c->cls) and a sample of the base's buckets for
  * choosing classes (every element of a small chunk, every 64th of a large
  * one). One read of base and next from memory. Returns the changed count. */
-DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
-                                   uint32_t elems, uint32_t stride, uint32_t sample[4][256], bool hash_base,
-                                   uint64_t *bs, uint64_t *ns) {
+DELTA_HOT_BODY size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
+                                 uint32_t elems, uint32_t stride, uint32_t sample[4][256], bool hash_base,
+                                 uint64_t *bs, uint64_t *ns) {
     XXH3_state_t hb, hn;
     XXH3_64bits_reset(&hb);
     XXH3_64bits_reset(&hn);
@@ -120,6 +120,16 @@ DELTA_HOT static size_t scan_chunk(ferry_delta_codec_t *c, uint32_t w, const uin
     *ns = XXH3_64bits_digest(&hn);
     return m;
 }
+DELTA_V3 static size_t scan_chunk_v3(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
+                                      uint32_t elems, uint32_t stride, uint32_t sample[4][256], bool hash_base,
+                                      uint64_t *bs, uint64_t *ns) {
+    return scan_chunk(c, w, base, next, elems, stride, sample, hash_base, bs, ns);
+}
+static size_t scan_chunk_base(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, const uint8_t *next,
+                              uint32_t elems, uint32_t stride, uint32_t sample[4][256], bool hash_base, uint64_t *bs,
+                              uint64_t *ns) {
+    return scan_chunk(c, w, base, next, elems, stride, sample, hash_base, bs, ns);
+}
 
 /* A batch's class rows: per class k and block b its elements cm[k][b], and
  * its elements in the chunk before the block, before[k][b]. */
@@ -130,9 +140,9 @@ typedef struct class_rows {
 
 /* The rows of the batch of nel elements at base; cnt[k] in: class k's
  * elements before the batch, out: after it. */
-DELTA_HOT static void rows_fill(const ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t nel,
-                                size_t ahead, uint32_t K, const uint32_t *lower, const uint8_t *bucket_lower,
-                                class_rows_t *r, uint64_t *cnt) {
+DELTA_HOT_BODY void rows_fill(const ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t nel,
+                              size_t ahead, uint32_t K, const uint32_t *lower, const uint8_t *bucket_lower,
+                              class_rows_t *r, uint64_t *cnt) {
     if (w == 2 && c->enc.class_rows_w2) {
         c->enc.class_rows_w2(base, nel, ahead, bucket_lower, K, r->cm, r->before, cnt);
         return;
@@ -163,9 +173,9 @@ DELTA_HOT static void rows_fill(const ferry_delta_codec_t *c, uint32_t w, const 
  * order: gaps (elements of the class skipped since its previous change) in
  * c->order, value changes in c->cval and c->csign, class k's from start[k].
  * count[k] gets the class's elements. */
-DELTA_HOT static void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t elems, size_t m,
-                                   uint32_t K, const uint32_t *lower, const uint8_t *class_of, const size_t *start,
-                                   uint64_t *count) {
+DELTA_HOT_BODY void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t elems, size_t m,
+                                 uint32_t K, const uint32_t *lower, const uint8_t *class_of, const size_t *start,
+                                 uint64_t *count) {
     /* two sets of rows: a batch's are made while the one before places its
        changes, so those loads never wait on the rows' wide stores */
     class_rows_t rows[2];
@@ -199,13 +209,23 @@ DELTA_HOT static void rank_changes(ferry_delta_codec_t *c, uint32_t w, const uin
     }
     memcpy(count, cnt, sizeof cnt);
 }
+DELTA_V3 static void rank_changes_v3(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t elems,
+                                     size_t m, uint32_t K, const uint32_t *lower, const uint8_t *class_of,
+                                     const size_t *start, uint64_t *count) {
+    rank_changes(c, w, base, elems, m, K, lower, class_of, start, count);
+}
+static void rank_changes_base(ferry_delta_codec_t *c, uint32_t w, const uint8_t *base, uint32_t elems, size_t m,
+                              uint32_t K, const uint32_t *lower, const uint8_t *class_of, const size_t *start,
+                              uint64_t *count) {
+    rank_changes(c, w, base, elems, m, K, lower, class_of, start, count);
+}
 
 /* One class's stream: Rice-coded gaps, sign bits, and the changes of more
  * than one ulp with their own sparse positions; the parameters each from one
  * pass over the class. nuidx has room for mk + 1 entries. Returns the
  * stream's length, 0 when it does not fit. */
-DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk,
-                                    const uint32_t *gap, const uint32_t *val, const uint8_t *sign, uint32_t *nuidx) {
+DELTA_HOT_BODY size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk,
+                                  const uint32_t *gap, const uint32_t *val, const uint8_t *sign, uint32_t *nuidx) {
     /* the non-unit changes' indices, without a branch (which would
        mispredict on each of them) */
     size_t nu = 0;
@@ -310,6 +330,15 @@ DELTA_HOT static size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, u
     entry[22] = (uint8_t)k_mag;
     return len;
 }
+DELTA_V3 static size_t write_class_v3(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk,
+                                      const uint32_t *gap, const uint32_t *val, const uint8_t *sign,
+                                      uint32_t *nuidx) {
+    return write_class(entry, dst, room, count, mk, gap, val, sign, nuidx);
+}
+static size_t write_class_base(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk,
+                               const uint32_t *gap, const uint32_t *val, const uint8_t *sign, uint32_t *nuidx) {
+    return write_class(entry, dst, room, count, mk, gap, val, sign, nuidx);
+}
 
 /* Writes the sparse record into dst[0, room); returns its length, or 0 when
  * it does not fit. The changes are as scan_chunk left them; sample holds
@@ -337,7 +366,7 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
     }
     size_t start[FERRY_DELTA_CLASSES_MAX + 1] = {0};
     for (uint32_t k = 0; k < K; k++) start[k + 1] = start[k] + changed[k];
-    rank_changes(c, w, base, elems, m, K, lower, class_of, start, count);
+    (c->v3 ? rank_changes_v3 : rank_changes_base)(c, w, base, elems, m, K, lower, class_of, start, count);
 
     size_t off = CHUNK_HEADER + (size_t)K * CLASS_ENTRY;
     if (off >= room) return 0;
@@ -348,7 +377,7 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
         put_u32(entry + 4, (uint32_t)count[k]);
         put_u32(entry + 8, (uint32_t)changed[k]);
         if (!changed[k]) continue;
-        size_t len = write_class(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
+        size_t len = (c->v3 ? write_class_v3 : write_class_base)(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
                                  c->cval + start[k], c->csign + start[k], c->pos /* free once ranked */);
         if (!len) return 0;
         off += len;
@@ -388,7 +417,8 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     memset(sample, 0, sizeof sample);
     bool given = flags & FERRY_DELTA_BASE_SUM_GIVEN;
     uint64_t bs = given ? *base_sum_out : 0, ns;
-    size_t m = scan_chunk(c, w, base, next, elems, stride, sample, !given, &bs, &ns);
+    size_t m =
+        (c->v3 ? scan_chunk_v3 : scan_chunk_base)(c, w, base, next, elems, stride, sample, !given, &bs, &ns);
     if (m == 0) bs = ns; /* the same bytes */
     if (base_sum_out) *base_sum_out = bs;
     if (next_sum_out) *next_sum_out = ns;

@@ -42,11 +42,36 @@ ferry_status_t ferry_delta_codec_create(ferry_ctx_t *ctx, ferry_delta_codec_t **
     ferry_delta_codec_t *c = ferry_calloc(ctx, 1, sizeof *c);
     if (!c) return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_NO_MEMORY, "delta codec: out of memory");
     c->ctx = ctx;
-    c->masks = delta_masks_pick();
-    c->apply_batches = delta_apply_batches_pick();
-    delta_enc_kernels_pick(&c->enc);
+    delta_codec_level(c, delta_level_best());
     *out = c;
     return FERRY_OK;
+}
+
+bool delta_level_runs(delta_level_t level) {
+    uint32_t cpu = ferry_cpu();
+    switch (level) {
+    case DELTA_LEVEL_GENERIC: return true;
+    case DELTA_LEVEL_AVX2: return (cpu & FERRY_CPU_V3) != 0;
+    case DELTA_LEVEL_AVX512: return (cpu & FERRY_CPU_V3) && (cpu & FERRY_CPU_AVX512BW);
+    default: return false;
+    }
+}
+
+delta_level_t delta_level_best(void) {
+    for (int l = DELTA_LEVELS - 1; l > DELTA_LEVEL_GENERIC; l--)
+        if (delta_level_runs((delta_level_t)l)) return (delta_level_t)l;
+    return DELTA_LEVEL_GENERIC;
+}
+
+bool delta_codec_level(ferry_delta_codec_t *c, delta_level_t level) {
+    if (!delta_level_runs(level)) return false;
+    c->level = level;
+    c->v3 = level >= DELTA_LEVEL_AVX2;
+    c->masks = delta_masks_at(level);
+    c->apply_batches = delta_apply_batches_at(level);
+    memset(&c->enc, 0, sizeof c->enc);
+    if (level >= DELTA_LEVEL_AVX512) delta_enc_kernels_pick(&c->enc);
+    return true;
 }
 
 void ferry_delta_codec_destroy(ferry_delta_codec_t *c) {
@@ -105,7 +130,7 @@ uint64_t delta_record_sum(const uint8_t *rec, size_t len) {
     return XXH3_64bits_withSeed(rec + CHUNK_HEADER, len - CHUNK_HEADER, h);
 }
 
-ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, delta_chunk_t *o,
+ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, bool verify, delta_chunk_t *o,
                                  ferry_errbuf_t *err) {
     const uint8_t *rec = rec_;
     memset(o, 0, sizeof *o);
@@ -142,7 +167,7 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, d
         return ferry_fail(err, FERRY_ERR_CORRUPT,
                           "chunk record is %zu bytes but its header and %u classes say %llu", len, o->classes,
                           (unsigned long long)(CHUNK_HEADER + table + o->payload_len));
-    if (delta_record_sum(rec, len) != o->rec_sum)
+    if (verify && delta_record_sum(rec, len) != o->rec_sum)
         return ferry_fail(err, FERRY_ERR_CORRUPT, "chunk record checksum mismatch (damaged bytes)");
     o->payload = rec + CHUNK_HEADER + table;
     if (o->mode == CHUNK_UNCHANGED) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "common/internal.h"
 #include "ferry/codec.h"
 
@@ -55,8 +56,10 @@ static inline uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) |
 /* Width in bytes of a dtype the codec takes (sign bit is the top bit), or 0. */
 uint32_t delta_width(ferry_dtype_t dtype);
 
-/* Parses a chunk record of width-byte elements; FERRY_ERR_CORRUPT with detail. */
-ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, delta_chunk_t *out,
+/* Parses a chunk record of width-byte elements; FERRY_ERR_CORRUPT with detail.
+ * verify: also check the record checksum (every use of the payload does;
+ * ferry_delta_peek reads only the header and class table). */
+ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, bool verify, delta_chunk_t *out,
                                  ferry_errbuf_t *err);
 
 /* Walks a class's stream without the base (positions need it, the codes do
@@ -99,6 +102,28 @@ static inline bool elem_unord(int64_t o, uint32_t width, uint32_t *v) {
     return m <= mag_mask(width);
 }
 
+/* ---- Kernel levels ----
+ * Each per-element or per-change pass has builds for CPU tiers. A codec
+ * takes the highest level its CPU runs when created; tests and fuzz targets
+ * force each level in turn (delta_codec_level) and check that all write the
+ * same bytes and apply with the same results. */
+typedef enum {
+    DELTA_LEVEL_GENERIC = 0, /* scalar masks, the portable walk and encoder for baseline x86-64 */
+    DELTA_LEVEL_AVX2 = 1,    /* AVX2 masks, the portable walk and encoder built for x86-64-v3 */
+    DELTA_LEVEL_AVX512 = 2,  /* AVX-512BW masks, and where the CPU has VBMI, VBMI2 and VPOPCNTDQ
+                                the AVX-512 apply walk and encoder kernels */
+    DELTA_LEVELS = 3
+} delta_level_t;
+/* Whether this CPU runs level; the highest it runs. */
+bool delta_level_runs(delta_level_t level);
+delta_level_t delta_level_best(void);
+/* Sets the codec's kernels to level's; false, changing nothing, when the
+ * CPU does not run it. */
+bool delta_codec_level(ferry_delta_codec_t *c, delta_level_t level);
+static inline const char *delta_level_name(delta_level_t l) {
+    return l == DELTA_LEVEL_GENERIC ? "generic" : l == DELTA_LEVEL_AVX2 ? "avx2" : "avx512";
+}
+
 /* ---- Block kernels: 64 elements at a time ----
  * For n elements from base, in blocks of 64 (the last may be shorter), block
  * b: changed[b] (if next) gets a bit per element that differs from next, and
@@ -107,20 +132,25 @@ static inline bool elem_unord(int64_t o, uint32_t width, uint32_t *v) {
 typedef void (*delta_masks_fn)(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
                                const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge,
                                uint32_t stride);
-delta_masks_fn delta_masks_pick(void); /* the fastest kernel this CPU runs */
 #define DELTA_MASK_BATCH 64 /* blocks per kernel call in encode and apply (4096 elements, in L1) */
+/* The masks kernel of a level (the best below it the CPU runs). */
+delta_masks_fn delta_masks_at(delta_level_t level);
 /* Every kernel this CPU runs, fastest first, the scalar one last (for tests). */
 size_t delta_masks_kernels(delta_masks_fn *out, size_t cap);
 void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
                         const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge, uint32_t stride);
 
 /* Hot loops over every element or every change are built twice, for
- * x86-64-v3 (AVX2, BMI, POPCNT: popcounts become one instruction) and for
- * the baseline, and the loader picks one (GCC/clang function multiversioning). */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#define DELTA_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+ * x86-64-v3 (AVX2, BMI, LZCNT, POPCNT: popcounts become one instruction)
+ * and for the baseline: the loop is an always-inline body (DELTA_HOT_BODY)
+ * that two thin wrappers take in, name_v3 (DELTA_V3) and name_base; the
+ * codec calls one by its level (c->v3). Chosen explicitly, not by
+ * target_clones: ifunc resolvers run before ThreadSanitizer is up. */
+#define DELTA_HOT_BODY static inline __attribute__((always_inline))
+#if defined(FERRY_CPU_X86)
+#define DELTA_V3 FERRY_TARGET_V3
 #else
-#define DELTA_HOT
+#define DELTA_V3
 #endif
 
 /* The r-th (0-based) set bit of m, which has more than r set bits. Branch
@@ -404,10 +434,9 @@ static inline void apply_job_finish(apply_job_t *j, size_t n, const uint64_t *se
         j->placed[k] = placed[k];
     }
 }
-apply_batches_fn delta_apply_batches_pick(void); /* the fastest walk this CPU runs */
-/* Every walk this CPU runs, fastest first, the portable one last (for tests). */
-size_t delta_apply_batches_kernels(apply_batches_fn *out, size_t cap);
-void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with AVX-512BW, VBMI, VPOPCNTDQ and BMI2 only */
+/* The walk of a level (the best below it the CPU runs). */
+apply_batches_fn delta_apply_batches_at(delta_level_t level);
+void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with FERRY_CPU_AVX512_CODEC only */
 /* Whether walk f reads the class streams itself (job.stream) rather than
  * decoded changes (job.rank, job.delta). */
 bool delta_apply_batches_decode(apply_batches_fn f);
@@ -432,6 +461,8 @@ bool delta_enc_kernels_pick(delta_enc_kernels_t *k);
 struct ferry_delta_codec {
     ferry_ctx_t *ctx;
     ferry_errbuf_t err;
+    delta_level_t level;
+    bool v3; /* the hot loops' x86-64-v3 builds */
     delta_masks_fn masks;
     apply_batches_fn apply_batches;
     delta_enc_kernels_t enc; /* all NULL: the portable encoder */

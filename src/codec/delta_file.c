@@ -48,13 +48,52 @@ static const ferry_tensor_ref_t *find_ref(const ferry_tensor_ref_t *t, size_t n,
     return NULL;
 }
 
+size_t ferry_delta_file_bound_meta(const ferry_tensor_ref_t *next, size_t n, const ferry_delta_meta_t *meta,
+                                   size_t n_meta) {
+    uint64_t b = ferry_delta_file_bound(next, n);
+    if (!b || (n_meta && !meta)) return 0;
+    b += 64; /* the key and the map's braces */
+    for (size_t i = 0; i < n_meta; i++) {
+        if (!meta[i].key || !meta[i].value) return 0;
+        /* JSON-escaped in the map (a control byte takes 6), the map escaped
+           again as a string of the header (a quote or backslash doubles) */
+        b += 12 * (strlen(meta[i].key) + strlen(meta[i].value)) + 16;
+    }
+    return b > SIZE_MAX ? 0 : (size_t)b;
+}
+
+/* next's metadata as the JSON map "next_metadata" holds; NULL (detail on err) when malformed. */
+static char *meta_json(ferry_errbuf_t *err, const ferry_delta_meta_t *meta, size_t n_meta) {
+    json_t *o = json_object();
+    bool ok = o != NULL;
+    for (size_t i = 0; ok && i < n_meta; i++) {
+        if (!meta[i].key || !meta[i].value || json_object_get(o, meta[i].key)) {
+            ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta file: next's metadata entry %zu is NULL or repeated", i);
+            json_decref(o);
+            return NULL;
+        }
+        ok = json_object_set_new(o, meta[i].key, json_string(meta[i].value)) == 0;
+    }
+    char *text = ok ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta file: next's metadata is not valid UTF-8");
+    return text;
+}
+
 ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base, const ferry_tensor_ref_t *next,
                                       size_t n, uint64_t bv, uint64_t nv, void *dst, size_t cap, size_t *len,
                                       uint64_t *changed) {
+    return ferry_delta_file_build_meta(ctx, base, next, n, bv, nv, NULL, 0, dst, cap, len, changed);
+}
+
+ferry_status_t ferry_delta_file_build_meta(ferry_ctx_t *ctx, const ferry_tensor_ref_t *base,
+                                           const ferry_tensor_ref_t *next, size_t n, uint64_t bv, uint64_t nv,
+                                           const ferry_delta_meta_t *meta, size_t n_meta, void *dst, size_t cap,
+                                           size_t *len, uint64_t *changed) {
     if (!ctx) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_errbuf_t *err = ferry_ctx_errbuf(ctx);
-    if ((n && (!base || !next)) || !dst || !len)
-        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta file: NULL tensors or output");
+    if ((n && (!base || !next)) || !dst || !len || (n_meta && !meta))
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta file: NULL tensors, metadata or output");
     for (size_t i = 0; i < n; i++) {
         const ferry_tensor_ref_t *b = find_ref(base, n, next[i].name);
         if (!ref_ok(&next[i]) || !b || !ref_ok(b) || !same_shape(b, next[i].ndim, next[i].shape, next[i].dtype))
@@ -94,7 +133,8 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
         size_t fl = 0;
         ferry_delta_info_t info;
         st = ferry_delta_encode(codec, &p, b->data, u->data, elems, frames[i], fcap, &fl);
-        if (st == FERRY_OK) st = ferry_delta_inspect(codec, frames[i], fl, &info);
+        /* the changed count from the chunk headers: no second walk of the frame */
+        if (st == FERRY_OK) st = ferry_delta_peek(codec, frames[i], fl, &info);
         if (st != FERRY_OK) {
             ferry_fail(err, st, "delta file: \"%s\": %s", u->name, ferry_delta_codec_detail(codec));
             break;
@@ -117,6 +157,11 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
         if (st == FERRY_OK) st = ds ? ferry_safetensors_writer_meta(w, "dense_sums", ds) : FERRY_ERR_NO_MEMORY;
         free(ds);
     }
+    if (st == FERRY_OK && n_meta) {
+        char *nm = meta_json(err, meta, n_meta);
+        st = nm ? ferry_safetensors_writer_meta(w, "next_metadata", nm) : FERRY_ERR_INVALID_ARGUMENT;
+        free(nm);
+    }
     if (st == FERRY_OK) st = ferry_safetensors_writer_write(w, dst, cap, len);
     if (st == FERRY_OK && changed) *changed = total_changed;
     for (size_t i = 0; frames && i < n; i++) ferry_free(ctx, frames[i]);
@@ -126,6 +171,28 @@ ferry_status_t ferry_delta_file_build(ferry_ctx_t *ctx, const ferry_tensor_ref_t
     ferry_safetensors_writer_destroy(w);
     ferry_delta_codec_destroy(codec);
     return st;
+}
+
+/* A version as the file writes it: decimal digits only, no sign or space, in range. */
+static bool parse_version(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    if (!s || !*s) return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* "next_metadata": a JSON map of strings. */
+static bool meta_map_ok(const char *text) {
+    json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, NULL), *v;
+    const char *k;
+    bool ok = json_is_object(o);
+    json_object_foreach(o, k, v) ok = ok && json_is_string(v);
+    json_decref(o);
+    return ok;
 }
 
 static bool in_list(json_t *list, const char *name) {
@@ -146,6 +213,7 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
     if (st != FERRY_OK) return st;
     const char *format = ferry_safetensors_meta(st_file, "format"), *dl = ferry_safetensors_meta(st_file, "dense");
     const char *dsl = ferry_safetensors_meta(st_file, "dense_sums"), *bvs = ferry_safetensors_meta(st_file, "base_version");
+    const char *nml = ferry_safetensors_meta(st_file, "next_metadata");
     json_t *dense = dl ? json_loads(dl, 0, NULL) : NULL, *dense_sums = dsl ? json_loads(dsl, 0, NULL) : NULL;
     ferry_delta_codec_t *codec = NULL;
     size_t count = ferry_safetensors_count(st_file);
@@ -158,15 +226,17 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
         st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"dense\" is not a JSON list");
     else if (json_array_size(dense) && !json_is_object(dense_sums))
         st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"dense_sums\" is missing or not a JSON map");
+    else if (nml && !meta_map_ok(nml))
+        st = ferry_fail(err, FERRY_ERR_CORRUPT,
+                        "delta file: metadata \"next_metadata\" is not a JSON map of strings");
     else if (bv != FERRY_DELTA_ANY_BASE) {
         /* the file's own base version, for tensors that travel whole too */
-        char *end = NULL;
-        unsigned long long fbv = bvs ? strtoull(bvs, &end, 10) : 0;
-        if (!bvs || end == bvs || *end)
+        uint64_t fbv;
+        if (!parse_version(bvs, &fbv))
             st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: metadata \"base_version\" is missing or malformed");
         else if (fbv != bv)
-            st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: from version %llu, not %llu", fbv,
-                            (unsigned long long)bv);
+            st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: from version %llu, not %llu",
+                            (unsigned long long)fbv, (unsigned long long)bv);
     }
     if (st == FERRY_OK && (!saved || !target))
         st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta file: out of memory");
@@ -194,7 +264,7 @@ ferry_status_t ferry_delta_file_apply(ferry_ctx_t *ctx, const void *file, size_t
             ferry_delta_info_t info;
             if (d->dtype != FERRY_DTYPE_U8 || d->ndim != 1) {
                 st = ferry_fail(err, FERRY_ERR_CORRUPT, "delta file: \"%s\" is not a U8 frame", d->name);
-            } else if ((st = ferry_delta_inspect(codec, d->data, d->bytes, &info)) != FERRY_OK) {
+            } else if ((st = ferry_delta_peek(codec, d->data, d->bytes, &info)) != FERRY_OK) {
                 ferry_fail(err, st, "delta file: \"%s\": %s", d->name, ferry_delta_codec_detail(codec));
             } else if (info.dtype != x->dtype || info.elems * ferry_dtype_size(x->dtype) != x->bytes) {
                 st = ferry_fail(err, FERRY_ERR_MISMATCH, "delta file: \"%s\" is a delta of %llu %s elements", d->name,

@@ -11,12 +11,12 @@
  *   compare per threshold gives a block's 64-bit mask. */
 #include "codec/codec_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(FERRY_CPU_X86)
 #include <immintrin.h>
 
 #include "codec/bucket_bytes.h"
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,avx512vpopcntdq,bmi,bmi2,popcnt")))
+#define AVX512 FERRY_TARGET_AVX512_CODEC
 
 AVX512 static size_t scan_w2(const uint8_t *base, const uint8_t *next, uint32_t n, uint16_t *off) {
     size_t m = 0;
@@ -93,11 +93,7 @@ AVX512 static void class_rows_w2(const uint8_t *base, uint32_t nel, size_t ahead
 }
 
 bool delta_enc_kernels_pick(delta_enc_kernels_t *k) {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vbmi") ||
-        !__builtin_cpu_supports("avx512vbmi2") || !__builtin_cpu_supports("avx512vpopcntdq") ||
-        !__builtin_cpu_supports("bmi2"))
-        return false;
+    if (!ferry_cpu_has(FERRY_CPU_AVX512_CODEC)) return false;
     k->scan_w2 = scan_w2;
     k->class_rows_w2 = class_rows_w2;
     return true;

@@ -178,7 +178,7 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *c, const ferry_delta_pa
     for (uint32_t i = 0; i < chunks; i++) {
         uint32_t n = chunk_elems_at(elems, chunk, i);
         delta_chunk_t h;
-        st = delta_chunk_parse(recs[i], lens[i], w, &h, &c->err);
+        st = delta_chunk_parse(recs[i], lens[i], w, true, &h, &c->err);
         if (st != FERRY_OK) return st;
         if (h.elems != n)
             return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk %u holds %u elements, the region's chunk %u", i,
@@ -237,10 +237,17 @@ static ferry_status_t frame_parse(ferry_delta_codec_t *c, const uint8_t *d, size
     return FERRY_OK;
 }
 
-/* Checks the frame and every chunk record; walk: also parse every class
- * stream (apply skips that: decoding checks the streams anyway). */
+/* How far a delta is read before it is used. */
+typedef enum {
+    READ_HEADERS, /* frame header, chunk table, chunk headers and class tables: ferry_delta_peek */
+    READ_RECORDS, /* and every record's checksum: apply, before it writes anything */
+    READ_STREAMS  /* and every class stream walked: ferry_delta_inspect */
+} read_depth_t;
+
+/* Checks the frame and every chunk record as deep as asked and fills *info
+ * (bytes_positions and bytes_values only at READ_STREAMS). */
 static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info,
-                              bool walk) {
+                              read_depth_t depth) {
     uint32_t w;
     const uint8_t *d = delta;
     ferry_status_t st = frame_parse(c, d, len, info, &w);
@@ -253,7 +260,7 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
         uint32_t rl = get_u32(d + DELTA_FRAME_HEADER + (size_t)i * 4);
         uint64_t n = chunk_elems_at(info->elems, info->chunk_elems, i);
         delta_chunk_t h;
-        st = delta_chunk_parse(d + off, rl, w, &h, &c->err);
+        st = delta_chunk_parse(d + off, rl, w, depth >= READ_RECORDS, &h, &c->err);
         if (st != FERRY_OK) {
             char why[sizeof c->err.text];
             memcpy(why, c->err.text, sizeof why);
@@ -271,7 +278,7 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
             info->chunks_raw++;
             info->bytes_raw += h.payload_len;
         }
-        if (h.mode == CHUNK_SPARSE && walk) {
+        if (h.mode == CHUNK_SPARSE && depth >= READ_STREAMS) {
             const uint8_t *sp = h.payload;
             for (uint32_t k = 0; k < h.classes; k++) {
                 uint64_t pb, vb;
@@ -294,7 +301,13 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
 ferry_status_t ferry_delta_inspect(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info) {
     if (!c || !info) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_err_clear(&c->err);
-    return inspect(c, delta, len, info, true);
+    return inspect(c, delta, len, info, READ_STREAMS);
+}
+
+ferry_status_t ferry_delta_peek(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info) {
+    if (!c || !info) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_err_clear(&c->err);
+    return inspect(c, delta, len, info, READ_HEADERS);
 }
 
 ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *c, const void *delta, size_t len, uint32_t i,
@@ -317,7 +330,7 @@ ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *c, const void *delta, 
 
 ferry_status_t delta_apply_logged(ferry_delta_codec_t *c, const void *delta, size_t len, void *region,
                                   uint64_t elems, uint64_t base_version, ferry_delta_info_t *info) {
-    ferry_status_t st = inspect(c, delta, len, info, false);
+    ferry_status_t st = inspect(c, delta, len, info, READ_RECORDS);
     if (st != FERRY_OK) return st;
     if (info->elems != elems)
         return delta_fail(c, FERRY_ERR_MISMATCH, "delta of %llu elements applied to a region of %llu",
@@ -355,9 +368,6 @@ ferry_status_t ferry_delta_apply(ferry_delta_codec_t *c, const void *delta, size
     ferry_status_t st = delta_apply_logged(c, delta, len, region, elems, base_version, &info);
     if (st != FERRY_OK) return st;
     delta_truncate(c, mark);
-    if (info_out) { /* with the position/value split, which needs the streams walked */
-        if (inspect(c, delta, len, info_out, true) != FERRY_OK) *info_out = info; /* cannot happen: decoded */
-        ferry_err_clear(&c->err);
-    }
+    if (info_out) *info_out = info; /* as ferry_delta_peek gives it: no second walk of the streams */
     return FERRY_OK;
 }

@@ -5,6 +5,7 @@
  * (the thresholds are broadcast once); the scalar kernel gives the same
  * masks everywhere else (and for a chunk's last, partial block). */
 #include "codec/codec_internal.h"
+#include "common/cpu.h"
 
 static void block_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n, const uint32_t *thr,
                          uint32_t nthr, uint64_t *changed, uint64_t *ge) {
@@ -37,11 +38,11 @@ void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width
     blocks_scalar(base, next, width, n, thr, nthr, changed, ge, stride, 0);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(FERRY_CPU_X86)
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2")))
-#define AVX512 __attribute__((target("avx512f,avx512bw")))
+#define AVX2 FERRY_TARGET_AVX2
+#define AVX512 FERRY_TARGET_AVX512BW
 
 /* A threshold above every magnitude selects nothing; in the element's own
  * width that is mag_mask + 1 (which the compares below handle: the sign bit
@@ -181,23 +182,29 @@ AVX512 static void masks_avx512(const uint8_t *base, const uint8_t *next, uint32
     blocks_scalar(base, next, width, n, thr, nthr, changed, ge, stride, full);
 }
 
+delta_masks_fn delta_masks_at(delta_level_t level) {
+    uint32_t cpu = ferry_cpu();
+    if (level >= DELTA_LEVEL_AVX512 && (cpu & FERRY_CPU_AVX512BW)) return masks_avx512;
+    if (level >= DELTA_LEVEL_AVX2 && (cpu & FERRY_CPU_AVX2)) return masks_avx2;
+    return delta_masks_scalar;
+}
+
 size_t delta_masks_kernels(delta_masks_fn *out, size_t cap) {
     size_t n = 0;
-    __builtin_cpu_init();
-    if (n < cap && __builtin_cpu_supports("avx512bw")) out[n++] = masks_avx512;
-    if (n < cap && __builtin_cpu_supports("avx2")) out[n++] = masks_avx2;
+    uint32_t cpu = ferry_cpu();
+    if (n < cap && (cpu & FERRY_CPU_AVX512BW)) out[n++] = masks_avx512;
+    if (n < cap && (cpu & FERRY_CPU_AVX2)) out[n++] = masks_avx2;
     if (n < cap) out[n++] = delta_masks_scalar;
     return n;
 }
 #else
+delta_masks_fn delta_masks_at(delta_level_t level) {
+    (void)level;
+    return delta_masks_scalar;
+}
+
 size_t delta_masks_kernels(delta_masks_fn *out, size_t cap) {
     if (cap) out[0] = delta_masks_scalar;
     return cap ? 1 : 0;
 }
 #endif
-
-delta_masks_fn delta_masks_pick(void) {
-    delta_masks_fn f[3];
-    delta_masks_kernels(f, 3);
-    return f[0];
-}

@@ -357,15 +357,37 @@ uint64_t ferry_safetensors_writer_size(const ferry_safetensors_writer_t *wc) {
     return size;
 }
 
-ferry_status_t ferry_safetensors_writer_write(ferry_safetensors_writer_t *w, void *dst_, size_t cap, size_t *len) {
-    if (!w || !dst_ || !len) return FERRY_ERR_INVALID_ARGUMENT;
-    uint64_t size = ferry_safetensors_writer_size(w);
-    if (!size)
+/* The file's size, once its header is built and within the limit. */
+static ferry_status_t checked_size(ferry_safetensors_writer_t *w, uint64_t *size) {
+    *size = ferry_safetensors_writer_size(w);
+    if (!*size)
         return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_INVALID_ARGUMENT,
                           "safetensors writer: cannot encode the header (tensor names must be UTF-8) or out of memory");
     if (w->header_len > FERRY_SAFETENSORS_HEADER_MAX)
         return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_LIMIT, "safetensors writer: a %zu-byte header (at most %u)",
                           w->header_len, FERRY_SAFETENSORS_HEADER_MAX);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_safetensors_writer_header(ferry_safetensors_writer_t *w, void *dst, size_t cap, size_t *len) {
+    if (!w || !dst || !len) return FERRY_ERR_INVALID_ARGUMENT;
+    uint64_t size;
+    ferry_status_t st = checked_size(w, &size);
+    if (st != FERRY_OK) return st;
+    if (8 + w->header_len > cap)
+        return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_LIMIT, "safetensors writer: %zu bytes of room, %zu needed",
+                          cap, 8 + w->header_len);
+    put_u64(dst, w->header_len);
+    memcpy((uint8_t *)dst + 8, w->header, w->header_len);
+    *len = 8 + w->header_len;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_safetensors_writer_write(ferry_safetensors_writer_t *w, void *dst_, size_t cap, size_t *len) {
+    if (!w || !dst_ || !len) return FERRY_ERR_INVALID_ARGUMENT;
+    uint64_t size;
+    ferry_status_t st = checked_size(w, &size);
+    if (st != FERRY_OK) return st;
     if (size > cap)
         return ferry_fail(ferry_ctx_errbuf(w->ctx), FERRY_ERR_LIMIT, "safetensors writer: %zu bytes of room, %llu needed",
                           cap, (unsigned long long)size);

@@ -3,14 +3,16 @@
  * wanted. */
 #include "common/copy.h"
 
+#include "common/cpu.h"
+
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(FERRY_CPU_X86)
 #include <immintrin.h>
 
 /* dst 32-byte aligned, n a multiple of 128 */
-__attribute__((target("avx2"))) static void stream_avx2(uint8_t *dst, const uint8_t *src, size_t n) {
+FERRY_TARGET_AVX2 static void stream_avx2(uint8_t *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i += 128) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(src + i));
         __m256i b = _mm256_loadu_si256((const __m256i *)(src + i + 32));
@@ -25,7 +27,7 @@ __attribute__((target("avx2"))) static void stream_avx2(uint8_t *dst, const uint
 }
 
 /* dst 64-byte aligned, n a multiple of 128 */
-__attribute__((target("avx512f"))) static void stream_avx512(uint8_t *dst, const uint8_t *src, size_t n) {
+FERRY_TARGET_AVX512F static void stream_avx512(uint8_t *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i += 128) {
         __m512i a = _mm512_loadu_si512((const void *)(src + i));
         __m512i b = _mm512_loadu_si512((const void *)(src + i + 64));
@@ -36,13 +38,8 @@ __attribute__((target("avx512f"))) static void stream_avx512(uint8_t *dst, const
 }
 
 void ferry_copy_stream(void *dst, const void *src, size_t n) {
-    static int level = -1; /* 0 none, 1 avx2, 2 avx512f; a benign race: every thread computes the same */
-    int lv = __atomic_load_n(&level, __ATOMIC_RELAXED);
-    if (lv < 0) {
-        __builtin_cpu_init();
-        lv = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-        __atomic_store_n(&level, lv, __ATOMIC_RELAXED);
-    }
+    uint32_t cpu = ferry_cpu();
+    int lv = (cpu & FERRY_CPU_AVX512F) ? 2 : (cpu & FERRY_CPU_AVX2) ? 1 : 0;
     if (lv == 0 || n < 4096) {
         memcpy(dst, src, n);
         return;

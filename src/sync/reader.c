@@ -524,7 +524,7 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         /* the frame must be for exactly this region: its dtype and size decide
            how many bytes apply writes (the writer is not trusted with that) */
         ferry_delta_info_t fi;
-        if (ferry_delta_inspect(r->codec, r->dscratch + at, len, &fi) != FERRY_OK || fi.dtype != dt ||
+        if (ferry_delta_peek(r->codec, r->dscratch + at, len, &fi) != FERRY_OK || fi.dtype != dt ||
             fi.elems != elems || fi.base_version != held || fi.next_version != v)
             return false;
         uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);

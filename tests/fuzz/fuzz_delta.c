@@ -37,6 +37,10 @@
  * region's chunk (and an unchanged or raw chunk's next sum to what applying
  * it gives), so made-up deltas can apply.
  *
+ * Every kernel level the CPU runs (generic, AVX2, AVX-512: delta_codec_level)
+ * encodes the same bytes and applies with the same status and contents as
+ * the codec's own, failing at the same chunk.
+ *
  * Checked: inspect and apply never crash, leak or read outside the delta
  * (an allocation of exactly its length) or the region; a refusal leaves a
  * detail text, and a failed apply leaves the region bit-identical; on
@@ -470,6 +474,38 @@ static bool same_info(const ferry_delta_info_t *a, const ferry_delta_info_t *b) 
            a->bytes_raw == b->bytes_raw;
 }
 
+/* Every other kernel level this CPU runs applies the delta with the status
+ * and contents the codec's own level gave (ast, result), failing at the
+ * same chunk. */
+static void check_levels_apply(ferry_delta_codec_t *codec, const uint8_t *d, size_t len, const uint8_t *before,
+                               const apply_case_t *c, ferry_status_t ast, const uint8_t *result) {
+    size_t rbytes = (size_t)c->elems * c->w;
+    char detail[FERRY_ERR_TEXT];
+    snprintf(detail, sizeof detail, "%s", ferry_delta_codec_detail(codec));
+    delta_level_t own = codec->level;
+    for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+        if (l == (int)own || !delta_codec_level(codec, (delta_level_t)l)) continue;
+        uint8_t *r = exact_copy(before, rbytes);
+        ferry_status_t st = ferry_delta_apply(codec, d, len, r, c->elems, c->base_version, NULL);
+        if (st != ast) FAIL("kernel levels gave an apply different statuses");
+        /* the same failing chunk (the detail's "chunk i:"); the reason's
+           words may differ: the portable walk decodes a stream whole
+           before placing, the AVX-512 walk as it places */
+        const char *other = ferry_delta_codec_detail(codec), *colon = strchr(detail, ':');
+        size_t head = colon ? (size_t)(colon - detail) : strlen(detail) + 1;
+        if (strncmp(detail, other, head) != 0) {
+            fprintf(stderr, "level %s: %s\nlevel %s: %s\n", delta_level_name(own), detail,
+                    delta_level_name((delta_level_t)l), other);
+            FAIL("kernel levels failed an apply at different chunks");
+        }
+        if (rbytes && memcmp(r, result, rbytes) != 0) FAIL("kernel levels applied to different contents");
+        free(r);
+    }
+    delta_codec_level(codec, own);
+    ferry_err_clear(&codec->err);
+    snprintf(codec->err.text, sizeof codec->err.text, "%s", detail);
+}
+
 /* Inspect, apply and the chunk-level calls on one delta (exactly len bytes
  * at d) and region (exactly c->elems elements, its contents in before). */
 static void check_delta(ferry_delta_codec_t *codec, const uint8_t *d, size_t len, const uint8_t *before,
@@ -494,9 +530,19 @@ static void check_delta(ferry_delta_codec_t *codec, const uint8_t *d, size_t len
         if (delta_width(info.dtype) == 0) FAIL("inspect: an unsupported dtype accepted");
     }
 
+    /* the peek callers run before applying: it takes all inspect takes and
+       says the same, but for the position/value split it does not walk */
+    ferry_delta_info_t pk;
+    ferry_status_t pst = ferry_delta_peek(codec, d, len, &pk);
+    if (pst != FERRY_OK && !ferry_delta_codec_detail(codec)[0]) FAIL("a refused peek left no detail");
+    if (ist == FERRY_OK && pst != FERRY_OK) FAIL("peek refused a delta inspect accepted");
+    if (ist == FERRY_OK && (!same_info(&pk, &info) || pk.bytes_positions || pk.bytes_values))
+        FAIL("peek's info differs from inspect's");
+
     /* the whole-region apply */
     uint8_t *region = exact_copy(before, rbytes);
     ferry_status_t ast = ferry_delta_apply(codec, d, len, region, c->elems, c->base_version, &ai);
+    check_levels_apply(codec, d, len, before, c, ast, region);
     if (ast != FERRY_OK) {
         if (!ferry_delta_codec_detail(codec)[0]) FAIL("a failed apply left no detail");
         if (rbytes && memcmp(region, before, rbytes) != 0) FAIL("a failed apply changed the region");
@@ -530,6 +576,8 @@ static void check_delta(ferry_delta_codec_t *codec, const uint8_t *d, size_t len
                 FAIL("a valid delta did not give next exactly");
         }
         if (ist == FERRY_OK && !same_info(&info, &ai)) FAIL("apply's info differs from inspect's");
+        if (pst != FERRY_OK) FAIL("apply took a delta peek refused");
+        if (!same_info(&pk, &ai) || ai.bytes_positions || ai.bytes_values) FAIL("apply's info is not the peek's");
     }
 
     if (ist != FERRY_OK || !c->chunk_api || c->dtype != info.dtype) {
@@ -765,6 +813,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             in.n -= 4;
         }
         delta = encode_valid(codec, &p, base, next, elems, (b2 & 32) != 0, (b2 & 16) != 0, &len);
+        /* every kernel level this CPU runs writes the same bytes */
+        delta_level_t own = codec->level;
+        for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+            if (l == (int)own || !delta_codec_level(codec, (delta_level_t)l)) continue;
+            size_t l2 = 0;
+            uint8_t *again = xmalloc(len);
+            if (ferry_delta_encode(codec, &p, base, next, elems, again, len, &l2) != FERRY_OK || l2 != len ||
+                memcmp(again, delta, len) != 0)
+                FAIL("kernel levels encoded different bytes");
+            free(again);
+        }
+        delta_codec_level(codec, own);
         if (mode <= 3) {
             intact = true;
             /* inspect's info, field by field */

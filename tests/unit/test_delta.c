@@ -3,6 +3,8 @@
  * refused with the region untouched; the chunk-level calls giving the same
  * bytes as the whole-region ones; rollback; the size goal on RL-like data. */
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "codec/codec_internal.h"
@@ -54,11 +56,19 @@ static size_t round_trip(ferry_dtype_t dt, const void *base, const void *next, u
     CHECK_OK(ferry_delta_region_sum(dt, base, n, chunk, &bs), "");
     CHECK_OK(ferry_delta_region_sum(dt, next, n, chunk, &ns), "");
     CHECK(info.base_sum == bs && info.next_sum == ns);
+    /* the peek: everything inspect says but the position/value split */
+    ferry_delta_info_t pk, ai;
+    CHECK_OK(ferry_delta_peek(codec, d, len, &pk), ferry_delta_codec_detail(codec));
+    CHECK(pk.bytes_positions == 0 && pk.bytes_values == 0);
+    pk.bytes_positions = info.bytes_positions, pk.bytes_values = info.bytes_values;
+    CHECK(memcmp(&pk, &info, sizeof pk) == 0);
 
     uint8_t *region = malloc(n * w + 1);
     memcpy(region, base, n * w);
-    CHECK_OK(ferry_delta_apply(codec, d, len, region, n, 7, NULL), ferry_delta_codec_detail(codec));
+    CHECK_OK(ferry_delta_apply(codec, d, len, region, n, 7, &ai), ferry_delta_codec_detail(codec));
     CHECK(memcmp(region, next, n * w) == 0);
+    ai.bytes_positions = info.bytes_positions, ai.bytes_values = info.bytes_values;
+    CHECK(memcmp(&ai, &info, sizeof ai) == 0); /* apply's info is the peek's */
     free(region);
     free(d);
     if (info_out) *info_out = info;
@@ -205,6 +215,34 @@ static void test_refusals(void) {
                     ferry_delta_codec_detail(codec), "");
         CHECK(memcmp(region, base, sizeof region) == 0);
     }
+    /* as callers run it, the peek then the apply: the peek takes damage it
+       does not read (records' bodies and streams), the apply refuses all of
+       it before writing; the peek refuses the rest */
+    size_t peeked = 0, header_end = DELTA_FRAME_HEADER + 3 * 4;
+    bool in_stream[N * 2] = {false}; /* the delta's bytes that are class streams */
+    CHECK(len <= sizeof in_stream);
+    for (size_t i = 0, off = header_end; i < 3; off += get_u32(d + DELTA_FRAME_HEADER + 4 * i), i++) {
+        size_t pay = off + CHUNK_HEADER + (size_t)d[off + 2] * CLASS_ENTRY;
+        for (size_t k = 0; k < get_u32(d + off + 12); k++) in_stream[pay + k] = true;
+    }
+    ferry_delta_info_t pk;
+    for (size_t at = 0; at < len; at++) {
+        memcpy(bad, d, len);
+        bad[at] ^= 0x20;
+        ferry_status_t pst = ferry_delta_peek(codec, bad, len, &pk);
+        if (at < header_end) CHECK(pst != FERRY_OK); /* under the header checksum */
+        if (in_stream[at]) CHECK(pst == FERRY_OK);    /* not read */
+        if (pst != FERRY_OK) {
+            CHECK(ferry_delta_codec_detail(codec)[0] != '\0');
+            continue;
+        }
+        peeked++;
+        memcpy(region, base, sizeof region);
+        CHECK_FAILS(ferry_delta_apply(codec, bad, len, region, N, 3, NULL), FERRY_ERR_CORRUPT,
+                    ferry_delta_codec_detail(codec), "checksum");
+        CHECK(memcmp(region, base, sizeof region) == 0);
+    }
+    CHECK(peeked > 0);
     free(bad);
 
     /* another base: refused as a mismatch, region untouched; a late chunk
@@ -284,6 +322,35 @@ static void test_refusals(void) {
     p.dtype = FERRY_DTYPE_BF16;
     CHECK_FAILS(ferry_delta_encode(codec, &p, base, next, N, region, 100, &l2), FERRY_ERR_LIMIT,
                 ferry_delta_codec_detail(codec), "room");
+    free(d);
+}
+
+/* The peek reads headers only: with a one-chunk delta's streams on pages
+ * that cannot be read it still answers (inspect would fault there). */
+static void test_peek_reads_headers(void) {
+    enum { N = 20000 };
+    static uint16_t base[N], next[N];
+    for (int i = 0; i < N; i++) base[i] = next[i] = (uint16_t)(0x3C00 + rng_next() % 2048);
+    for (int i = 0; i < N; i += 3) next[i]++;
+    ferry_delta_params_t p = {.dtype = FERRY_DTYPE_BF16};
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, N, 0), len;
+    uint8_t *d = malloc(cap);
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, N, d, cap, &len), ferry_delta_codec_detail(codec));
+    CHECK(d[DELTA_FRAME_HEADER + 4] == CHUNK_SPARSE);
+    size_t heads = DELTA_FRAME_HEADER + 4 + CHUNK_HEADER + (size_t)d[DELTA_FRAME_HEADER + 4 + 2] * CLASS_ENTRY;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t span = ((heads + (size_t)pg - 1) / (size_t)pg + (len - heads) / (size_t)pg + 2) * (size_t)pg;
+    uint8_t *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(m != MAP_FAILED);
+    size_t first = ((heads + (size_t)pg - 1) / (size_t)pg) * (size_t)pg; /* the streams start here */
+    uint8_t *at = m + first - heads;
+    memcpy(at, d, len);
+    CHECK(mprotect(m + first, span - first, PROT_NONE) == 0);
+    ferry_delta_info_t info;
+    CHECK_OK(ferry_delta_peek(codec, at, len, &info), ferry_delta_codec_detail(codec));
+    CHECK_EQ_INT(info.changed, (N + 2) / 3);
+    CHECK_EQ_INT(info.chunks_sparse, 1);
+    munmap(m, span);
     free(d);
 }
 
@@ -405,7 +472,7 @@ static void test_chunk_api(void) {
 static void test_kernels(void) {
     delta_masks_fn kernels[4];
     size_t nk = delta_masks_kernels(kernels, 4);
-    CHECK(nk >= 1 && kernels[nk - 1] == delta_masks_scalar && kernels[0] == delta_masks_pick());
+    CHECK(nk >= 1 && kernels[nk - 1] == delta_masks_scalar && kernels[0] == delta_masks_at(delta_level_best()));
     /* several blocks per call, the last one partial at times */
     static uint8_t base[5 * 64 * 4], next[5 * 64 * 4];
     for (int rep = 0; rep < 6000; rep++) {
@@ -462,36 +529,45 @@ static uint8_t *encode_with(ferry_dtype_t dt, const void *base, const void *next
     return d;
 }
 
-/* The vector encoder writes exactly the portable encoder's bytes: a delta
+/* Every kernel level writes exactly the generic level's bytes: a delta
  * must not depend on the CPU that made it. */
 static void test_encoders(void) {
-    delta_enc_kernels_t fast = codec->enc;
-    if (!fast.scan_w2) {
-        printf("encoders: this CPU runs the portable encoder only\n");
-        return;
-    }
     const size_t cap = 200000;
-    uint16_t *base = malloc(cap * 2), *next = malloc(cap * 2);
+    uint32_t *base = malloc(cap * 4), *next = malloc(cap * 4);
+    static const ferry_dtype_t dts[] = {FERRY_DTYPE_BF16, FERRY_DTYPE_F16, FERRY_DTYPE_F32, FERRY_DTYPE_F8_E4M3};
     for (int rep = 0; rep < 300; rep++) {
-        ferry_dtype_t dt = rep % 2 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
-        uint64_t n = rep % 7 == 0 ? 1 + rng_next() % 100 : 1 + rng_next() % cap;
+        ferry_dtype_t dt = dts[rep % 4];
+        uint32_t w = delta_width(dt);
+        uint64_t n = rep % 7 == 0 ? 1 + rng_next() % 100 : 1 + rng_next() % (rep % 4 == 2 ? cap / 4 : cap);
         uint32_t chunk = 1u << (10 + rng_next() % 8);
         uint32_t every = (uint32_t[]){1, 2, 7, 50, 300, 100000}[rep % 6];
         for (uint64_t i = 0; i < n; i++) {
-            /* weights near N(0, 0.02) mostly, every bit pattern at times */
-            base[i] = rep % 5 == 0 ? (uint16_t)rng_next() : (uint16_t)(0x3A00 + rng_next() % 0x600 + (rng_next() % 2) * 0x8000);
-            next[i] = base[i];
-            if (rng_next() % every == 0) next[i] = rng_next() % 9 ? (uint16_t)(base[i] + (rng_next() % 2 ? 1 : -1)) : (uint16_t)rng_next();
+            /* weights near N(0, 0.02) mostly (for 16-bit elements), every bit pattern at times */
+            uint32_t b = rep % 5 == 0 || w != 2
+                             ? (uint32_t)rng_next()
+                             : 0x3A00 + (uint32_t)(rng_next() % 0x600) + (uint32_t)(rng_next() % 2) * 0x8000;
+            uint32_t x = b;
+            if (rng_next() % every == 0) x = rng_next() % 9 ? b + (rng_next() % 2 ? 1 : -1) : (uint32_t)rng_next();
+            elem_put((uint8_t *)base, w, i, b);
+            elem_put((uint8_t *)next, w, i, x);
         }
-        size_t l1, l2;
-        uint8_t *d1 = encode_with(dt, base, next, n, chunk, &l1);
-        memset(&codec->enc, 0, sizeof codec->enc);
-        uint8_t *d2 = encode_with(dt, base, next, n, chunk, &l2);
-        codec->enc = fast;
-        CHECK_EQ_INT(l1, l2);
-        CHECK(memcmp(d1, d2, l1) == 0);
-        free(d1), free(d2);
+        size_t l1 = 0;
+        uint8_t *d1 = NULL;
+        for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+            if (!delta_codec_level(codec, (delta_level_t)l)) continue;
+            size_t l2;
+            uint8_t *d2 = encode_with(dt, base, next, n, chunk, &l2);
+            if (!d1) {
+                d1 = d2, l1 = l2;
+                continue;
+            }
+            CHECK_EQ_INT(l1, l2);
+            CHECK(memcmp(d1, d2, l1) == 0);
+            free(d2);
+        }
+        free(d1);
     }
+    delta_codec_level(codec, delta_level_best());
     free(base), free(next);
 }
 
@@ -534,29 +610,124 @@ static void test_delta_file(void) {
     free(f), free(f2);
 }
 
+/* A copy of delta file f with metadata key set to value (NULL: removed). */
+static uint8_t *with_meta(const uint8_t *f, size_t len, const char *key, const char *value, size_t *out_len) {
+    ferry_safetensors_t *st;
+    ferry_safetensors_writer_t *w;
+    CHECK_OK(ferry_safetensors_parse(ctx, f, len, &st), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_safetensors_writer_create(ctx, &w), ferry_ctx_error(ctx));
+    for (size_t i = 0; i < ferry_safetensors_count(st); i++) {
+        const ferry_safetensors_tensor_t *t = ferry_safetensors_at(st, i);
+        CHECK_OK(ferry_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->bytes), "");
+    }
+    for (size_t k = 0; ferry_safetensors_meta_key(st, k); k++) {
+        const char *mk = ferry_safetensors_meta_key(st, k);
+        if (strcmp(mk, key)) CHECK_OK(ferry_safetensors_writer_meta(w, mk, ferry_safetensors_meta(st, mk)), "");
+    }
+    if (value) CHECK_OK(ferry_safetensors_writer_meta(w, key, value), "");
+    size_t cap = ferry_safetensors_writer_size(w);
+    uint8_t *o = malloc(cap);
+    CHECK_OK(ferry_safetensors_writer_write(w, o, cap, out_len), ferry_ctx_error(ctx));
+    ferry_safetensors_writer_destroy(w);
+    ferry_safetensors_destroy(st);
+    return o;
+}
+
+/* NEXT's metadata travels in "next_metadata" (in its order); a malformed one
+ * or a base_version that is not plain digits is refused with nothing
+ * written; the safetensors writer's header alone is the full file's prefix. */
+static void test_delta_file_meta(void) {
+    enum { N = 3000 };
+    static uint16_t wb[N], wn[N], wr[N];
+    for (int i = 0; i < N; i++) wb[i] = wn[i] = (uint16_t)(0x3C00 + i % 700);
+    for (int i = 0; i < N; i += 17) wn[i]--;
+    ferry_tensor_ref_t base = {.name = "w", .dtype = FERRY_DTYPE_BF16, .ndim = 1, .shape = {N}, .data = wb,
+                               .bytes = sizeof wb};
+    ferry_tensor_ref_t next = base, reg = base;
+    next.data = wn, reg.data = wr;
+    const ferry_delta_meta_t meta[3] = {{"step", "5"}, {"format", "pt"}, {"note", "a \"quoted\"\tvalue"}};
+    size_t cap = ferry_delta_file_bound_meta(&next, 1, meta, 3), len;
+    CHECK(cap > ferry_delta_file_bound(&next, 1));
+    uint8_t *f = malloc(cap);
+    uint64_t changed;
+    CHECK_OK(ferry_delta_file_build_meta(ctx, &base, &next, 1, 4, 5, meta, 3, f, cap, &len, &changed),
+             ferry_ctx_error(ctx));
+    CHECK_EQ_INT(changed, (N + 16) / 17);
+    ferry_safetensors_t *st;
+    CHECK_OK(ferry_safetensors_parse(ctx, f, len, &st), ferry_ctx_error(ctx));
+    CHECK(!strcmp(ferry_safetensors_meta(st, "next_metadata"),
+                  "{\"step\":\"5\",\"format\":\"pt\",\"note\":\"a \\\"quoted\\\"\\tvalue\"}"));
+    ferry_safetensors_destroy(st);
+    memcpy(wr, wb, sizeof wr);
+    CHECK_OK(ferry_delta_file_apply(ctx, f, len, &reg, 1, 4), ferry_ctx_error(ctx));
+    CHECK(!memcmp(wr, wn, sizeof wr));
+    /* repeated keys are refused */
+    const ferry_delta_meta_t twice[2] = {{"step", "5"}, {"step", "6"}};
+    CHECK_FAILS(ferry_delta_file_build_meta(ctx, &base, &next, 1, 4, 5, twice, 2, f, cap, &len, NULL),
+                FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(ctx), "repeated");
+    CHECK_OK(ferry_delta_file_build_meta(ctx, &base, &next, 1, 4, 5, meta, 3, f, cap, &len, NULL),
+             ferry_ctx_error(ctx));
+    /* malformed metadata: refused, nothing applied */
+    static const char *const bad_meta[] = {"[1]", "{\"step\":5}", "{\"a\":\"1\",\"a\":\"2\"}", "not json"};
+    for (size_t i = 0; i < sizeof bad_meta / sizeof *bad_meta; i++) {
+        size_t bl;
+        uint8_t *b = with_meta(f, len, "next_metadata", bad_meta[i], &bl);
+        memcpy(wr, wb, sizeof wr);
+        CHECK_FAILS(ferry_delta_file_apply(ctx, b, bl, &reg, 1, 4), FERRY_ERR_CORRUPT, ferry_ctx_error(ctx),
+                    "next_metadata");
+        CHECK(!memcmp(wr, wb, sizeof wr));
+        free(b);
+    }
+    static const char *const bad_versions[] = {"-4", " 4", "+4", "4x", "", "18446744073709551620"};
+    for (size_t i = 0; i < sizeof bad_versions / sizeof *bad_versions; i++) {
+        size_t bl;
+        uint8_t *b = with_meta(f, len, "base_version", bad_versions[i], &bl);
+        memcpy(wr, wb, sizeof wr);
+        CHECK_FAILS(ferry_delta_file_apply(ctx, b, bl, &reg, 1, 4), FERRY_ERR_CORRUPT, ferry_ctx_error(ctx),
+                    "base_version");
+        CHECK(!memcmp(wr, wb, sizeof wr));
+        free(b);
+    }
+    /* the header alone is the whole file's first bytes; the data follows in the order added */
+    ferry_safetensors_writer_t *w;
+    CHECK_OK(ferry_safetensors_writer_create(ctx, &w), "");
+    CHECK_OK(ferry_safetensors_writer_add(w, "a", FERRY_DTYPE_BF16, 1, (int64_t[]){N}, wn, sizeof wn), "");
+    CHECK_OK(ferry_safetensors_writer_add(w, "b", FERRY_DTYPE_BF16, 1, (int64_t[]){N}, wb, sizeof wb), "");
+    CHECK_OK(ferry_safetensors_writer_meta(w, "step", "5"), "");
+    size_t size = ferry_safetensors_writer_size(w), full, head;
+    uint8_t *x = malloc(size), *y = malloc(size);
+    CHECK_OK(ferry_safetensors_writer_write(w, x, size, &full), ferry_ctx_error(ctx));
+    CHECK_FAILS(ferry_safetensors_writer_header(w, y, 16, &head), FERRY_ERR_LIMIT, ferry_ctx_error(ctx), "room");
+    CHECK_OK(ferry_safetensors_writer_header(w, y, size, &head), ferry_ctx_error(ctx));
+    CHECK(head + 2 * sizeof wn == full && !memcmp(x, y, head));
+    memcpy(y + head, wn, sizeof wn);
+    memcpy(y + head + sizeof wn, wb, sizeof wb);
+    CHECK(!memcmp(x, y, full));
+    ferry_safetensors_writer_destroy(w);
+    free(x), free(y), free(f);
+}
+
 int main(void) {
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
     test_delta_file();
+    test_delta_file_meta();
+    test_peek_reads_headers();
     test_kernels();
     test_encoders();
-    /* the whole suite with every encoder and every apply walk this CPU runs */
-    apply_batches_fn walks[4];
-    size_t nw = delta_apply_batches_kernels(walks, 4);
-    delta_enc_kernels_t fast = codec->enc;
-    for (int e = 0; e < (fast.scan_w2 ? 2 : 1); e++) {
-        if (e) memset(&codec->enc, 0, sizeof codec->enc);
-        for (size_t i = 0; i < nw; i++) {
-            codec->apply_batches = walks[i];
-            test_round_trips();
-            test_special_values();
-            test_refusals();
-            test_chunk_api();
-            test_chunk_sums();
-            test_realistic();
+    /* the whole suite at every kernel level this CPU runs, best last */
+    for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+        if (!delta_codec_level(codec, (delta_level_t)l)) {
+            printf("kernel level %s: not on this CPU\n", delta_level_name((delta_level_t)l));
+            continue;
         }
+        test_round_trips();
+        test_special_values();
+        test_refusals();
+        test_chunk_api();
+        test_chunk_sums();
+        test_realistic();
     }
-    codec->enc = fast;
     ferry_delta_codec_destroy(codec);
     ferry_ctx_destroy(ctx);
     return 0;
