@@ -22,6 +22,7 @@
 #include <zstd.h>
 
 #include "cli.h"
+#include "cli_parse.h"
 #include "bench_floor.h"
 #include "synth.h"
 
@@ -197,18 +198,6 @@ static int baseline_sizes(const uint16_t *base, const uint16_t *next, uint64_t n
     return 0;
 }
 
-static bool parse_count(const char *s, uint64_t *out) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    uint64_t mult = 1;
-    if (*end == 'K' || *end == 'k') mult = 1ull << 10, end++;
-    else if (*end == 'M' || *end == 'm') mult = 1ull << 20, end++;
-    else if (*end == 'G' || *end == 'g') mult = 1ull << 30, end++;
-    if (end == s || *end || v == 0) return false;
-    *out = v * mult;
-    return true;
-}
-
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (bench_opts_t){.elems = 16u << 20, .steps = 5, .threads = cpus > 0 ? (uint32_t)cpus : 1, .repeat = 5,
@@ -225,35 +214,19 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             return CLI_USAGE;
         }
         i++;
-        char *end;
+        static const cli_range_t lr_range = {.lo = 0, .hi = 1, .lo_open = true};
+        size_t n_lrs;
         if (!strcmp(a, "--elems")) {
-            if (!parse_count(v, &o->elems) || o->elems > (1ull << 32)) {
-                fprintf(stderr, "ferry bench delta: --elems %s: want 1 to 4G\n", v);
-                return CLI_USAGE;
-            }
-        } else if (!strcmp(a, "--steps") || !strcmp(a, "--threads") || !strcmp(a, "--repeat")) {
-            unsigned long x = strtoul(v, &end, 10);
-            if (*end || end == v || x < 1 || x > (strcmp(a, "--threads") ? 1000 : 64)) {
-                fprintf(stderr, "ferry bench delta: %s %s: want a positive count%s\n", a, v,
-                        strcmp(a, "--threads") ? "" : " up to 64");
-                return CLI_USAGE;
-            }
-            *(!strcmp(a, "--steps") ? &o->steps : !strcmp(a, "--threads") ? &o->threads : &o->repeat) = (uint32_t)x;
-            if (o->repeat > MAX_RUNS) {
-                fprintf(stderr, "ferry bench delta: --repeat %s: at most %d runs\n", v, MAX_RUNS);
-                return CLI_USAGE;
-            }
+            if (!cli_size(a, v, 1, 1ull << 32, &o->elems)) return CLI_USAGE;
+        } else if (!strcmp(a, "--steps")) {
+            if (!cli_u32(a, v, 1, 1000, &o->steps)) return CLI_USAGE;
+        } else if (!strcmp(a, "--threads")) {
+            if (!cli_u32(a, v, 1, 64, &o->threads)) return CLI_USAGE;
+        } else if (!strcmp(a, "--repeat")) {
+            if (!cli_u32(a, v, 1, MAX_RUNS, &o->repeat)) return CLI_USAGE;
         } else if (!strcmp(a, "--lr")) {
-            o->n_lrs = 0;
-            for (const char *p = v; *p && o->n_lrs < 8;) {
-                double lr = strtod(p, &end);
-                if (end == p || lr <= 0 || lr > 1 || (*end && *end != ',')) {
-                    fprintf(stderr, "ferry bench delta: --lr %s: want a comma list of rates in (0, 1]\n", v);
-                    return CLI_USAGE;
-                }
-                o->lrs[o->n_lrs++] = lr;
-                p = *end ? end + 1 : end;
-            }
+            if (!cli_f64_list(a, v, lr_range, o->lrs, sizeof o->lrs / sizeof o->lrs[0], &n_lrs)) return CLI_USAGE;
+            o->n_lrs = (uint32_t)n_lrs;
         } else {
             fprintf(stderr, "ferry bench delta: unknown option %s\n", a);
             usage(stderr);

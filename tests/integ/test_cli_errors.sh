@@ -68,6 +68,11 @@ expect 2 "--size \"4Q\": item \"4Q\": not a size" -- bench xport --size 4Q
 expect 2 "--size \"16777216T\": item \"16777216T\": out of range" -- bench xport --size 16777216T
 expect 2 "--size \"1.5G\": item \"1.5G\": not an integer" -- bench xport --size 1.5G
 expect 2 "--backend \"rdma\": not a choice; want shm or ucx" -- bench xport --backend rdma
+expect 2 "--elems \"99999999999G\": out of range" -- bench delta --elems 99999999999G
+expect 2 "--lr \"abc\": item \"abc\": not a decimal number" -- bench delta --lr abc
+expect 2 "--lr \"1e-6,,2e-6\": an empty item" -- bench delta --lr 1e-6,,2e-6
+expect 2 "--repeat \"65\": out of range; want an integer from 1 to 64" -- bench delta --repeat 65
+expect 2 "--steps \"4294967297\": out of range; want an integer from 1 to 1000" -- bench delta --steps 4294967297
 expect 2 "--memory \"gpu\": not a choice; want alloc or user" -- bench xport --memory gpu
 plan="plan $tiny --train tp=2 --infer tp=1"
 expect 0 "verified   every byte" -- $plan --bucket 4K --pack-below 1k
