@@ -16,9 +16,9 @@ expect 2 "--size \"lots\": item \"lots\": not a number" -- bench xport --size lo
 expect 2 "--memory \"gpu\": not a choice; want alloc or user" -- bench xport --memory gpu
 expect 0 "every applied delta matched" -- bench delta --elems 3M --repeat 1 --steps 2 --lr 1e-6,1e-5
 expect 0 "TRL" -- bench delta --elems 100K --repeat 1 --steps 1 --threads 1
-expect 2 "--elems 0: want 1 to 4G" -- bench delta --elems 0
-expect 2 "--lr fast: want a comma list" -- bench delta --lr fast
-expect 2 "--threads 99: want a positive count up to 64" -- bench delta --threads 99
+expect 2 "--elems \"0\": out of range; want from 1 to 4294967296" -- bench delta --elems 0
+expect 2 "--lr \"fast\": item \"fast\": not a decimal number" -- bench delta --lr fast
+expect 2 "--threads \"99\": out of range; want an integer from 1 to 64" -- bench delta --threads 99
 expect 2 "unknown option --size" -- bench delta --size 4M
 expect 2 "unknown benchmark" -- bench disk
 expect_done
