@@ -98,9 +98,9 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
     ferry_status_t st;
     if (user) {
         p = malloc(size);
-        st = p ? ferry_xport_mem_register(xp, p, size, FERRY_MEM_HOST, &m) : FERRY_ERR_NO_MEMORY;
+        st = p ? ferry_xport_mem_register(xp, p, size, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m) : FERRY_ERR_NO_MEMORY;
     } else {
-        st = ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, &m);
+        st = ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m);
         if (st == FERRY_OK) p = ferry_xport_mem_ptr(m);
     }
     if (st != FERRY_OK) {

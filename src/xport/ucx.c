@@ -162,9 +162,12 @@ static ferry_status_t ucx_init(ferry_xport_t *xp) {
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: worker address: %s", ucs_status_string(s));
     if ((s = ucp_worker_get_efd(u->worker, &u->efd)) != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: worker event fd: %s", ucs_status_string(s));
-    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                                             UCP_MEM_MAP_PARAM_FIELD_PROT,
                                .length = UCX_SLOTS * sizeof(uint64_t),
-                               .flags = UCP_MEM_MAP_ALLOCATE};
+                               .flags = UCP_MEM_MAP_ALLOCATE,
+                               .prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                                       UCP_MEM_MAP_PROT_REMOTE_READ}; /* peers only read it */
     if ((s = ucp_mem_map(u->context, &mp, &u->ctl_memh)) != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "ucx: control array: %s", ucs_status_string(s));
     ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
@@ -234,9 +237,16 @@ static void ucx_fini(ferry_xport_t *xp) {
 
 static ferry_status_t map_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, bool allocate) {
     ucx_t *u = xp->backend;
-    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+    /* no remote write unless asked for. UCX 1.13 does not enforce it (it
+     * registers with full access and emulated puts write anywhere), a UCX
+     * that honours the field will */
+    unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+    if (m->access == FERRY_XPORT_ACCESS_WRITE) prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                                             UCP_MEM_MAP_PARAM_FIELD_PROT,
                                .length = m->size,
-                               .flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0};
+                               .flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0,
+                               .prot = prot};
     if (!allocate) {
         mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
         mp.address = m->ptr;

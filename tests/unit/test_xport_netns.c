@@ -76,7 +76,7 @@ static void owner(int desc_fd, int done_fd) {
     ferry_ctx_t *ctx = test_ctx();
     ferry_xport_t *xp = endpoint(ctx);
     ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(xp, SIZE, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_mem_alloc(xp, SIZE, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m), ferry_xport_error(xp));
     uint8_t *p = ferry_xport_mem_ptr(m);
     for (uint64_t k = 0; k < SIZE; k++) p[k] = pattern(k);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
