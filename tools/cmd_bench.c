@@ -1,5 +1,8 @@
 /* ferry bench xport: two processes, one-sided reads of a registered buffer,
- * against memcpy measured in the same run with the same thread count. */
+ * against baselines measured in the same run, interleaved round by round
+ * with the gets: memcpy with 1 and with the same number of threads, or a
+ * plain TCP stream between the same two processes when UCX runs over TCP
+ * alone. Every figure is a median with its range over the rounds. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -23,14 +26,20 @@ static void usage(FILE *f) {
             "       ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
             "                         [--memory alloc|user] [--repeat R] [--tls LIST]\n"
             "  Two processes: the owner registers a buffer and publishes its descriptor;\n"
-            "  the reader gets it, one-sided, R times per size (median reported), beside\n"
-            "  memcpy of the same size with 1 and N threads, measured in the same run.\n"
-            "  Then many 4 KiB runs (batched 1024 a request, and one a request) as ops/s.\n"
+            "  the reader gets it, one-sided, in R rounds per size after a warm-up. Each\n"
+            "  round first times the baselines (memcpy of the same size with 1 and N\n"
+            "  threads; or the TCP stream below), then the get: interleaved, so drift on\n"
+            "  a shared host hits both alike. Each figure is the median GB/s of the R\n"
+            "  rounds with its range [min-max]; ratios are median against median.\n"
+            "  Then many 4 KiB runs (batched 1024 a request, and one a request) as runs/s.\n"
             "  --memory alloc  the owner's buffer comes from ferry_xport_mem_alloc (shared mapping)\n"
             "  --memory user   the owner registers its own malloc'd buffer (shm: process_vm_readv)\n"
             "  --tls LIST      ucx: UCX_TLS for both processes (e.g. tcp, or sm,self,tcp); with\n"
             "                  tcp alone the baseline is a plain TCP stream between the same two\n"
-            "                  processes (8 MiB socket buffers), measured in the same run\n");
+            "                  processes over loopback (one connection, 8 MiB socket buffers,\n"
+            "                  TCP_NODELAY; the owner sends from the registered buffer, the\n"
+            "                  reader receives into the get's buffer), timed from the request\n"
+            "                  to the last byte\n");
 }
 
 typedef struct {
@@ -62,9 +71,21 @@ void cli_memcpy_threads(uint8_t *dst, const uint8_t *src, size_t len, uint32_t n
     for (uint32_t i = 1; i < nt; i++) pthread_join(t[i], NULL);
 }
 
-static double median_gbps(double *t, int n, uint64_t bytes) {
+/* The rounds' median rate and its range. Sorts t. */
+typedef struct {
+    double med, lo, hi;
+} rate_t;
+
+static rate_t rate_of(double *t, uint64_t n, double units) {
     qsort(t, (size_t)n, sizeof *t, cli_cmp_dbl);
-    return (double)bytes / t[n / 2] / 1e9;
+    double mid = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    return (rate_t){units / mid, units / t[n - 1], units / t[0]};
+}
+
+/* "12.34 [11.90-12.80]" with dec decimals */
+static const char *rate_str(rate_t r, double scale, int dec, char *buf, size_t size) {
+    snprintf(buf, size, "%.*f [%.*f-%.*f]", dec, r.med * scale, dec, r.lo * scale, dec, r.hi * scale);
+    return buf;
 }
 
 static int tcp_buffers(int fd) {
@@ -74,8 +95,9 @@ static int tcp_buffers(int fd) {
 }
 
 /* The owner: registers the buffer, publishes its descriptor, then serves
- * commands: 'T' size(8) count(4) port(2) sends count x size bytes over TCP to
- * the reader (the baseline); 'x' ends. */
+ * commands: 'C' port(2) connects to the reader over TCP (once); 'S' size(8)
+ * sends size bytes of the buffer on that connection (the baseline); 'x'
+ * ends. */
 static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd, int cmd_fd) {
     ferry_ctx_t *ctx = cli_ctx();
     ferry_xport_t *xp = NULL;
@@ -86,9 +108,9 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
     ferry_status_t st;
     if (user) {
         p = malloc(size);
-        st = p ? ferry_xport_mem_register(xp, p, size, FERRY_MEM_HOST, &m) : FERRY_ERR_NO_MEMORY;
+        st = p ? ferry_xport_mem_register(xp, p, size, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m) : FERRY_ERR_NO_MEMORY;
     } else {
-        st = ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, &m);
+        st = ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m);
         if (st == FERRY_OK) p = ferry_xport_mem_ptr(m);
     }
     if (st != FERRY_OK) {
@@ -101,65 +123,89 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
     ferry_xport_mem_pack(m, desc, sizeof desc, &len);
     uint32_t l32 = (uint32_t)len;
     if (write(desc_fd, &l32, 4) != 4 || write(desc_fd, desc, len) != (ssize_t)len) _exit(3);
+    int fd = -1;
     for (;;) {
-        uint8_t cmd[15];
-        if (read(cmd_fd, cmd, 1) != 1 || cmd[0] != 'T') break;
-        if (read(cmd_fd, cmd + 1, 14) != 14) break;
-        uint64_t n;
-        uint32_t count;
-        uint16_t port;
-        memcpy(&n, cmd + 1, 8);
-        memcpy(&count, cmd + 9, 4);
-        memcpy(&port, cmd + 13, 2);
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || tcp_buffers(fd) || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(3);
-        for (uint32_t c = 0; c < count; c++)
+        uint8_t cmd[9];
+        if (read(cmd_fd, cmd, 1) != 1) break;
+        if (cmd[0] == 'C' && fd < 0 && read(cmd_fd, cmd + 1, 2) == 2) {
+            uint16_t port;
+            memcpy(&port, cmd + 1, 2);
+            fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (fd < 0 || tcp_buffers(fd) || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(3);
+        } else if (cmd[0] == 'S' && fd >= 0 && read(cmd_fd, cmd + 1, 8) == 8) {
+            uint64_t n;
+            memcpy(&n, cmd + 1, 8);
+            if (n > size) _exit(3);
             for (uint64_t sent = 0; sent < n;) {
                 ssize_t w = send(fd, p + sent, n - sent, MSG_NOSIGNAL);
                 if (w <= 0) _exit(3);
                 sent += (uint64_t)w;
             }
-        close(fd);
+        } else {
+            break;
+        }
     }
+    if (fd >= 0) close(fd);
     ferry_xport_destroy(xp);
     ferry_ctx_destroy(ctx);
     _exit(0);
 }
 
-/* Seconds to receive each of count streams of n bytes from the owner. */
-static int tcp_baseline(int cmd_fd, uint8_t *buf, uint64_t n, uint32_t count, double *t) {
+/* The reader's end of the TCP baseline: a connection from the owner, made
+ * once. Returns the socket, or -1. */
+static int tcp_connect_owner(int cmd_fd) {
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof a;
     if (lfd < 0 || tcp_buffers(lfd) || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 1) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+        getsockname(lfd, (struct sockaddr *)&a, &al) != 0) {
+        if (lfd >= 0) close(lfd);
         return -1;
-    uint8_t cmd[15] = {'T'};
-    uint16_t port = ntohs(a.sin_port);
-    memcpy(cmd + 1, &n, 8);
-    memcpy(cmd + 9, &count, 4);
-    memcpy(cmd + 13, &port, 2);
-    if (write(cmd_fd, cmd, sizeof cmd) != (ssize_t)sizeof cmd) return -1;
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-    close(lfd);
-    if (fd < 0) return -1;
-    for (uint32_t c = 0; c < count; c++) {
-        double t0 = cli_now_s();
-        for (uint64_t got = 0; got < n;) {
-            ssize_t r = recv(fd, buf + got, n - got, 0);
-            if (r <= 0) {
-                close(fd);
-                return -1;
-            }
-            got += (uint64_t)r;
-        }
-        t[c] = cli_now_s() - t0;
     }
-    close(fd);
-    return 0;
+    uint8_t cmd[3] = {'C'};
+    uint16_t port = ntohs(a.sin_port);
+    memcpy(cmd + 1, &port, 2);
+    int fd = write(cmd_fd, cmd, sizeof cmd) == (ssize_t)sizeof cmd ? accept4(lfd, NULL, NULL, SOCK_CLOEXEC) : -1;
+    close(lfd);
+    return fd;
+}
+
+/* Seconds from asking the owner for n bytes to the last of them received. */
+static double tcp_stream(int cmd_fd, int fd, uint8_t *buf, uint64_t n) {
+    uint8_t cmd[9] = {'S'};
+    memcpy(cmd + 1, &n, 8);
+    double t0 = cli_now_s();
+    if (write(cmd_fd, cmd, sizeof cmd) != (ssize_t)sizeof cmd) return -1;
+    for (uint64_t got = 0; got < n;) {
+        ssize_t r = recv(fd, buf + got, n - got, 0);
+        if (r <= 0) return -1;
+        got += (uint64_t)r;
+    }
+    return cli_now_s() - t0;
+}
+
+/* Seconds for one get of run, or -1 (the error is printed). */
+static double timed_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n) {
+    ferry_xport_req_t *req = NULL;
+    double t0 = cli_now_s();
+    ferry_status_t st = ferry_xport_get(xp, runs, n, &req);
+    if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
+    double t = cli_now_s() - t0;
+    ferry_xport_req_free(req);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry bench: get: %s\n", ferry_xport_error(xp));
+        return -1;
+    }
+    return t;
+}
+
+static double timed_memcpy(uint8_t *dst, const uint8_t *src, size_t n, uint32_t nt) {
+    double t0 = cli_now_s();
+    cli_memcpy_threads(dst, src, n, nt);
+    return cli_now_s() - t0;
 }
 
 static const char *const backends[] = {"shm", "ucx"}, *const memories[] = {"alloc", "user"};
@@ -213,7 +259,7 @@ static int bench_xport(int argc, char **argv) {
         owner(kind, max, user, dp[1], fp[0]);
     }
     close(dp[1]), close(fp[0]);
-    int rc = CLI_FAIL;
+    int rc = CLI_FAIL, tcp_fd = -1;
     ferry_ctx_t *ctx = cli_ctx();
     ferry_xport_t *xp = NULL;
     ferry_xport_rmem_t *r = NULL;
@@ -239,55 +285,43 @@ static int bench_xport(int argc, char **argv) {
     if (!local || !src) goto out;
     memset(local, 1, max); /* resident, so page faults do not count */
     memset(src, 2, max);
-    printf("ferry bench xport: backend %s%s%s, memory %s, %llu thread(s), median of %llu\n", backend_name,
+    if (tcp_only && (tcp_fd = tcp_connect_owner(fp[1])) < 0) {
+        fprintf(stderr, "ferry bench: the TCP baseline could not connect\n");
+        goto out;
+    }
+    printf("ferry bench xport: backend %s%s%s, memory %s, %llu thread(s)\n", backend_name,
            kind == FERRY_XPORT_UCX ? ", UCX_TLS=" : "", kind == FERRY_XPORT_UCX ? (tls_now ? tls_now : "(all)") : "",
-           user ? "user-registered" : "allocated by the transport", (unsigned long long)threads,
-           (unsigned long long)repeat);
-    if (tcp_only)
-        printf("%10s %14s %14s %14s %12s\n", "size", "get GB/s", "memcpy 1t", "TCP stream", "get/TCP");
-    else
-        printf("%10s %14s %14s %14s %12s\n", "size", "get GB/s", "memcpy 1t", "memcpy Nt", "get/memcpy");
-    double *t = calloc(repeat, sizeof *t);
+           user ? "user-registered" : "allocated by the transport", (unsigned long long)threads);
+    printf("%llu rounds per size after a warm-up, each: memcpy 1t, %s, then the get (interleaved).\n"
+           "GB/s as median [min-max] over the rounds; %s is median get / median %s.\n",
+           (unsigned long long)repeat, tcp_only ? "a TCP stream of the same bytes" : "memcpy Nt",
+           tcp_only ? "get/TCP" : "get/memcpy", tcp_only ? "TCP stream" : "memcpy Nt");
+    printf("%10s %22s %22s %22s %11s\n", "size", "get", "memcpy 1t", tcp_only ? "TCP stream" : "memcpy Nt",
+           tcp_only ? "get/TCP" : "get/memcpy");
+    double *t = calloc(3 * repeat, sizeof *t);
     if (!t) goto out;
+    double *tm1 = t, *tb = t + repeat, *tg = t + 2 * repeat;
     for (size_t s = 0; s < nsizes; s++) {
         uint64_t n = list[s];
         ferry_xport_run_t run = {r, 0, local, n};
-        for (uint64_t i = 0; i <= repeat; i++) { /* the first is a warm-up */
-            ferry_xport_req_t *req = NULL;
-            double t0 = cli_now_s();
-            ferry_status_t st = ferry_xport_get(xp, &run, 1, &req);
-            if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
-            ferry_xport_req_free(req);
-            if (st != FERRY_OK) {
-                fprintf(stderr, "ferry bench: get: %s\n", ferry_xport_error(xp));
-                free(t);
-                goto out;
-            }
-            if (i) t[i - 1] = cli_now_s() - t0;
+        bool ok = true;
+        for (uint64_t i = 0; i <= repeat && ok; i++) { /* round 0 is a warm-up */
+            double m1 = timed_memcpy(local, src, n, 1);
+            double b = tcp_only ? tcp_stream(fp[1], tcp_fd, local, n) : timed_memcpy(local, src, n, (uint32_t)threads);
+            double g = timed_get(xp, &run, 1);
+            if (b < 0 && g >= 0) fprintf(stderr, "ferry bench: the TCP baseline failed\n");
+            ok = b >= 0 && g >= 0;
+            if (i) tm1[i - 1] = m1, tb[i - 1] = b, tg[i - 1] = g;
         }
-        double get = median_gbps(t, (int)repeat, n);
-        for (uint64_t i = 0; i < repeat; i++) {
-            double t0 = cli_now_s();
-            cli_memcpy_threads(local, src, n, 1);
-            t[i] = cli_now_s() - t0;
+        if (!ok) {
+            free(t);
+            goto out;
         }
-        double m1 = median_gbps(t, (int)repeat, n);
-        for (uint64_t i = 0; i < repeat; i++) {
-            double t0 = cli_now_s();
-            cli_memcpy_threads(local, src, n, (uint32_t)threads);
-            t[i] = cli_now_s() - t0;
-        }
-        double mn = median_gbps(t, (int)repeat, n);
-        if (tcp_only) { /* the baseline over the same link: a plain socket stream */
-            if (tcp_baseline(fp[1], local, n, (uint32_t)repeat, t) != 0) {
-                fprintf(stderr, "ferry bench: the TCP baseline failed\n");
-                free(t);
-                goto out;
-            }
-            mn = median_gbps(t, (int)repeat, n);
-        }
-        char sz[32];
-        printf("%10s %14.2f %14.2f %14.2f %12.2f\n", cli_bytes(n, sz, sizeof sz), get, m1, mn, get / mn);
+        rate_t get = rate_of(tg, repeat, (double)n), m1 = rate_of(tm1, repeat, (double)n),
+               base = rate_of(tb, repeat, (double)n);
+        char sz[32], c1[48], c2[48], c3[48];
+        printf("%10s %22s %22s %22s %11.2f\n", cli_bytes(n, sz, sizeof sz), rate_str(get, 1e-9, 2, c1, sizeof c1),
+               rate_str(m1, 1e-9, 2, c2, sizeof c2), rate_str(base, 1e-9, 2, c3, sizeof c3), get.med / base.med);
     }
     /* many small runs: 4 KiB at scattered offsets */
     enum { RUNS = 1024 };
@@ -297,27 +331,25 @@ static int bench_xport(int argc, char **argv) {
         runs[i] = (ferry_xport_run_t){r, (uint64_t)(i * 7919) % slots * 4096, local + (size_t)i * 4096, 4096};
     for (int mode = 0; mode < 2; mode++) {
         for (uint64_t i = 0; i < repeat; i++) {
-            double t0 = cli_now_s();
+            tg[i] = 0;
             for (int k = 0; k < (mode ? RUNS : 1); k++) {
-                ferry_xport_req_t *req = NULL;
-                ferry_status_t st = ferry_xport_get(xp, mode ? &runs[k] : runs, mode ? 1 : RUNS, &req);
-                if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
-                ferry_xport_req_free(req);
-                if (st != FERRY_OK) {
-                    fprintf(stderr, "ferry bench: get: %s\n", ferry_xport_error(xp));
+                double g = timed_get(xp, mode ? &runs[k] : runs, mode ? 1 : RUNS);
+                if (g < 0) {
                     free(t);
                     goto out;
                 }
+                tg[i] += g;
             }
-            t[i] = cli_now_s() - t0;
         }
-        qsort(t, repeat, sizeof *t, cli_cmp_dbl);
-        printf("4 KiB runs, %s: %.0f runs/s (%.2f GB/s)\n", mode ? "one per request" : "1024 per request",
-               RUNS / t[repeat / 2], RUNS * 4096.0 / t[repeat / 2] / 1e9);
+        rate_t runs_s = rate_of(tg, repeat, RUNS);
+        char c1[48], c2[48];
+        printf("4 KiB runs, %s: %s k runs/s, %s GB/s\n", mode ? "one per request" : "1024 per request",
+               rate_str(runs_s, 1e-3, 1, c1, sizeof c1), rate_str(runs_s, 4096e-9, 3, c2, sizeof c2));
     }
     free(t);
     rc = CLI_OK;
 out:
+    if (tcp_fd >= 0) close(tcp_fd);
     if (write(fp[1], "x", 1) != 1) kill(pid, SIGKILL);
     int ws;
     waitpid(pid, &ws, 0);

@@ -87,19 +87,46 @@ void ferry_xport_destroy(ferry_xport_t *xp);
 
 const char *ferry_xport_error(const ferry_xport_t *xp);
 
-/* Allocates size bytes that peers can map (shm: a memfd), zero-filled, and
- * registers them. Ownership: the endpoint owns the memory; *out lives until
- * ferry_xport_mem_deregister or the endpoint's end. Errors: detail on xp. */
-ferry_status_t ferry_xport_mem_alloc(ferry_xport_t *xp, size_t size, ferry_mem_type_t type,
-                                     ferry_xport_mem_t **out);
+/* What peers may do with a registration. Read-only is the default: a
+ * descriptor then lets its holder read the memory, not change it. Ask for
+ * FERRY_XPORT_ACCESS_WRITE only where peers put into the memory.
+ * The descriptor carries the access, and a peer's ferry_xport_put into a
+ * read-only registration is refused before anything moves
+ * (FERRY_ERR_INVALID_ARGUMENT, naming the run). Beyond that refusal, which
+ * only ferry's own code obeys, the owner's side enforces it where the
+ * transport can:
+ *  - shm, memory from ferry_xport_mem_alloc: enforced by the kernel. Peers
+ *    get a read-only memfd, sealed against writable mappings
+ *    (F_SEAL_FUTURE_WRITE), so no process of the owner's user can map it
+ *    writable, even by reopening it.
+ *  - shm, memory from ferry_xport_mem_register: not enforced. A peer that
+ *    may process_vm_readv the owner (same user, ptrace permission) may also
+ *    process_vm_writev it.
+ *  - UCX: not enforced. ferry asks ucp_mem_map for no remote write, but UCX
+ *    1.13 ignores the request: RDMA memory is registered remotely writable,
+ *    and TCP and shared-memory transports write wherever a connected peer
+ *    asks (docs/transport.md). Keep UCX on a network of trusted hosts. */
+typedef enum ferry_xport_access {
+    FERRY_XPORT_ACCESS_READ = 0, /* peers get; puts are refused (the default) */
+    FERRY_XPORT_ACCESS_WRITE = 1 /* peers get and put */
+} ferry_xport_access_t;
 
-/* Registers memory the caller owns (it must stay valid while registered).
- * Registering the same range again returns the same registration with a
- * reference added (a registration cache: repeated steps cost nothing); each
- * registration is released by one deregister. shm reads it with
- * process_vm_readv (needs ptrace permission on the owner; same user). */
-ferry_status_t ferry_xport_mem_register(ferry_xport_t *xp, void *ptr, size_t size,
-                                        ferry_mem_type_t type, ferry_xport_mem_t **out);
+/* Allocates size bytes that peers can map (shm: a sealed memfd, which peers
+ * can neither shrink nor grow), zero-filled, and registers them with the
+ * given access for peers. Ownership: the endpoint owns the memory; *out
+ * lives until ferry_xport_mem_deregister or the endpoint's end.
+ * Errors: detail on xp. */
+ferry_status_t ferry_xport_mem_alloc(ferry_xport_t *xp, size_t size, ferry_mem_type_t type,
+                                     ferry_xport_access_t access, ferry_xport_mem_t **out);
+
+/* Registers memory the caller owns (it must stay valid while registered),
+ * with the given access for peers. Registering the same range with the same
+ * access again returns the same registration with a reference added (a
+ * registration cache: repeated steps cost nothing); each registration is
+ * released by one deregister. shm reads it with process_vm_readv (needs
+ * ptrace permission on the owner; same user). */
+ferry_status_t ferry_xport_mem_register(ferry_xport_t *xp, void *ptr, size_t size, ferry_mem_type_t type,
+                                        ferry_xport_access_t access, ferry_xport_mem_t **out);
 
 /* Drops a reference; the last one ends the registration: descriptors of it
  * become stale and peers' reads of it fail with FERRY_ERR_STALE. A read
@@ -158,7 +185,9 @@ typedef struct ferry_xport_run {
 } ferry_xport_run_t;
 
 /* Reads (get) or writes (put) n runs. Every run is checked first: inside its
- * registration (FERRY_ERR_INVALID_ARGUMENT naming the run), registration alive
+ * registration (FERRY_ERR_INVALID_ARGUMENT naming the run), for a put a
+ * registration its owner made writable (FERRY_ERR_INVALID_ARGUMENT naming
+ * the run: ferry_xport_access_t), registration alive
  * (FERRY_ERR_STALE), owner alive (FERRY_ERR_PEER_LOST); nothing is
  * transferred unless all pass. *req gets the request; wait on it and free it.
  * A request that fails part way (the owner dies, a registration ends during

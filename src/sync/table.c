@@ -247,7 +247,7 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id) {
     ferry_ctx_t *ctx = t->m.ctx;
     uint64_t total = 0;
     for (size_t i = 0; i < s->n; i++) total += (s->puts[i].bytes + 63) / 64 * 64;
-    ferry_status_t st = ferry_xport_mem_alloc(t->m.xp, total ? total : 64, FERRY_MEM_HOST, &s->mem);
+    ferry_status_t st = ferry_xport_mem_alloc(t->m.xp, total ? total : 64, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &s->mem);
     if (st != FERRY_OK) return ferry_fail(&t->m.err, st, "%s", ferry_xport_error(t->m.xp));
     FerryMeta__TableEntry *es = ferry_calloc(ctx, s->n + 1, sizeof *es);
     FerryMeta__TableEntry **ep = ferry_calloc(ctx, s->n + 1, sizeof *ep);

@@ -232,7 +232,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
                           (unsigned long long)base_bytes);
     if (!w->codec && ferry_delta_codec_create(ctx, &w->codec) != FERRY_OK)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
-    ferry_status_t st = ferry_xport_mem_alloc(m->xp, cap, FERRY_MEM_HOST, &w->delta_mem);
+    ferry_status_t st = ferry_xport_mem_alloc(m->xp, cap, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &w->delta_mem);
     if (st != FERRY_OK)
         return ferry_fail(&m->err, st, "delta area of %llu bytes: %s", (unsigned long long)cap,
                           ferry_xport_error(m->xp));
@@ -298,7 +298,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
         }
         int pack_region = -1;
         if (w->pack_bytes) {
-            st = ferry_xport_mem_alloc(m->xp, w->pack_bytes, FERRY_MEM_HOST, &w->pack);
+            st = ferry_xport_mem_alloc(m->xp, w->pack_bytes, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &w->pack);
             if (st != FERRY_OK) {
                 st = ferry_fail(&m->err, st, "pack area of %llu bytes: %s", (unsigned long long)w->pack_bytes,
                                 ferry_xport_error(m->xp));
@@ -332,7 +332,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
         w->slot_bytes = at + w->pack_bytes;
         for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++) {
             writer_slot_t *s = &w->slots[k];
-            st = ferry_xport_mem_alloc(m->xp, w->slot_bytes ? w->slot_bytes : 1, FERRY_MEM_HOST, &s->mem);
+            st = ferry_xport_mem_alloc(m->xp, w->slot_bytes ? w->slot_bytes : 1, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &s->mem);
             if (st != FERRY_OK) {
                 st = ferry_fail(&m->err, st, "staging slot %u of %llu bytes: %s", k,
                                 (unsigned long long)w->slot_bytes, ferry_xport_error(m->xp));
@@ -676,7 +676,7 @@ ferry_status_t ferry_writer_add_buffer(ferry_writer_t *w, const char *name, ferr
 
 static void *writer_alloc(sync_member_t *m, const ferry_buffer_info_t *bi, uint32_t *index, ferry_status_t *st) {
     ferry_xport_mem_t *mem;
-    *st = ferry_xport_mem_alloc(m->xp, bi->size ? bi->size : 1, FERRY_MEM_HOST, &mem);
+    *st = ferry_xport_mem_alloc(m->xp, bi->size ? bi->size : 1, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &mem);
     if (*st != FERRY_OK) {
         *st = ferry_fail(&m->err, *st, "buffer %s (%llu bytes): %s", bi->name, (unsigned long long)bi->size,
                          ferry_xport_error(m->xp));
@@ -721,7 +721,7 @@ ferry_status_t ferry_writer_commit(ferry_writer_t *w) {
     for (size_t b = 0; b < m->nbufs; b++) {
         if (m->bufs[b].mem || m->bufs[b].size == 0) continue;
         ferry_status_t st = ferry_xport_mem_register(m->xp, m->bufs[b].ptr, m->bufs[b].size, FERRY_MEM_HOST,
-                                                     &m->bufs[b].mem);
+                                                     FERRY_XPORT_ACCESS_READ, &m->bufs[b].mem);
         if (st != FERRY_OK)
             return ferry_fail(&m->err, st, "registering buffer %s: %s", m->bufs[b].name, ferry_xport_error(m->xp));
     }

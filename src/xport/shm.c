@@ -19,6 +19,14 @@
  * kernel reports for the connected socket, so it is right across pid
  * namespaces.
  *
+ * Sealing: every memfd is sealed against shrinking and growing (a peer that
+ * could truncate it would SIGBUS the owner and every other reader), and
+ * peers refuse a memfd without those seals. A read-only registration (and
+ * the control page) is also sealed against new writable mappings
+ * (F_SEAL_FUTURE_WRITE: the owner's own mapping, made before, stays
+ * writable), and peers get it through a read-only reopening, so no process
+ * can map it writable, not even by reopening its descriptor through /proc.
+ *
  * Descriptor body: pid(4) nonce(8) mode(1) slot(4) gen(8) size(8) addr(8)
  * secret(8). */
 #include <errno.h>
@@ -263,6 +271,36 @@ static void *service(void *arg) {
 
 /* ---- endpoint ------------------------------------------------------------ */
 
+/* Seals a memfd that the owner has sized and mapped, and replaces *fd with
+ * the descriptor peers get: sealed against shrinking and growing; read-only
+ * access also against new writable mappings, and handed out as a read-only
+ * reopening. On failure *fd is closed. */
+static ferry_status_t seal_for_peers(ferry_xport_t *xp, int *fd, ferry_xport_access_t access, const char *what) {
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    if (access == FERRY_XPORT_ACCESS_READ) seals |= F_SEAL_FUTURE_WRITE;
+    if (fcntl(*fd, F_ADD_SEALS, seals) != 0) {
+        int e = errno;
+        close(*fd);
+        *fd = -1;
+        return ferry_fail(&xp->err, e == EINVAL ? FERRY_ERR_UNSUPPORTED : FERRY_ERR_IO,
+                          "shm: sealing the memfd of %s: %s%s", what, strerror(e),
+                          e == EINVAL ? " (F_SEAL_FUTURE_WRITE needs Linux 5.1)" : "");
+    }
+    if (access == FERRY_XPORT_ACCESS_WRITE) return FERRY_OK;
+    /* peers get a read-only reopening, and map it read-only. The seal is
+     * what enforces it: a peer may reopen that writable through /proc, and
+     * still cannot map it writable. Without /proc the sealed descriptor
+     * goes out (peers see the seal and map read-only). */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", *fd);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    if (ro >= 0) {
+        close(*fd);
+        *fd = ro;
+    }
+    return FERRY_OK;
+}
+
 static ferry_status_t shm_init(ferry_xport_t *xp) {
     shm_t *s = ferry_calloc(xp->ctx, 1, sizeof *s);
     if (!s) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating an shm endpoint");
@@ -275,14 +313,21 @@ static ferry_status_t shm_init(ferry_xport_t *xp) {
     if (getrandom(&s->secret, sizeof s->secret, 0) != (ssize_t)sizeof s->secret)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: no randomness for the endpoint's secret: %s", strerror(errno));
     size_t ctl = SHM_SLOTS * sizeof(uint64_t);
-    s->control_fd = memfd_create("ferry-shm-control", MFD_CLOEXEC);
-    if (s->control_fd < 0 || ftruncate(s->control_fd, (off_t)ctl) != 0)
-        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: control memfd: %s", strerror(errno));
-    s->gens = mmap(NULL, ctl, PROT_READ | PROT_WRITE, MAP_SHARED, s->control_fd, 0);
+    int cfd = memfd_create("ferry-shm-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (cfd < 0 || ftruncate(cfd, (off_t)ctl) != 0) {
+        int e = errno;
+        if (cfd >= 0) close(cfd);
+        return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: control memfd: %s", strerror(e));
+    }
+    s->gens = mmap(NULL, ctl, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
     if (s->gens == MAP_FAILED) {
         s->gens = NULL;
+        close(cfd);
         return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: mapping the control page: %s", strerror(errno));
     }
+    ferry_status_t st = seal_for_peers(xp, &cfd, FERRY_XPORT_ACCESS_READ, "the control page");
+    if (st) return st;
+    s->control_fd = cfd;
     s->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     struct sockaddr_un a;
     socklen_t alen;
@@ -342,7 +387,9 @@ static ferry_status_t take_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, int fd)
 }
 
 static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
-    int fd = memfd_create("ferry-shm", MFD_CLOEXEC);
+    /* the name shows in /proc/PID/fd and maps: which access peers have */
+    bool rw = m->access == FERRY_XPORT_ACCESS_WRITE;
+    int fd = memfd_create(rw ? "ferry-shm-rw" : "ferry-shm-ro", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: memfd_create: %s", strerror(errno));
     if (ftruncate(fd, (off_t)m->size) != 0) {
         int e = errno;
@@ -358,9 +405,14 @@ static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
         close(fd);
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "shm: mapping %zu bytes: %s", m->size, strerror(e));
     }
+    ferry_status_t st = seal_for_peers(xp, &fd, m->access, "a registration");
+    if (st) {
+        munmap(p, m->size);
+        return st;
+    }
     m->ptr = p;
-    m->fd = fd;
-    ferry_status_t st = take_slot(xp, m, fd);
+    m->fd = fd; /* what peers get: the owner writes through its mapping */
+    st = take_slot(xp, m, fd);
     if (st) {
         munmap(p, m->size);
         close(fd);
@@ -398,6 +450,19 @@ static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_
     ferry_put_le(b + 41, s->secret, 8);
     *len = SHM_BODY;
     return FERRY_OK;
+}
+
+/* Whether a memfd from an owner can neither shrink nor grow: only then is a
+ * mapping of it safe to read (a shrunk one raises SIGBUS). */
+static bool sealed(int fd) {
+    int seals = fcntl(fd, F_GET_SEALS);
+    return seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW);
+}
+
+/* Whether this process may map a memfd from an owner writable. */
+static bool mappable_writable(int fd) {
+    int fl = fcntl(fd, F_GETFL), seals = fcntl(fd, F_GET_SEALS);
+    return fl >= 0 && (fl & O_ACCMODE) == O_RDWR && seals >= 0 && !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
 }
 
 /* The connection to the endpoint (pid, nonce), made on first use. */
@@ -449,6 +514,14 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
     }
     int fl = fcntl(sock, F_GETFL); /* requests wait with poll; the socket itself may block */
     if (fl >= 0) fcntl(sock, F_SETFL, fl & ~O_NONBLOCK);
+    struct stat sb;
+    if (!sealed(cfd) || fstat(cfd, &sb) != 0 || (uint64_t)sb.st_size < SHM_SLOTS * sizeof(uint64_t)) {
+        close(cfd);
+        close(sock);
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT,
+                          "shm: endpoint %s sent a control page that is not a sealed memfd of %zu bytes",
+                          a.sun_path + 1, SHM_SLOTS * sizeof(uint64_t));
+    }
     const uint64_t *gens = mmap(NULL, SHM_SLOTS * sizeof(uint64_t), PROT_READ, MAP_SHARED, cfd, 0);
     close(cfd);
     if (gens == MAP_FAILED) {
@@ -527,6 +600,13 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
                           : rr != 0 ? "the owner is gone"
                                     : "the owner refused (stale descriptor)");
     }
+    if (!sealed(fd)) {
+        close(fd);
+        put_peer(xp, peer);
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT,
+                          "shm: registration %u of pid %u is not sealed against resizing (F_SEAL_SHRINK, "
+                          "F_SEAL_GROW): refused, a shrink would crash this reader", slot, pid);
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != size) { /* the descriptor's size is not trusted */
         close(fd);
@@ -535,8 +615,12 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
                           "shm descriptor: registration %u claims %llu bytes, the owner's memory has %lld", slot,
                           (unsigned long long)size, (long long)sb.st_size);
     }
+    /* the owner decides: a read-only registration comes as a read-only fd,
+     * whatever the descriptor says */
+    r->writable = r->writable && mappable_writable(fd);
     /* page tables filled once here, not by faults during the first reads */
-    void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void *base = mmap(NULL, (size_t)size, r->writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_POPULATE,
+                      fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         put_peer(xp, peer);

@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -45,7 +46,7 @@ typedef struct ucx_peer_t {
     uint64_t id;              /* xxh3 of the worker address */
     ucp_ep_h ep;
     int pidfd;                /* same host and network namespace: the owner's pidfd, else -1 */
-    bool lost;
+    atomic_bool lost;         /* set by UCX's error callback on the progress thread too */
     uint32_t refs;
     struct ucx_peer_t *next;
 } ucx_peer_t;
@@ -61,7 +62,7 @@ typedef struct {
     int wake[2];
     pthread_t thread;
     bool running;
-    volatile bool stop;
+    atomic_bool stop;         /* tells the progress thread to end */
     ucp_mem_h ctl_memh;       /* the generations, UCX-allocated */
     uint64_t *gens;
     void *ctl_rkey;
@@ -100,7 +101,7 @@ static ferry_status_t from_ucs(ucs_status_t s) {
 static void *progress_thread(void *arg) {
     ucx_t *u = arg;
     struct pollfd fds[2] = {{u->efd, POLLIN, 0}, {u->wake[0], POLLIN, 0}};
-    while (!u->stop) {
+    while (!atomic_load_explicit(&u->stop, memory_order_acquire)) {
         while (ucp_worker_progress(u->worker)) {
         }
         ucs_status_t s = ucp_worker_arm(u->worker);
@@ -140,6 +141,7 @@ static ferry_status_t ucx_init(ferry_xport_t *xp) {
     ucx_t *u = ferry_calloc(xp->ctx, 1, sizeof *u);
     if (!u) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
     u->efd = u->wake[0] = u->wake[1] = -1;
+    atomic_init(&u->stop, false);
     pthread_mutex_init(&u->lock, NULL);
     xp->backend = u;
     u->host = host_identity();
@@ -162,9 +164,12 @@ static ferry_status_t ucx_init(ferry_xport_t *xp) {
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: worker address: %s", ucs_status_string(s));
     if ((s = ucp_worker_get_efd(u->worker, &u->efd)) != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: worker event fd: %s", ucs_status_string(s));
-    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                                             UCP_MEM_MAP_PARAM_FIELD_PROT,
                                .length = UCX_SLOTS * sizeof(uint64_t),
-                               .flags = UCP_MEM_MAP_ALLOCATE};
+                               .flags = UCP_MEM_MAP_ALLOCATE,
+                               .prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                                       UCP_MEM_MAP_PROT_REMOTE_READ}; /* peers only read it */
     if ((s = ucp_mem_map(u->context, &mp, &u->ctl_memh)) != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "ucx: control array: %s", ucs_status_string(s));
     ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
@@ -194,7 +199,7 @@ static void close_ep(ucx_t *u, ucp_ep_h ep) {
 static void ucx_quiesce(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     if (!u || !u->running) return;
-    u->stop = true;
+    atomic_store_explicit(&u->stop, true, memory_order_release);
     char b = 1;
     ssize_t w = write(u->wake[1], &b, 1);
     (void)w;
@@ -234,9 +239,16 @@ static void ucx_fini(ferry_xport_t *xp) {
 
 static ferry_status_t map_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, bool allocate) {
     ucx_t *u = xp->backend;
-    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+    /* no remote write unless asked for. UCX 1.13 does not enforce it (it
+     * registers with full access and emulated puts write anywhere), a UCX
+     * that honours the field will */
+    unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+    if (m->access == FERRY_XPORT_ACCESS_WRITE) prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                                             UCP_MEM_MAP_PARAM_FIELD_PROT,
                                .length = m->size,
-                               .flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0};
+                               .flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0,
+                               .prot = prot};
     if (!allocate) {
         mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
         mp.address = m->ptr;
@@ -352,18 +364,18 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
     (void)ep;
     (void)status;
     ucx_peer_t *p = arg;
-    __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+    atomic_store_explicit(&p->lost, true, memory_order_release);
 }
 
 /* Whether the owner is known to be gone (UCX's error callback, or a local
  * owner's pidfd turning readable). */
 static bool peer_lost(ucx_peer_t *p) {
-    if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) return true;
+    if (atomic_load_explicit(&p->lost, memory_order_acquire)) return true;
     if (p->pidfd >= 0) {
         struct pollfd pf = {p->pidfd, POLLIN, 0};
-        if (poll(&pf, 1, 0) > 0) __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+        if (poll(&pf, 1, 0) > 0) atomic_store_explicit(&p->lost, true, memory_order_release);
     }
-    return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE);
+    return atomic_load_explicit(&p->lost, memory_order_acquire);
 }
 
 /* local_pid: the owner's pid when it shares our host and network namespace
@@ -391,6 +403,7 @@ static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t le
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
     }
     p->pidfd = pidfd;
+    atomic_init(&p->lost, false);
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
                           .address = (const ucp_address_t *)addr,
@@ -422,7 +435,7 @@ static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
     p->ep = NULL;
     if (p->pidfd >= 0) close(p->pidfd);
     p->pidfd = -1;
-    __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+    atomic_store_explicit(&p->lost, true, memory_order_release);
     p->next = u->closed;
     u->closed = p;
 }
@@ -430,7 +443,7 @@ static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
 /* Aborts everything in flight to a peer: a force-closed endpoint completes
  * its requests with errors, and the peer is not used again. */
 static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
-    __atomic_store_n(&p->lost, true, __ATOMIC_RELEASE);
+    atomic_store_explicit(&p->lost, true, memory_order_release);
     if (p->ep) {
         close_ep(u, p->ep);
         p->ep = NULL;

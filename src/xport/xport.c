@@ -7,12 +7,14 @@
 #include "common/bytes.h"
 #include "xport/xport_internal.h"
 
-/* Descriptor: "FXD" version(1) kind(1) reserved(1) body_len(2, LE) body
- * xxh3-64(everything before, LE). */
+/* Descriptor: "FXD" version(1) kind(1) flags(1) body_len(2, LE) body
+ * xxh3-64(everything before, LE). flags: bit 0, peers may put
+ * (FERRY_XPORT_ACCESS_WRITE); other bits 0. */
 #define DESC_MAGIC "FXD"
 #define DESC_VERSION 1
 #define DESC_HEAD 8
 #define DESC_TAIL 8
+#define DESC_FLAG_WRITE 0x01
 
 static const xport_ops_t *ops_of(ferry_xport_kind_t kind) {
     switch (kind) {
@@ -81,25 +83,31 @@ void ferry_xport_destroy(ferry_xport_t *xp) {
 
 const char *ferry_xport_error(const ferry_xport_t *xp) { return xp->err.text; }
 
-static ferry_status_t new_mem(ferry_xport_t *xp, size_t size, ferry_mem_type_t type, ferry_xport_mem_t **out) {
+static ferry_status_t new_mem(ferry_xport_t *xp, size_t size, ferry_mem_type_t type, ferry_xport_access_t access,
+                              ferry_xport_mem_t **out) {
     if (type != FERRY_MEM_HOST)
         return ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED, "xport: memory type %d is not supported yet", (int)type);
+    if (access != FERRY_XPORT_ACCESS_READ && access != FERRY_XPORT_ACCESS_WRITE)
+        return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT,
+                          "xport: access %d is neither FERRY_XPORT_ACCESS_READ nor FERRY_XPORT_ACCESS_WRITE", (int)access);
     if (size == 0) return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT, "xport: cannot register 0 bytes");
     ferry_xport_mem_t *m = ferry_calloc(xp->ctx, 1, sizeof *m);
     if (!m) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory registering memory");
     m->xp = xp;
     m->size = size;
     m->type = type;
+    m->access = access;
     m->refs = 1;
     m->fd = -1;
     *out = m;
     return FERRY_OK;
 }
 
-ferry_status_t ferry_xport_mem_alloc(ferry_xport_t *xp, size_t size, ferry_mem_type_t type, ferry_xport_mem_t **out) {
+ferry_status_t ferry_xport_mem_alloc(ferry_xport_t *xp, size_t size, ferry_mem_type_t type,
+                                     ferry_xport_access_t access, ferry_xport_mem_t **out) {
     if (!xp || !out) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_xport_mem_t *m = NULL;
-    ferry_status_t st = new_mem(xp, size, type, &m);
+    ferry_status_t st = new_mem(xp, size, type, access, &m);
     if (st) return st;
     m->allocated = true;
     if ((st = xp->ops->mem_alloc(xp, m)) != FERRY_OK) {
@@ -113,18 +121,18 @@ ferry_status_t ferry_xport_mem_alloc(ferry_xport_t *xp, size_t size, ferry_mem_t
 }
 
 ferry_status_t ferry_xport_mem_register(ferry_xport_t *xp, void *ptr, size_t size, ferry_mem_type_t type,
-                                        ferry_xport_mem_t **out) {
+                                        ferry_xport_access_t access, ferry_xport_mem_t **out) {
     if (!xp || !out) return FERRY_ERR_INVALID_ARGUMENT;
     if (!ptr) return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT, "xport: cannot register a NULL pointer");
     for (ferry_xport_mem_t *m = xp->mems; m; m = m->next) { /* the registration cache */
-        if (!m->allocated && m->ptr == ptr && m->size == size && m->type == type) {
+        if (!m->allocated && m->ptr == ptr && m->size == size && m->type == type && m->access == access) {
             m->refs++;
             *out = m;
             return FERRY_OK;
         }
     }
     ferry_xport_mem_t *m = NULL;
-    ferry_status_t st = new_mem(xp, size, type, &m);
+    ferry_status_t st = new_mem(xp, size, type, access, &m);
     if (st) return st;
     m->ptr = ptr;
     if ((st = xp->ops->mem_register(xp, m)) != FERRY_OK) {
@@ -167,7 +175,7 @@ ferry_status_t ferry_xport_mem_pack(const ferry_xport_mem_t *m, void *buf, size_
     memcpy(tmp, DESC_MAGIC, 3);
     tmp[3] = DESC_VERSION;
     tmp[4] = (uint8_t)xp->kind;
-    tmp[5] = 0;
+    tmp[5] = m->access == FERRY_XPORT_ACCESS_WRITE ? DESC_FLAG_WRITE : 0;
     ferry_put_le(tmp + 6, body, 2);
     ferry_put_le(tmp + DESC_HEAD + body, XXH3_64bits(tmp, DESC_HEAD + body), 8);
     memcpy(buf, tmp, total);
@@ -187,12 +195,15 @@ ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: body of %zu bytes in %zu", body, len);
     if (ferry_get_le(d + DESC_HEAD + body, 8) != XXH3_64bits(d, DESC_HEAD + body))
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: checksum mismatch");
+    if (d[5] & ~DESC_FLAG_WRITE)
+        return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "xport descriptor: unknown flags 0x%02x", d[5]);
     if (d[4] != (uint8_t)xp->kind)
         return ferry_fail(&xp->err, FERRY_ERR_MISMATCH, "xport descriptor: made by a %s transport, this is %s",
                           d[4] == FERRY_XPORT_SHM ? "shm" : d[4] == FERRY_XPORT_UCX ? "ucx" : "different", xp->ops->name);
     ferry_xport_rmem_t *r = ferry_calloc(xp->ctx, 1, sizeof *r);
     if (!r) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory unpacking a descriptor");
     r->xp = xp;
+    r->writable = (d[5] & DESC_FLAG_WRITE) != 0; /* a backend may know better (shm: the memfd's mode) */
     ferry_status_t st = xp->ops->rmem_unpack(xp, d + DESC_HEAD, body, r);
     if (st) {
         ferry_free(xp->ctx, r);
@@ -252,6 +263,10 @@ static ferry_status_t transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs,
             return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT,
                               "xport %s: run %zu [%llu, +%zu) is outside the %zu-byte registration", what, i,
                               (unsigned long long)r->remote_offset, r->len, r->rmem->size);
+        if (put && !r->rmem->writable)
+            return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT,
+                              "xport put: run %zu writes a read-only registration (its owner registered it "
+                              "without FERRY_XPORT_ACCESS_WRITE)", i);
         if (i > 0 && r->rmem == runs[i - 1].rmem) continue; /* one check per region and batch */
         ferry_status_t st = xp->ops->rmem_check(xp, r->rmem);
         if (st)

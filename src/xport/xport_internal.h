@@ -15,6 +15,7 @@ struct ferry_xport_mem {
     void *ptr;
     size_t size;
     ferry_mem_type_t type;
+    ferry_xport_access_t access; /* what peers may do (the descriptor says so) */
     bool allocated;          /* from ferry_xport_mem_alloc (else: the caller's memory) */
     uint32_t refs;
     uint32_t slot;           /* backend's index of the registration */
@@ -30,6 +31,7 @@ struct ferry_xport_rmem {
     size_t size;
     uint32_t slot;
     uint64_t gen;
+    bool writable;           /* the owner allows puts (the descriptor's access; shm: and the memfd's) */
     bool mapped;             /* shm: a memfd mapping at base; else process_vm at remote_addr */
     uint8_t *base;
     uint64_t remote_addr;

@@ -2,12 +2,20 @@
  * random and batched ranges, large (multi-threaded) reads, out-of-range and
  * corrupt-descriptor rejection, stale descriptors after deregistration, the
  * owner killed (-9) mid-session turning into FERRY_ERR_PEER_LOST within the
- * timeout, registered user memory, and the registration cache. Runs for shm,
- * and for UCX over TCP and over its shared-memory transports. */
+ * timeout, registered user memory, the registration cache, puts refused on
+ * read-only registrations, and (shm) sealed memfds that a peer can neither
+ * resize nor map writable. Runs for shm, and for UCX over TCP and over its
+ * shared-memory transports. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,9 +104,10 @@ static pid_t spawn(const char *role, int a, int b) {
 }
 
 /* Allocates size bytes on xp and packs their descriptor into desc. */
-static ferry_xport_mem_t *alloc_packed(ferry_xport_t *xp, size_t size, uint8_t *desc, size_t *dlen) {
+static ferry_xport_mem_t *alloc_packed(ferry_xport_t *xp, size_t size, ferry_xport_access_t access, uint8_t *desc,
+                                       size_t *dlen) {
     ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, access, &m), ferry_xport_error(xp));
     CHECK_OK(ferry_xport_mem_pack(m, desc, FERRY_XPORT_DESC_MAX, dlen), ferry_xport_error(xp));
     return m;
 }
@@ -219,7 +228,7 @@ static void reader(int rfd, int wfd) {
 static void test_reads_and_writes(ferry_ctx_t *ctx) {
     ferry_xport_t *xp = endpoint(ctx, 1);
     ferry_xport_mem_t *m = NULL;
-    CHECK_OK(ferry_xport_mem_alloc(xp, SIZE, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_mem_alloc(xp, SIZE, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_WRITE, &m), ferry_xport_error(xp));
     uint8_t *p = ferry_xport_mem_ptr(m);
     for (uint64_t k = 0; k < SIZE; k++) p[k] = pattern(k, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
@@ -228,6 +237,7 @@ static void test_reads_and_writes(ferry_ctx_t *ctx) {
     int to_child[2], to_parent[2];
     CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
     pid_t pid = spawn("reader", to_child[0], to_parent[1]);
+    close(to_child[0]), close(to_parent[1]); /* the child's ends: its death reads as EOF here */
     send_blob(to_child[1], desc, dlen);
     CHECK(wait_child(pid) == 0);
     for (uint64_t k = 0; k < SIZE; k++) {
@@ -236,7 +246,7 @@ static void test_reads_and_writes(ferry_ctx_t *ctx) {
     }
     ferry_xport_mem_deregister(m);
     ferry_xport_destroy(xp);
-    close(to_child[0]), close(to_child[1]), close(to_parent[0]), close(to_parent[1]);
+    close(to_child[1]), close(to_parent[0]);
     printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, 5 requests in flight, puts, range "
            "and descriptor checks\n");
 }
@@ -269,20 +279,21 @@ static void test_stale(ferry_ctx_t *ctx) {
     ferry_xport_t *xp = endpoint(ctx, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    ferry_xport_mem_t *m = alloc_packed(xp, 65536, desc, &dlen);
+    ferry_xport_mem_t *m = alloc_packed(xp, 65536, FERRY_XPORT_ACCESS_WRITE, desc, &dlen);
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
     pid_t pid = spawn("stale", a[0], b[1]);
+    close(a[0]), close(b[1]);
     send_blob(a[1], desc, dlen);
     await_byte(b[0]);
     ferry_xport_mem_deregister(m);
     /* a new registration may reuse the slot; the old descriptor stays stale */
-    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_mem_alloc(xp, 65536, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_WRITE, &m), ferry_xport_error(xp));
     signal_byte(a[1]);
     CHECK(wait_child(pid) == 0);
     ferry_xport_mem_deregister(m);
     ferry_xport_destroy(xp);
-    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    close(a[1]), close(b[0]);
     printf("  stale: gets, puts and unpacking of a deregistered region refused\n");
 }
 
@@ -299,7 +310,7 @@ static void idle_owner(int out, int mib) {
     ferry_xport_t *x = endpoint(c, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    (void)alloc_packed(x, (size_t)(mib > 0 ? mib : 1) << 20, desc, &dlen);
+    (void)alloc_packed(x, (size_t)(mib > 0 ? mib : 1) << 20, FERRY_XPORT_ACCESS_READ, desc, &dlen);
     send_blob(out, desc, dlen);
     for (;;) pause();
 }
@@ -309,6 +320,7 @@ static void test_owner_killed(ferry_ctx_t *ctx) {
     int a[2];
     CHECK(pipe(a) == 0);
     pid_t pid = spawn("idle_owner", a[1], 1);
+    close(a[1]);
     ferry_xport_t *xp = endpoint(ctx, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX], buf[4096];
     size_t dlen = recv_blob(a[0], desc, sizeof desc);
@@ -335,7 +347,7 @@ static void test_owner_killed(ferry_ctx_t *ctx) {
     st = ferry_xport_rmem_unpack(xp, desc, dlen, &r2);
     CHECK(st == FERRY_ERR_PEER_LOST && now_s() - t0 < 3.0);
     ferry_xport_destroy(xp);
-    close(a[0]), close(a[1]);
+    close(a[0]);
     printf("  owner killed: PEER_LOST in %.1f ms\n", dt * 1e3);
 }
 
@@ -348,9 +360,15 @@ static void user_owner(int out, int in) {
     CHECK(mem);
     for (size_t k = 0; k < n; k++) mem[k] = pattern(k, 3);
     ferry_xport_mem_t *m = NULL, *again = NULL;
-    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &m), ferry_xport_error(x));
-    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, &again), ferry_xport_error(x));
+    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_WRITE, &m), ferry_xport_error(x));
+    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_WRITE, &again),
+             ferry_xport_error(x));
     CHECK(again == m); /* the registration cache */
+    ferry_xport_mem_deregister(again);
+    /* the same range read-only is another registration: its descriptor must not let peers write */
+    CHECK_OK(ferry_xport_mem_register(x, mem, n, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &again),
+             ferry_xport_error(x));
+    CHECK(again != m);
     ferry_xport_mem_deregister(again);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
@@ -386,6 +404,7 @@ static void test_owner_killed_midstream(ferry_ctx_t *ctx) {
     int a[2];
     CHECK(pipe(a) == 0);
     pid_t pid = spawn("idle_owner", a[1], 64);
+    close(a[1]);
     ferry_xport_t *xp = endpoint(ctx, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen = recv_blob(a[0], desc, sizeof desc);
@@ -413,7 +432,7 @@ static void test_owner_killed_midstream(ferry_ctx_t *ctx) {
            ferry_status_name(st), (failed - k.at) * 1e3);
     free(buf);
     ferry_xport_destroy(xp);
-    close(a[0]), close(a[1]);
+    close(a[0]);
 }
 
 /* Memory the caller owns, read and written with process_vm_*; the parent
@@ -422,6 +441,7 @@ static void test_user_memory(ferry_ctx_t *ctx) {
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
     pid_t pid = spawn("user_owner", a[1], b[0]);
+    close(a[1]), close(b[0]);
     ferry_xport_t *xp = endpoint(ctx, 2);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen = recv_blob(a[0], desc, sizeof desc);
@@ -451,7 +471,7 @@ static void test_user_memory(ferry_ctx_t *ctx) {
     CHECK(wait_child(pid) == 0);
     free(buf);
     ferry_xport_destroy(xp);
-    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    close(a[0]), close(b[1]);
 }
 
 /* Rewrites 8 bytes of a descriptor's body and its checksum: a descriptor a
@@ -497,17 +517,279 @@ static void test_shm_access(ferry_ctx_t *ctx) {
     ferry_xport_t *xp = endpoint(ctx, 1);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t dlen;
-    ferry_xport_mem_t *m = alloc_packed(xp, 65536, desc, &dlen);
+    ferry_xport_mem_t *m = alloc_packed(xp, 65536, FERRY_XPORT_ACCESS_READ, desc, &dlen);
     int a[2], b[2];
     CHECK(pipe(a) == 0 && pipe(b) == 0);
     pid_t pid = spawn("forger", a[0], b[1]);
+    close(a[0]), close(b[1]);
     send_blob(a[1], desc, dlen);
     await_byte(b[0]);
     CHECK(wait_child(pid) == 0);
     ferry_xport_mem_deregister(m);
     ferry_xport_destroy(xp);
-    close(a[0]), close(a[1]), close(b[0]), close(b[1]);
+    close(a[1]), close(b[0]);
     printf("  access: a wrong secret, an overstated size%s refused\n", getuid() == 0 ? " and another user" : "");
+}
+
+/* Sets a descriptor's flags byte and its checksum: a peer claiming write
+ * access the owner did not give. */
+static void forge_flags(uint8_t *desc, size_t len, uint8_t flags) {
+    desc[5] = flags;
+    uint64_t h = XXH3_64bits(desc, len - 8);
+    for (int i = 0; i < 8; i++) desc[len - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
+}
+
+#define ACC_SIZE 65536u
+
+/* The peer of test_access: descriptors of a read-only allocation, a
+ * writable one and read-only user memory, in that order. */
+static void access_peer(int in, int out) {
+    alarm(60);
+    ferry_ctx_t *c = test_ctx();
+    ferry_xport_t *x = endpoint(c, 1);
+    uint8_t desc[3][FERRY_XPORT_DESC_MAX], buf[ACC_SIZE];
+    size_t dlen[3];
+    ferry_xport_rmem_t *r[3] = {NULL};
+    for (int i = 0; i < 3; i++) {
+        dlen[i] = recv_blob(in, desc[i], sizeof desc[i]);
+        CHECK_OK(ferry_xport_rmem_unpack(x, desc[i], dlen[i], &r[i]), ferry_xport_error(x));
+    }
+    /* reads work on all three */
+    CHECK_OK(get1(x, r[0], 0, buf, ACC_SIZE), ferry_xport_error(x));
+    for (size_t k = 0; k < ACC_SIZE; k++)
+        if (buf[k] != pattern(k, 5)) CHECK(!"get of a read-only registration returned wrong bytes");
+    CHECK_OK(get1(x, r[2], 0, buf, 4096), ferry_xport_error(x));
+    for (size_t k = 0; k < 4096; k++) CHECK(buf[k] == pattern(k, 7));
+    /* a put into a read-only registration is refused before anything moves */
+    for (size_t k = 0; k < ACC_SIZE; k++) buf[k] = 0xEE;
+    CHECK(put1(x, r[0], 0, buf, 4096) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferry_xport_error(x), "run 0 writes a read-only registration"));
+    CHECK(put1(x, r[2], 0, buf, 4096) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferry_xport_error(x), "read-only"));
+    /* a batch with one read-only run: its writable run does not move either */
+    ferry_xport_run_t mixed[2] = {{r[1], 0, buf, 4096}, {r[0], 8192, buf, 4096}};
+    ferry_xport_req_t *req = NULL;
+    CHECK(ferry_xport_put(x, mixed, 2, &req) == FERRY_ERR_INVALID_ARGUMENT && req == NULL);
+    CHECK(strstr(ferry_xport_error(x), "run 1"));
+    if (g_kind == FERRY_XPORT_SHM) {
+        /* the peer's own mapping of it is read-only, and cannot be made writable */
+        const void *view = NULL;
+        CHECK_OK(ferry_xport_rmem_view(r[0], 0, 4096, &view), "view");
+        CHECK(mprotect((void *)(uintptr_t)view, 4096, PROT_READ | PROT_WRITE) != 0 && errno == EACCES);
+        /* a descriptor forged to claim write access: the owner still hands
+         * out a read-only memfd, so the put is refused all the same */
+        forge_flags(desc[0], dlen[0], 1);
+        ferry_xport_rmem_t *forged = NULL;
+        CHECK_OK(ferry_xport_rmem_unpack(x, desc[0], dlen[0], &forged), ferry_xport_error(x));
+        CHECK(put1(x, forged, 0, buf, 4096) == FERRY_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(ferry_xport_error(x), "read-only"));
+        ferry_xport_rmem_release(forged);
+    }
+    /* unknown flags are refused as corrupt */
+    forge_flags(desc[0], dlen[0], 0x80);
+    ferry_xport_rmem_t *bad = NULL;
+    CHECK(ferry_xport_rmem_unpack(x, desc[0], dlen[0], &bad) == FERRY_ERR_CORRUPT && bad == NULL);
+    CHECK(strstr(ferry_xport_error(x), "unknown flags"));
+    /* the writable registration takes puts */
+    for (size_t k = 0; k < 4096; k++) buf[k] = pattern(4096 + k, 8);
+    CHECK_OK(put1(x, r[1], 4096, buf, 4096), ferry_xport_error(x));
+    for (int i = 0; i < 3; i++) ferry_xport_rmem_release(r[i]);
+    ferry_xport_destroy(x);
+    ferry_ctx_destroy(c);
+    signal_byte(out);
+    _exit(0);
+}
+
+/* Registrations are read-only for peers unless registered with
+ * FERRY_XPORT_ACCESS_WRITE: a peer's put into one is refused and leaves
+ * the memory as it was; a put into a writable one lands. */
+static void test_access(ferry_ctx_t *ctx) {
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen;
+    ferry_xport_mem_t *ro = NULL, *rw = NULL, *user = NULL;
+    CHECK_OK(ferry_xport_mem_alloc(xp, ACC_SIZE, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &ro), ferry_xport_error(xp));
+    CHECK_OK(ferry_xport_mem_alloc(xp, ACC_SIZE, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_WRITE, &rw), ferry_xport_error(xp));
+    uint8_t *mem = malloc(ACC_SIZE);
+    CHECK(mem);
+    uint8_t *p0 = ferry_xport_mem_ptr(ro), *p1 = ferry_xport_mem_ptr(rw);
+    for (size_t k = 0; k < ACC_SIZE; k++) p0[k] = pattern(k, 5), p1[k] = pattern(k, 6), mem[k] = pattern(k, 7);
+    CHECK_OK(ferry_xport_mem_register(xp, mem, ACC_SIZE, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &user),
+             ferry_xport_error(xp));
+    int a[2], b[2];
+    CHECK(pipe(a) == 0 && pipe(b) == 0);
+    pid_t pid = spawn("access_peer", a[0], b[1]);
+    close(a[0]), close(b[1]);
+    ferry_xport_mem_t *ms[3] = {ro, rw, user};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(ferry_xport_mem_pack(ms[i], desc, sizeof desc, &dlen), ferry_xport_error(xp));
+        send_blob(a[1], desc, dlen);
+    }
+    await_byte(b[0]);
+    CHECK(wait_child(pid) == 0);
+    for (size_t k = 0; k < ACC_SIZE; k++) {
+        if (p0[k] != pattern(k, 5) || mem[k] != pattern(k, 7)) CHECK(!"a read-only registration was written");
+        uint32_t seed = k >= 4096 && k < 8192 ? 8 : 6;
+        if (p1[k] != pattern(k, seed)) CHECK(!"the writable registration does not hold exactly the peer's put");
+    }
+    ferry_xport_mem_deregister(user);
+    ferry_xport_mem_deregister(rw);
+    ferry_xport_mem_deregister(ro);
+    ferry_xport_destroy(xp);
+    free(mem);
+    close(a[1]), close(b[0]);
+    printf("  access: puts into read-only registrations refused (memory unchanged), a mixed batch refused whole, "
+           "a writable registration written%s\n",
+           g_kind == FERRY_XPORT_SHM ? "; read-only mapping, forged write flag refused" : "");
+}
+
+/* ---- shm: what a rogue peer can do with the memfds it is handed ---------- */
+
+/* shm.c's wire format, spoken here the way a peer holding a descriptor could:
+ * auth (magic, pad, secret), hello (magic, pid, nonce, slots, status) with
+ * the control memfd, then fd requests (slot, pad, gen) answered by a status
+ * with the registration's memfd. */
+typedef struct {
+    uint32_t magic, pad;
+    uint64_t secret;
+} rogue_auth_t;
+typedef struct {
+    uint32_t magic, pid;
+    uint64_t nonce;
+    uint32_t slots;
+    int32_t status;
+} rogue_hello_t;
+typedef struct {
+    uint32_t slot, pad;
+    uint64_t gen;
+} rogue_req_t;
+
+static uint64_t body_le(const uint8_t *desc, size_t off, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)desc[8 + off + (size_t)i] << (8 * i);
+    return v;
+}
+
+/* Receives len bytes and the fd that comes with them. */
+static int recv_with_fd(int sock, void *buf, size_t len) {
+    struct iovec iov = {buf, len};
+    union {
+        char raw[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.raw, .msg_controllen = sizeof ctl.raw};
+    CHECK(recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) == (ssize_t)len);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    CHECK(c && c->cmsg_type == SCM_RIGHTS);
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+/* Connects to the owner a descriptor names and asks for its memfd; *control
+ * gets the control page's memfd. */
+static int rogue_fetch(const uint8_t *desc, int *control) {
+    uint32_t pid = (uint32_t)body_le(desc, 0, 4), slot = (uint32_t)body_le(desc, 13, 4);
+    uint64_t nonce = body_le(desc, 4, 8), gen = body_le(desc, 17, 8), secret = body_le(desc, 41, 8);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ferry-shm-%u-%016llx", pid, (unsigned long long)nonce);
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(sock >= 0 && connect(sock, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                                                        (size_t)n)) == 0);
+    rogue_auth_t au = {0x46524d48u, 0, secret};
+    CHECK(send(sock, &au, sizeof au, 0) == (ssize_t)sizeof au);
+    rogue_hello_t hello;
+    *control = recv_with_fd(sock, &hello, sizeof hello);
+    CHECK(hello.status == 0 && hello.pid == pid);
+    rogue_req_t rq = {slot, 0, gen};
+    CHECK(send(sock, &rq, sizeof rq, 0) == (ssize_t)sizeof rq);
+    int32_t status = -1;
+    int fd = recv_with_fd(sock, &status, sizeof status);
+    CHECK(status == 0);
+    close(sock);
+    return fd;
+}
+
+/* Everything a same-user peer could try on a read-only memfd it holds:
+ * a writable mapping (of its fd, and of a writable reopening through /proc),
+ * resizing, writing, punching holes, changing the seals. All must fail. */
+static void attack_read_only(int fd, size_t size) {
+    CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY);
+    CHECK(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+    void *ro = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(ro != MAP_FAILED);
+    CHECK(mprotect(ro, size, PROT_READ | PROT_WRITE) != 0);
+    munmap(ro, size);
+    CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) != 0);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int rw = open(path, O_RDWR | O_CLOEXEC); /* the inode lets its user reopen it writable */
+    CHECK(rw >= 0);
+    errno = 0;
+    CHECK(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) == MAP_FAILED && errno == EPERM);
+    CHECK(ftruncate(rw, 0) != 0 && errno == EPERM);
+    CHECK(ftruncate(rw, (off_t)size * 2) != 0 && errno == EPERM);
+    CHECK(pwrite(rw, "x", 1, 0) != 1);
+    CHECK(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)size) != 0);
+    CHECK(fcntl(rw, F_ADD_SEALS, F_SEAL_WRITE) != 0 && errno == EPERM); /* F_SEAL_SEAL */
+    close(rw);
+}
+
+static void rogue(int in, int out) {
+    alarm(30);
+    uint8_t desc[2][FERRY_XPORT_DESC_MAX];
+    for (int i = 0; i < 2; i++) (void)recv_blob(in, desc[i], sizeof desc[i]);
+    int control = -1, control2 = -1;
+    int ro = rogue_fetch(desc[0], &control);
+    int rw = rogue_fetch(desc[1], &control2);
+    /* the writable registration maps writable (puts need it) but cannot be resized */
+    CHECK((fcntl(rw, F_GETFL) & O_ACCMODE) == O_RDWR);
+    CHECK(ftruncate(rw, 0) != 0 && errno == EPERM);
+    CHECK(ftruncate(rw, ACC_SIZE * 2) != 0 && errno == EPERM);
+    uint8_t *p = mmap(NULL, ACC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+    CHECK(p != MAP_FAILED);
+    p[0] = 0x5A; /* the owner checks that this is its memory */
+    munmap(p, ACC_SIZE);
+    attack_read_only(control, 4096);
+    attack_read_only(ro, ACC_SIZE);
+    close(ro), close(rw), close(control), close(control2);
+    signal_byte(out);
+    _exit(0);
+}
+
+/* A peer process holding the memfds it is handed tries to resize them (which
+ * would SIGBUS the owner) and to map the read-only ones writable; the owner
+ * then reads all of its memory. */
+static void test_shm_seals(ferry_ctx_t *ctx) {
+    if (g_kind != FERRY_XPORT_SHM) return;
+    ferry_xport_t *xp = endpoint(ctx, 1);
+    uint8_t desc[2][FERRY_XPORT_DESC_MAX];
+    size_t dlen[2];
+    ferry_xport_mem_t *ro = alloc_packed(xp, ACC_SIZE, FERRY_XPORT_ACCESS_READ, desc[0], &dlen[0]);
+    ferry_xport_mem_t *rw = alloc_packed(xp, ACC_SIZE, FERRY_XPORT_ACCESS_WRITE, desc[1], &dlen[1]);
+    uint8_t *p0 = ferry_xport_mem_ptr(ro), *p1 = ferry_xport_mem_ptr(rw);
+    for (size_t k = 0; k < ACC_SIZE; k++) p0[k] = pattern(k, 9), p1[k] = pattern(k, 10);
+    int a[2], b[2];
+    CHECK(pipe(a) == 0 && pipe(b) == 0);
+    pid_t pid = spawn("rogue", a[0], b[1]);
+    close(a[0]), close(b[1]);
+    for (int i = 0; i < 2; i++) send_blob(a[1], desc[i], dlen[i]);
+    await_byte(b[0]);
+    CHECK(wait_child(pid) == 0);
+    /* a shrunk memfd would raise SIGBUS here */
+    for (size_t k = 0; k < ACC_SIZE; k++) {
+        if (p0[k] != pattern(k, 9)) CHECK(!"the read-only registration changed");
+        if (k > 0 && p1[k] != pattern(k, 10)) CHECK(!"the writable registration changed beyond the peer's byte");
+    }
+    CHECK(p1[0] == 0x5A);
+    p0[0] ^= 1; /* the owner's own mapping stays writable */
+    CHECK(p0[0] == (pattern(0, 9) ^ 1));
+    ferry_xport_mem_deregister(rw);
+    ferry_xport_mem_deregister(ro);
+    ferry_xport_destroy(xp);
+    close(a[1]), close(b[0]);
+    printf("  seals: a peer holding the memfds cannot resize them, map read-only ones writable (nor via /proc), "
+           "write, punch holes or reseal them; the owner reads all its memory\n");
 }
 
 static void test_bad_arguments(ferry_ctx_t *ctx) {
@@ -519,9 +801,14 @@ static void test_bad_arguments(ferry_ctx_t *ctx) {
     CHECK(ferry_xport_create(ctx, &p, &xp) == FERRY_ERR_UNSUPPORTED);
     xp = endpoint(ctx, 1);
     ferry_xport_mem_t *m = NULL;
-    CHECK(ferry_xport_mem_alloc(xp, 0, FERRY_MEM_HOST, &m) == FERRY_ERR_INVALID_ARGUMENT && m == NULL);
-    CHECK(ferry_xport_mem_register(xp, NULL, 16, FERRY_MEM_HOST, &m) == FERRY_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ferry_xport_mem_alloc(xp, 4096, FERRY_MEM_HOST, &m), ferry_xport_error(xp));
+    CHECK(ferry_xport_mem_alloc(xp, 0, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m) == FERRY_ERR_INVALID_ARGUMENT &&
+          m == NULL);
+    CHECK(ferry_xport_mem_register(xp, NULL, 16, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m) ==
+          FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_xport_mem_alloc(xp, 4096, FERRY_MEM_HOST, (ferry_xport_access_t)2, &m) == FERRY_ERR_INVALID_ARGUMENT &&
+          m == NULL);
+    CHECK(strstr(ferry_xport_error(xp), "access 2"));
+    CHECK_OK(ferry_xport_mem_alloc(xp, 4096, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m), ferry_xport_error(xp));
     uint8_t small[8];
     size_t len = 0;
     CHECK(ferry_xport_mem_pack(m, small, sizeof small, &len) == FERRY_ERR_LIMIT && len == 0);
@@ -538,6 +825,8 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     test_bad_arguments(ctx);
     test_reads_and_writes(ctx);
     test_shm_access(ctx);
+    test_access(ctx);
+    test_shm_seals(ctx);
     test_stale(ctx);
     test_owner_killed(ctx);
     test_owner_killed_midstream(ctx);
@@ -545,8 +834,25 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     unsetenv("UCX_TLS");
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TEST_TSAN 1
+#endif
+#endif
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
+#ifdef TEST_TSAN
+    /* UCX's memory hooks, set up as UCX loads, catch a thread's exit-time
+     * madvise after TSan has let go of the thread (a crash): run again
+     * without them (the peers inherit this) */
+    if (!getenv("UCX_MEM_MMAP_HOOK_MODE")) {
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        execv("/proc/self/exe", argv);
+    }
+#endif
     if (argc == 5 && !strcmp(argv[1], "--role")) { /* a peer process, see spawn() */
         const char *k = getenv("FERRY_TEST_XPORT_KIND");
         g_kind = k && !strcmp(k, "ucx") ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;
@@ -556,6 +862,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "idle_owner")) idle_owner(a, b);
         if (!strcmp(argv[2], "user_owner")) user_owner(a, b);
         if (!strcmp(argv[2], "forger")) forger(a, b);
+        if (!strcmp(argv[2], "access_peer")) access_peer(a, b);
+        if (!strcmp(argv[2], "rogue")) rogue(a, b);
         return 2;
     }
     ferry_ctx_t *ctx = test_ctx();
