@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "meta/client.h"
+#include "meta/client_msg.h"
 #include "meta/conn.h"
 
 struct meta_client {
@@ -313,3 +313,4 @@ ferry_status_t meta_client_send(meta_client_t *c, uint8_t type, const ProtobufCM
 uint64_t meta_client_incarnation(const meta_client_t *c) { return c->incarnation; }
 uint64_t meta_client_events(const meta_client_t *c) { return atomic_load(&c->events); }
 const char *meta_client_host(const meta_client_t *c) { return c->host; }
+ferry_ctx_t *meta_client_ctx(const meta_client_t *c) { return c->ctx; }

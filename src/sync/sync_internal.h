@@ -12,7 +12,7 @@
 #include "ferry/meta.h"
 #include "ferry/plan.h"
 #include "ferry/sync.h"
-#include "meta/client.h"
+#include "meta/requests.h"
 
 typedef struct sync_buf {
     char *name;
@@ -66,7 +66,7 @@ typedef struct sync_member {
     ferry_meta_service_t *svc; /* p.serve: the service this member runs */
     ferry_xport_t *xp;
     uint64_t epoch;          /* 0: none yet */
-    ProtobufCMessage *epoch_layouts; /* the LAYOUTS of the epoch, replayed to a restarted service */
+    meta_layouts_t *epoch_layouts; /* the LAYOUTS of the epoch, replayed to a restarted service */
     sync_side_t side[2];     /* [0] writers (source), [1] readers (destination) */
     ferry_plan_t *plan;      /* this member's local plan */
     uint64_t plan_digest;
@@ -98,15 +98,15 @@ static inline uint32_t sync_local_buffer(const sync_member_t *m, int side, uint3
 /* Resolves the n descriptors one member (rank, of `what`) gives into
  * rg->cur[0..n), reusing what is cached. */
 ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64_t incarnation,
-                                    const ProtobufCBinaryData *descs, size_t n, const char *what, uint32_t rank);
+                                    const meta_bytes_t *descs, size_t n, const char *what, uint32_t rank);
 void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx);
 
-/* wire.c: RankLayout <-> layouts */
+/* wire.c: a rank's layout <-> its wire columns (meta/rank_layout.h) */
 ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,
                                 uint8_t **out, size_t *len, ferry_errbuf_t *err);
 /* Rebuilds a side from its members' encoded RankLayouts (blobs[r] is rank
  * r's), with tensors sorted by name; everything is bounds-checked. */
-ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blobs, size_t n, const char *what,
+ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, size_t n, const char *what,
                                 sync_side_t *side, char ***hosts, ferry_errbuf_t *err);
 void sync_side_free(ferry_ctx_t *ctx, sync_side_t *side);
 

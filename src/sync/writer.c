@@ -7,7 +7,6 @@
 #include <string.h>
 #include "common/hash.h"
 
-#include "meta/proto.h"
 #include "sync/sync_internal.h"
 
 #define SLOT_ALIGN 64
@@ -18,8 +17,8 @@ typedef struct writer_slot {
     uint8_t *base;             /* async: its memory */
     uint64_t *sums;            /* one per op of the local plan */
     bool sums_ready;           /* sums hold this version's checksums */
-    FerryMeta__SlotMap map;
-    ProtobufCBinaryData *regions;
+    meta_slot_map_t map;
+    meta_bytes_t *regions;
     uint8_t *desc;             /* descriptor bytes of every region */
     uint32_t *buffer_region;
     uint64_t *buffer_offset;
@@ -40,8 +39,7 @@ struct ferry_writer {
     size_t *pack_ops;          /* ops that fill a pack slot (one per pack offset) */
     size_t npack_ops;
     size_t *hash_order;        /* ops sorted by the bytes they read (equal reads hash once) */
-    FerryMeta__PairSums *pair_sums;
-    FerryMeta__PairSums **pair_sums_p;
+    meta_pair_sums_t *pair_sums; /* per reader: its checksums in the slot being published */
     size_t npairs;
     /* deltas (sync mode): the served bytes as of base_version, grouped by
        distinct read, and the registered area readers fetch deltas from */
@@ -90,14 +88,12 @@ static void epoch_free(ferry_writer_t *w) {
     ferry_free(w->m.ctx, w->pack_ops);
     ferry_free(w->m.ctx, w->hash_order);
     ferry_free(w->m.ctx, w->pair_sums);
-    ferry_free(w->m.ctx, w->pair_sums_p);
     w->slots = NULL;
     w->nslots = 0;
     w->pack = NULL;
     w->slot_offset = NULL;
     w->pack_ops = w->hash_order = NULL;
     w->pair_sums = NULL;
-    w->pair_sums_p = NULL;
     w->npairs = w->npack_ops = 0;
     w->setup_epoch = 0;
     if (w->delta_mem) ferry_xport_mem_deregister(w->delta_mem);
@@ -142,14 +138,14 @@ static ferry_status_t slot_map(ferry_writer_t *w, writer_slot_t *s, ferry_xport_
         size_t len;
         ferry_status_t st = ferry_xport_mem_pack(regs[i], s->desc + i * FERRY_XPORT_DESC_MAX, FERRY_XPORT_DESC_MAX, &len);
         if (st != FERRY_OK) return ferry_fail(&w->m.err, st, "%s", ferry_xport_error(w->m.xp));
-        s->regions[i] = (ProtobufCBinaryData){len, s->desc + i * FERRY_XPORT_DESC_MAX};
+        s->regions[i] = (meta_bytes_t){s->desc + i * FERRY_XPORT_DESC_MAX, len};
     }
     memcpy(s->buffer_region, buf_region, w->m.nbufs * sizeof *buf_region);
     memcpy(s->buffer_offset, buf_offset, w->m.nbufs * sizeof *buf_offset);
-    ferry_meta__slot_map__init(&s->map);
+    memset(&s->map, 0, sizeof s->map);
     s->map.n_regions = nregs;
     s->map.regions = s->regions;
-    s->map.n_buffer_region = s->map.n_buffer_offset = w->m.nbufs;
+    s->map.n_buffers = w->m.nbufs;
     s->map.buffer_region = s->buffer_region;
     s->map.buffer_offset = s->buffer_offset;
     s->map.has_pack = pack_region >= 0;
@@ -278,7 +274,6 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     /* checksums per reader */
     w->npairs = ferry_plan_pair_count(m->plan);
     w->pair_sums = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums);
-    w->pair_sums_p = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums_p);
     uint32_t nslots = m->p.mode == FERRY_SYNC_MODE_ASYNC ? m->p.slots : 1;
     w->slots = ferry_calloc(ctx, nslots, sizeof *w->slots);
     w->nslots = w->slots ? nslots : 0;
@@ -286,7 +281,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     uint64_t *boff = ferry_calloc(ctx, m->nbufs + 1, sizeof *boff);
     ferry_xport_mem_t **regs = ferry_calloc(ctx, m->nbufs + 3, sizeof *regs);
     ferry_status_t st = FERRY_OK;
-    if (!w->pair_sums || !w->pair_sums_p || !w->slots || !breg || !boff || !regs) {
+    if (!w->pair_sums || !w->slots || !breg || !boff || !regs) {
         st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
         goto done;
     }
@@ -396,13 +391,8 @@ static void hash_slot(ferry_writer_t *w, writer_slot_t *s) {
 
 static void fill_pair_sums(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
-    for (size_t i = 0; i < w->npairs; i++) {
-        ferry_meta__pair_sums__init(&w->pair_sums[i]);
-        w->pair_sums[i].dst_rank = pairs[i].dst_rank;
-        w->pair_sums[i].n_sums = pairs[i].op_count;
-        w->pair_sums[i].sums = s->sums + pairs[i].first_op;
-        w->pair_sums_p[i] = &w->pair_sums[i];
-    }
+    for (size_t i = 0; i < w->npairs; i++)
+        w->pair_sums[i] = (meta_pair_sums_t){pairs[i].dst_rank, s->sums + pairs[i].first_op, pairs[i].op_count};
 }
 
 typedef struct publish_ctx {
@@ -499,45 +489,35 @@ static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errb
         pc->s->sums_ready = true;
     }
     fill_pair_sums(pc->w, pc->s);
-    FerryMeta__Sums sm = FERRY_META__SUMS__INIT;
-    sm.version = pc->s->version;
-    sm.n_sums = pc->w->npairs;
-    sm.sums = pc->w->pair_sums_p;
-    return meta_client_send_raw(c, META_SUMS, &sm.base, err);
+    return meta_publish_sums(c, pc->s->version, pc->w->pair_sums, pc->w->npairs, err);
 }
 
 /* PUBLISH of slot k. Fresh versions announce the slot first and send their
  * checksums while readers pull (sums_follow); a replay has them already. */
 static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks, ferry_errbuf_t *err,
-                                   FerryMeta__Published **out, ferry_publish_info_t *inf) {
+                                   meta_published_t *out, ferry_publish_info_t *inf) {
     writer_slot_t *s = &w->slots[k];
-    FerryMeta__Publish p = FERRY_META__PUBLISH__INIT;
-    p.epoch = w->m.epoch;
-    p.plan_digest = w->m.plan_digest;
-    p.version = s->version;
-    p.slot = k;
-    p.map = &s->map;
-    p.wait_acks = wait_acks;
-    p.wait_ms = w->m.p.timeout_ms;
+    meta_publish_req_t p = {.epoch = w->m.epoch,
+                            .plan_digest = w->m.plan_digest,
+                            .version = s->version,
+                            .slot = k,
+                            .map = &s->map,
+                            .wait_acks = wait_acks,
+                            .wait_ms = w->m.p.timeout_ms};
     publish_ctx_t pc = {w, s, 0, 0, 0};
     if (s->sums_ready) {
         fill_pair_sums(w, s);
         p.n_sums = w->npairs;
-        p.sums = w->pair_sums_p;
+        p.sums = w->pair_sums;
     } else {
         p.sums_follow = true;
     }
-    ProtobufCMessage *reply = NULL;
-    ferry_status_t st = meta_client_call_between(w->m.meta, META_PUBLISH, &p.base, META_PUBLISHED,
-                                                 wait_acks ? w->m.p.timeout_ms : 0, &reply,
-                                                 p.sums_follow ? publish_between : NULL, &pc, err);
+    ferry_status_t st = meta_publish(w->m.meta, &p, p.sums_follow ? publish_between : NULL, &pc, out, err);
     if (inf) {
         inf->hash_seconds = pc.hash_seconds;
         inf->delta_seconds = pc.delta_seconds;
         inf->delta_bytes = pc.delta_bytes;
     }
-    if (st == FERRY_OK && out) *out = (FerryMeta__Published *)reply;
-    else meta_free(w->m.ctx, reply);
     return st;
 }
 
@@ -587,12 +567,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
             if (w->slots[i].version < w->slots[k].version) k = i;
         writer_slot_t *s = &w->slots[k];
         if (s->version && m->p.mode == FERRY_SYNC_MODE_ASYNC) {
-            FerryMeta__Reclaim rc = FERRY_META__RECLAIM__INIT;
-            rc.version = s->version;
-            rc.wait_ms = m->p.timeout_ms;
-            ProtobufCMessage *reply = NULL;
-            st = meta_client_call(m->meta, META_RECLAIM, &rc.base, META_OK, rc.wait_ms, &reply, &m->err);
-            meta_free(m->ctx, reply);
+            st = meta_reclaim(m->meta, s->version, m->p.timeout_ms, &m->err);
             if (st != FERRY_OK) return st;
         }
         s->version = 0;
@@ -606,7 +581,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
         inf.pack_seconds = ferry_mono_s() - t;
         s->version = version;
         t = ferry_mono_s();
-        FerryMeta__Published *pub = NULL;
+        meta_published_t pub;
         st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub, &inf);
         inf.wait_seconds = ferry_mono_s() - t - inf.hash_seconds - inf.delta_seconds;
         if (st == FERRY_ERR_STALE && attempt == 0) { /* the epoch moved under us: plan again */
@@ -619,14 +594,11 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
             s->sums_ready = false;
             return st;
         }
-        inf.readers_acked = pub->acked;
-        inf.readers_missing = (uint32_t)pub->n_missing;
-        meta_free(m->ctx, &pub->base);
+        inf.readers_acked = pub.acked;
+        inf.readers_missing = pub.n_missing;
         if (m->p.mode == FERRY_SYNC_MODE_SYNC) {
             /* the live weights move on as soon as we return */
-            FerryMeta__Retire rt = FERRY_META__RETIRE__INIT;
-            rt.version = version;
-            (void)meta_client_send(m->meta, META_RETIRE, &rt.base, &m->err);
+            (void)meta_retire(m->meta, version, &m->err);
             s->version = 0;
             s->sums_ready = false;
         }
