@@ -354,3 +354,9 @@ ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64
     }
     return FERRY_OK;
 }
+
+size_t sync_op_esz(const sync_member_t *m, const ferry_copy_op_t *op) {
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(m->side[1].layout), op->tensor, &ti);
+    return ferry_dtype_size(ti.dtype);
+}

@@ -467,71 +467,89 @@ static bool dscratch(ferry_reader_t *r, uint64_t need) {
 }
 
 /* Pair p's ops from its writer's deltas of version v against `held`, in
- * place. False (and nothing to report) when the writer offers none for us,
- * or any step fails: the pair is then pulled whole, which overwrites what
- * the deltas wrote. *bytes: what was read. */
-static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes) {
+ * place. False when the writer offers none for us (why stays empty), or any
+ * step fails (why says which): the pair is then pulled whole, which
+ * overwrites what the deltas wrote. Everything the area says is checked
+ * (sync/delta_area.h) against the registered size before use. *bytes: what
+ * was read. */
+static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes,
+                       ferry_errbuf_t *why) {
     sync_member_t *m = &r->m;
     reader_src_t *s = &r->src[p->src_rank];
     ferry_xport_rmem_t *rmem = s->regions.cur[s->grant->map.delta_region];
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
-    uint8_t hdr[SYNC_DELTA_HEADER];
-    if (get_one(r, rmem, 0, sizeof hdr, hdr) != FERRY_OK) return false;
-    uint32_t h[2];
-    uint64_t hv;
-    memcpy(h, hdr, 8);
-    memcpy(&hv, hdr + 8, 8);
-    /* everything the area says is checked against the registered size before use */
     uint64_t area = ferry_xport_rmem_size(rmem);
-    if (h[0] != SYNC_DELTA_MAGIC || hv != v || h[1] == 0 || h[1] > (1u << 20)) return false;
-    uint64_t index = (uint64_t)h[1] * SYNC_DELTA_ENTRY;
-    if (SYNC_DELTA_HEADER + index > area || !dscratch(r, index) ||
-        get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK)
+    uint8_t hdr[SYNC_DELTA_HEADER];
+    sync_delta_header_t h;
+    if (area < SYNC_DELTA_HEADER) {
+        ferry_fail(why, FERRY_ERR_CORRUPT, "a delta area of %llu bytes", (unsigned long long)area);
         return false;
-    uint64_t blob = 0, blob_len = 0;
-    bool found = false;
-    for (uint32_t e = 0; e < h[1] && !found; e++) {
-        uint64_t f[4];
-        memcpy(f, r->dscratch + (uint64_t)e * SYNC_DELTA_ENTRY, sizeof f);
-        if ((uint32_t)f[0] == m->p.rank && (f[0] >> 32) == p->op_count && f[1] == held) {
-            blob = f[2];
-            blob_len = f[3];
-            found = true;
-        }
     }
-    uint64_t lens_bytes = 8 * (uint64_t)p->op_count;
-    if (!found || blob_len < lens_bytes || blob > area || blob_len > area - blob || !dscratch(r, blob_len) ||
-        get_one(r, rmem, blob, blob_len, r->dscratch) != FERRY_OK)
+    if (get_one(r, rmem, 0, sizeof hdr, hdr) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading the delta area: %s", ferry_xport_error(m->xp));
         return false;
-    *bytes = SYNC_DELTA_HEADER + index + blob_len;
-    uint64_t at = lens_bytes;
-    if (!r->codec && ferry_delta_codec_create(m->ctx, &r->codec) != FERRY_OK) return false;
+    }
+    if (sync_delta_header_parse(hdr, area, &h, why) != FERRY_OK) return false;
+    if (h.version != v || h.entries == 0 || p->op_count > UINT32_MAX) return false; /* none for this version */
+    uint64_t index = sync_delta_index_end(h.entries) - SYNC_DELTA_HEADER;
+    if (!dscratch(r, index) || get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading %u delta area entries", h.entries);
+        return false;
+    }
+    sync_delta_entry_t e;
+    bool found = false;
+    for (uint32_t k = 0; k < h.entries && !found; k++) {
+        if (sync_delta_entry_parse(r->dscratch, k, h.entries, area, &e, why) != FERRY_OK) return false;
+        found = e.dst_rank == m->p.rank && e.ops == p->op_count && e.base_version == held;
+    }
+    if (!found) return false; /* not for us, or from another base */
+    if (!dscratch(r, e.blob_len) || get_one(r, rmem, e.blob, e.blob_len, r->dscratch) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading a %llu-byte delta blob", (unsigned long long)e.blob_len);
+        return false;
+    }
+    if (sync_delta_blob_parse(r->dscratch, e.blob_len, e.ops, why) != FERRY_OK) return false;
+    *bytes = sync_delta_index_end(h.entries) + e.blob_len;
+    uint64_t at = 8 * (uint64_t)e.ops;
+    if (!r->codec && ferry_delta_codec_create(m->ctx, &r->codec) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
+        return false;
+    }
     r->torn = true; /* live bytes change from here on */
     for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
-        uint64_t len;
-        memcpy(&len, r->dscratch + 8 * (i - p->first_op), 8);
-        if (len > blob_len - at) return false;
+        uint64_t len = sync_delta_frame_len(r->dscratch, (uint32_t)(i - p->first_op)); /* inside the blob: checked */
         const ferry_copy_op_t *op = &ops[i];
         size_t esz = sync_op_esz(&r->m, op);
         ferry_dtype_t dt;
         uint64_t elems;
-        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) return false;
+        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) {
+            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu has %zu-byte elements", i - p->first_op, esz);
+            return false;
+        }
         /* the frame must be for exactly this region: its dtype and size decide
            how many bytes apply writes (the writer is not trusted with that) */
         ferry_delta_info_t fi;
         if (ferry_delta_inspect(r->codec, r->dscratch + at, len, &fi) != FERRY_OK || fi.dtype != dt ||
-            fi.elems != elems || fi.base_version != held || fi.next_version != v)
+            fi.elems != elems || fi.base_version != held || fi.next_version != v) {
+            ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu is not a delta of this region from version %llu to %llu",
+                       i - p->first_op, (unsigned long long)held, (unsigned long long)v);
             return false;
+        }
         uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);
         uint8_t *base = dst_base(r, lb);
         if (sync_box_contiguous(&op->box, op->dst_strides)) {
-            if (ferry_delta_apply(r->codec, r->dscratch + at, len, base + op->dst_offset, elems, held, NULL) != FERRY_OK)
+            if (ferry_delta_apply(r->codec, r->dscratch + at, len, base + op->dst_offset, elems, held, NULL) != FERRY_OK) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu does not apply: %s", i - p->first_op,
+                           ferry_delta_codec_detail(r->codec));
                 return false;
+            }
             r->got[i] = XXH3_64bits(base + op->dst_offset, op->bytes);
         } else {
             sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, esz);
-            if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK)
+            if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu does not apply: %s", i - p->first_op,
+                           ferry_delta_codec_detail(r->codec));
                 return false;
+            }
             sync_scatter(base, op->dst_offset, op->dst_strides, &op->box, esz, r->gather);
             r->got[i] = XXH3_64bits(r->gather, op->bytes);
         }
@@ -568,11 +586,16 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
         const reader_src_t *s = &r->src[pairs[pi].src_rank];
         if (!s->grant || !s->grant->map.has_delta || s->skip_delta) continue;
         uint64_t bytes = 0;
-        if (pair_delta(r, &pairs[pi], v, held, &bytes)) {
+        ferry_errbuf_t why;
+        why.text[0] = '\0';
+        if (pair_delta(r, &pairs[pi], v, held, &bytes, &why)) {
             r->pair_done[pi] = true;
             ps->bytes += bytes;
             inf->delta_bytes += bytes;
             inf->delta_pairs++;
+        } else if (why.text[0]) {
+            ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: deltas of version %llu from writer %u refused (%s); pulling "
+                      "whole", m->p.rank, (unsigned long long)v, pairs[pi].src_rank, why.text);
         }
     }
     ps->pull_s += ferry_mono_s() - t;

@@ -13,6 +13,7 @@
 #include "ferry/plan.h"
 #include "ferry/sync.h"
 #include "meta/requests.h"
+#include "sync/delta_area.h"
 
 typedef struct sync_buf {
     char *name;
@@ -132,20 +133,5 @@ uint64_t sync_box_span(const int64_t *strides, const ferry_box_t *box, size_t es
 
 /* Bytes per element of op's tensor (the destination side's model). */
 size_t sync_op_esz(const sync_member_t *m, const ferry_copy_op_t *op);
-
-/* ---- Deltas in sync mode (delta_area.c; docs/sync.md "Deltas") ----
- * A writer's delta area (one registered region, rewritten per version):
- *   header: u32 magic, u32 entries, u64 version
- *   entries: u32 dst_rank, u32 ops, u64 base_version, u64 blob offset, u64 blob length
- *   blob (per reader, the ops of its pair in plan order): u64 frame length
- *   per op, then the ops' delta frames (docs/delta-format.md). */
-#define SYNC_DELTA_MAGIC 0x41544446u /* "FDTA" */
-#define SYNC_DELTA_HEADER 16u
-#define SYNC_DELTA_ENTRY 32u
-
-/* The codec dtype that carries elements of esz bytes losslessly (any bit
- * patterns: the codec compares integers) and the codec elements in bytes;
- * false when there is none. */
-bool sync_delta_dtype(size_t esz, uint64_t bytes, ferry_dtype_t *dt, uint64_t *elems);
 
 #endif

@@ -192,12 +192,14 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     if (!w->delta_pair) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     bool any = false;
     for (size_t pi = 0; pi < w->npairs; pi++) {
-        w->delta_pair[pi] = m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
-                            m->side[1].hosts[pairs[pi].dst_rank] != m->side[0].hosts[m->p.rank];
+        w->delta_pair[pi] = (m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
+                             m->side[1].hosts[pairs[pi].dst_rank] != m->side[0].hosts[m->p.rank]) &&
+                            pairs[pi].op_count <= UINT32_MAX; /* an entry counts ops in 32 bits */
         any |= w->delta_pair[pi];
     }
     if (!any) return FERRY_OK;
-    uint64_t cap = SYNC_DELTA_HEADER + (uint64_t)w->npairs * SYNC_DELTA_ENTRY;
+    if (w->npairs > SYNC_DELTA_MAX_ENTRIES) return FERRY_OK; /* more readers than an area can name: pull whole */
+    uint64_t cap = sync_delta_index_end((uint32_t)w->npairs);
     for (size_t i = 0; i < nops; i++) {
         ferry_dtype_t dt;
         uint64_t elems;
@@ -234,7 +236,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
                           ferry_xport_error(m->xp));
     w->delta_area = ferry_xport_mem_ptr(w->delta_mem);
     w->delta_cap = cap;
-    memset(w->delta_area, 0, SYNC_DELTA_HEADER); /* no entries yet */
+    sync_delta_header_put(w->delta_area, &(sync_delta_header_t){0, 0}); /* no entries yet */
     w->base_version = 0;
     w->deltas = true;
     return FERRY_OK;
@@ -409,10 +411,10 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
     uint8_t *a = w->delta_area;
-    uint64_t v = s->version, at = SYNC_DELTA_HEADER + (uint64_t)w->npairs * SYNC_DELTA_ENTRY;
+    uint64_t v = s->version, at = sync_delta_index_end((uint32_t)w->npairs);
     uint32_t entries = 0;
     bool have_base = w->base_version && w->base_version == w->last_version;
-    memset(a, 0, SYNC_DELTA_HEADER); /* readers see no entries while the area is rewritten */
+    sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
     for (size_t pi = 0; have_base && pi < w->npairs; pi++) {
         const ferry_plan_pair_t *p = &pairs[pi];
         if (!w->delta_pair[pi]) continue; /* a reader on this host: it pulls whole */
@@ -451,25 +453,21 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
                 w->frame_len[g] = len;
                 w->frame_ver[g] = v;
             }
-            for (int b = 0; b < 8; b++) a[lens + 8 * (i - p->first_op) + (size_t)b] = (uint8_t)(len >> (8 * b));
+            sync_delta_frame_len_put(a + lens, (uint32_t)(i - p->first_op), len);
             at += len;
         }
         if (!ok) { /* cannot happen with the bound reserved; then every reader pulls whole */
             entries = 0;
             break;
         }
-        uint8_t *e = a + SYNC_DELTA_HEADER + (uint64_t)entries * SYNC_DELTA_ENTRY;
-        uint64_t f[4] = {(uint64_t)p->dst_rank | (uint64_t)p->op_count << 32, w->base_version, blob, at - blob};
-        memcpy(e, f, sizeof f);
-        entries++;
+        sync_delta_entry_t e = {p->dst_rank, (uint32_t)p->op_count, w->base_version, blob, at - blob};
+        sync_delta_entry_put(a, entries++, &e);
     }
     /* the base moves on */
     for (size_t g = 0; g < w->ngroups; g++)
         memcpy(w->base + w->group_base[g], op_bytes(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes);
     w->base_version = v;
-    uint32_t hdr[2] = {SYNC_DELTA_MAGIC, entries};
-    memcpy(a + 8, &v, 8);
-    memcpy(a, hdr, 8);
+    sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? at : 0;
 }
 
