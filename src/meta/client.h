@@ -11,6 +11,8 @@
 #ifndef FERRY_META_CLIENT_H
 #define FERRY_META_CLIENT_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/internal.h"
@@ -48,5 +50,12 @@ uint64_t meta_client_incarnation(const meta_client_t *c);
 uint64_t meta_client_events(const meta_client_t *c);
 const char *meta_client_host(const meta_client_t *c);
 ferry_ctx_t *meta_client_ctx(const meta_client_t *c);
+
+/* True if the service announced that member (role, rank) left and it has not
+ * come back since; buf then gets the service's account of it (who, host,
+ * pid, how it left and what it was doing).
+ * Events already received are read first, without waiting: call it between
+ * requests, from the thread that makes them. */
+bool meta_client_departed(meta_client_t *c, uint32_t role, uint32_t rank, char *buf, size_t size);
 
 #endif

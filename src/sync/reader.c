@@ -173,7 +173,10 @@ static uint8_t *dst_base(ferry_reader_t *r, uint32_t local) {
 
 /* A failed read from writer `rank`, with the transport's detail. */
 static ferry_status_t read_fail(ferry_reader_t *r, uint32_t rank, ferry_status_t st) {
-    return ferry_fail(&r->m.err, st, "reading from writer %u: %s", rank, ferry_xport_error(r->m.xp));
+    char gone[META_MAX_DETAIL]; /* the writer may have left: the service says who, and doing what */
+    bool left = meta_client_departed(r->m.meta, META_ROLE_WRITER, rank, gone, sizeof gone);
+    return ferry_fail(&r->m.err, st, "reading from writer %u: %s%s%.300s", rank, ferry_xport_error(r->m.xp),
+                      left ? "; " : "", left ? gone : "");
 }
 
 /* Hashes op's destination region in row-major order (as the writer did). */
@@ -736,7 +739,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
     if (st != FERRY_OK && first_err[0] && strcmp(first_err, m->err.text) != 0) {
         char was[FERRY_ERR_TEXT];
         snprintf(was, sizeof was, "%s", m->err.text);
-        ferry_fail(&m->err, st, "%.200s (after a first attempt failed: %.250s)", was, first_err);
+        ferry_fail(&m->err, st, "%.300s (after a first attempt failed: %.150s)", was, first_err);
     }
     if (st != FERRY_OK && r->torn) {
         char was[FERRY_ERR_TEXT];

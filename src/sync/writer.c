@@ -536,6 +536,42 @@ static ferry_status_t writer_replay(meta_client_t *c, void *opaque, ferry_errbuf
     return st;
 }
 
+/* Members of `role` other than this writer that the service said left:
+ * their accounts, "; "-separated, into buf; false if none. */
+static bool departed_list(ferry_writer_t *w, uint32_t role, char *buf, size_t size) {
+    sync_member_t *m = &w->m;
+    uint32_t world = m->side[role == META_ROLE_WRITER ? 0 : 1].world;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t r = 0; r < world && at + 1 < size; r++) {
+        char who[META_MAX_DETAIL];
+        if ((role == META_ROLE_WRITER && r == m->p.rank) || !meta_client_departed(m->meta, role, r, who, sizeof who))
+            continue;
+        int k = snprintf(buf + at, size - at, "%s%s", at ? "; " : "", who);
+        at = k < 0 ? at : at + (size_t)k >= size ? size - 1 : at + (size_t)k;
+    }
+    return at > 0;
+}
+
+/* Sync mode: a publish returns OK whoever acknowledged it; when a version
+ * never became ready (another writer did not publish it) or readers left,
+ * the log says who left and what it was doing. */
+static void report_departures(ferry_writer_t *w, uint64_t version, const meta_published_t *pub) {
+    sync_member_t *m = &w->m;
+    char gone[2048];
+    if (!pub->ready) { /* (with no live reader to wait for, the reply may simply come first) */
+        bool any = departed_list(w, META_ROLE_WRITER, gone, sizeof gone);
+        if (any || pub->n_missing)
+            ferry_log(m->ctx, FERRY_LOG_WARN,
+                      "writer %u: version %llu never became ready (%u of %u readers acknowledged it): %s", m->p.rank,
+                      (unsigned long long)version, pub->acked, m->side[1].world,
+                      any ? gone : "another writer has not published it");
+    }
+    if (pub->acked + pub->n_missing < m->side[1].world && departed_list(w, META_ROLE_READER, gone, sizeof gone))
+        ferry_log(m->ctx, FERRY_LOG_WARN, "writer %u: version %llu acknowledged by %u of %u readers; gone: %s",
+                  m->p.rank, (unsigned long long)version, pub->acked, m->side[1].world, gone);
+}
+
 ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info) {
     if (!w) return FERRY_ERR_INVALID_ARGUMENT;
     sync_member_t *m = &w->m;
@@ -594,6 +630,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
         }
         inf.readers_acked = pub.acked;
         inf.readers_missing = pub.n_missing;
+        if (m->p.mode == FERRY_SYNC_MODE_SYNC) report_departures(w, version, &pub);
         if (m->p.mode == FERRY_SYNC_MODE_SYNC) {
             /* the live weights move on as soon as we return */
             (void)meta_retire(m->meta, version, &m->err);
