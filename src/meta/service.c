@@ -1037,7 +1037,6 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
         } else {
             snprintf(event, sizeof event, "%s %u: %s", role_name(role), rank, why); /* an old connection */
         }
-        ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s", event);
     }
     unpark(s, c);
     close(c->fd);
@@ -1047,6 +1046,7 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
     s->conns[i] = s->conns[--s->nconns];
     if (joined && role != META_ROLE_OBSERVER) {
         broadcast_event(s, META_EVENT_LEFT, role, rank, 0, event);
+        ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s", event); /* once the others were told */
         evaluate_all(s, now);
     }
 }
