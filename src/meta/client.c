@@ -9,9 +9,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "meta/client.h"
+#include "meta/client_msg.h"
 #include "meta/conn.h"
 #include "meta/token.h"
+
+/* A member the service said left (EVENT left) and that has not come back
+ * (EVENT joined) since. */
+typedef struct meta_departure {
+    uint32_t role, rank;
+    char detail[META_MAX_DETAIL];
+} meta_departure_t;
 
 struct meta_client {
     ferry_ctx_t *ctx;
@@ -25,6 +32,8 @@ struct meta_client {
     uint64_t incarnation, service_id;
     atomic_uint_fast64_t events;
     bool service_error;  /* the last failure was an ERROR the service sent (the stream is in step) */
+    meta_departure_t *gone; /* read and written by the calling thread only (it reads the frames) */
+    size_t ngone, cap_gone;
     meta_replay_fn replay;
     void *replay_opaque;
     bool replaying;
@@ -54,8 +63,31 @@ static ferry_status_t send_frame(meta_client_t *c, uint8_t type, const ProtobufC
     return st;
 }
 
+/* An EVENT: counted; a member that left is remembered until it joins again. */
+static void absorb_event(meta_client_t *c, const uint8_t *body, uint32_t len) {
+    atomic_fetch_add(&c->events, 1);
+    ProtobufCMessage *m;
+    ferry_errbuf_t err;
+    if (meta_decode(c->ctx, META_EVENT, body, len, &m, &err) != FERRY_OK) return; /* only news: never fatal */
+    const FerryMeta__Event *e = (const void *)m;
+    size_t k = 0;
+    while (k < c->ngone && !(c->gone[k].role == e->role && c->gone[k].rank == e->rank)) k++;
+    if (e->kind == META_EVENT_JOINED && k < c->ngone) {
+        c->gone[k] = c->gone[--c->ngone];
+    } else if (e->kind == META_EVENT_LEFT) {
+        if (k == c->ngone && ferry_grow(c->ctx, (void **)&c->gone, sizeof *c->gone, &c->cap_gone, c->ngone + 1) == 0)
+            c->ngone++;
+        if (k < c->ngone) {
+            c->gone[k].role = e->role;
+            c->gone[k].rank = e->rank;
+            snprintf(c->gone[k].detail, sizeof c->gone[k].detail, "%s", e->detail ? e->detail : "");
+        }
+    }
+    meta_free(c->ctx, m);
+}
+
 /* Reads frames until one of `want` (or an ERROR) arrives; events are
- * counted and skipped. */
+ * absorbed. */
 static ferry_status_t read_reply(meta_client_t *c, uint8_t want, double deadline, ProtobufCMessage **reply,
                                  ferry_errbuf_t *err) {
     for (;;) {
@@ -65,7 +97,7 @@ static ferry_status_t read_reply(meta_client_t *c, uint8_t want, double deadline
         ferry_status_t st = meta_read_frame(c->fd, &c->rd, deadline, &type, &body, &len, err);
         if (st != FERRY_OK) return st;
         if (type == META_EVENT) {
-            atomic_fetch_add(&c->events, 1);
+            absorb_event(c, body, len);
             continue;
         }
         if (type != want && type != META_ERROR)
@@ -258,6 +290,7 @@ void meta_client_destroy(meta_client_t *c) {
         close(c->fd);
     }
     frame_reader_free(&c->rd);
+    ferry_free(c->ctx, c->gone);
     pthread_mutex_destroy(&c->send_lock);
     pthread_mutex_destroy(&c->hb_lock);
     pthread_cond_destroy(&c->hb_cond);
@@ -325,3 +358,31 @@ ferry_status_t meta_client_send(meta_client_t *c, uint8_t type, const ProtobufCM
 uint64_t meta_client_incarnation(const meta_client_t *c) { return c->incarnation; }
 uint64_t meta_client_events(const meta_client_t *c) { return atomic_load(&c->events); }
 const char *meta_client_host(const meta_client_t *c) { return c->host; }
+ferry_ctx_t *meta_client_ctx(const meta_client_t *c) { return c->ctx; }
+
+/* Between requests only what the service pushed can arrive: events. */
+static void poll_events(meta_client_t *c) {
+    while (c->fd >= 0) {
+        uint8_t type;
+        const uint8_t *body;
+        uint32_t len;
+        ferry_errbuf_t err;
+        ferry_status_t st = meta_read_frame(c->fd, &c->rd, ferry_mono_s(), &type, &body, &len, &err);
+        if (st == FERRY_ERR_TIMEOUT) return; /* nothing more for now */
+        if (st != FERRY_OK || type != META_EVENT) { /* out of step: the next request starts afresh */
+            disconnect(c);
+            return;
+        }
+        absorb_event(c, body, len);
+    }
+}
+
+bool meta_client_departed(meta_client_t *c, uint32_t role, uint32_t rank, char *buf, size_t size) {
+    poll_events(c);
+    for (size_t k = 0; k < c->ngone; k++)
+        if (c->gone[k].role == role && c->gone[k].rank == rank) {
+            snprintf(buf, size, "%s", c->gone[k].detail);
+            return true;
+        }
+    return false;
+}

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/internal.h"
+#include "meta/defs.h"
 #include "meta/meta.pb-c.h"
 
 #define META_PROTOCOL 1
@@ -45,18 +46,6 @@ typedef enum meta_type {
     META_TYPE_END
 } meta_type_t;
 
-enum { META_ROLE_WRITER = 1, META_ROLE_READER = 2, META_ROLE_OBSERVER = 3, META_ROLE_TABLE = 4, META_ROLE_END };
-enum { META_EVENT_JOINED = 1, META_EVENT_LEFT = 2, META_EVENT_READY = 3 };
-
-/* Hard limits a decoded message must respect (beyond the frame's size). */
-#define META_MAX_NAME 256          /* job, host, tensor and buffer names */
-#define META_MAX_DETAIL 4096
-#define META_MAX_TOKEN 256
-#define META_MAX_WORLD (1u << 20)  /* ranks per side */
-#define META_MAX_REGIONS (1u << 20) /* transport regions in one slot map */
-#define META_MAX_BUFFERS (1u << 24)
-#define META_MAX_HELLO_BODY 4096   /* before the handshake, frames are tiny */
-#define META_MAX_REPLY (1u << 30)  /* a client accepts replies this large (LAYOUTS holds every member's) */
 
 const char *meta_type_name(uint8_t type);
 
@@ -78,6 +67,30 @@ ferry_status_t meta_encode(ferry_ctx_t *ctx, uint8_t type, const ProtobufCMessag
 ferry_status_t meta_decode(ferry_ctx_t *ctx, uint8_t type, const uint8_t *body, size_t len,
                            ProtobufCMessage **out, ferry_errbuf_t *err);
 void meta_free(ferry_ctx_t *ctx, ProtobufCMessage *msg);
+
+/* What a typed reply (meta/requests.h, meta/rank_layout.h) hides: the
+ * decoded message its pointers lead into, and the context both were
+ * allocated from. The reply struct, this and its arrays are one
+ * allocation, carved with meta_carve. */
+struct meta_reply_priv {
+    ferry_ctx_t *ctx;
+    ProtobufCMessage *msg;
+};
+/* The next `size` bytes of a block being carved (8-aligned); NULL past its end. */
+static inline void *meta_carve(uint8_t **at, const uint8_t *end, size_t size) {
+    size_t need = (size + 7) & ~(size_t)7;
+    if ((size_t)(end - *at) < need) return NULL;
+    void *p = *at;
+    *at += need;
+    return p;
+}
+/* Bytes meta_carve needs for `count` items of `size`, added to `total`
+ * (saturating at SIZE_MAX, which no allocation gets). */
+static inline size_t meta_carve_size(size_t total, size_t count, size_t size) {
+    if (size && count > (SIZE_MAX - 8) / size) return SIZE_MAX;
+    size_t need = (count * size + 7) & ~(size_t)7;
+    return total > SIZE_MAX - need ? SIZE_MAX : total + need;
+}
 
 /* Checks a SlotMap: region count and descriptor sizes within limits, every
  * buffer and the pack area naming an existing region. */

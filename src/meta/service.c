@@ -41,6 +41,7 @@ typedef struct svc_conn {
     uint8_t *out;
     size_t out_len, out_cap, out_off;
     bool dead;            /* closed at the end of this loop turn */
+    bool bye;             /* it said BYE: it left the job on purpose */
     bool joined;          /* HELLO accepted */
     uint32_t role, rank;
     uint64_t incarnation;
@@ -62,6 +63,8 @@ typedef struct svc_member {
     uint32_t pid;
     uint64_t acked, published;
     bool seen;           /* connected to this service at some point */
+    double left_at;      /* when it last left (0: never, or back since) */
+    char left_why[200];  /* how it left and what it was doing then */
     uint64_t retired_max; /* writer: newest version it retired or reclaimed */
     FerryMeta__Publish *recs[MAX_RECORDS]; /* writer: published versions still readable */
     FerryMeta__Sums *sums[MAX_RECORDS];    /* their checksums when they followed the PUBLISH */
@@ -289,14 +292,99 @@ static void recompute_epoch(ferry_meta_service_t *s) {
     if (s->epoch != old) s->plan_digest = 0;
 }
 
-/* Text naming the members that have not committed (for a timeout). */
-static void missing_commits(ferry_meta_service_t *s, char *buf, size_t size) {
+/* ---- departures: errors that follow a member's leaving name it ---------------------- */
+
+/* What c's member was doing as it left (" while ..."), for its departure. */
+static void conn_activity(const svc_conn_t *c, const svc_member_t *m, double now, char *buf, size_t size) {
+    const ProtobufCMessage *pm = c->parked_msg;
+    buf[0] = '\0';
+    if (c->parked == META_PUBLISH)
+        snprintf(buf, size, " while waiting for readers to acknowledge version %llu",
+                 (unsigned long long)((const FerryMeta__Publish *)pm)->version);
+    else if (c->parked == META_RECLAIM)
+        snprintf(buf, size, " while reclaiming version %llu", (unsigned long long)((const FerryMeta__Reclaim *)pm)->version);
+    else if (c->parked == META_GET_SUMS)
+        snprintf(buf, size, " while reading version %llu", (unsigned long long)((const FerryMeta__GetSums *)pm)->version);
+    else if (c->pin_version && c->pin_deadline > now)
+        snprintf(buf, size, " while reading version %llu", (unsigned long long)c->pin_version);
+    else if (c->parked == META_READ_BEGIN)
+        snprintf(buf, size, " while waiting for a version >= %llu",
+                 (unsigned long long)((const FerryMeta__ReadBegin *)pm)->min_version);
+    else if (!m->commit && (c->role == META_ROLE_WRITER || c->role == META_ROLE_READER))
+        snprintf(buf, size, " before committing its layout");
+    else if (c->role == META_ROLE_WRITER && m->nrecs)
+        snprintf(buf, size, " while version %llu was published", (unsigned long long)m->recs[m->nrecs - 1]->version);
+    else if (c->role == META_ROLE_WRITER && m->published)
+        snprintf(buf, size, " after publishing version %llu", (unsigned long long)m->published);
+    else if (c->role == META_ROLE_READER && m->acked)
+        snprintf(buf, size, " holding version %llu", (unsigned long long)m->acked);
+}
+
+/* A member for an error: "writer 0" while it is there; one that left also
+ * with its host, pid, when and how it left: "writer 0 (host h, pid 12, left
+ * 3.1 s ago: its connection closed while version 4 was published)"; now < 0
+ * leaves out when. */
+static void member_text(ferry_meta_service_t *s, uint32_t role, uint32_t rank, double now, char *buf, size_t size) {
+    const svc_member_t *m = &s->members[role][rank];
+    if (!m->conn && m->left_at > 0 && now < 0) /* as it leaves (the event): no "ago" */
+        snprintf(buf, size, "%s %u (host %s, pid %u, left: %s)", role_name(role), rank, m->host, m->pid, m->left_why);
+    else if (!m->conn && m->left_at > 0)
+        snprintf(buf, size, "%s %u (host %s, pid %u, left %.1f s ago: %s)", role_name(role), rank, m->host, m->pid,
+                 now - m->left_at, m->left_why);
+    else if (!m->conn && !m->seen)
+        snprintf(buf, size, "%s %u (not connected to this service)", role_name(role), rank);
+    else
+        snprintf(buf, size, "%s %u", role_name(role), rank);
+}
+
+/* Newest version in [lo, hi] (hi 0: unbounded) some writer holds published;
+ * lo if none. */
+static uint64_t newest_published(ferry_meta_service_t *s, uint64_t lo, uint64_t hi) {
+    uint64_t best = lo;
+    for (uint32_t w = 0; w < s->world[META_ROLE_WRITER]; w++) {
+        const svc_member_t *m = &s->members[META_ROLE_WRITER][w];
+        for (size_t i = 0; i < m->nrecs; i++) {
+            uint64_t v = m->recs[i]->version;
+            if (v > best && (hi == 0 || v <= hi)) best = v;
+        }
+    }
+    return best;
+}
+
+/* Why `version` is not ready: each writer that does not hold it, those that
+ * left first (they are the cause; the others may only have let it go). */
+static void not_ready_text(ferry_meta_service_t *s, uint64_t version, double now, char *buf, size_t size) {
     size_t at = 0;
+    buf[0] = '\0';
+    for (int gone = 1; gone >= 0; gone--)
+        for (uint32_t w = 0; w < s->world[META_ROLE_WRITER] && at + 64 < size; w++) {
+            const svc_member_t *m = &s->members[META_ROLE_WRITER][w];
+            if (find_record((svc_member_t *)m, version) || (m->conn == NULL) != gone) continue;
+            char who[META_MAX_NAME + 320];
+            member_text(s, META_ROLE_WRITER, w, now, who, sizeof who);
+            const char *what = gone ? (m->published >= version ? "no longer holds it" : "has not published it")
+                               : m->retired_max >= version ? "let it go"
+                                                           : "has not published it yet";
+            int k = snprintf(buf + at, size - at, "%s%s %s", at ? "; " : "", who, what);
+            at += k > 0 ? (size_t)k : 0;
+            if (at >= size) at = size - 1;
+        }
+}
+
+/* Text naming the members that have not committed (for a timeout); how many. */
+static unsigned missing_commits(ferry_meta_service_t *s, char *buf, size_t size) {
+    size_t at = 0;
+    unsigned n = 0;
     buf[0] = '\0';
     for (uint32_t role = META_ROLE_WRITER; role <= META_ROLE_READER; role++)
         for (uint32_t r = 0; r < s->world[role] && at + 32 < size; r++)
-            if (!s->members[role][r].commit)
-                at += (size_t)snprintf(buf + at, size - at, "%s%s %u", at ? ", " : "", role_name(role), r);
+            if (!s->members[role][r].commit) {
+                n++;
+                char who[META_MAX_NAME + 320];
+                member_text(s, role, r, ferry_mono_s(), who, sizeof who);
+                at += (size_t)snprintf(buf + at, size - at, "%s%s", at ? ", " : "", who);
+            }
+    return n;
 }
 
 /* ---- parked requests ---------------------------------------------------------------- */
@@ -316,9 +404,8 @@ static bool try_layouts(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
                        !s->world[META_ROLE_WRITER] ? "writer" : "reader");
             return true;
         }
-        missing_commits(s, miss, sizeof miss);
-        send_error(s, c, FERRY_ERR_TIMEOUT, "layouts incomplete: %s %s not committed", miss,
-                   strchr(miss, ',') ? "have" : "has");
+        unsigned n = missing_commits(s, miss, sizeof miss);
+        send_error(s, c, FERRY_ERR_TIMEOUT, "layouts incomplete: %s %s not committed", miss, n > 1 ? "have" : "has");
         return true;
     }
     FerryMeta__Layouts l = FERRY_META__LAYOUTS__INIT;
@@ -467,8 +554,10 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
         for (uint32_t w = 0; w < s->world[META_ROLE_WRITER]; w++) {
             svc_member_t *m = &s->members[META_ROLE_WRITER][w];
             if (m->retired_max >= rb->max_version && !find_record(m, rb->max_version)) {
-                send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer available (writer %u let it go)",
-                           (unsigned long long)rb->max_version, w);
+                char why[1024];
+                not_ready_text(s, rb->max_version, now, why, sizeof why);
+                send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer available: %s",
+                           (unsigned long long)rb->max_version, why);
                 return true;
             }
         }
@@ -480,8 +569,11 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
             return true;
         }
         if (!expired) return false;
-        send_error(s, c, FERRY_ERR_TIMEOUT, "no version >= %llu became ready within %u ms (newest ready: %llu)",
-                   (unsigned long long)rb->min_version, rb->wait_ms, (unsigned long long)any);
+        char why[1024];
+        not_ready_text(s, newest_published(s, rb->min_version, rb->max_version), now, why, sizeof why);
+        send_error(s, c, FERRY_ERR_TIMEOUT, "no version >= %llu became ready within %u ms (newest ready: %llu)%s%s",
+                   (unsigned long long)rb->min_version, rb->wait_ms, (unsigned long long)any, why[0] ? ": " : "",
+                   why);
         return true;
     }
     if (!send_grant(s, c, v, rb->writers, rb->n_writers, true)) return true;
@@ -496,8 +588,11 @@ static bool try_get_sums(ferry_meta_service_t *s, svc_conn_t *c, bool expired) {
     for (size_t i = 0; i < n; i++) {
         uint32_t w = gs->writers[i];
         if (w >= s->world[META_ROLE_WRITER] || !find_record(&s->members[META_ROLE_WRITER][w], gs->version)) {
-            send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer held by writer %u",
-                       (unsigned long long)gs->version, w);
+            char who[META_MAX_NAME + 320];
+            if (w < s->world[META_ROLE_WRITER]) member_text(s, META_ROLE_WRITER, w, ferry_mono_s(), who, sizeof who);
+            else snprintf(who, sizeof who, "writer %u of %u", w, s->world[META_ROLE_WRITER]);
+            send_error(s, c, FERRY_ERR_STALE, "version %llu is no longer held by %s", (unsigned long long)gs->version,
+                       who);
             return true;
         }
         bool pending;
@@ -669,6 +764,8 @@ static void handle_hello(ferry_meta_service_t *s, svc_conn_t *c, FerryMeta__Hell
         }
         m->conn = c;
         m->seen = true;
+        m->left_at = 0; /* back: what it did before is no longer news */
+        m->left_why[0] = '\0';
         snprintf(m->host, sizeof m->host, "%s", h->host ? h->host : "");
         m->pid = h->pid;
     }
@@ -817,7 +914,10 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
     }
     switch (type) {
     case META_HEARTBEAT: break;
-    case META_BYE: c->dead = true; break;
+    case META_BYE:
+        c->dead = true;
+        c->bye = true;
+        break;
     case META_COMMIT:
         if (!m) {
             send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "observers do not commit layouts");
@@ -946,15 +1046,22 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
     svc_conn_t *c = s->conns[i];
     bool joined = c->joined;
     uint32_t role = c->role, rank = c->rank;
+    char event[META_MAX_NAME + 320] = "";
     if (joined && role != META_ROLE_OBSERVER) {
         svc_member_t *m = &s->members[role][rank];
         if (m->conn == c) {
+            char doing[120];
+            conn_activity(c, m, now, doing, sizeof doing);
+            snprintf(m->left_why, sizeof m->left_why, "%s%s", c->bye ? "it left the job" : why, doing);
+            m->left_at = now;
             m->conn = NULL;
             if (role == META_ROLE_WRITER) /* its memory is gone with it */
                 while (m->nrecs) drop_record(s, m, m->nrecs - 1);
             drop_table_seq(s, m, 0, true);
+            member_text(s, role, rank, -1, event, sizeof event);
+        } else {
+            snprintf(event, sizeof event, "%s %u: %s", role_name(role), rank, why); /* an old connection */
         }
-        ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s %u left (%s)", role_name(role), rank, why);
     }
     unpark(s, c);
     close(c->fd);
@@ -965,7 +1072,8 @@ static void conn_close(ferry_meta_service_t *s, size_t i, const char *why, doubl
     ferry_free(s->ctx, c);
     s->conns[i] = s->conns[--s->nconns];
     if (joined && role != META_ROLE_OBSERVER) {
-        broadcast_event(s, META_EVENT_LEFT, role, rank, 0, why);
+        broadcast_event(s, META_EVENT_LEFT, role, rank, 0, event);
+        ferry_log(s->ctx, FERRY_LOG_INFO, "meta service: %s", event); /* once the others were told */
         evaluate_all(s, now);
     }
 }
@@ -1173,8 +1281,8 @@ static void *service_main(void *arg) {
         evaluate_all(s, now); /* an expired grant may free a reclaim */
         for (size_t i = s->nconns; i-- > 0;) {
             svc_conn_t *c = s->conns[i];
-            if (c->dead) conn_close(s, i, "connection closed", now);
-            else if (c->deadline <= now) conn_close(s, i, c->joined ? "lease expired" : "no HELLO in time", now);
+            if (c->dead) conn_close(s, i, "its connection closed", now);
+            else if (c->deadline <= now) conn_close(s, i, c->joined ? "its lease expired" : "no HELLO in time", now);
         }
         /* after the closes: the descriptors they freed are there for newcomers */
         if (rc > 0 && (pfds[1].revents & POLLIN)) conn_accept(s, now);
@@ -1280,7 +1388,7 @@ void ferry_meta_service_destroy(ferry_meta_service_t *s) {
     double now = ferry_mono_s();
     while (s->nconns) {
         s->conns[s->nconns - 1]->joined = false; /* no events on the way out */
-        conn_close(s, s->nconns - 1, "service stopped", now);
+        conn_close(s, s->nconns - 1, "the service stopped", now);
     }
     for (int role = META_ROLE_WRITER; role < META_ROLE_END; role++) {
         for (uint32_t r = 0; r < s->world[role]; r++) {

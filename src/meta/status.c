@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "ferry/meta.h"
-#include "meta/client.h"
+#include "meta/client_msg.h"
 
 ferry_status_t ferry_meta_status_json(ferry_ctx_t *ctx, const char *address, const char *token,
                                       uint32_t timeout_ms, char **json) {

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/hash.h"
-#include "meta/proto.h"
 #include "sync/sync_internal.h"
 
 static const char *cfg(ferry_ctx_t *ctx, const char *name) {
@@ -97,7 +96,7 @@ ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void
 
 void sync_member_fini(sync_member_t *m) {
     meta_client_destroy(m->meta);
-    meta_free(m->ctx, m->epoch_layouts);
+    meta_layouts_free(m->epoch_layouts);
     ferry_plan_destroy(m->plan);
     sync_side_free(m->ctx, &m->side[0]);
     sync_side_free(m->ctx, &m->side[1]);
@@ -196,19 +195,15 @@ ferry_status_t sync_add_layout(sync_member_t *m, const ferry_layout_t *layout, u
 }
 
 ferry_status_t sync_recommit(sync_member_t *m, ferry_errbuf_t *err) {
-    FerryMeta__Commit c = FERRY_META__COMMIT__INIT;
-    c.layout = (ProtobufCBinaryData){m->blob_len, m->blob};
+    meta_commit_req_t c = {.layout = {m->blob, m->blob_len}};
     if (m->epoch_layouts) {
-        const FerryMeta__Layouts *l = (const void *)m->epoch_layouts;
+        const meta_layouts_t *l = m->epoch_layouts;
         c.n_epoch_writers = l->n_writers;
         c.epoch_writers = l->writers;
         c.n_epoch_readers = l->n_readers;
         c.epoch_readers = l->readers;
     }
-    ProtobufCMessage *reply = NULL;
-    ferry_status_t st = meta_client_call(m->meta, META_COMMIT, &c.base, META_OK, 0, &reply, err);
-    meta_free(m->ctx, reply);
-    return st;
+    return meta_commit(m->meta, &c, err);
 }
 
 ferry_status_t sync_commit(sync_member_t *m) {
@@ -255,25 +250,21 @@ static ferry_status_t label_hosts(sync_member_t *m, char **hosts[2]) {
 
 ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *changed) {
     *changed = false;
-    FerryMeta__GetLayouts g = FERRY_META__GET_LAYOUTS__INIT;
-    g.wait_ms = wait_ms;
-    g.known_epoch = m->epoch;
-    ProtobufCMessage *reply = NULL;
-    ferry_status_t st = meta_client_call(m->meta, META_GET_LAYOUTS, &g.base, META_LAYOUTS, wait_ms, &reply, &m->err);
+    meta_layouts_t *l = NULL;
+    ferry_status_t st = meta_get_layouts(m->meta, wait_ms, m->epoch, &l, &m->err);
     if (st != FERRY_OK) return st;
-    FerryMeta__Layouts *l = (void *)reply;
     if (l->epoch == m->epoch) {
-        meta_free(m->ctx, reply);
+        meta_layouts_free(l);
         return FERRY_OK;
     }
     /* the service's copy of this member must be what it committed: another
      * process with the same rank, or a confused service, must not steer our
      * plan onto other offsets */
     size_t own_n = m->role == META_ROLE_WRITER ? l->n_writers : l->n_readers;
-    const ProtobufCBinaryData *own = m->role == META_ROLE_WRITER ? l->writers : l->readers;
+    const meta_bytes_t *own = m->role == META_ROLE_WRITER ? l->writers : l->readers;
     if (own_n != m->p.world || own[m->p.rank].len != m->blob_len ||
         (m->blob_len && memcmp(own[m->p.rank].data, m->blob, m->blob_len) != 0)) {
-        meta_free(m->ctx, reply);
+        meta_layouts_free(l);
         return ferry_fail(&m->err, FERRY_ERR_MISMATCH,
                           "the service's layouts (%zu %ss) do not hold this %s's own layout as committed (rank %u of %u): "
                           "is another process running with this rank?",
@@ -308,14 +299,14 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
         m->epoch = l->epoch;
         m->plan_digest = ferry_plan_digest(m->plan);
         *changed = true;
-        meta_free(m->ctx, m->epoch_layouts); /* kept for a restarted service */
-        m->epoch_layouts = reply;
-        reply = NULL;
+        meta_layouts_free(m->epoch_layouts); /* kept for a restarted service */
+        m->epoch_layouts = l;
+        l = NULL;
         ferry_log(m->ctx, FERRY_LOG_INFO, "%s %u: epoch %016llx planned in %.1f ms (%zu ops)",
                   m->role == META_ROLE_WRITER ? "writer" : "reader", m->p.rank, (unsigned long long)m->epoch,
                   (ferry_mono_s() - t0) * 1e3, ferry_plan_op_count(m->plan));
     }
-    meta_free(m->ctx, reply);
+    meta_layouts_free(l);
     return st;
 }
 
@@ -327,7 +318,7 @@ void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx) {
 }
 
 ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64_t incarnation,
-                                    const ProtobufCBinaryData *descs, size_t n, const char *what, uint32_t rank) {
+                                    const meta_bytes_t *descs, size_t n, const char *what, uint32_t rank) {
     if (rg->incarnation != incarnation) { /* a new process: nothing of the old one is valid */
         sync_regions_free(rg, m->ctx);
         rg->incarnation = incarnation;
@@ -362,4 +353,10 @@ ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64
         rg->cur[i] = rg->cache[k].rmem;
     }
     return FERRY_OK;
+}
+
+size_t sync_op_esz(const sync_member_t *m, const ferry_copy_op_t *op) {
+    ferry_tensor_info_t ti;
+    ferry_model_tensor(ferry_layout_model(m->side[1].layout), op->tensor, &ti);
+    return ferry_dtype_size(ti.dtype);
 }

@@ -10,7 +10,6 @@
 #include "common/copy.h"
 #include "common/hash.h"
 
-#include "meta/proto.h"
 #include "sync/sync_internal.h"
 
 #define MAX_CORRUPT_RETRIES 2
@@ -21,7 +20,7 @@
 
 typedef struct reader_src {      /* one writer as the current update sees it */
     sync_regions_t regions;
-    const FerryMeta__WriterGrant *grant; /* of the current update */
+    const meta_writer_grant_t *grant; /* of the current update */
     const uint64_t *sums;        /* its checksums for us (from the grant, or GET_SUMS) */
     size_t nsums;
     bool sums_fetched;           /* asked for with GET_SUMS in this attempt */
@@ -142,16 +141,16 @@ static ferry_status_t epoch_setup(ferry_reader_t *r) {
 }
 
 /* Unpacks the regions of a writer's grant, reusing what did not change. */
-static ferry_status_t resolve_src(ferry_reader_t *r, const FerryMeta__WriterGrant *g) {
+static ferry_status_t resolve_src(ferry_reader_t *r, const meta_writer_grant_t *g) {
     sync_member_t *m = &r->m;
     if (g->rank >= r->nsrc) return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "grant for writer %u of %u", g->rank, r->nsrc);
     reader_src_t *s = &r->src[g->rank];
-    const FerryMeta__SlotMap *map = g->map;
-    if (!map) return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "the grant for writer %u has no slot map", g->rank);
+    if (!g->has_map) return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "the grant for writer %u has no slot map", g->rank);
+    const meta_slot_map_t *map = &g->map;
     uint32_t want_bufs = m->side[0].buf_base[g->rank + 1] - m->side[0].buf_base[g->rank];
-    if (map->n_buffer_region != want_bufs)
+    if (map->n_buffers != want_bufs)
         return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u's map has %zu buffers, its layout %u", g->rank,
-                          map->n_buffer_region, want_bufs);
+                          map->n_buffers, want_bufs);
     ferry_status_t st = sync_regions_resolve(m, &s->regions, g->incarnation, map->regions, map->n_regions, "writer",
                                              g->rank);
     if (st != FERRY_OK) return st;
@@ -174,7 +173,10 @@ static uint8_t *dst_base(ferry_reader_t *r, uint32_t local) {
 
 /* A failed read from writer `rank`, with the transport's detail. */
 static ferry_status_t read_fail(ferry_reader_t *r, uint32_t rank, ferry_status_t st) {
-    return ferry_fail(&r->m.err, st, "reading from writer %u: %s", rank, ferry_xport_error(r->m.xp));
+    char gone[META_MAX_DETAIL]; /* the writer may have left: the service says who, and doing what */
+    bool left = meta_client_departed(r->m.meta, META_ROLE_WRITER, rank, gone, sizeof gone);
+    return ferry_fail(&r->m.err, st, "reading from writer %u: %s%s%.300s", rank, ferry_xport_error(r->m.xp),
+                      left ? "; " : "", left ? gone : "");
 }
 
 /* Hashes op's destination region in row-major order (as the writer did). */
@@ -207,7 +209,7 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     reader_src_t *s = &r->src[p->src_rank];
-    const FerryMeta__SlotMap *map = s->grant->map;
+    const meta_slot_map_t *map = &s->grant->map;
     if (ferry_grow(m->ctx, (void **)&r->runs, sizeof *r->runs, &r->cap_runs, j1 - j0) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     double t = ferry_mono_s();
@@ -261,7 +263,7 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
 
 /* GET_SUMS for the writers whose checksums are still pending (only those
  * that offer deltas, if deltas_only); the reply holds them. */
-static ferry_status_t fetch_sums(ferry_reader_t *r, uint64_t version, bool deltas_only, ProtobufCMessage **sums_reply,
+static ferry_status_t fetch_sums(ferry_reader_t *r, uint64_t version, bool deltas_only, meta_grant_t **sums_reply,
                                  double deadline) {
     sync_member_t *m = &r->m;
     uint32_t *pending = ferry_calloc(m->ctx, r->nwriters + 1, sizeof *pending);
@@ -270,26 +272,22 @@ static ferry_status_t fetch_sums(ferry_reader_t *r, uint64_t version, bool delta
     for (size_t i = 0; i < r->nwriters; i++) {
         reader_src_t *s = &r->src[r->writers[i]];
         if (s->grant && s->grant->sums_pending && !s->sums_fetched &&
-            (!deltas_only || (s->grant->map->has_delta && !s->skip_delta))) {
+            (!deltas_only || (s->grant->map.has_delta && !s->skip_delta))) {
             pending[np++] = r->writers[i];
             s->sums_fetched = true;
         }
     }
     ferry_status_t st = FERRY_OK;
     if (np) {
-        FerryMeta__GetSums gs = FERRY_META__GET_SUMS__INIT;
         double left = deadline - ferry_mono_s();
-        gs.version = version;
-        gs.n_writers = np;
-        gs.writers = pending;
-        gs.wait_ms = left > 0 ? (uint32_t)(left * 1000.0) : 0;
-        st = meta_client_call(m->meta, META_GET_SUMS, &gs.base, META_GRANT, gs.wait_ms, sums_reply, &m->err);
+        st = meta_get_sums(m->meta, version, pending, np, left > 0 ? (uint32_t)(left * 1000.0) : 0, sums_reply,
+                           &m->err);
         if (st == FERRY_OK) {
-            const FerryMeta__Grant *g = (const void *)*sums_reply;
+            const meta_grant_t *g = *sums_reply;
             for (size_t i = 0; i < g->n_writers; i++)
-                if (g->writers[i]->rank < r->nsrc) {
-                    r->src[g->writers[i]->rank].sums = g->writers[i]->sums;
-                    r->src[g->writers[i]->rank].nsums = g->writers[i]->n_sums;
+                if (g->writers[i].rank < r->nsrc) {
+                    r->src[g->writers[i].rank].sums = g->writers[i].sums;
+                    r->src[g->writers[i].rank].nsums = g->writers[i].n_sums;
                 }
         }
     }
@@ -321,7 +319,7 @@ static ferry_status_t compare_sums(ferry_reader_t *r) {
 
 /* Checksums that were still being computed when the grant came, then every
  * op's landed bytes against its writer's checksum. */
-static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, ProtobufCMessage **sums_reply, double deadline) {
+static ferry_status_t verify_all(ferry_reader_t *r, uint64_t version, meta_grant_t **sums_reply, double deadline) {
     ferry_status_t st = fetch_sums(r, version, false, sums_reply, deadline);
     return st != FERRY_OK ? st : compare_sums(r);
 }
@@ -332,7 +330,7 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
     const ferry_plan_bucket_t *b = &ferry_plan_buckets(m->plan)[j];
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     reader_src_t *s = &r->src[p->src_rank];
-    const FerryMeta__SlotMap *map = s->grant->map;
+    const meta_slot_map_t *map = &s->grant->map;
     ferry_xport_run_t run;
     if (b->flags & FERRY_BUCKET_PACKED) {
         if (!map->has_pack) return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u has no pack area", p->src_rank);
@@ -472,71 +470,89 @@ static bool dscratch(ferry_reader_t *r, uint64_t need) {
 }
 
 /* Pair p's ops from its writer's deltas of version v against `held`, in
- * place. False (and nothing to report) when the writer offers none for us,
- * or any step fails: the pair is then pulled whole, which overwrites what
- * the deltas wrote. *bytes: what was read. */
-static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes) {
+ * place. False when the writer offers none for us (why stays empty), or any
+ * step fails (why says which): the pair is then pulled whole, which
+ * overwrites what the deltas wrote. Everything the area says is checked
+ * (sync/delta_area.h) against the registered size before use. *bytes: what
+ * was read. */
+static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes,
+                       ferry_errbuf_t *why) {
     sync_member_t *m = &r->m;
     reader_src_t *s = &r->src[p->src_rank];
-    ferry_xport_rmem_t *rmem = s->regions.cur[s->grant->map->delta_region];
+    ferry_xport_rmem_t *rmem = s->regions.cur[s->grant->map.delta_region];
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
-    uint8_t hdr[SYNC_DELTA_HEADER];
-    if (get_one(r, rmem, 0, sizeof hdr, hdr) != FERRY_OK) return false;
-    uint32_t h[2];
-    uint64_t hv;
-    memcpy(h, hdr, 8);
-    memcpy(&hv, hdr + 8, 8);
-    /* everything the area says is checked against the registered size before use */
     uint64_t area = ferry_xport_rmem_size(rmem);
-    if (h[0] != SYNC_DELTA_MAGIC || hv != v || h[1] == 0 || h[1] > (1u << 20)) return false;
-    uint64_t index = (uint64_t)h[1] * SYNC_DELTA_ENTRY;
-    if (SYNC_DELTA_HEADER + index > area || !dscratch(r, index) ||
-        get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK)
+    uint8_t hdr[SYNC_DELTA_HEADER];
+    sync_delta_header_t h;
+    if (area < SYNC_DELTA_HEADER) {
+        ferry_fail(why, FERRY_ERR_CORRUPT, "a delta area of %llu bytes", (unsigned long long)area);
         return false;
-    uint64_t blob = 0, blob_len = 0;
-    bool found = false;
-    for (uint32_t e = 0; e < h[1] && !found; e++) {
-        uint64_t f[4];
-        memcpy(f, r->dscratch + (uint64_t)e * SYNC_DELTA_ENTRY, sizeof f);
-        if ((uint32_t)f[0] == m->p.rank && (f[0] >> 32) == p->op_count && f[1] == held) {
-            blob = f[2];
-            blob_len = f[3];
-            found = true;
-        }
     }
-    uint64_t lens_bytes = 8 * (uint64_t)p->op_count;
-    if (!found || blob_len < lens_bytes || blob > area || blob_len > area - blob || !dscratch(r, blob_len) ||
-        get_one(r, rmem, blob, blob_len, r->dscratch) != FERRY_OK)
+    if (get_one(r, rmem, 0, sizeof hdr, hdr) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading the delta area: %s", ferry_xport_error(m->xp));
         return false;
-    *bytes = SYNC_DELTA_HEADER + index + blob_len;
-    uint64_t at = lens_bytes;
-    if (!r->codec && ferry_delta_codec_create(m->ctx, &r->codec) != FERRY_OK) return false;
+    }
+    if (sync_delta_header_parse(hdr, area, &h, why) != FERRY_OK) return false;
+    if (h.version != v || h.entries == 0 || p->op_count > UINT32_MAX) return false; /* none for this version */
+    uint64_t index = sync_delta_index_end(h.entries) - SYNC_DELTA_HEADER;
+    if (!dscratch(r, index) || get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading %u delta area entries", h.entries);
+        return false;
+    }
+    sync_delta_entry_t e;
+    bool found = false;
+    for (uint32_t k = 0; k < h.entries && !found; k++) {
+        if (sync_delta_entry_parse(r->dscratch, k, h.entries, area, &e, why) != FERRY_OK) return false;
+        found = e.dst_rank == m->p.rank && e.ops == p->op_count && e.base_version == held;
+    }
+    if (!found) return false; /* not for us, or from another base */
+    if (!dscratch(r, e.blob_len) || get_one(r, rmem, e.blob, e.blob_len, r->dscratch) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading a %llu-byte delta blob", (unsigned long long)e.blob_len);
+        return false;
+    }
+    if (sync_delta_blob_parse(r->dscratch, e.blob_len, e.ops, why) != FERRY_OK) return false;
+    *bytes = sync_delta_index_end(h.entries) + e.blob_len;
+    uint64_t at = 8 * (uint64_t)e.ops;
+    if (!r->codec && ferry_delta_codec_create(m->ctx, &r->codec) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
+        return false;
+    }
     r->torn = true; /* live bytes change from here on */
     for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
-        uint64_t len;
-        memcpy(&len, r->dscratch + 8 * (i - p->first_op), 8);
-        if (len > blob_len - at) return false;
+        uint64_t len = sync_delta_frame_len(r->dscratch, (uint32_t)(i - p->first_op)); /* inside the blob: checked */
         const ferry_copy_op_t *op = &ops[i];
         size_t esz = sync_op_esz(&r->m, op);
         ferry_dtype_t dt;
         uint64_t elems;
-        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) return false;
+        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) {
+            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu has %zu-byte elements", i - p->first_op, esz);
+            return false;
+        }
         /* the frame must be for exactly this region: its dtype and size decide
            how many bytes apply writes (the writer is not trusted with that) */
         ferry_delta_info_t fi;
         if (ferry_delta_peek(r->codec, r->dscratch + at, len, &fi) != FERRY_OK || fi.dtype != dt ||
-            fi.elems != elems || fi.base_version != held || fi.next_version != v)
+            fi.elems != elems || fi.base_version != held || fi.next_version != v) {
+            ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu is not a delta of this region from version %llu to %llu",
+                       i - p->first_op, (unsigned long long)held, (unsigned long long)v);
             return false;
+        }
         uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);
         uint8_t *base = dst_base(r, lb);
         if (sync_box_contiguous(&op->box, op->dst_strides)) {
-            if (ferry_delta_apply(r->codec, r->dscratch + at, len, base + op->dst_offset, elems, held, NULL) != FERRY_OK)
+            if (ferry_delta_apply(r->codec, r->dscratch + at, len, base + op->dst_offset, elems, held, NULL) != FERRY_OK) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu does not apply: %s", i - p->first_op,
+                           ferry_delta_codec_detail(r->codec));
                 return false;
+            }
             r->got[i] = XXH3_64bits(base + op->dst_offset, op->bytes);
         } else {
             sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, esz);
-            if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK)
+            if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu does not apply: %s", i - p->first_op,
+                           ferry_delta_codec_detail(r->codec));
                 return false;
+            }
             sync_scatter(base, op->dst_offset, op->dst_strides, &op->box, esz, r->gather);
             r->got[i] = XXH3_64bits(r->gather, op->bytes);
         }
@@ -548,7 +564,7 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
 /* In place and one version behind: the pairs whose writers offer deltas
  * arrive as deltas (their checksums are fetched first: a writer sends them
  * once its deltas are written). Failures fall back to pulling whole. */
-static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, ProtobufCMessage **sums_reply,
+static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, meta_grant_t **sums_reply,
                                   double deadline, pull_stats_t *ps, ferry_update_info_t *inf) {
     sync_member_t *m = &r->m;
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
@@ -561,9 +577,9 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
         /* auto: deltas only from writers on other hosts; one host copies at memory speed */
         bool wanted = m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
                       m->side[0].hosts[r->writers[i]] != m->side[1].hosts[m->p.rank];
-        if (s->grant && s->grant->map->has_delta && !wanted) s->skip_delta = true;
+        if (s->grant && s->grant->map.has_delta && !wanted) s->skip_delta = true;
         else s->skip_delta = false;
-        any |= s->grant && s->grant->map->has_delta && wanted;
+        any |= s->grant && s->grant->map.has_delta && wanted;
     }
     if (!any) return FERRY_OK;
     ferry_status_t st = fetch_sums(r, v, true, sums_reply, deadline);
@@ -571,13 +587,18 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
     double t = ferry_mono_s();
     for (size_t pi = 0; pi < np; pi++) {
         const reader_src_t *s = &r->src[pairs[pi].src_rank];
-        if (!s->grant || !s->grant->map->has_delta || s->skip_delta) continue;
+        if (!s->grant || !s->grant->map.has_delta || s->skip_delta) continue;
         uint64_t bytes = 0;
-        if (pair_delta(r, &pairs[pi], v, held, &bytes)) {
+        ferry_errbuf_t why;
+        why.text[0] = '\0';
+        if (pair_delta(r, &pairs[pi], v, held, &bytes, &why)) {
             r->pair_done[pi] = true;
             ps->bytes += bytes;
             inf->delta_bytes += bytes;
             inf->delta_pairs++;
+        } else if (why.text[0]) {
+            ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: deltas of version %llu from writer %u refused (%s); pulling "
+                      "whole", m->p.rank, (unsigned long long)v, pairs[pi].src_rank, why.text);
         }
     }
     ps->pull_s += ferry_mono_s() - t;
@@ -596,15 +617,9 @@ static void apply_staged(ferry_reader_t *r) {
 /* ---- updates ------------------------------------------------------------------------ */
 
 static ferry_status_t read_end(ferry_reader_t *r, uint64_t version, bool ok, bool *retired) {
-    FerryMeta__ReadEnd re = FERRY_META__READ_END__INIT;
-    re.version = version;
-    re.ok = ok;
-    ProtobufCMessage *reply = NULL;
     ferry_errbuf_t err;
-    ferry_status_t st = meta_client_call(r->m.meta, META_READ_END, &re.base, META_READ_ENDED, 0, &reply, &err);
-    *retired = st == FERRY_OK && ((FerryMeta__ReadEnded *)reply)->retired;
-    meta_free(r->m.ctx, reply);
-    return st;
+    *retired = false;
+    return meta_read_end(r->m.meta, version, ok, retired, &err);
 }
 
 ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
@@ -630,7 +645,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
             if (changed) m->epoch = 0;
             break;
         }
-        FerryMeta__ReadBegin rb = FERRY_META__READ_BEGIN__INIT;
+        meta_read_begin_req_t rb = {0};
         rb.epoch = m->epoch;
         rb.plan_digest = m->plan_digest;
         uint64_t held = ferry_reader_version(r);
@@ -643,27 +658,26 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         rb.grant_ms = rb.wait_ms > UINT32_MAX - m->p.timeout_ms ? UINT32_MAX : rb.wait_ms + m->p.timeout_ms;
         rb.n_writers = r->nwriters;
         rb.writers = r->writers;
-        ProtobufCMessage *reply = NULL;
-        st = meta_client_call(m->meta, META_READ_BEGIN, &rb.base, META_GRANT, rb.wait_ms, &reply, &m->err);
+        meta_grant_t *g = NULL;
+        st = meta_read_begin(m->meta, &rb, &g, &m->err);
         inf.wait_seconds += ferry_mono_s() - tw;
         if (st == FERRY_ERR_STALE && strstr(m->err.text, "epoch") && ferry_mono_s() < deadline) {
             m->epoch = 0; /* layouts changed: plan again */
             continue;
         }
         if (st != FERRY_OK) break;
-        FerryMeta__Grant *g = (void *)reply;
         uint64_t v = g->version;
         if (v == held && !r->torn) { /* already there */
             bool retired;
             read_end(r, v, true, &retired);
-            meta_free(m->ctx, reply);
+            meta_grant_free(g);
             inf.version = v;
             break;
         }
         for (uint32_t i = 0; i < r->nsrc; i++) r->src[i].grant = NULL;
-        for (size_t i = 0; i < g->n_writers && st == FERRY_OK; i++) st = resolve_src(r, g->writers[i]);
+        for (size_t i = 0; i < g->n_writers && st == FERRY_OK; i++) st = resolve_src(r, &g->writers[i]);
         pull_stats_t ps = {0};
-        ProtobufCMessage *sums_reply = NULL, *delta_sums_reply = NULL;
+        meta_grant_t *sums_reply = NULL, *delta_sums_reply = NULL;
         r->source_hashed = false;
         if (st == FERRY_OK) st = pull_deltas(r, v, held, &delta_sums_reply, deadline, &ps, &inf);
         if (st == FERRY_OK) st = pull_all(r, &ps);
@@ -692,9 +706,9 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
             for (size_t i = 0; i < ferry_plan_op_count(m->plan); i++) r->got[i] = dst_sum(r, &ops[i]);
             st = compare_sums(r);
         }
-        meta_free(m->ctx, sums_reply);
-        meta_free(m->ctx, delta_sums_reply);
-        meta_free(m->ctx, reply);
+        meta_grant_free(sums_reply);
+        meta_grant_free(delta_sums_reply);
+        meta_grant_free(g);
         if (st == FERRY_OK) {
             r->version = v;
             r->torn = false;
@@ -725,7 +739,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
     if (st != FERRY_OK && first_err[0] && strcmp(first_err, m->err.text) != 0) {
         char was[FERRY_ERR_TEXT];
         snprintf(was, sizeof was, "%s", m->err.text);
-        ferry_fail(&m->err, st, "%.200s (after a first attempt failed: %.250s)", was, first_err);
+        ferry_fail(&m->err, st, "%.300s (after a first attempt failed: %.150s)", was, first_err);
     }
     if (st != FERRY_OK && r->torn) {
         char was[FERRY_ERR_TEXT];

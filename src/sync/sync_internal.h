@@ -12,7 +12,8 @@
 #include "ferry/meta.h"
 #include "ferry/plan.h"
 #include "ferry/sync.h"
-#include "meta/client.h"
+#include "meta/requests.h"
+#include "sync/delta_area.h"
 
 typedef struct sync_buf {
     char *name;
@@ -66,7 +67,7 @@ typedef struct sync_member {
     ferry_meta_service_t *svc; /* p.serve: the service this member runs */
     ferry_xport_t *xp;
     uint64_t epoch;          /* 0: none yet */
-    ProtobufCMessage *epoch_layouts; /* the LAYOUTS of the epoch, replayed to a restarted service */
+    meta_layouts_t *epoch_layouts; /* the LAYOUTS of the epoch, replayed to a restarted service */
     sync_side_t side[2];     /* [0] writers (source), [1] readers (destination) */
     ferry_plan_t *plan;      /* this member's local plan */
     uint64_t plan_digest;
@@ -98,15 +99,15 @@ static inline uint32_t sync_local_buffer(const sync_member_t *m, int side, uint3
 /* Resolves the n descriptors one member (rank, of `what`) gives into
  * rg->cur[0..n), reusing what is cached. */
 ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64_t incarnation,
-                                    const ProtobufCBinaryData *descs, size_t n, const char *what, uint32_t rank);
+                                    const meta_bytes_t *descs, size_t n, const char *what, uint32_t rank);
 void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx);
 
-/* wire.c: RankLayout <-> layouts */
+/* wire.c: a rank's layout <-> its wire columns (meta/rank_layout.h) */
 ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,
                                 uint8_t **out, size_t *len, ferry_errbuf_t *err);
 /* Rebuilds a side from its members' encoded RankLayouts (blobs[r] is rank
  * r's), with tensors sorted by name; everything is bounds-checked. */
-ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blobs, size_t n, const char *what,
+ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, size_t n, const char *what,
                                 sync_side_t *side, char ***hosts, ferry_errbuf_t *err);
 void sync_side_free(ferry_ctx_t *ctx, sync_side_t *side);
 
@@ -132,20 +133,5 @@ uint64_t sync_box_span(const int64_t *strides, const ferry_box_t *box, size_t es
 
 /* Bytes per element of op's tensor (the destination side's model). */
 size_t sync_op_esz(const sync_member_t *m, const ferry_copy_op_t *op);
-
-/* ---- Deltas in sync mode (delta_area.c; docs/sync.md "Deltas") ----
- * A writer's delta area (one registered region, rewritten per version):
- *   header: u32 magic, u32 entries, u64 version
- *   entries: u32 dst_rank, u32 ops, u64 base_version, u64 blob offset, u64 blob length
- *   blob (per reader, the ops of its pair in plan order): u64 frame length
- *   per op, then the ops' delta frames (docs/delta-format.md). */
-#define SYNC_DELTA_MAGIC 0x41544446u /* "FDTA" */
-#define SYNC_DELTA_HEADER 16u
-#define SYNC_DELTA_ENTRY 32u
-
-/* The codec dtype that carries elements of esz bytes losslessly (any bit
- * patterns: the codec compares integers) and the codec elements in bytes;
- * false when there is none. */
-bool sync_delta_dtype(size_t esz, uint64_t bytes, ferry_dtype_t *dt, uint64_t *elems);
 
 #endif

@@ -8,7 +8,6 @@
 #include <string.h>
 #include "common/hash.h"
 
-#include "meta/proto.h"
 #include "sync/sync_internal.h"
 
 #define TILE_2D_COLS 512
@@ -31,8 +30,13 @@ typedef struct tseq {
     tput_t *puts;
     size_t n, cap;
     ferry_xport_mem_t *mem; /* after complete: every put, row-major, one after another */
-    uint8_t *sent;          /* the TABLE_COMPLETE sent, for a restarted service */
-    size_t sent_len;
+    /* after complete: the TABLE_COMPLETE sent, for a restarted service (its
+       entries point into sent_dims, sent_sums and the puts' names) */
+    meta_table_entry_t *sent;
+    int64_t *sent_dims;
+    uint64_t *sent_sums;
+    uint8_t *sent_desc;     /* the region's transport descriptor */
+    size_t sent_desc_len;
 } tseq_t;
 
 
@@ -145,7 +149,16 @@ static void seq_free(ferry_table_t *t, tseq_t *s) {
     ferry_free(t->m.ctx, s->puts);
     if (s->mem) ferry_xport_mem_deregister(s->mem);
     ferry_free(t->m.ctx, s->sent);
+    ferry_free(t->m.ctx, s->sent_dims);
+    ferry_free(t->m.ctx, s->sent_sums);
+    ferry_free(t->m.ctx, s->sent_desc);
     memset(s, 0, sizeof *s);
+}
+
+/* The TABLE_COMPLETE of a completed sequence; region: storage for its one region. */
+static meta_table_seq_t seq_sent(const tseq_t *s, meta_bytes_t *region) {
+    *region = (meta_bytes_t){s->sent_desc, s->sent_desc_len};
+    return (meta_table_seq_t){.seq_id = s->seq_id, .regions = region, .n_regions = 1, .entries = s->sent, .n_entries = s->n};
 }
 
 static ferry_status_t check_entry(ferry_table_t *t, const ferry_table_entry_t *e, bool put) {
@@ -249,8 +262,7 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id) {
     for (size_t i = 0; i < s->n; i++) total += (s->puts[i].bytes + 63) / 64 * 64;
     ferry_status_t st = ferry_xport_mem_alloc(t->m.xp, total ? total : 64, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &s->mem);
     if (st != FERRY_OK) return ferry_fail(&t->m.err, st, "%s", ferry_xport_error(t->m.xp));
-    FerryMeta__TableEntry *es = ferry_calloc(ctx, s->n + 1, sizeof *es);
-    FerryMeta__TableEntry **ep = ferry_calloc(ctx, s->n + 1, sizeof *ep);
+    meta_table_entry_t *es = ferry_calloc(ctx, s->n + 1, sizeof *es);
     int64_t *dims = ferry_calloc(ctx, 3 * FERRY_MAX_DIMS * (s->n + 1), sizeof *dims);
     uint64_t nsums = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -259,11 +271,11 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id) {
         nsums += tile_count(&s->puts[i].box, tile);
     }
     uint64_t *sums = ferry_calloc(ctx, nsums + 1, sizeof *sums);
-    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    uint8_t *desc = ferry_alloc(ctx, FERRY_XPORT_DESC_MAX);
     size_t dlen = 0;
-    if (!es || !ep || !dims || !sums) st = ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    if (!es || !dims || !sums || !desc) st = ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
     if (st == FERRY_OK) {
-        st = ferry_xport_mem_pack(s->mem, desc, sizeof desc, &dlen);
+        st = ferry_xport_mem_pack(s->mem, desc, FERRY_XPORT_DESC_MAX, &dlen);
         if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "%s", ferry_xport_error(t->m.xp));
     }
     uint8_t *base = ferry_xport_mem_ptr(s->mem);
@@ -275,50 +287,47 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id) {
         tile_shape(p->ndim, p->shape, tile);
         uint64_t nt = tile_count(&p->box, tile);
         st = put_sums(t, p, sums + k);
-        ferry_meta__table_entry__init(&es[i]);
-        es[i].name = p->name;
-        es[i].dtype = (uint32_t)p->dtype;
         int64_t *d = dims + 3 * FERRY_MAX_DIMS * i;
         copy_dims(d, p->shape, p->ndim);
         copy_dims(d + FERRY_MAX_DIMS, p->box.offset, p->ndim);
         copy_dims(d + 2 * FERRY_MAX_DIMS, p->box.extent, p->ndim);
-        es[i].n_shape = es[i].n_offset = es[i].n_extent = p->ndim;
-        es[i].shape = d;
-        es[i].offset = d + FERRY_MAX_DIMS;
-        es[i].extent = d + 2 * FERRY_MAX_DIMS;
-        es[i].region = 0;
-        es[i].byte_offset = at;
-        es[i].n_tile_sums = nt;
-        es[i].tile_sums = sums + k;
-        ep[i] = &es[i];
+        es[i] = (meta_table_entry_t){.name = p->name,
+                                     .dtype = (uint32_t)p->dtype,
+                                     .ndim = p->ndim,
+                                     .shape = d,
+                                     .offset = d + FERRY_MAX_DIMS,
+                                     .extent = d + 2 * FERRY_MAX_DIMS,
+                                     .region = 0,
+                                     .byte_offset = at,
+                                     .tile_sums = sums + k,
+                                     .n_tile_sums = nt};
         k += nt;
         at += (p->bytes + 63) / 64 * 64;
     }
     if (st == FERRY_OK) {
-        FerryMeta__TableComplete tc = FERRY_META__TABLE_COMPLETE__INIT;
-        ProtobufCBinaryData region = {dlen, desc};
-        tc.seq_id = seq_id;
-        tc.n_regions = 1;
-        tc.regions = &region;
-        tc.n_entries = s->n;
-        tc.entries = ep;
-        s->sent_len = protobuf_c_message_get_packed_size(&tc.base);
-        s->sent = ferry_alloc(ctx, s->sent_len + 1);
-        if (!s->sent) st = ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
-        else protobuf_c_message_pack(&tc.base, s->sent);
-        ProtobufCMessage *reply = NULL;
-        if (st == FERRY_OK) st = meta_client_call(t->m.meta, META_TABLE_COMPLETE, &tc.base, META_OK, 0, &reply, &t->m.err);
-        meta_free(ctx, reply);
+        /* kept (the replay sends the same again) */
+        s->sent = es;
+        s->sent_dims = dims;
+        s->sent_sums = sums;
+        s->sent_desc = desc;
+        s->sent_desc_len = dlen;
+        meta_bytes_t region;
+        meta_table_seq_t seq = seq_sent(s, &region);
+        st = meta_table_complete(t->m.meta, &seq, &t->m.err);
+        if (st != FERRY_OK) {
+            s->sent = NULL;
+            s->sent_dims = NULL;
+            s->sent_sums = NULL;
+            s->sent_desc = NULL;
+        }
     }
-    ferry_free(ctx, es);
-    ferry_free(ctx, ep);
-    ferry_free(ctx, dims);
-    ferry_free(ctx, sums);
     if (st != FERRY_OK) {
+        ferry_free(ctx, es);
+        ferry_free(ctx, dims);
+        ferry_free(ctx, sums);
+        ferry_free(ctx, desc);
         ferry_xport_mem_deregister(s->mem);
         s->mem = NULL;
-        ferry_free(ctx, s->sent);
-        s->sent = NULL;
         return st;
     }
     s->completed = true;
@@ -333,9 +342,7 @@ ferry_status_t ferry_table_drop(ferry_table_t *t, uint64_t seq_id) {
     if (!t) return FERRY_ERR_INVALID_ARGUMENT;
     tseq_t *s = find_seq(t, seq_id, false);
     if (!s) return ferry_fail(&t->m.err, FERRY_ERR_NOT_FOUND, "sequence %llu has no puts here", (unsigned long long)seq_id);
-    FerryMeta__TableDrop d = FERRY_META__TABLE_DROP__INIT;
-    d.seq_id = seq_id;
-    ferry_status_t st = s->completed ? meta_client_send(t->m.meta, META_TABLE_DROP, &d.base, &t->m.err) : FERRY_OK;
+    ferry_status_t st = s->completed ? meta_table_drop(t->m.meta, seq_id, &t->m.err) : FERRY_OK;
     seq_free(t, s);
     *s = t->seqs[--t->nseqs];
     return st;
@@ -347,21 +354,21 @@ typedef struct tget { /* what a get needs from the contents */
     ferry_model_t *model;
     ferry_layout_t *src, *dst;
     uint32_t *src_base; /* per member: its first buffer (region 0) in src */
-    const FerryMeta__TableContents *tc;
+    const meta_table_contents_t *tc;
 } tget_t;
 
 static int cmp_entry_name(const void *a, const void *b) {
-    return strcmp((*(FerryMeta__TableEntry *const *)a)->name, (*(FerryMeta__TableEntry *const *)b)->name);
+    return strcmp((*(const meta_table_entry_t *const *)a)->name, (*(const meta_table_entry_t *const *)b)->name);
 }
 
 /* Unpacks every member's regions (reusing those that did not change). */
-static ferry_status_t resolve_peers(ferry_table_t *t, const FerryMeta__TableContents *tc) {
+static ferry_status_t resolve_peers(ferry_table_t *t, const meta_table_contents_t *tc) {
     for (size_t i = 0; i < tc->n_members; i++) {
-        const FerryMeta__TableMember *mb = tc->members[i];
+        const meta_table_member_t *mb = &tc->members[i];
         if (mb->rank >= t->m.p.world)
             return ferry_fail(&t->m.err, FERRY_ERR_CORRUPT, "table member %u of %u", mb->rank, t->m.p.world);
-        ferry_status_t st = sync_regions_resolve(&t->m, &t->peers[mb->rank], mb->incarnation, mb->seq->regions,
-                                                 mb->seq->n_regions, "table member", mb->rank);
+        ferry_status_t st = sync_regions_resolve(&t->m, &t->peers[mb->rank], mb->incarnation, mb->seq.regions,
+                                                 mb->seq.n_regions, "table member", mb->rank);
         if (st != FERRY_OK) return st;
     }
     return FERRY_OK;
@@ -371,26 +378,26 @@ static ferry_status_t resolve_peers(ferry_table_t *t, const FerryMeta__TableCont
  * buffer = its region), every wanted box as a destination piece. */
 static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_entry_t *want, size_t n) {
     ferry_ctx_t *ctx = t->m.ctx;
-    const FerryMeta__TableContents *tc = g->tc;
+    const meta_table_contents_t *tc = g->tc;
     size_t total = 0;
-    for (size_t i = 0; i < tc->n_members; i++) total += tc->members[i]->seq->n_entries;
-    FerryMeta__TableEntry **all = ferry_calloc(ctx, total + 1, sizeof *all);
+    for (size_t i = 0; i < tc->n_members; i++) total += tc->members[i].seq.n_entries;
+    const meta_table_entry_t **all = ferry_calloc(ctx, total + 1, sizeof *all);
     if (!all) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
     size_t k = 0;
     for (size_t i = 0; i < tc->n_members; i++)
-        for (size_t e = 0; e < tc->members[i]->seq->n_entries; e++) all[k++] = tc->members[i]->seq->entries[e];
+        for (size_t e = 0; e < tc->members[i].seq.n_entries; e++) all[k++] = &tc->members[i].seq.entries[e];
     qsort(all, total, sizeof *all, cmp_entry_name);
     ferry_status_t st = ferry_model_create(ctx, "table", &g->model);
     for (size_t i = 0; i < total && st == FERRY_OK; i++) {
         if (i && !strcmp(all[i]->name, all[i - 1]->name)) {
-            if (all[i]->dtype != all[i - 1]->dtype || all[i]->n_shape != all[i - 1]->n_shape ||
-                (all[i]->n_shape && memcmp(all[i]->shape, all[i - 1]->shape, all[i]->n_shape * sizeof *all[i]->shape)))
+            if (all[i]->dtype != all[i - 1]->dtype || all[i]->ndim != all[i - 1]->ndim ||
+                (all[i]->ndim && memcmp(all[i]->shape, all[i - 1]->shape, all[i]->ndim * sizeof *all[i]->shape)))
                 st = ferry_fail(&t->m.err, FERRY_ERR_MISMATCH, "table: %s was put with different dtypes or shapes",
                                 all[i]->name);
             continue;
         }
-        st = ferry_model_add_tensor(g->model, all[i]->name, (ferry_dtype_t)all[i]->dtype, (uint32_t)all[i]->n_shape,
-                                    all[i]->shape, NULL);
+        st = ferry_model_add_tensor(g->model, all[i]->name, (ferry_dtype_t)all[i]->dtype, all[i]->ndim, all[i]->shape,
+                                    NULL);
         if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table: %s", ferry_model_error(g->model));
     }
     ferry_free(ctx, all);
@@ -401,27 +408,27 @@ static ferry_status_t build_layouts(ferry_table_t *t, tget_t *g, ferry_table_ent
     g->src_base = ferry_calloc(ctx, t->m.p.world + 1, sizeof *g->src_base);
     if (!g->src_base) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < tc->n_members && st == FERRY_OK; i++) {
-        const FerryMeta__TableMember *mb = tc->members[i];
+        const meta_table_member_t *mb = &tc->members[i];
         uint32_t first = ferry_layout_buffer_count(g->src);
         g->src_base[mb->rank] = first;
-        for (size_t r = 0; r < mb->seq->n_regions && st == FERRY_OK; r++) {
+        for (size_t r = 0; r < mb->seq.n_regions && st == FERRY_OK; r++) {
             char name[32];
             uint32_t idx;
             snprintf(name, sizeof name, "region%zu", r);
             st = ferry_layout_add_buffer(g->src, mb->rank, name, FERRY_DTYPE_U8,
                                          ferry_xport_rmem_size(t->peers[mb->rank].cur[r]), &idx);
         }
-        for (size_t e = 0; e < mb->seq->n_entries && st == FERRY_OK; e++) {
-            const FerryMeta__TableEntry *te = mb->seq->entries[e];
+        for (size_t e = 0; e < mb->seq.n_entries && st == FERRY_OK; e++) {
+            const meta_table_entry_t *te = &mb->seq.entries[e];
             ferry_piece_t p;
             memset(&p, 0, sizeof p);
             ferry_model_find(g->model, te->name, &p.tensor);
             p.rank = mb->rank;
             p.buffer = first + te->region;
             p.byte_offset = te->byte_offset;
-            p.box.ndim = (uint32_t)te->n_shape;
-            copy_dims(p.box.offset, te->offset, te->n_shape);
-            copy_dims(p.box.extent, te->extent, te->n_shape);
+            p.box.ndim = te->ndim;
+            copy_dims(p.box.offset, te->offset, te->ndim);
+            copy_dims(p.box.extent, te->extent, te->ndim);
             rm_strides(&p.box, p.strides);
             st = ferry_layout_add_piece(g->src, &p);
         }
@@ -515,14 +522,14 @@ static void copy2_run(void *arg, uint64_t at1, uint64_t at2, size_t bytes) {
  * hashed where it landed; one it holds in part is read whole from the
  * putter, hashed, and its wanted part copied from that verified copy. */
 static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_table_entry_t *want, size_t n) {
-    const FerryMeta__TableContents *tc = g->tc;
+    const meta_table_contents_t *tc = g->tc;
     for (size_t i = 0; i < tc->n_members; i++) {
-        const FerryMeta__TableMember *mb = tc->members[i];
-        for (size_t e = 0; e < mb->seq->n_entries; e++) {
-            const FerryMeta__TableEntry *te = mb->seq->entries[e];
-            ferry_box_t P = {.ndim = (uint32_t)te->n_shape};
-            copy_dims(P.offset, te->offset, te->n_shape);
-            copy_dims(P.extent, te->extent, te->n_shape);
+        const meta_table_member_t *mb = &tc->members[i];
+        for (size_t e = 0; e < mb->seq.n_entries; e++) {
+            const meta_table_entry_t *te = &mb->seq.entries[e];
+            ferry_box_t P = {.ndim = te->ndim};
+            copy_dims(P.offset, te->offset, te->ndim);
+            copy_dims(P.extent, te->extent, te->ndim);
             size_t esz = ferry_dtype_size((ferry_dtype_t)te->dtype);
             int64_t tile[FERRY_MAX_DIMS], plo[FERRY_MAX_DIMS], phi[FERRY_MAX_DIMS], pstr[FERRY_MAX_DIMS];
             tile_shape(P.ndim, te->shape, tile);
@@ -591,14 +598,10 @@ ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_ta
         ferry_status_t st = check_entry(t, &entries[i], false);
         if (st != FERRY_OK) return st;
     }
-    FerryMeta__TableGet tg = FERRY_META__TABLE_GET__INIT;
-    tg.seq_id = seq_id;
-    tg.wait_ms = timeout_ms;
-    ProtobufCMessage *reply = NULL;
-    ferry_status_t st = meta_client_call(t->m.meta, META_TABLE_GET, &tg.base, META_TABLE_CONTENTS, timeout_ms, &reply,
-                                         &t->m.err);
+    meta_table_contents_t *tc = NULL;
+    ferry_status_t st = meta_table_get(t->m.meta, seq_id, timeout_ms, &tc, &t->m.err);
     if (st != FERRY_OK) return st;
-    tget_t g = {.tc = (const void *)reply};
+    tget_t g = {.tc = tc};
     ferry_plan_t *plan = NULL;
     st = resolve_peers(t, g.tc);
     if (st == FERRY_OK) st = build_layouts(t, &g, entries, n);
@@ -615,7 +618,7 @@ ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_ta
     ferry_layout_destroy(g.src);
     ferry_layout_destroy(g.dst);
     ferry_model_destroy(g.model);
-    meta_free(t->m.ctx, reply);
+    meta_table_contents_free(tc);
     return st;
 }
 
@@ -631,12 +634,9 @@ static ferry_status_t table_replay(meta_client_t *c, void *opaque, ferry_errbuf_
     ferry_status_t st = FERRY_OK;
     for (size_t i = 0; i < t->nseqs && st == FERRY_OK; i++) {
         if (!t->seqs[i].completed) continue;
-        ProtobufCMessage *m = NULL;
-        st = meta_decode(t->m.ctx, META_TABLE_COMPLETE, t->seqs[i].sent, t->seqs[i].sent_len, &m, err);
-        ProtobufCMessage *reply = NULL;
-        if (st == FERRY_OK) st = meta_client_call(c, META_TABLE_COMPLETE, m, META_OK, 0, &reply, err);
-        meta_free(t->m.ctx, reply);
-        meta_free(t->m.ctx, m);
+        meta_bytes_t region;
+        meta_table_seq_t seq = seq_sent(&t->seqs[i], &region);
+        st = meta_table_complete(c, &seq, err);
     }
     return st;
 }

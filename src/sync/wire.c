@@ -1,12 +1,15 @@
-/* A member's layout on the wire (RankLayout, meta.proto) and the global
- * layouts rebuilt from every member's. Decoding trusts nothing: counts,
- * column lengths, dims and indices are checked before use, and the layout
- * API checks every piece against its buffer. */
+/* A member's layout on the wire (the columns of meta/rank_layout.h, which
+ * encodes and decodes them) and the global layouts rebuilt from every
+ * member's. Decoding trusts nothing: meta checks counts, column lengths,
+ * dims and indices before anything is used, and the layout API checks every
+ * piece against its buffer. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "meta/proto.h"
+#include "meta/rank_layout.h"
 #include "sync/sync_internal.h"
+
+_Static_assert(META_MAX_DIMS == FERRY_MAX_DIMS, "a layout's dims must fit the metadata protocol's");
 
 ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,
                                 uint8_t **out, size_t *len, ferry_errbuf_t *err) {
@@ -19,10 +22,8 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
     for (size_t i = 0; i < np; i++) dims += ps[i].box.ndim;
     /* wire tensor index of each model tensor a piece names (UINT32_MAX: unused) */
     uint32_t *tmap = ferry_alloc(ctx, (nt ? nt : 1) * sizeof *tmap);
-    FerryMeta__Tensor *tens = ferry_calloc(ctx, nt ? nt : 1, sizeof *tens);
-    FerryMeta__Tensor **tenp = ferry_calloc(ctx, nt ? nt : 1, sizeof *tenp);
-    FerryMeta__Buffer *bufs = ferry_calloc(ctx, nb ? nb : 1, sizeof *bufs);
-    FerryMeta__Buffer **bufp = ferry_calloc(ctx, nb ? nb : 1, sizeof *bufp);
+    meta_rank_tensor_t *tens = ferry_calloc(ctx, nt ? nt : 1, sizeof *tens);
+    meta_rank_buffer_t *bufs = ferry_calloc(ctx, nb ? nb : 1, sizeof *bufs);
     uint32_t *bmap = ferry_alloc(ctx, (nb ? nb : 1) * sizeof *bmap);
     uint32_t *c_t = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_t), *c_b = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_b);
     uint32_t *c_n = ferry_alloc(ctx, (np ? np : 1) * sizeof *c_n);
@@ -30,7 +31,7 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
     int64_t *c_box = ferry_alloc(ctx, (2 * dims + 1) * sizeof *c_box), *c_s = ferry_alloc(ctx, (dims + 1) * sizeof *c_s);
     int64_t *shapes = ferry_alloc(ctx, ((size_t)nt * FERRY_MAX_DIMS + 1) * sizeof *shapes);
     ferry_status_t st = FERRY_OK;
-    if (!tmap || !tens || !tenp || !bufs || !bufp || !bmap || !c_t || !c_b || !c_n || !c_o || !c_box || !c_s || !shapes) {
+    if (!tmap || !tens || !bufs || !bmap || !c_t || !c_b || !c_n || !c_o || !c_box || !c_s || !shapes) {
         st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory encoding the layout");
         goto done;
     }
@@ -40,11 +41,7 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
         ferry_buffer_info_t bi;
         bmap[b] = UINT32_MAX;
         if (!ferry_layout_buffer(local, b, &bi) || bi.rank != rank) continue;
-        ferry_meta__buffer__init(&bufs[nbw]);
-        bufs[nbw].name = (char *)bi.name;
-        bufs[nbw].dtype = (uint32_t)bi.dtype;
-        bufs[nbw].size = bi.size;
-        bufp[nbw] = &bufs[nbw];
+        bufs[nbw] = (meta_rank_buffer_t){bi.name, (uint32_t)bi.dtype, bi.size};
         bmap[b] = (uint32_t)nbw++;
     }
     for (size_t i = 0; i < np; i++) {
@@ -52,13 +49,9 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
         if (tmap[p->tensor] == UINT32_MAX) {
             ferry_tensor_info_t ti;
             ferry_model_tensor(model, p->tensor, &ti);
-            ferry_meta__tensor__init(&tens[ntw]);
-            tens[ntw].name = (char *)ti.name;
-            tens[ntw].dtype = (uint32_t)ti.dtype;
-            tens[ntw].n_shape = ti.ndim;
-            tens[ntw].shape = shapes + (size_t)ntw * FERRY_MAX_DIMS;
-            memcpy(tens[ntw].shape, ti.shape, ti.ndim * sizeof *ti.shape);
-            tenp[ntw] = &tens[ntw];
+            int64_t *shape = shapes + (size_t)ntw * FERRY_MAX_DIMS;
+            memcpy(shape, ti.shape, ti.ndim * sizeof *ti.shape);
+            tens[ntw] = (meta_rank_tensor_t){ti.name, (uint32_t)ti.dtype, ti.ndim, shape};
             tmap[p->tensor] = (uint32_t)ntw++;
         }
         c_t[i] = tmap[p->tensor];
@@ -69,39 +62,26 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
         for (uint32_t d = 0; d < p->box.ndim; d++) c_box[at_box++] = p->box.extent[d];
         for (uint32_t d = 0; d < p->box.ndim; d++) c_s[at_s++] = p->strides[d];
     }
-    FerryMeta__Pieces pc = FERRY_META__PIECES__INIT;
-    pc.n_tensor = pc.n_buffer = pc.n_byte_offset = pc.n_ndim = np;
-    pc.tensor = c_t;
-    pc.buffer = c_b;
-    pc.byte_offset = c_o;
-    pc.ndim = c_n;
-    pc.n_box = at_box;
-    pc.box = c_box;
-    pc.n_strides = at_s;
-    pc.strides = c_s;
-    FerryMeta__RankLayout rl = FERRY_META__RANK_LAYOUT__INIT;
-    rl.rank = rank;
-    rl.host = (char *)host;
-    rl.n_tensors = ntw;
-    rl.tensors = tenp;
-    rl.n_buffers = nbw;
-    rl.buffers = bufp;
-    rl.pieces = &pc;
-    size_t n = protobuf_c_message_get_packed_size(&rl.base);
-    uint8_t *buf = ferry_alloc(ctx, n ? n : 1);
-    if (!buf) {
-        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory encoding a %zu-byte layout", n);
-        goto done;
-    }
-    protobuf_c_message_pack(&rl.base, buf);
-    *out = buf;
-    *len = n;
+    meta_rank_layout_t rl = {.rank = rank,
+                             .host = host,
+                             .tensors = tens,
+                             .n_tensors = ntw,
+                             .buffers = bufs,
+                             .n_buffers = nbw,
+                             .n_pieces = np,
+                             .tensor = c_t,
+                             .buffer = c_b,
+                             .byte_offset = c_o,
+                             .ndim = c_n,
+                             .box = c_box,
+                             .n_box = at_box,
+                             .strides = c_s,
+                             .n_strides = at_s};
+    st = meta_rank_layout_encode(ctx, &rl, out, len, err);
 done:
     ferry_free(ctx, tmap);
     ferry_free(ctx, tens);
-    ferry_free(ctx, tenp);
     ferry_free(ctx, bufs);
-    ferry_free(ctx, bufp);
     ferry_free(ctx, bmap);
     ferry_free(ctx, c_t);
     ferry_free(ctx, c_b);
@@ -122,49 +102,15 @@ void sync_side_free(ferry_ctx_t *ctx, sync_side_t *side) {
 }
 
 static int cmp_tensor_name(const void *a, const void *b) {
-    return strcmp((*(FerryMeta__Tensor *const *)a)->name, (*(FerryMeta__Tensor *const *)b)->name);
+    return strcmp((*(const meta_rank_tensor_t *const *)a)->name, (*(const meta_rank_tensor_t *const *)b)->name);
 }
 
-/* Checks one decoded RankLayout's shape before anything in it is used. */
-static ferry_status_t check_rank_layout(const FerryMeta__RankLayout *rl, uint32_t want_rank, const char *what,
-                                        ferry_errbuf_t *err) {
-    if (rl->rank != want_rank)
-        return ferry_fail(err, FERRY_ERR_CORRUPT, "%s layout %u says it is rank %u", what, want_rank, rl->rank);
-    if (rl->host && strlen(rl->host) > META_MAX_NAME)
-        return ferry_fail(err, FERRY_ERR_LIMIT, "%s %u: host name too long", what, want_rank);
-    const FerryMeta__Pieces *p = rl->pieces;
-    size_t np = p ? p->n_tensor : 0;
-    if (p && (p->n_buffer != np || p->n_byte_offset != np || p->n_ndim != np))
-        return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: piece columns of different lengths", what, want_rank);
-    size_t dims = 0;
-    for (size_t i = 0; i < np; i++) {
-        if (p->ndim[i] > FERRY_MAX_DIMS)
-            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: piece %zu has %u dims", what, want_rank, i, p->ndim[i]);
-        if (p->tensor[i] >= rl->n_tensors || p->buffer[i] >= rl->n_buffers)
-            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: piece %zu names tensor %u of %zu, buffer %u of %zu",
-                              what, want_rank, i, p->tensor[i], rl->n_tensors, p->buffer[i], rl->n_buffers);
-        dims += p->ndim[i];
-    }
-    if (p && (p->n_box != 2 * dims || p->n_strides != dims))
-        return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: box/stride columns do not match the dims", what, want_rank);
-    for (size_t t = 0; t < rl->n_tensors; t++) {
-        const FerryMeta__Tensor *tt = rl->tensors[t];
-        if (!tt->name || !*tt->name || strlen(tt->name) > 4096 || tt->n_shape > FERRY_MAX_DIMS)
-            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: tensor %zu is malformed", what, want_rank, t);
-    }
-    for (size_t b = 0; b < rl->n_buffers; b++)
-        if (!rl->buffers[b]->name || strlen(rl->buffers[b]->name) > 4096)
-            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: buffer %zu is malformed", what, want_rank, b);
-    return FERRY_OK;
-}
-
-ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blobs, size_t n, const char *what,
+ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, size_t n, const char *what,
                                 sync_side_t *side, char ***hosts_out, ferry_errbuf_t *err) {
     memset(side, 0, sizeof *side);
-    ProtobufCAllocator pa = meta_allocator(ctx);
-    FerryMeta__RankLayout **rls = ferry_calloc(ctx, n ? n : 1, sizeof *rls);
+    meta_rank_layout_t **rls = ferry_calloc(ctx, n ? n : 1, sizeof *rls);
     char **hosts = ferry_calloc(ctx, n ? n : 1, sizeof *hosts);
-    FerryMeta__Tensor **all = NULL;
+    const meta_rank_tensor_t **all = NULL;
     uint32_t **tidx = ferry_calloc(ctx, n ? n : 1, sizeof *tidx); /* per rank: wire tensor -> model index */
     ferry_status_t st = FERRY_OK;
     size_t total_t = 0;
@@ -173,13 +119,9 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
         goto done;
     }
     for (size_t r = 0; r < n; r++) {
-        rls[r] = ferry_meta__rank_layout__unpack(&pa, blobs[r].len, blobs[r].len ? blobs[r].data : (const uint8_t *)"");
-        if (!rls[r]) {
-            st = ferry_fail(err, FERRY_ERR_CORRUPT, "%s %zu's layout (%zu bytes) does not decode", what, r, blobs[r].len);
-            goto done;
-        }
-        if ((st = check_rank_layout(rls[r], (uint32_t)r, what, err)) != FERRY_OK) goto done;
-        hosts[r] = ferry_strdup(ctx, rls[r]->host ? rls[r]->host : "");
+        st = meta_rank_layout_decode(ctx, blobs[r].data, blobs[r].len, (uint32_t)r, what, &rls[r], err);
+        if (st != FERRY_OK) goto done;
+        hosts[r] = ferry_strdup(ctx, rls[r]->host);
         if (!hosts[r]) {
             st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory decoding layouts");
             goto done;
@@ -195,7 +137,7 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
     }
     size_t k = 0;
     for (size_t r = 0; r < n; r++)
-        for (size_t t = 0; t < rls[r]->n_tensors; t++) all[k++] = rls[r]->tensors[t];
+        for (size_t t = 0; t < rls[r]->n_tensors; t++) all[k++] = &rls[r]->tensors[t];
     qsort(all, total_t, sizeof *all, cmp_tensor_name);
     if ((st = ferry_model_create(ctx, what, &side->model)) != FERRY_OK) {
         st = ferry_fail(err, st, "%s", ferry_ctx_error(ctx));
@@ -203,9 +145,9 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
     }
     for (size_t i = 0; i < total_t; i++) {
         if (i > 0 && strcmp(all[i]->name, all[i - 1]->name) == 0) {
-            const FerryMeta__Tensor *a = all[i], *b = all[i - 1];
-            bool same = a->dtype == b->dtype && a->n_shape == b->n_shape &&
-                        (a->n_shape == 0 || memcmp(a->shape, b->shape, a->n_shape * sizeof *a->shape) == 0);
+            const meta_rank_tensor_t *a = all[i], *b = all[i - 1];
+            bool same = a->dtype == b->dtype && a->ndim == b->ndim &&
+                        (a->ndim == 0 || memcmp(a->shape, b->shape, a->ndim * sizeof *a->shape) == 0);
             if (!same) {
                 st = ferry_fail(err, FERRY_ERR_MISMATCH, "%ss disagree on tensor %s's dtype or shape", what, a->name);
                 goto done;
@@ -216,7 +158,7 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
             st = ferry_fail(err, FERRY_ERR_CORRUPT, "%s tensor %s: dtype %u", what, all[i]->name, all[i]->dtype);
             goto done;
         }
-        st = ferry_model_add_tensor(side->model, all[i]->name, (ferry_dtype_t)all[i]->dtype, (uint32_t)all[i]->n_shape,
+        st = ferry_model_add_tensor(side->model, all[i]->name, (ferry_dtype_t)all[i]->dtype, all[i]->ndim,
                                     all[i]->shape, NULL);
         if (st != FERRY_OK) {
             st = ferry_fail(err, st, "%s tensor %s: %s", what, all[i]->name, ferry_model_error(side->model));
@@ -231,16 +173,16 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
     }
     uint32_t nbuf = 0;
     for (size_t r = 0; r < n; r++) {
-        const FerryMeta__RankLayout *rl = rls[r];
+        const meta_rank_layout_t *rl = rls[r];
         side->buf_base[r] = nbuf;
         tidx[r] = ferry_alloc(ctx, (rl->n_tensors ? rl->n_tensors : 1) * sizeof **tidx);
         if (!tidx[r]) {
             st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory decoding layouts");
             goto done;
         }
-        for (size_t t = 0; t < rl->n_tensors; t++) ferry_model_find(side->model, rl->tensors[t]->name, &tidx[r][t]);
+        for (size_t t = 0; t < rl->n_tensors; t++) ferry_model_find(side->model, rl->tensors[t].name, &tidx[r][t]);
         for (size_t b = 0; b < rl->n_buffers; b++) {
-            const FerryMeta__Buffer *bb = rl->buffers[b];
+            const meta_rank_buffer_t *bb = &rl->buffers[b];
             uint32_t idx;
             st = ferry_layout_add_buffer(side->layout, (uint32_t)r, bb->name, (ferry_dtype_t)bb->dtype, bb->size, &idx);
             if (st != FERRY_OK) {
@@ -249,9 +191,9 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
             }
             nbuf++;
         }
-        const FerryMeta__Pieces *pc = rl->pieces;
+        const meta_rank_layout_t *pc = rl; /* its piece columns */
         size_t at_box = 0, at_s = 0;
-        for (size_t i = 0; pc && i < pc->n_tensor; i++) {
+        for (size_t i = 0; i < pc->n_pieces; i++) {
             ferry_piece_t p;
             memset(&p, 0, sizeof p);
             p.tensor = tidx[r][pc->tensor[i]];
@@ -274,7 +216,7 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blo
     side->buf_base[n] = nbuf;
 done:
     for (size_t r = 0; rls && r < n; r++) {
-        if (rls[r]) ferry_meta__rank_layout__free_unpacked(rls[r], &pa);
+        meta_rank_layout_free(rls[r]);
         if (tidx) ferry_free(ctx, tidx[r]);
     }
     ferry_free(ctx, rls);

@@ -7,7 +7,6 @@
 #include <string.h>
 #include "common/hash.h"
 
-#include "meta/proto.h"
 #include "sync/sync_internal.h"
 
 #define SLOT_ALIGN 64
@@ -18,8 +17,8 @@ typedef struct writer_slot {
     uint8_t *base;             /* async: its memory */
     uint64_t *sums;            /* one per op of the local plan */
     bool sums_ready;           /* sums hold this version's checksums */
-    FerryMeta__SlotMap map;
-    ProtobufCBinaryData *regions;
+    meta_slot_map_t map;
+    meta_bytes_t *regions;
     uint8_t *desc;             /* descriptor bytes of every region */
     uint32_t *buffer_region;
     uint64_t *buffer_offset;
@@ -40,8 +39,7 @@ struct ferry_writer {
     size_t *pack_ops;          /* ops that fill a pack slot (one per pack offset) */
     size_t npack_ops;
     size_t *hash_order;        /* ops sorted by the bytes they read (equal reads hash once) */
-    FerryMeta__PairSums *pair_sums;
-    FerryMeta__PairSums **pair_sums_p;
+    meta_pair_sums_t *pair_sums; /* per reader: its checksums in the slot being published */
     size_t npairs;
     /* deltas (sync mode): the served bytes as of base_version, grouped by
        distinct read, and the registered area readers fetch deltas from */
@@ -90,14 +88,12 @@ static void epoch_free(ferry_writer_t *w) {
     ferry_free(w->m.ctx, w->pack_ops);
     ferry_free(w->m.ctx, w->hash_order);
     ferry_free(w->m.ctx, w->pair_sums);
-    ferry_free(w->m.ctx, w->pair_sums_p);
     w->slots = NULL;
     w->nslots = 0;
     w->pack = NULL;
     w->slot_offset = NULL;
     w->pack_ops = w->hash_order = NULL;
     w->pair_sums = NULL;
-    w->pair_sums_p = NULL;
     w->npairs = w->npack_ops = 0;
     w->setup_epoch = 0;
     if (w->delta_mem) ferry_xport_mem_deregister(w->delta_mem);
@@ -142,14 +138,14 @@ static ferry_status_t slot_map(ferry_writer_t *w, writer_slot_t *s, ferry_xport_
         size_t len;
         ferry_status_t st = ferry_xport_mem_pack(regs[i], s->desc + i * FERRY_XPORT_DESC_MAX, FERRY_XPORT_DESC_MAX, &len);
         if (st != FERRY_OK) return ferry_fail(&w->m.err, st, "%s", ferry_xport_error(w->m.xp));
-        s->regions[i] = (ProtobufCBinaryData){len, s->desc + i * FERRY_XPORT_DESC_MAX};
+        s->regions[i] = (meta_bytes_t){s->desc + i * FERRY_XPORT_DESC_MAX, len};
     }
     memcpy(s->buffer_region, buf_region, w->m.nbufs * sizeof *buf_region);
     memcpy(s->buffer_offset, buf_offset, w->m.nbufs * sizeof *buf_offset);
-    ferry_meta__slot_map__init(&s->map);
+    memset(&s->map, 0, sizeof s->map);
     s->map.n_regions = nregs;
     s->map.regions = s->regions;
-    s->map.n_buffer_region = s->map.n_buffer_offset = w->m.nbufs;
+    s->map.n_buffers = w->m.nbufs;
     s->map.buffer_region = s->buffer_region;
     s->map.buffer_offset = s->buffer_offset;
     s->map.has_pack = pack_region >= 0;
@@ -196,12 +192,14 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     if (!w->delta_pair) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     bool any = false;
     for (size_t pi = 0; pi < w->npairs; pi++) {
-        w->delta_pair[pi] = m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
-                            m->side[1].hosts[pairs[pi].dst_rank] != m->side[0].hosts[m->p.rank];
+        w->delta_pair[pi] = (m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
+                             m->side[1].hosts[pairs[pi].dst_rank] != m->side[0].hosts[m->p.rank]) &&
+                            pairs[pi].op_count <= UINT32_MAX; /* an entry counts ops in 32 bits */
         any |= w->delta_pair[pi];
     }
     if (!any) return FERRY_OK;
-    uint64_t cap = SYNC_DELTA_HEADER + (uint64_t)w->npairs * SYNC_DELTA_ENTRY;
+    if (w->npairs > SYNC_DELTA_MAX_ENTRIES) return FERRY_OK; /* more readers than an area can name: pull whole */
+    uint64_t cap = sync_delta_index_end((uint32_t)w->npairs);
     for (size_t i = 0; i < nops; i++) {
         ferry_dtype_t dt;
         uint64_t elems;
@@ -238,7 +236,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
                           ferry_xport_error(m->xp));
     w->delta_area = ferry_xport_mem_ptr(w->delta_mem);
     w->delta_cap = cap;
-    memset(w->delta_area, 0, SYNC_DELTA_HEADER); /* no entries yet */
+    sync_delta_header_put(w->delta_area, &(sync_delta_header_t){0, 0}); /* no entries yet */
     w->base_version = 0;
     w->deltas = true;
     return FERRY_OK;
@@ -278,7 +276,6 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     /* checksums per reader */
     w->npairs = ferry_plan_pair_count(m->plan);
     w->pair_sums = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums);
-    w->pair_sums_p = ferry_calloc(ctx, w->npairs + 1, sizeof *w->pair_sums_p);
     uint32_t nslots = m->p.mode == FERRY_SYNC_MODE_ASYNC ? m->p.slots : 1;
     w->slots = ferry_calloc(ctx, nslots, sizeof *w->slots);
     w->nslots = w->slots ? nslots : 0;
@@ -286,7 +283,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     uint64_t *boff = ferry_calloc(ctx, m->nbufs + 1, sizeof *boff);
     ferry_xport_mem_t **regs = ferry_calloc(ctx, m->nbufs + 3, sizeof *regs);
     ferry_status_t st = FERRY_OK;
-    if (!w->pair_sums || !w->pair_sums_p || !w->slots || !breg || !boff || !regs) {
+    if (!w->pair_sums || !w->slots || !breg || !boff || !regs) {
         st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
         goto done;
     }
@@ -396,13 +393,8 @@ static void hash_slot(ferry_writer_t *w, writer_slot_t *s) {
 
 static void fill_pair_sums(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
-    for (size_t i = 0; i < w->npairs; i++) {
-        ferry_meta__pair_sums__init(&w->pair_sums[i]);
-        w->pair_sums[i].dst_rank = pairs[i].dst_rank;
-        w->pair_sums[i].n_sums = pairs[i].op_count;
-        w->pair_sums[i].sums = s->sums + pairs[i].first_op;
-        w->pair_sums_p[i] = &w->pair_sums[i];
-    }
+    for (size_t i = 0; i < w->npairs; i++)
+        w->pair_sums[i] = (meta_pair_sums_t){pairs[i].dst_rank, s->sums + pairs[i].first_op, pairs[i].op_count};
 }
 
 typedef struct publish_ctx {
@@ -419,10 +411,10 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
     uint8_t *a = w->delta_area;
-    uint64_t v = s->version, at = SYNC_DELTA_HEADER + (uint64_t)w->npairs * SYNC_DELTA_ENTRY;
+    uint64_t v = s->version, at = sync_delta_index_end((uint32_t)w->npairs);
     uint32_t entries = 0;
     bool have_base = w->base_version && w->base_version == w->last_version;
-    memset(a, 0, SYNC_DELTA_HEADER); /* readers see no entries while the area is rewritten */
+    sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
     for (size_t pi = 0; have_base && pi < w->npairs; pi++) {
         const ferry_plan_pair_t *p = &pairs[pi];
         if (!w->delta_pair[pi]) continue; /* a reader on this host: it pulls whole */
@@ -461,25 +453,21 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
                 w->frame_len[g] = len;
                 w->frame_ver[g] = v;
             }
-            for (int b = 0; b < 8; b++) a[lens + 8 * (i - p->first_op) + (size_t)b] = (uint8_t)(len >> (8 * b));
+            sync_delta_frame_len_put(a + lens, (uint32_t)(i - p->first_op), len);
             at += len;
         }
         if (!ok) { /* cannot happen with the bound reserved; then every reader pulls whole */
             entries = 0;
             break;
         }
-        uint8_t *e = a + SYNC_DELTA_HEADER + (uint64_t)entries * SYNC_DELTA_ENTRY;
-        uint64_t f[4] = {(uint64_t)p->dst_rank | (uint64_t)p->op_count << 32, w->base_version, blob, at - blob};
-        memcpy(e, f, sizeof f);
-        entries++;
+        sync_delta_entry_t e = {p->dst_rank, (uint32_t)p->op_count, w->base_version, blob, at - blob};
+        sync_delta_entry_put(a, entries++, &e);
     }
     /* the base moves on */
     for (size_t g = 0; g < w->ngroups; g++)
         memcpy(w->base + w->group_base[g], op_bytes(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes);
     w->base_version = v;
-    uint32_t hdr[2] = {SYNC_DELTA_MAGIC, entries};
-    memcpy(a + 8, &v, 8);
-    memcpy(a, hdr, 8);
+    sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? at : 0;
 }
 
@@ -499,45 +487,35 @@ static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errb
         pc->s->sums_ready = true;
     }
     fill_pair_sums(pc->w, pc->s);
-    FerryMeta__Sums sm = FERRY_META__SUMS__INIT;
-    sm.version = pc->s->version;
-    sm.n_sums = pc->w->npairs;
-    sm.sums = pc->w->pair_sums_p;
-    return meta_client_send_raw(c, META_SUMS, &sm.base, err);
+    return meta_publish_sums(c, pc->s->version, pc->w->pair_sums, pc->w->npairs, err);
 }
 
 /* PUBLISH of slot k. Fresh versions announce the slot first and send their
  * checksums while readers pull (sums_follow); a replay has them already. */
 static ferry_status_t send_publish(ferry_writer_t *w, uint32_t k, bool wait_acks, ferry_errbuf_t *err,
-                                   FerryMeta__Published **out, ferry_publish_info_t *inf) {
+                                   meta_published_t *out, ferry_publish_info_t *inf) {
     writer_slot_t *s = &w->slots[k];
-    FerryMeta__Publish p = FERRY_META__PUBLISH__INIT;
-    p.epoch = w->m.epoch;
-    p.plan_digest = w->m.plan_digest;
-    p.version = s->version;
-    p.slot = k;
-    p.map = &s->map;
-    p.wait_acks = wait_acks;
-    p.wait_ms = w->m.p.timeout_ms;
+    meta_publish_req_t p = {.epoch = w->m.epoch,
+                            .plan_digest = w->m.plan_digest,
+                            .version = s->version,
+                            .slot = k,
+                            .map = &s->map,
+                            .wait_acks = wait_acks,
+                            .wait_ms = w->m.p.timeout_ms};
     publish_ctx_t pc = {w, s, 0, 0, 0};
     if (s->sums_ready) {
         fill_pair_sums(w, s);
         p.n_sums = w->npairs;
-        p.sums = w->pair_sums_p;
+        p.sums = w->pair_sums;
     } else {
         p.sums_follow = true;
     }
-    ProtobufCMessage *reply = NULL;
-    ferry_status_t st = meta_client_call_between(w->m.meta, META_PUBLISH, &p.base, META_PUBLISHED,
-                                                 wait_acks ? w->m.p.timeout_ms : 0, &reply,
-                                                 p.sums_follow ? publish_between : NULL, &pc, err);
+    ferry_status_t st = meta_publish(w->m.meta, &p, p.sums_follow ? publish_between : NULL, &pc, out, err);
     if (inf) {
         inf->hash_seconds = pc.hash_seconds;
         inf->delta_seconds = pc.delta_seconds;
         inf->delta_bytes = pc.delta_bytes;
     }
-    if (st == FERRY_OK && out) *out = (FerryMeta__Published *)reply;
-    else meta_free(w->m.ctx, reply);
     return st;
 }
 
@@ -556,6 +534,42 @@ static ferry_status_t writer_replay(meta_client_t *c, void *opaque, ferry_errbuf
     for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++)
         if (w->slots[k].version && w->slots[k].sums_ready) st = send_publish(w, k, false, err, NULL, NULL);
     return st;
+}
+
+/* Members of `role` other than this writer that the service said left:
+ * their accounts, "; "-separated, into buf; false if none. */
+static bool departed_list(ferry_writer_t *w, uint32_t role, char *buf, size_t size) {
+    sync_member_t *m = &w->m;
+    uint32_t world = m->side[role == META_ROLE_WRITER ? 0 : 1].world;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t r = 0; r < world && at + 1 < size; r++) {
+        char who[META_MAX_DETAIL];
+        if ((role == META_ROLE_WRITER && r == m->p.rank) || !meta_client_departed(m->meta, role, r, who, sizeof who))
+            continue;
+        int k = snprintf(buf + at, size - at, "%s%s", at ? "; " : "", who);
+        at = k < 0 ? at : at + (size_t)k >= size ? size - 1 : at + (size_t)k;
+    }
+    return at > 0;
+}
+
+/* Sync mode: a publish returns OK whoever acknowledged it; when a version
+ * never became ready (another writer did not publish it) or readers left,
+ * the log says who left and what it was doing. */
+static void report_departures(ferry_writer_t *w, uint64_t version, const meta_published_t *pub) {
+    sync_member_t *m = &w->m;
+    char gone[2048];
+    if (!pub->ready) { /* (with no live reader to wait for, the reply may simply come first) */
+        bool any = departed_list(w, META_ROLE_WRITER, gone, sizeof gone);
+        if (any || pub->n_missing)
+            ferry_log(m->ctx, FERRY_LOG_WARN,
+                      "writer %u: version %llu never became ready (%u of %u readers acknowledged it): %s", m->p.rank,
+                      (unsigned long long)version, pub->acked, m->side[1].world,
+                      any ? gone : "another writer has not published it");
+    }
+    if (pub->acked + pub->n_missing < m->side[1].world && departed_list(w, META_ROLE_READER, gone, sizeof gone))
+        ferry_log(m->ctx, FERRY_LOG_WARN, "writer %u: version %llu acknowledged by %u of %u readers; gone: %s",
+                  m->p.rank, (unsigned long long)version, pub->acked, m->side[1].world, gone);
 }
 
 ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info) {
@@ -587,12 +601,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
             if (w->slots[i].version < w->slots[k].version) k = i;
         writer_slot_t *s = &w->slots[k];
         if (s->version && m->p.mode == FERRY_SYNC_MODE_ASYNC) {
-            FerryMeta__Reclaim rc = FERRY_META__RECLAIM__INIT;
-            rc.version = s->version;
-            rc.wait_ms = m->p.timeout_ms;
-            ProtobufCMessage *reply = NULL;
-            st = meta_client_call(m->meta, META_RECLAIM, &rc.base, META_OK, rc.wait_ms, &reply, &m->err);
-            meta_free(m->ctx, reply);
+            st = meta_reclaim(m->meta, s->version, m->p.timeout_ms, &m->err);
             if (st != FERRY_OK) return st;
         }
         s->version = 0;
@@ -606,7 +615,7 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
         inf.pack_seconds = ferry_mono_s() - t;
         s->version = version;
         t = ferry_mono_s();
-        FerryMeta__Published *pub = NULL;
+        meta_published_t pub;
         st = send_publish(w, k, m->p.mode == FERRY_SYNC_MODE_SYNC, &m->err, &pub, &inf);
         inf.wait_seconds = ferry_mono_s() - t - inf.hash_seconds - inf.delta_seconds;
         if (st == FERRY_ERR_STALE && attempt == 0) { /* the epoch moved under us: plan again */
@@ -619,14 +628,12 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
             s->sums_ready = false;
             return st;
         }
-        inf.readers_acked = pub->acked;
-        inf.readers_missing = (uint32_t)pub->n_missing;
-        meta_free(m->ctx, &pub->base);
+        inf.readers_acked = pub.acked;
+        inf.readers_missing = pub.n_missing;
+        if (m->p.mode == FERRY_SYNC_MODE_SYNC) report_departures(w, version, &pub);
         if (m->p.mode == FERRY_SYNC_MODE_SYNC) {
             /* the live weights move on as soon as we return */
-            FerryMeta__Retire rt = FERRY_META__RETIRE__INIT;
-            rt.version = version;
-            (void)meta_client_send(m->meta, META_RETIRE, &rt.base, &m->err);
+            (void)meta_retire(m->meta, version, &m->err);
             s->version = 0;
             s->sums_ready = false;
         }

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "meta/proto.h"
 #include "sync/sync_internal.h"
 #include "fuzz_ctx.h"
 
@@ -41,7 +40,7 @@ static void free_hosts(ferry_ctx_t *ctx, char **hosts, size_t n) {
 }
 
 /* Decodes n blobs; on failure checks the detail and returns false. */
-static bool decode(ferry_ctx_t *ctx, const ProtobufCBinaryData *blobs, size_t n, size_t size, sync_side_t *side,
+static bool decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, size_t n, size_t size, sync_side_t *side,
                    char ***hosts) {
     ferry_errbuf_t err;
     err.text[0] = '\0';
@@ -273,7 +272,7 @@ static bool all_tensors_named(const ferry_layout_t *l) {
 }
 
 /* Re-encodes every rank of side into blobs (ctx allocations). */
-static void encode_side(ferry_ctx_t *ctx, const sync_side_t *side, char **hosts, ProtobufCBinaryData *out, size_t n,
+static void encode_side(ferry_ctx_t *ctx, const sync_side_t *side, char **hosts, meta_bytes_t *out, size_t n,
                         size_t size) {
     for (size_t r = 0; r < n; r++) {
         ferry_errbuf_t err;
@@ -331,7 +330,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     ferry_ctx_t *ctx = fuzz_ctx();
     size_t n = 1 + data[0] % MAX_MEMBERS, at = 1;
-    ProtobufCBinaryData blobs[MAX_MEMBERS];
+    meta_bytes_t blobs[MAX_MEMBERS];
     for (size_t r = 0; r < n; r++) {
         size_t len = 0;
         if (size - at >= 2) {
@@ -341,23 +340,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             at = size;
         }
         if (len > size - at) len = size - at;
-        blobs[r].len = len;
-        blobs[r].data = malloc(len ? len : 1);
-        if (!blobs[r].data) abort();
-        if (len) memcpy(blobs[r].data, data + at, len);
+        uint8_t *blob = malloc(len ? len : 1);
+        if (!blob) abort();
+        if (len) memcpy(blob, data + at, len);
+        blobs[r] = (meta_bytes_t){blob, len};
         at += len;
     }
 
     sync_side_t s1, s2, s3;
     char **h1 = NULL, **h2 = NULL, **h3 = NULL;
     bool ok = decode(ctx, blobs, n, size, &s1, &h1);
-    for (size_t r = 0; r < n; r++) free(blobs[r].data);
+    for (size_t r = 0; r < n; r++) free((void *)blobs[r].data);
     if (!ok) return 0;
     check_side(&s1, h1, n, size);
     check_validate(s1.layout, n, size);
 
     /* round trip: every rank re-encoded, then decoded again (twice) */
-    ProtobufCBinaryData e2[MAX_MEMBERS], e3[MAX_MEMBERS];
+    meta_bytes_t e2[MAX_MEMBERS], e3[MAX_MEMBERS];
     encode_side(ctx, &s1, h1, e2, n, size);
     if (!decode(ctx, e2, n, size, &s2, &h2)) FAIL("a re-encoded layout does not decode");
     check_side(&s2, h2, n, size);
@@ -372,8 +371,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FAIL("a second round trip encodes to other bytes");
 
     for (size_t r = 0; r < n; r++) {
-        ferry_free(ctx, e2[r].data);
-        ferry_free(ctx, e3[r].data);
+        ferry_free(ctx, (void *)e2[r].data);
+        ferry_free(ctx, (void *)e3[r].data);
     }
     sync_side_free(ctx, &s1);
     sync_side_free(ctx, &s2);

@@ -50,6 +50,7 @@ compile plan plan_includes_sync.c refused sync/sync_internal.h
 compile codec codec_includes_sync_api.c refused ferry/sync.h
 compile meta meta_includes_layout.c refused layout/layout_internal.h
 compile sync sync_includes_channel.c ok ""
+compile sync sync_includes_protobuf.c refused meta/meta.pb-c.h
 link plan call_plan.c ok ferry_plan_destroy
 link plan call_writer.c refused ferry_writer_destroy
 link codec call_xport.c refused ferry_xport_destroy

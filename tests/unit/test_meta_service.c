@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "ferry/meta.h"
-#include "meta/client.h"
+#include "meta/client_msg.h"
 #include "meta/conn.h"
 #include "meta/proto.h"
 
@@ -544,8 +544,8 @@ static void test_layouts(void) {
     raw_close(&ro);
     /* known epoch: the epoch alone, at once */
     t0 = ferry_mono_s();
-    CHECK_OK(get_layouts(r, 2000, epoch, &l, &err), err.text);
-    CHECK(ferry_mono_s() - t0 < 1.0);
+    CHECK_OK(get_layouts(r, 30000, epoch, &l, &err), err.text);
+    CHECK(ferry_mono_s() - t0 < 15); /* at once, not after wait_ms */
     CHECK(l->epoch == epoch && l->n_writers == 0 && l->n_readers == 0);
     meta_free(ctx, &l->base);
     CHECK_OK(get_layouts(r, 0, epoch ^ 2, &l, &err), err.text); /* another known epoch: everything */
@@ -651,10 +651,10 @@ static void test_versions(void) {
     FerryMeta__Status *st = get_status(w); /* RETIRE has no reply: a request behind it orders it */
     CHECK(st->ready == 2);
     meta_free(ctx, &st->base);
-    rb_init(&rb, epoch, 1, 1, 1000, 1000);
+    rb_init(&rb, epoch, 1, 1, 30000, 1000);
     double t0 = ferry_mono_s();
     CHECK_FAILS(read_begin(r0, &rb, &g, &err), FERRY_ERR_STALE, err.text, "version 1 is no longer available");
-    CHECK(ferry_mono_s() - t0 < 0.8); /* at once, not after wait_ms */
+    CHECK(ferry_mono_s() - t0 < 15); /* at once, not after wait_ms (half of it: a bound no machine reaches) */
     CHECK(read_end(r0, 1, false)); /* ending a read of a retired version says so */
     g = read_begin_ok(r0, epoch, 1, 0, 5000);
     CHECK(g->version == 2);
@@ -1036,7 +1036,7 @@ static void test_lease(void) {
     }
     double took = ferry_mono_s() - t_joined;
     CHECK_EQ_INT(joined, 2);
-    CHECK(took >= 0.25 && took < 2.5);
+    CHECK(took >= 0.25 && took < 30); /* after the lease; the upper bound only stops a hang */
     /* the silent one's connection is closed */
     uint8_t type;
     ProtobufCMessage *m;

@@ -25,7 +25,7 @@
 
 #include "check.h"
 #include "ferry/meta.h"
-#include "meta/client.h"
+#include "meta/client_msg.h"
 #include "meta/conn.h"
 #include "meta/proto.h"
 

@@ -17,16 +17,18 @@
  *      version, an exact version whose slot was overwritten is STALE, a
  *      restarted reader process catches up, NEXT with nothing newer times out.
  *   C  a reader stopped in the middle of a transfer (a trap page, below):
- *      the sync publish returns at its timeout naming it missing, the others
- *      verify; resumed after the weights moved on, its read fails and is
- *      never applied; killed (-9) mid-transfer: publish returns at once;
+ *      the sync publish waits for it until its (short) lease runs out, the
+ *      others verify; resumed after the weights moved on, its read fails and
+ *      is never applied; one that outlived its version with the weights
+ *      unchanged verifies; killed (-9) mid-transfer: publish returns at once;
  *      restarted readers catch up. Async: a slot under a live grant is not
  *      reused (publish fails); once the grant expired it is, under stopped
  *      readers, who must then refuse what they read.
  *   D  a writer stopped before publishing, then killed: readers time out
  *      and keep their version; a writer killed (-9) inside its publish while
  *      readers pull from it (process_vm_readv and mapped memory): readers
- *      fail with a clear error within the timeout, an in-place reader says
+ *      fail with a clear error within the timeout that names the writer that
+ *      died (writer 0 or 1, host, pid), an in-place reader says
  *      torn (version 0), a staged one keeps the previous version's bytes; a
  *      restarted writer repairs everyone.
  *   E  the service restarted: while readers wait in update, while writers
@@ -37,6 +39,10 @@
  *      job name is refused too.
  *   G  a reader process rejoins with another layout: a new epoch, everyone
  *      plans again (sync shm, async UCX).
+ * Nothing depends on the machine's speed: timeouts a correct run never
+ * reaches are LONG_MS guards; a timeout or lease that is a case's subject is
+ * short, with nothing else to do within it; waits are for events (reports,
+ * the service taking a request or telling of a departure, seen in its log).
  * Children exit 0 only if they left cleanly (LeakSanitizer runs in them).
  * Checks of known library bugs print BUG, let the other cases run, and make
  * the program exit 1 at the end. TEST_SYNC_ONLY=ACD runs some groups;
@@ -44,6 +50,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
@@ -56,6 +63,13 @@
 #include "check.h"
 #include "ferry/meta.h"
 #include "ferry/sync.h"
+
+/* Timeouts that a correct run never reaches (members' timeouts, updates
+ * that must succeed): guards against a hang only. A case whose subject is a
+ * timeout or a lease sets a short one where nothing else has to happen
+ * within it, and waits for events (reports, the service taking a request)
+ * rather than for time to pass. */
+#define LONG_MS 60000u
 
 extern char **environ;
 
@@ -407,7 +421,7 @@ static uint32_t arg_u(int argc, char **argv, const char *key, uint32_t def) {
 }
 
 static int child_main(int argc, char **argv) {
-    alarm(100); /* never outlive a wedged parent for long */
+    alarm(1800); /* a guard only: the parent's death kills us at once (PR_SET_PDEATHSIG) */
     worker_t w;
     memset(&w, 0, sizeof w);
     w.writer = !strcmp(arg(argc, argv, "role", ""), "writer");
@@ -452,8 +466,12 @@ static int child_main(int argc, char **argv) {
     sp.world = w.world;
     sp.meta = arg(argc, argv, "meta", "");
     sp.transport = (ferry_xport_kind_t)arg_u(argc, argv, "xport", FERRY_XPORT_SHM);
-    sp.timeout_ms = arg_u(argc, argv, "timeout", 5000);
+    sp.timeout_ms = arg_u(argc, argv, "timeout", LONG_MS);
     sp.threads = arg_u(argc, argv, "threads", 1);
+    if (arg_u(argc, argv, "lease", 0)) { /* a short lease: a stopped member is dropped soon */
+        sp.field_mask |= FERRY_SYNC_PARAM_LEASE_MS;
+        sp.lease_ms = arg_u(argc, argv, "lease", 0);
+    }
     const char *token = arg(argc, argv, "token", NULL); /* absent: FERRY_TOKEN */
     if (token) {
         sp.field_mask |= FERRY_SYNC_PARAM_TOKEN;
@@ -556,7 +574,9 @@ typedef struct config {
     int staged;            /* 0: none, 1: every reader, 2: odd ranks, 3: even ranks */
     int wown;              /* writers' buffers: 0 allocated by ferry, 1 the caller's, 2 odd ranks', 3 even ranks' */
     int rown;
-    uint32_t timeout_ms, slots, inflight, threads;
+    uint32_t timeout_ms;   /* writers' (0: LONG_MS) */
+    uint32_t rtimeout_ms;  /* readers' (0: LONG_MS); with an update's timeout it sets how long a grant lasts */
+    uint32_t slots, inflight, threads;
 } config_t;
 
 #define MAXK 16
@@ -568,6 +588,10 @@ typedef struct job {
     char addr[64], token[40];
     uint32_t nw, nr;
     child_t *w[MAXK], *r[MAXK];
+    uint32_t wtimeout_ms;    /* writers started from now on get this timeout */
+    uint32_t lease_ms[MAXK]; /* readers' leases (0: the default) */
+    uint32_t svc_lease_ms;   /* the service's (0: its default); after a restart, members known only from
+                                the replayed epoch count as live for this long */
 } job_t;
 
 static const char *g_self = "/proc/self/exe";
@@ -595,7 +619,7 @@ static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_en
     const config_t *c = j->cfg;
     int cp[2], rp[2];
     CHECK(pipe2(cp, O_CLOEXEC) == 0 && pipe2(rp, O_CLOEXEC) == 0);
-    char a[16][160];
+    char a[20][160];
     int n = 0;
     snprintf(a[n++], sizeof a[0], "role=%s", writer ? "writer" : "reader");
     snprintf(a[n++], sizeof a[0], "rank=%u", rank);
@@ -605,13 +629,14 @@ static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_en
     if (!token_env) snprintf(a[n++], sizeof a[0], "token=%s", j->token);
     snprintf(a[n++], sizeof a[0], "mode=%d", (int)c->mode);
     snprintf(a[n++], sizeof a[0], "xport=%d", (int)c->xport);
-    snprintf(a[n++], sizeof a[0], "timeout=%u", c->timeout_ms ? c->timeout_ms : 5000);
+    snprintf(a[n++], sizeof a[0], "timeout=%u", writer ? j->wtimeout_ms : c->rtimeout_ms ? c->rtimeout_ms : LONG_MS);
+    snprintf(a[n++], sizeof a[0], "lease=%u", writer ? 0 : j->lease_ms[rank]);
     snprintf(a[n++], sizeof a[0], "slots=%u", c->slots ? c->slots : 2);
     snprintf(a[n++], sizeof a[0], "staged=%d", pick(c->staged, rank));
     snprintf(a[n++], sizeof a[0], "own=%d", pick(writer ? c->wown : c->rown, rank));
     snprintf(a[n++], sizeof a[0], "inflight=%u", c->inflight);
     snprintf(a[n++], sizeof a[0], "threads=%u", c->threads ? c->threads : 1);
-    char *argv[24];
+    char *argv[28];
     int k = 0;
     argv[k++] = "test_sync";
     argv[k++] = "--role";
@@ -765,7 +790,7 @@ static void child_free(child_t *ch) {
 /* Asks a child to leave and checks it exited 0 (no leaks, no errors). */
 static void quit(child_t *ch) {
     send_cmd(ch, "Q");
-    int ws = reap(ch, 20);
+    int ws = reap(ch, 120);
     if (ws == -1 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
         fprintf(stderr, "%s did not exit cleanly (wait status %d)\n", ch->name, ws);
         exit(1);
@@ -775,16 +800,79 @@ static void quit(child_t *ch) {
 /* A child killed by us (or by itself): reaps it and checks the signal. */
 static void reap_killed(child_t **slot) {
     child_t *ch = *slot;
-    int ws = reap(ch, 10);
+    int ws = reap(ch, 120);
     CHECK(ws != -1 && WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
     child_free(ch);
     *slot = NULL;
 }
 
+/* The service runs in this process: its debug log says when it took a
+ * request. A case that needs a reader's request parked at the service before
+ * a version is published (so that the grant comes with the publish, however
+ * slow the machine) waits for that line. */
+static pthread_mutex_t g_svc_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_svc_cv = PTHREAD_COND_INITIALIZER;
+static unsigned g_read_begins[MAXK]; /* READ_BEGINs the service took, per reader rank */
+static unsigned g_publishes[MAXK];   /* PUBLISHes, per writer rank */
+static unsigned g_writers_left[MAXK]; /* departures of writers the members were told of */
+
+static void count_line(const char *msg, const char *what, unsigned *counts) {
+    const char *p = strstr(msg, what);
+    if (!p) return;
+    unsigned r = (unsigned)strtoul(p + strlen(what), NULL, 10);
+    pthread_mutex_lock(&g_svc_mu);
+    if (r < MAXK) counts[r]++;
+    pthread_cond_broadcast(&g_svc_cv);
+    pthread_mutex_unlock(&g_svc_mu);
+}
+
+static void svc_log(void *opaque, ferry_log_level_t level, const char *msg) {
+    (void)opaque;
+    count_line(msg, "READ_BEGIN from reader ", g_read_begins);
+    count_line(msg, "PUBLISH from writer ", g_publishes);
+    if (strstr(msg, ", left: ")) count_line(msg, "meta service: writer ", g_writers_left);
+    if (level >= FERRY_LOG_WARN) fprintf(stderr, "service: %s\n", msg);
+}
+
+static ferry_ctx_t *parent_ctx(void) {
+    ferry_ctx_params_t p = {.field_mask = FERRY_CTX_PARAM_LOG_FN | FERRY_CTX_PARAM_LOG_LEVEL,
+                            .log_fn = svc_log,
+                            .log_level = FERRY_LOG_DEBUG};
+    ferry_ctx_t *ctx = NULL;
+    CHECK_OK(ferry_ctx_create(&p, &ctx, NULL, 0), "ctx");
+    return ctx;
+}
+
+static unsigned took(const unsigned *counts, uint32_t rank) {
+    pthread_mutex_lock(&g_svc_mu);
+    unsigned n = counts[rank];
+    pthread_mutex_unlock(&g_svc_mu);
+    return n;
+}
+
+/* Waits until the service took more than `seen` of the requests counts counts. */
+static void wait_took(const unsigned *counts, uint32_t rank, unsigned seen) {
+    double guard = now_s() + LONG_MS / 1000.0;
+    pthread_mutex_lock(&g_svc_mu);
+    while (counts[rank] <= seen) {
+        if (now_s() > guard) {
+            fprintf(stderr, "member %u: the service never took its request\n", rank);
+            exit(1);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&g_svc_cv, &g_svc_mu, &ts);
+    }
+    pthread_mutex_unlock(&g_svc_mu);
+}
+
 static void start_service(job_t *j, const char *listen) {
     ferry_meta_params_t mp = {.field_mask = FERRY_META_PARAM_LISTEN | FERRY_META_PARAM_TOKEN,
                               .listen = listen,
-                              .token = j->token};
+                              .token = j->token,
+                              .lease_ms = j->svc_lease_ms};
+    if (j->svc_lease_ms) mp.field_mask |= FERRY_META_PARAM_LEASE_MS;
     ferry_status_t st = ferry_meta_service_create(j->ctx, &mp, &j->svc);
     CHECK_OK(st, ferry_ctx_error(j->ctx));
     snprintf(j->addr, sizeof j->addr, "%s", ferry_meta_service_address(j->svc));
@@ -792,7 +880,7 @@ static void start_service(job_t *j, const char *listen) {
 
 static child_t *start_member(job_t *j, bool writer, uint32_t rank, const char *spec) {
     child_t *ch = spawn(j, writer, rank, NULL, spec);
-    const char *l = expect_line(ch, 'R', 60);
+    const char *l = expect_line(ch, 'R', 120);
     if (kv_i(l, "st") != 0) {
         fprintf(stderr, "%s: setup failed: %s\n", ch->name, l);
         exit(1);
@@ -800,10 +888,12 @@ static child_t *start_member(job_t *j, bool writer, uint32_t rank, const char *s
     return ch;
 }
 
-static void job_start(job_t *j, const config_t *cfg) {
+static void job_start_leases(job_t *j, const config_t *cfg, const uint32_t *leases) {
     memset(j, 0, sizeof *j);
     j->cfg = cfg;
-    j->ctx = test_ctx();
+    j->ctx = parent_ctx();
+    j->wtimeout_ms = cfg->timeout_ms ? cfg->timeout_ms : LONG_MS;
+    for (uint32_t i = 0; leases && i < MAXK; i++) j->lease_ms[i] = leases[i];
     uint8_t rnd[16];
     CHECK(getrandom(rnd, sizeof rnd, 0) == sizeof rnd);
     for (int i = 0; i < 16; i++) snprintf(j->token + 2 * i, 3, "%02x", rnd[i]);
@@ -816,13 +906,15 @@ static void job_start(job_t *j, const config_t *cfg) {
     for (uint32_t i = 0; i < j->nr; i++) j->r[i] = spawn(j, false, i, NULL, NULL);
     for (uint32_t i = 0; i < j->nw + j->nr; i++) {
         child_t *ch = i < j->nw ? j->w[i] : j->r[i - j->nw];
-        const char *l = expect_line(ch, 'R', 60);
+        const char *l = expect_line(ch, 'R', 120);
         if (kv_i(l, "st") != 0) {
             fprintf(stderr, "%s: setup failed: %s\n", ch->name, l);
             exit(1);
         }
     }
 }
+
+static void job_start(job_t *j, const config_t *cfg) { job_start_leases(j, cfg, NULL); }
 
 static void job_end(job_t *j) {
     for (uint32_t i = 0; i < j->nr; i++)
@@ -837,7 +929,11 @@ static void job_end(job_t *j) {
     ferry_ctx_destroy(j->ctx);
 }
 
-static double wait_s(const job_t *j) { return (j->cfg->timeout_ms ? j->cfg->timeout_ms : 5000) / 1000.0 + 30; }
+/* How long to wait for a report: a guard against a hang, beyond any timeout a case uses. */
+static double wait_s(const job_t *j) {
+    (void)j;
+    return LONG_MS / 1000.0 + 60;
+}
 
 /* Checks a reader's successful update to `version`: every element verified,
  * the held version is it, nothing outside the pieces written. */
@@ -898,7 +994,51 @@ static void published_all(job_t *j, uint32_t acked) {
 }
 static void update_all(job_t *j, const char *want) {
     for (uint32_t i = 0; i < j->nr; i++)
-        if (j->r[i]) send_cmd(j->r[i], "U %s %u -", want, j->cfg->timeout_ms ? j->cfg->timeout_ms : 5000);
+        if (j->r[i]) send_cmd(j->r[i], "U %s %u -", want, LONG_MS);
+}
+
+/* Every live writer leaves and comes back with another timeout (same
+ * layout: same epoch; readers keep what they hold). */
+static void writers_timeout(job_t *j, uint32_t timeout_ms) {
+    for (uint32_t i = 0; i < j->nw; i++)
+        if (j->w[i]) {
+            quit(j->w[i]);
+            child_free(j->w[i]);
+            j->w[i] = NULL;
+        }
+    j->wtimeout_ms = timeout_ms;
+    for (uint32_t i = 0; i < j->nw; i++) j->w[i] = spawn(j, true, i, NULL, NULL);
+    for (uint32_t i = 0; i < j->nw; i++) {
+        const char *l = expect_line(j->w[i], 'R', 120);
+        if (kv_i(l, "st") != 0) {
+            fprintf(stderr, "%s: setup failed: %s\n", j->w[i]->name, l);
+            exit(1);
+        }
+    }
+}
+
+/* Sends reader rank an update and waits until its READ_BEGIN is at the
+ * service (parked there if the version is not out yet). */
+static void update_parked(job_t *j, uint32_t rank, const char *want, uint32_t timeout_ms, const char *fault) {
+    unsigned seen = took(g_read_begins, rank);
+    send_cmd(j->r[rank], "U %s %u %s", want, timeout_ms, fault);
+    wait_took(g_read_begins, rank, seen);
+}
+
+/* Kills writer rank (-9) and returns once the service told the members it
+ * left (their next errors can name it). */
+static void kill_writer(job_t *j, uint32_t rank) {
+    unsigned seen = took(g_writers_left, rank);
+    kill(j->w[rank]->pid, SIGKILL);
+    reap_killed(&j->w[rank]);
+    wait_took(g_writers_left, rank, seen);
+}
+
+/* Writer rank publishes v; returns once the service took its PUBLISH. */
+static void publish_taken(job_t *j, uint32_t rank, uint64_t v) {
+    unsigned seen = took(g_publishes, rank);
+    send_cmd(j->w[rank], "P %llu -", (unsigned long long)v);
+    wait_took(g_publishes, rank, seen);
 }
 static void updated_all(job_t *j, uint64_t v) {
     for (uint32_t i = 0; i < j->nr; i++)
@@ -950,7 +1090,7 @@ static void case_laggard(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "laggard", .model = "golden:tiny-qwen3", .train = "tp=2",
                                  .infer = "tp=1,replicas=3", .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM,
-                                 .staged = 2, .timeout_ms = 3000, .slots = 2};
+                                 .staged = 2, .slots = 2};
     job_t j;
     job_start(&j, &cfg);
     publish_all(&j, 1);
@@ -962,46 +1102,47 @@ static void case_laggard(void) {
     j.r[2] = NULL;
     publish_all(&j, 2);
     published_all(&j, 0);
-    send_cmd(j.r[0], "U N 3000 -");
+    send_cmd(j.r[0], "U N %u -", LONG_MS);
     expect_updated(j.r[0], 2, wait_s(&j));
     publish_all(&j, 3);
     published_all(&j, 0);
     publish_all(&j, 4); /* slots hold 3 and 4 now */
     published_all(&j, 0);
     /* reader 1 lags at 1: version 2 was overwritten */
-    send_cmd(j.r[1], "U 2 3000 -");
+    send_cmd(j.r[1], "U 2 %u -", LONG_MS);
     const char *l = expect_line(j.r[1], 'U', wait_s(&j));
+    /* at once: not after the update's timeout (half of it is a bound no machine reaches) */
     if (kv_i(l, "st") != FERRY_ERR_STALE || kv_i(l, "held") != 1 || kv_i(l, "torn") != 0 || kv_i(l, "badheld") != 0 ||
-        kv_d(l, "sec") > 1.5) {
+        kv_d(l, "sec") > LONG_MS / 2000.0) {
         fprintf(stderr, "reader 1: an overwritten version must be STALE at once, keeping version 1: %s\n", l);
         exit(1);
     }
-    send_cmd(j.r[1], "U L 3000 -");
+    send_cmd(j.r[1], "U L %u -", LONG_MS);
     expect_updated(j.r[1], 4, wait_s(&j));
     /* a reader process that starts after four versions were published */
     j.r[2] = start_member(&j, false, 2, NULL);
-    send_cmd(j.r[2], "U L 3000 -");
+    send_cmd(j.r[2], "U L %u -", LONG_MS);
     expect_updated(j.r[2], 4, wait_s(&j));
-    send_cmd(j.r[2], "U 3 3000 -");
+    send_cmd(j.r[2], "U 3 %u -", LONG_MS);
     expect_updated(j.r[2], 3, wait_s(&j));
-    send_cmd(j.r[2], "U 1 3000 -");
+    send_cmd(j.r[2], "U 1 %u -", LONG_MS);
     l = expect_line(j.r[2], 'U', wait_s(&j));
     if (kv_i(l, "st") != FERRY_ERR_STALE || kv_i(l, "held") != 3 || kv_i(l, "badheld") != 0) {
         fprintf(stderr, "reader 2: version 1 is long gone, expected STALE keeping 3: %s\n", l);
         exit(1);
     }
     /* reader 0 skips 3; then nothing newer comes: NEXT times out and keeps 4 */
-    send_cmd(j.r[0], "U N 3000 -");
+    send_cmd(j.r[0], "U N %u -", LONG_MS);
     expect_updated(j.r[0], 4, wait_s(&j));
-    send_cmd(j.r[0], "U N 400 -");
+    send_cmd(j.r[0], "U N 400 -"); /* the timeout is the point: nothing else has to happen within it */
     l = expect_line(j.r[0], 'U', wait_s(&j));
     if (kv_i(l, "st") != FERRY_ERR_TIMEOUT || kv_i(l, "held") != 4 || kv_i(l, "badheld") != 0 ||
-        kv_d(l, "sec") > 2.5) {
-        fprintf(stderr, "reader 0: NEXT with nothing newer must time out after 400 ms keeping 4: %s\n", l);
+        kv_d(l, "sec") < 0.39) {
+        fprintf(stderr, "reader 0: NEXT with nothing newer must time out (after its 400 ms) keeping 4: %s\n", l);
         exit(1);
     }
     /* LATEST when the newest is held: no transfer */
-    send_cmd(j.r[0], "U L 3000 -");
+    send_cmd(j.r[0], "U L %u -", LONG_MS);
     expect_updated(j.r[0], 4, wait_s(&j));
     job_end(&j);
     printf("  B async laggard (STALE), late joiner (LATEST), NEXT timeout      %.2f s\n", now_s() - t0);
@@ -1009,100 +1150,110 @@ static void case_laggard(void) {
 
 /* ---- C: readers stopped or killed mid-update ---------------------------- */
 
-/* Sync mode, 3 x 16 MiB, one writer, three readers holding all of it. */
+/* Sync mode, 3 x 16 MiB, one writer, three readers holding all of it.
+ * Reader 1 has a short lease: stopped, it is dropped soon after. */
 static void case_reader_faults(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "reader faults", .model = "big:3:8388608", .train = "world=1",
                                  .infer = "world=3", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .rown = 1, .timeout_ms = 2000};
+                                 .rown = 1};
+    static const uint32_t leases[MAXK] = {[1] = 1500};
     job_t j;
-    job_start(&j, &cfg);
-    double to = cfg.timeout_ms / 1000.0;
-    /* v1: reader 1 stops in the middle of its transfer (it holds a grant
-     * and its connection stays up): publish returns at its timeout naming
-     * it missing; the others verify */
+    job_start_leases(&j, &cfg, leases);
     publish_all(&j, 1);
-    send_cmd(j.r[0], "U 1 2000 -");
-    send_cmd(j.r[1], "U 1 2000 stop");
-    send_cmd(j.r[2], "U 1 2000 -");
-    expect_line(j.r[1], 'S', wait_s(&j));
-    expect_updated(j.r[0], 1, wait_s(&j));
-    expect_updated(j.r[2], 1, wait_s(&j));
-    const char *l = expect_published(j.w[0], wait_s(&j));
-    if (kv_i(l, "acked") != 2 || kv_i(l, "missing") != 1 || kv_d(l, "sec") < to * 0.8 || kv_d(l, "sec") > to + 3) {
-        fprintf(stderr, "writer 0: publish with a stopped reader must return at its timeout, 1 missing: %s\n", l);
-        exit(1);
-    }
-    /* v2: the writer's live weights move on under the stopped reader; once
-     * the others hold 2, reader 1 continues its read of 1 from them: the
-     * mix must be caught (never applied), the buffers reported torn */
+    update_all(&j, "1");
+    updated_all(&j, 1);
+    published_all(&j, 3);
+    /* v2: reader 1 stops in the middle of its transfer (it holds a grant;
+     * its connection stays up, but without heartbeats): the others verify;
+     * publish waits for it until its lease runs out, then returns with the
+     * two acknowledgements and nobody missing (it is gone) */
     publish_all(&j, 2);
-    send_cmd(j.r[0], "U 2 2000 -");
-    send_cmd(j.r[2], "U 2 2000 -");
+    send_cmd(j.r[0], "U 2 %u -", LONG_MS);
+    send_cmd(j.r[1], "U 2 %u stop", LONG_MS);
+    send_cmd(j.r[2], "U 2 %u -", LONG_MS);
+    expect_line(j.r[1], 'S', wait_s(&j));
     expect_updated(j.r[0], 2, wait_s(&j));
     expect_updated(j.r[2], 2, wait_s(&j));
+    const char *l = expect_published(j.w[0], wait_s(&j));
+    if (kv_i(l, "acked") != 2 || kv_i(l, "missing") != 0) {
+        fprintf(stderr, "writer 0: publish with a reader stopped past its lease: expected 2 acknowledged, none "
+                        "missing: %s\n", l);
+        exit(1);
+    }
+    /* v3: the writer's live weights move on under the stopped reader; once
+     * they have, reader 1 continues its read of 2 from them: the mix must be
+     * caught (never applied), the buffers reported torn */
+    publish_all(&j, 3);
+    send_cmd(j.r[0], "U 3 %u -", LONG_MS);
+    send_cmd(j.r[2], "U 3 %u -", LONG_MS);
+    expect_updated(j.r[0], 3, wait_s(&j));
+    expect_updated(j.r[2], 3, wait_s(&j));
+    published_all(&j, 2);
     kill(j.r[1]->pid, SIGCONT);
-    l = expect_failed(j.r[1], false, 0, 30, wait_s(&j));
+    l = expect_failed(j.r[1], false, 0, wait_s(&j), wait_s(&j));
     ferry_status_t st = (ferry_status_t)kv_i(l, "st");
     if ((st != FERRY_ERR_STALE && st != FERRY_ERR_CORRUPT) || kv_i(l, "torn") != 1) {
-        fprintf(stderr, "reader 1: a read of version 1 that met version 2's bytes must fail, torn: %s\n", l);
+        fprintf(stderr, "reader 1: a read of version 2 that met version 3's bytes must fail, torn: %s\n", l);
         exit(1);
     }
-    send_cmd(j.r[1], "U 2 2000 -"); /* repaired while the writer still waits */
-    expect_updated(j.r[1], 2, wait_s(&j));
-    l = expect_published(j.w[0], wait_s(&j));
-    if (kv_i(l, "acked") + kv_i(l, "missing") != 3 || kv_i(l, "acked") < 2) {
-        fprintf(stderr, "writer 0: version 2: %s\n", l);
-        exit(1);
-    }
-    /* v3: reader 2 dies (-9) in the middle of its transfer: publish returns
-     * once the service sees it go, without waiting out the timeout */
-    publish_all(&j, 3);
-    send_cmd(j.r[0], "U 3 2000 -");
-    send_cmd(j.r[1], "U N 2000 -");
-    send_cmd(j.r[2], "U 3 2000 kill");
-    expect_updated(j.r[0], 3, wait_s(&j));
-    expect_updated(j.r[1], 3, wait_s(&j));
-    l = expect_published(j.w[0], wait_s(&j));
-    if (kv_i(l, "acked") != 2 || kv_i(l, "missing") != 0 || kv_d(l, "sec") > to * 0.75) {
-        fprintf(stderr, "writer 0: publish with a killed reader must return early, none missing: %s\n", l);
-        exit(1);
-    }
-    expect_line(j.r[2], 'S', wait_s(&j)); /* trapped, then killed: no other report */
-    CHECK(!next_line(j.r[2], 10));
-    reap_killed(&j.r[2]);
-    /* v4: it comes back as a new process and catches up */
-    j.r[2] = start_member(&j, false, 2, NULL);
+    /* v4: it is repaired with everyone */
     publish_all(&j, 4);
     update_all(&j, "4");
     updated_all(&j, 4);
     published_all(&j, 3);
+    /* v5: reader 2 dies (-9) in the middle of its transfer: publish returns
+     * once the service sees it go, without waiting out its timeout */
+    publish_all(&j, 5);
+    send_cmd(j.r[0], "U 5 %u -", LONG_MS);
+    send_cmd(j.r[1], "U N %u -", LONG_MS);
+    send_cmd(j.r[2], "U 5 %u kill", LONG_MS);
+    expect_updated(j.r[0], 5, wait_s(&j));
+    expect_updated(j.r[1], 5, wait_s(&j));
+    l = expect_published(j.w[0], wait_s(&j));
+    if (kv_i(l, "acked") != 2 || kv_i(l, "missing") != 0 || kv_d(l, "sec") > LONG_MS / 2000.0) {
+        fprintf(stderr, "writer 0: publish with a killed reader must return early, none missing: %s\n", l);
+        exit(1);
+    }
+    expect_line(j.r[2], 'S', wait_s(&j)); /* trapped, then killed: no other report */
+    CHECK(!next_line(j.r[2], wait_s(&j)));
+    reap_killed(&j.r[2]);
+    /* v6: it comes back as a new process and catches up */
+    j.r[2] = start_member(&j, false, 2, NULL);
+    publish_all(&j, 6);
+    update_all(&j, "6");
+    updated_all(&j, 6);
+    published_all(&j, 3);
     job_end(&j);
-    printf("  C reader stopped mid-update (torn read caught), killed -9, back   %.2f s\n", now_s() - t0);
+    printf("  C reader stopped mid-update past its lease (torn read caught), killed -9, back %.2f s\n", now_s() - t0);
 }
 
-/* Sync mode: a reader stopped mid-transfer outlives the writer's publish
- * timeout, so its version is retired, but the weights never move on. When it
- * goes on, its read is whole: it must succeed with every byte right. (On shm
- * it checksummed the writer's bytes after each copy; a retired version makes
- * it hash what landed before it trusts them.) */
+/* Sync mode: a reader stopped mid-transfer outlives its version's publish
+ * (its short lease runs out, the writer lets the version go), but the
+ * weights never move on. When it goes on, its read is whole: it must
+ * succeed with every byte right. (On shm it checksummed the writer's bytes
+ * after each copy; a retired version makes it hash what landed before it
+ * trusts them.) */
 static void case_retired_unchanged(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "retired unchanged", .model = "big:2:8388608", .train = "world=1",
                                  .infer = "world=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .rown = 1, .timeout_ms = 1000};
+                                 .rown = 1};
+    static const uint32_t leases[MAXK] = {[1] = 1500};
     job_t j;
-    job_start(&j, &cfg);
+    job_start_leases(&j, &cfg, leases);
     publish_all(&j, 1);
     /* reader 1 asks once reader 0 holds 1, so its grant carries the
-     * writer's checksums (asked for after the retirement, they are gone) */
-    send_cmd(j.r[0], "U 1 2000 -");
+     * writer's checksums (asked for after the retirement, they are gone);
+     * the publish still waits for reader 1 then */
+    send_cmd(j.r[0], "U 1 %u -", LONG_MS);
     expect_updated(j.r[0], 1, wait_s(&j));
-    send_cmd(j.r[1], "U 1 2000 stop");
+    send_cmd(j.r[1], "U 1 %u stop", LONG_MS);
     expect_line(j.r[1], 'S', wait_s(&j));
     const char *l = expect_published(j.w[0], wait_s(&j));
-    if (kv_i(l, "acked") != 1 || kv_i(l, "missing") != 1) {
-        fprintf(stderr, "writer 0: publish with a stopped reader must return at its timeout, 1 missing: %s\n", l);
+    if (kv_i(l, "acked") != 1 || kv_i(l, "missing") != 0) {
+        fprintf(stderr, "writer 0: publish with a reader stopped past its lease: expected 1 acknowledged, none "
+                        "missing: %s\n", l);
         exit(1);
     }
     kill(j.r[1]->pid, SIGCONT);
@@ -1114,12 +1265,16 @@ static void case_retired_unchanged(void) {
 /* Async mode: readers stopped while holding a grant on a slot. While the
  * grant lasts the writer may not overwrite the slot (publish fails after
  * its timeout); once it expired the writer reuses the slot under the
- * stopped readers, who must then detect it and never apply it. */
+ * stopped readers, who must then detect it and never apply it. The grants'
+ * length is the point here (readers' timeout 1 s, update timeout 1.5 s:
+ * about 2.5 s from the update's start); every check is derived from when
+ * things happened, not from how fast they are. */
 static void case_slot_reuse(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "slot reuse", .model = "big:2:8388608", .train = "world=1",
                                  .infer = "world=2", .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM,
-                                 .staged = 2, .rown = 3, .timeout_ms = 1000, .slots = 2};
+                                 .staged = 2, .rown = 3, .timeout_ms = 1000, .rtimeout_ms = 1000, .slots = 2};
+    const double grant_s = 1.5 + cfg.rtimeout_ms / 1000.0; /* from the update's start */
     job_t j;
     job_start(&j, &cfg);
     publish_all(&j, 1);
@@ -1128,30 +1283,53 @@ static void case_slot_reuse(void) {
     updated_all(&j, 1);
     publish_all(&j, 2);
     published_all(&j, 0);
-    /* readers' timeout 1.5 s: their grants last wait + timeout, about 3 s */
+    double t_asked = now_s(); /* the updates start after this: their grants last at least until t_asked + grant_s */
     send_cmd(j.r[0], "U 2 1500 stop");
     send_cmd(j.r[1], "U 2 1500 -");
     expect_line(j.r[0], 'S', wait_s(&j));
     kill(j.r[1]->pid, SIGSTOP);
-    double t_grant = now_s();
+    double t_held = now_s(); /* both updates started before this: their grants end by t_held + grant_s */
     publish_all(&j, 3); /* the other slot (version 1): free */
     published_all(&j, 0);
     publish_all(&j, 4); /* version 2's slot: held by the stopped readers */
     const char *l = expect_line(j.w[0], 'P', wait_s(&j));
     ferry_status_t st = (ferry_status_t)kv_i(l, "st");
-    /* sync.h: FERRY_ERR_BUSY when readers keep every slot past the timeout */
-    if (st != FERRY_ERR_BUSY || !strstr(kv_err(l), "reader") || kv_d(l, "sec") > 3) {
-        fprintf(stderr, "writer 0: a slot under a live grant must not be reused (publish fails in ~1 s): %s\n", l);
+    /* sync.h: FERRY_ERR_BUSY when readers keep every slot past the timeout.
+     * Certain if the writer's wait ended before the grants could: else (a
+     * slow machine) the slot may already be free, and reused */
+    bool reused = false;
+    if (now_s() < t_asked + grant_s) {
+        if (st != FERRY_ERR_BUSY || !strstr(kv_err(l), "reader")) {
+            fprintf(stderr, "writer 0: a slot under a live grant must not be reused (publish fails after its "
+                            "timeout): %s\n", l);
+            exit(1);
+        }
+    } else if (st == FERRY_OK) {
+        reused = true;
+    } else if (st != FERRY_ERR_BUSY) {
+        fprintf(stderr, "writer 0: publish of version 4: expected BUSY or, the grants gone, success: %s\n", l);
         exit(1);
     }
-    /* the grants run out; the writer may then take the slot */
-    double left = t_grant + 3.6 - now_s();
-    if (left > 0) sleep_ms((long)(left * 1000));
-    publish_all(&j, 4);
-    published_all(&j, 0);
+    /* the grants run out (about t_held + grant_s, later if the service took a
+     * request late); the writer then takes the slot: until it does, each try
+     * is BUSY after the writer's timeout */
+    if (!reused) {
+        double left = t_held + grant_s - now_s();
+        if (left > 0) sleep_ms((long)(left * 1000));
+        for (int attempt = 0;; attempt++) {
+            CHECK(attempt < 120); /* a guard: grants end */
+            publish_all(&j, 4);
+            l = expect_line(j.w[0], 'P', wait_s(&j));
+            if (kv_i(l, "st") == 0) break;
+            if (kv_i(l, "st") != FERRY_ERR_BUSY) {
+                fprintf(stderr, "writer 0: publish of version 4 once the grants ran out: %s\n", l);
+                exit(1);
+            }
+        }
+    }
     kill(j.r[0]->pid, SIGCONT);
     kill(j.r[1]->pid, SIGCONT);
-    l = expect_failed(j.r[0], false, 1, 30, wait_s(&j));
+    l = expect_failed(j.r[0], false, 1, wait_s(&j), wait_s(&j));
     if (kv_i(l, "torn") != 1) {
         fprintf(stderr, "reader 0: its slot was overwritten mid-read; expected a torn failure: %s\n", l);
         exit(1);
@@ -1177,31 +1355,51 @@ static void case_slot_reuse(void) {
 
 /* ---- D: writers stopped or killed --------------------------------------- */
 
+/* A reader's error after writer `victim` died names it (role and rank, its
+ * host and pid, that it left), not only the writer that outlived it. */
+static void check_blames(const char *who, const char *l, uint32_t victim) {
+    char want[64];
+    snprintf(want, sizeof want, "writer %u (host ", victim);
+    const char *at = strstr(kv_err(l), want);
+    if (!at || !strstr(at, ", pid ") || !strstr(at, "left")) {
+        fprintf(stderr, "%s: the error does not name writer %u as gone: %s\n", who, victim, l);
+        exit(1);
+    }
+}
+
 /* A writer killed inside its publish (sync mode: it waits for the readers'
  * acknowledgements) while the readers pull from it. Reader 0 (in place)
  * stops in the middle of its transfer from writer 0, which it pulls first;
  * reader 1 (staged) is stopped at the same moment; `victim` dies; both go
- * on against a dead peer. */
-static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint64_t v, double to) {
+ * on against a dead peer. The writers have a short timeout here: the
+ * survivor's publish ending at it is what ends the readers' wait (nothing
+ * else has to happen within it: the readers' requests are at the service
+ * before the version is published, so their grants come with it). */
+static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint64_t v, uint32_t short_ms) {
+    char cmd[64];
+    writers_timeout(j, short_ms);
+    snprintf(cmd, sizeof cmd, "stop:0%s", victim == 0 ? ":head" : "");
+    char want[32];
+    snprintf(want, sizeof want, "%llu", (unsigned long long)v);
+    update_parked(j, 0, want, LONG_MS, cmd);
+    update_parked(j, 1, want, LONG_MS, "-");
     publish_all(j, v);
-    send_cmd(j->r[0], "U %llu 2000 stop:0%s", (unsigned long long)v, victim == 0 ? ":head" : "");
-    send_cmd(j->r[1], "U %llu 2000 -", (unsigned long long)v);
     expect_line(j->r[0], 'S', wait_s(j));
     kill(j->r[1]->pid, SIGSTOP);
-    kill(j->w[victim]->pid, SIGKILL);
-    reap_killed(&j->w[victim]);
-    sleep_ms(100);
+    kill_writer(j, victim);
     kill(j->r[0]->pid, SIGCONT);
     kill(j->r[1]->pid, SIGCONT);
-    /* reader 0: a clear failure in time; bytes of v had landed in place, so
-     * it must say torn and hold no version (never v - 1 with other bytes) */
+    /* reader 0: a clear failure naming the writer that died; bytes of v had
+     * landed in place, so it must say torn and hold no version (never v - 1
+     * with other bytes) */
     const char *l = expect_line(j->r[0], 'U', wait_s(j));
     ferry_status_t st0 = (ferry_status_t)kv_i(l, "st");
     if (!(st0 == FERRY_ERR_TIMEOUT || st0 == FERRY_ERR_PEER_LOST || st0 == FERRY_ERR_STALE) ||
-        strlen(kv_err(l)) < 10 || kv_d(l, "sec") > to + 3 || kv_i(l, "dirty") != 0 || kv_i(l, "fired") != 1) {
-        fprintf(stderr, "reader 0: expected a clear failure within %.1f s: %s\n", to + 3, l);
+        strlen(kv_err(l)) < 10 || kv_i(l, "dirty") != 0 || kv_i(l, "fired") != 1) {
+        fprintf(stderr, "reader 0: expected a clear failure: %s\n", l);
         exit(1);
     }
+    check_blames("reader 0", l, victim);
     if (victim == 1) { /* writer 0's part had landed whole before: torn was set then */
         if (kv_i(l, "torn") != 1 || kv_i(l, "held") != 0 || kv_i(l, "badheld") != 0) {
             fprintf(stderr, "reader 0: expected torn, no version held: %s\n", l);
@@ -1220,21 +1418,21 @@ static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint64_t v, double t
     else {
         ferry_status_t st = (ferry_status_t)kv_i(l, "st");
         if (!(st == FERRY_ERR_TIMEOUT || st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_STALE) ||
-            (uint64_t)kv_i(l, "held") != v - 1 || kv_i(l, "torn") != 0 || kv_i(l, "badheld") != 0 ||
-            kv_d(l, "sec") > to + 3) {
+            (uint64_t)kv_i(l, "held") != v - 1 || kv_i(l, "torn") != 0 || kv_i(l, "badheld") != 0) {
             fprintf(stderr, "reader 1 (staged): expected a clear failure keeping version %llu intact: %s\n",
                     (unsigned long long)(v - 1), l);
             exit(1);
         }
+        check_blames("reader 1", l, victim);
     }
     uint32_t other = 1 - victim;
     l = expect_published(j->w[other], wait_s(j));
-    if (kv_d(l, "sec") > to + 3 || kv_i(l, "missing") + kv_i(l, "acked") != 2) {
+    if (kv_i(l, "missing") + kv_i(l, "acked") != 2) {
         fprintf(stderr, "%s: publish must return by its timeout: %s\n", j->w[other]->name, l);
         exit(1);
     }
-    /* the writer comes back; the torn reader is repaired */
-    j->w[victim] = start_member(j, true, victim, NULL);
+    /* the writer comes back (the writers with a long timeout again); the torn reader is repaired */
+    writers_timeout(j, LONG_MS);
     publish_all(j, v + 1);
     update_all(j, "N");
     updated_all(j, v + 1);
@@ -1250,49 +1448,52 @@ static void case_writer_faults(void) {
      * own buffers (for the trap), reader 1 staged */
     static const config_t cfg = {.name = "writer faults", .model = "big:4:8388608", .train = "world=2",
                                  .infer = "world=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .staged = 2, .wown = 2, .rown = 3, .timeout_ms = 2000};
+                                 .staged = 2, .wown = 2, .rown = 3};
+    const uint32_t short_ms = 2000; /* where a writer's timeout is the point */
     job_t j;
     job_start(&j, &cfg);
-    double to = cfg.timeout_ms / 1000.0;
     publish_all(&j, 1);
     update_all(&j, "1");
     updated_all(&j, 1);
     published_all(&j, 2);
 
     /* v2: writer 1 makes its step and is stopped before publishing, then
-     * killed: version 2 never becomes ready; readers time out, keeping 1 */
-    send_cmd(j.w[0], "P 2 -");
+     * killed: version 2 never becomes ready; readers fail keeping 1 once
+     * writer 0's publish returns at its (short) timeout and lets 2 go. The
+     * publish and the updates start once writer 1 is gone (reaped: its
+     * connection closed before they reach the service), so their errors
+     * name it whatever the machine's speed. */
+    writers_timeout(&j, short_ms);
     send_cmd(j.w[1], "P 2 stop");
     expect_line(j.w[1], 'S', wait_s(&j));
+    kill_writer(&j, 1);
+    send_cmd(j.w[0], "P 2 -");
     update_all(&j, "2");
-    sleep_ms(300);
-    kill(j.w[1]->pid, SIGKILL);
-    reap_killed(&j.w[1]);
     for (uint32_t r = 0; r < 2; r++) {
-        const char *l = expect_failed(j.r[r], r == 1, 1, to + 3, wait_s(&j));
-        /* TIMEOUT, or STALE once writer 0's publish times out and retires v2 */
+        const char *l = expect_failed(j.r[r], r == 1, 1, wait_s(&j), wait_s(&j));
         if ((kv_i(l, "st") != FERRY_ERR_TIMEOUT && kv_i(l, "st") != FERRY_ERR_STALE) || kv_i(l, "held") != 1) {
             fprintf(stderr, "%s: expected a timeout (or stale) keeping version 1: %s\n", j.r[r]->name, l);
             exit(1);
         }
+        check_blames(j.r[r]->name, l, 1); /* writer 1 was killed: not "writer 0 let it go" */
     }
     const char *l = expect_published(j.w[0], wait_s(&j));
-    if (kv_i(l, "acked") != 0 || kv_i(l, "missing") != 2 || kv_d(l, "sec") > to + 3) {
+    if (kv_i(l, "acked") != 0 || kv_i(l, "missing") != 2 || kv_d(l, "sec") < short_ms * 0.8 / 1000.0) {
         fprintf(stderr, "writer 0: publish of a version nobody could read must return at its timeout: %s\n", l);
         exit(1);
     }
-    /* v3: writer 1 restarted */
-    j.w[1] = start_member(&j, true, 1, NULL);
+    /* v3: writer 1 restarted (both with a long timeout again) */
+    writers_timeout(&j, LONG_MS);
     publish_all(&j, 3);
     update_all(&j, "3");
     updated_all(&j, 3);
     published_all(&j, 2);
     /* v4: writer 1 (process_vm_readv) dies while reader 0 is in the middle
      * of writer 0's part, before reading its own; v5 repairs */
-    bool s1 = kill_writer_mid_read(&j, 1, 4, to);
+    bool s1 = kill_writer_mid_read(&j, 1, 4, short_ms);
     /* v6: writer 0 (mapped) dies while reader 0's first transfer, from it, is
      * half done; v7 repairs */
-    bool s2 = kill_writer_mid_read(&j, 0, 6, to);
+    bool s2 = kill_writer_mid_read(&j, 0, 6, short_ms);
     job_end(&j);
     printf("  D writer stopped before publish; killed -9 mid-publish (vm, mapped)%s %.2f s\n",
            s1 || s2 ? " (staged reader finished first)" : "", now_s() - t0);
@@ -1300,31 +1501,34 @@ static void case_writer_faults(void) {
 
 /* One writer, one in-place reader: the writer (memory ferry allocated,
  * mapped by the reader) dies while the update's only transfer lands. The
- * reader's buffers then hold part of the new version: it must say torn. */
+ * reader's buffers then hold part of the new version: it must say torn. Its
+ * update's timeout (2 s) is what ends its wait for a version nobody will
+ * publish; it asks once the service holds the version (the writer waits for
+ * it with a long timeout), so its grant comes at once, however slow the
+ * machine, and the transfer runs whatever the timeout. */
 static void case_writer_first_transfer(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "first transfer", .model = "big:2:8388608", .train = "world=1",
                                  .infer = "world=1", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .rown = 1, .timeout_ms = 2000};
+                                 .rown = 1};
     job_t j;
     job_start(&j, &cfg);
     publish_all(&j, 1);
     update_all(&j, "1");
     updated_all(&j, 1);
     published_all(&j, 1);
-    publish_all(&j, 2);
+    publish_taken(&j, 0, 2); /* version 2 is ready: the reader's grant comes at once */
     send_cmd(j.r[0], "U 2 2000 stop:0:head");
     expect_line(j.r[0], 'S', wait_s(&j));
-    kill(j.w[0]->pid, SIGKILL);
-    reap_killed(&j.w[0]);
-    sleep_ms(100);
+    kill_writer(&j, 0);
     kill(j.r[0]->pid, SIGCONT);
     const char *l = expect_line(j.r[0], 'U', wait_s(&j));
     ferry_status_t st = (ferry_status_t)kv_i(l, "st");
-    if (!(st == FERRY_ERR_TIMEOUT || st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_STALE) || kv_d(l, "sec") > 5) {
-        fprintf(stderr, "reader 0: expected a clear failure in time: %s\n", l);
+    if (!(st == FERRY_ERR_TIMEOUT || st == FERRY_ERR_PEER_LOST || st == FERRY_ERR_STALE)) {
+        fprintf(stderr, "reader 0: expected a clear failure: %s\n", l);
         exit(1);
     }
+    check_blames("reader 0", l, 0);
     bool ok = bug_check(kv_i(l, "torn") == 1 && kv_i(l, "held") == 0 && kv_i(l, "badheld") == 0,
                         "reader 0 (in place): its first transfer failed after landing bytes, yet it is not torn and "
                         "reports the previous version (reader.c sets r->torn only after a get succeeds)",
@@ -1354,26 +1558,24 @@ static void case_restart_sync(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "restart sync", .model = "golden:tiny-qwen3", .train = "tp=2",
                                  .infer = "tp=1,replicas=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .staged = 2, .timeout_ms = 5000};
+                                 .staged = 2};
     job_t j;
     job_start(&j, &cfg);
     publish_all(&j, 1);
     update_all(&j, "1");
     updated_all(&j, 1);
     published_all(&j, 2);
-    /* readers wait in update for the next version; the service goes and comes back */
-    update_all(&j, "N");
-    sleep_ms(200);
+    /* readers wait in update for the next version (their requests parked at
+     * the service); the service goes and comes back */
+    for (uint32_t r = 0; r < j.nr; r++) update_parked(&j, r, "N", LONG_MS, "-");
     restart_service(&j);
-    sleep_ms(100);
     publish_all(&j, 2);
     updated_all(&j, 2);
     published_all(&j, 2);
-    /* writers wait in publish for acknowledgements; the service goes and comes back */
-    publish_all(&j, 3);
-    sleep_ms(300);
+    /* writers wait in publish for acknowledgements (the service took their
+     * PUBLISHes); the service goes and comes back */
+    for (uint32_t w = 0; w < j.nw; w++) publish_taken(&j, w, 3);
     restart_service(&j);
-    sleep_ms(100);
     update_all(&j, "3");
     updated_all(&j, 3);
     published_all(&j, 2);
@@ -1390,7 +1592,7 @@ static void case_restart_async(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "restart async", .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1",
                                  .infer = "tp=2,ep=2", .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_UCX,
-                                 .timeout_ms = 5000, .slots = 2};
+                                 .slots = 2};
     job_t j;
     job_start(&j, &cfg);
     publish_all(&j, 1);
@@ -1399,18 +1601,18 @@ static void case_restart_async(void) {
     updated_all(&j, 1);
     publish_all(&j, 2);
     published_all(&j, 0);
-    send_cmd(j.r[0], "U N 5000 -");
+    send_cmd(j.r[0], "U N %u -", LONG_MS);
     expect_updated(j.r[0], 2, wait_s(&j));
     restart_service(&j);
     /* the writers replay the versions they hold when they reconnect: the
      * laggard gets exactly 2 from the new service */
     publish_all(&j, 3);
-    send_cmd(j.r[1], "U 2 5000 -");
-    send_cmd(j.r[0], "U N 5000 -");
+    send_cmd(j.r[1], "U 2 %u -", LONG_MS);
+    send_cmd(j.r[0], "U N %u -", LONG_MS);
     published_all(&j, 0);
     expect_updated(j.r[1], 2, wait_s(&j));
     expect_updated(j.r[0], 3, wait_s(&j));
-    send_cmd(j.r[1], "U N 5000 -");
+    send_cmd(j.r[1], "U N %u -", LONG_MS);
     expect_updated(j.r[1], 3, wait_s(&j));
     job_end(&j);
     printf("  E service restarted between versions (async, ucx, replay)        %.2f s\n", now_s() - t0);
@@ -1424,8 +1626,7 @@ static void case_restart_async(void) {
 static void case_restart_dead_member(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "restart with a dead reader", .model = "golden:tiny-qwen3", .train = "tp=2",
-                                 .infer = "tp=1,replicas=3", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM,
-                                 .timeout_ms = 2000};
+                                 .infer = "tp=1,replicas=3", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM};
     job_t j;
     job_start(&j, &cfg);
     publish_all(&j, 1);
@@ -1438,6 +1639,10 @@ static void case_restart_dead_member(void) {
     update_all(&j, "2");
     updated_all(&j, 2);
     published_all(&j, 2);
+    /* the new service counts the dead reader (known only from the replayed
+     * epoch) as live for one of its leases: a short one, so the writers'
+     * wait for it ends soon (that grace is the point, not how fast it goes) */
+    j.svc_lease_ms = 1500;
     restart_service(&j);
     publish_all(&j, 3);
     update_all(&j, "3");
@@ -1468,7 +1673,7 @@ static void case_restart_dead_member(void) {
 static void case_relayout(ferry_sync_mode_t mode, ferry_xport_kind_t xport) {
     double t0 = now_s();
     config_t cfg = {.name = "relayout", .model = "golden:tiny-qwen3", .train = "tp=2,pp=2",
-                    .infer = "tp=2,replicas=2", .mode = mode, .xport = xport, .timeout_ms = 5000};
+                    .infer = "tp=2,replicas=2", .mode = mode, .xport = xport};
     bool sync = mode == FERRY_SYNC_MODE_SYNC;
     job_t j;
     job_start(&j, &cfg);
@@ -1495,7 +1700,7 @@ static void case_relayout(ferry_sync_mode_t mode, ferry_xport_kind_t xport) {
 static void case_token(void) {
     double t0 = now_s();
     static const config_t cfg = {.name = "token", .model = "golden:tiny-qwen3", .train = "tp=1", .infer = "tp=1",
-                                 .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .timeout_ms = 3000};
+                                 .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM};
     job_t j;
     memset(&j, 0, sizeof j);
     j.cfg = &cfg;
@@ -1506,11 +1711,11 @@ static void case_token(void) {
     ferry_sync_params_t sp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_SERVE,
                               .job = "t", .rank = 0, .world = 1, .meta = j.addr, .token = "wrong-token",
-                              .timeout_ms = 3000, .serve = false};
+                              .timeout_ms = LONG_MS, .serve = false};
     ferry_reader_t *r = NULL;
     double t = now_s();
     CHECK_FAILS(ferry_reader_create(j.ctx, m, &sp, &r), FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(j.ctx), "token");
-    CHECK(r == NULL && now_s() - t < 1.5); /* refused at once, not retried until the timeout */
+    CHECK(r == NULL && now_s() - t < LONG_MS / 2000.0); /* refused at once, not retried until the timeout */
     ferry_writer_t *w = NULL;
     CHECK_FAILS(ferry_writer_create(j.ctx, m, &sp, &w), FERRY_ERR_INVALID_ARGUMENT, ferry_ctx_error(j.ctx), "token");
     CHECK(w == NULL);
@@ -1525,12 +1730,12 @@ static void case_token(void) {
     CHECK_FAILS(ferry_reader_create(j.ctx, m, &sp, &r), FERRY_ERR_MISMATCH, ferry_ctx_error(j.ctx), "job");
     /* a reader process whose FERRY_TOKEN is wrong */
     child_t *ch = spawn(&j, false, 0, "not-the-token", NULL);
-    const char *l = expect_line(ch, 'R', 30);
+    const char *l = expect_line(ch, 'R', 120);
     if (kv_i(l, "st") != FERRY_ERR_INVALID_ARGUMENT || !strstr(kv_err(l), "token")) {
         fprintf(stderr, "reader with a wrong FERRY_TOKEN: expected INVALID_ARGUMENT naming the token: %s\n", l);
         exit(1);
     }
-    int ws = reap(ch, 20);
+    int ws = reap(ch, 120);
     CHECK(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 2);
     child_free(ch);
     ferry_model_destroy(m);
@@ -1565,7 +1770,7 @@ static const config_t matrix[] = {
 
 static void on_alarm(int sig) {
     (void)sig;
-    static const char msg[] = "test_sync: the whole run took more than 110 s\n";
+    static const char msg[] = "test_sync: the whole run took more than 1800 s\n";
     ssize_t k = write(2, msg, sizeof msg - 1);
     (void)k;
     _exit(1);
@@ -1576,7 +1781,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines in order with the children's stderr */
     signal(SIGPIPE, SIG_IGN);
     signal(SIGALRM, on_alarm);
-    alarm(110);
+    alarm(1800); /* a guard only: ctest's own timeout comes first */
     const char *only = getenv("TEST_SYNC_ONLY"); /* e.g. "AC": run those groups only */
     g_verbose = getenv("TEST_SYNC_VERBOSE") && !strcmp(getenv("TEST_SYNC_VERBOSE"), "1");
     double t0 = now_s();

@@ -70,13 +70,13 @@ static void run(ferry_sync_deltas_t reader_deltas) {
     ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
                               .job = "deltas", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
-                              .timeout_ms = 10000, .deltas = FERRY_SYNC_DELTAS_ALWAYS};
+                              .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS};
     shared_t s = {0};
     CHECK_OK(ferry_writer_create(ctx, model, &wp, &s.w), ferry_ctx_error(ctx));
     ferry_sync_params_t rp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
                               .job = "deltas", .rank = 0, .world = 1, .meta = ferry_writer_service_address(s.w),
-                              .token = "t", .timeout_ms = 10000, .deltas = reader_deltas};
+                              .token = "t", .timeout_ms = 60000, .deltas = reader_deltas};
     ferry_reader_t *r;
     CHECK_OK(ferry_reader_create(ctx, model, &rp, &r), ferry_ctx_error(ctx));
     s.nb = ferry_layout_buffer_count(src);
@@ -102,7 +102,7 @@ static void run(ferry_sync_deltas_t reader_deltas) {
     for (uint64_t v = 1; v <= VERSIONS; v++) {
         if (v == 4) ((uint16_t *)rb[0])[3] ^= 0x1; /* the engine touched its weights: not version 3 any more */
         ferry_update_info_t info;
-        CHECK_OK(ferry_reader_update(r, v, 10000, &info), ferry_reader_error(r));
+        CHECK_OK(ferry_reader_update(r, v, 60000, &info), ferry_reader_error(r));
         CHECK_EQ_INT(info.version, v);
         check_layout_copy(model, src, dst, s.wb, rb);
         bool want = reader_deltas != FERRY_SYNC_DELTAS_OFF && v >= 2 && v != 4;

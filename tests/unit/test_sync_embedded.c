@@ -22,14 +22,14 @@ int main(void) {
     ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN | FERRY_SYNC_PARAM_MODE |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS,
                               .job = "embedded", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
-                              .mode = FERRY_SYNC_MODE_ASYNC, .timeout_ms = 5000};
+                              .mode = FERRY_SYNC_MODE_ASYNC, .timeout_ms = 60000};
     ferry_writer_t *w;
     CHECK_OK(ferry_writer_create(ctx, model, &wp, &w), ferry_ctx_error(ctx));
     const char *addr = ferry_writer_service_address(w);
     CHECK(addr[0] != '\0' && strstr(addr, "127.0.0.1:") && strcmp(addr, "127.0.0.1:0") != 0);
 
     ferry_sync_params_t rp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN | FERRY_SYNC_PARAM_TIMEOUT_MS,
-                              .job = "embedded", .rank = 0, .world = 1, .meta = addr, .token = "t", .timeout_ms = 5000};
+                              .job = "embedded", .rank = 0, .world = 1, .meta = addr, .token = "t", .timeout_ms = 60000};
     ferry_reader_t *r;
     CHECK_OK(ferry_reader_create(ctx, model, &rp, &r), ferry_ctx_error(ctx));
 
@@ -56,14 +56,14 @@ int main(void) {
         ferry_publish_info_t pi;
         CHECK_OK(ferry_writer_publish(w, v, &pi), ferry_writer_error(w));
         ferry_update_info_t ui;
-        CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 5000, &ui), ferry_reader_error(r));
+        CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 60000, &ui), ferry_reader_error(r));
         CHECK_EQ_INT(ui.version, v);
         CHECK_EQ_INT(ferry_reader_version(r), v);
         /* every element of every engine piece equals the trainer's element */
         CHECK(check_layout_copy(model, src, dst, wb, rb) > 0);
     }
     /* the reader already holds the newest: LATEST returns at once, NEXT times out */
-    CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 1000, NULL), ferry_reader_error(r));
+    CHECK_OK(ferry_reader_update(r, FERRY_VERSION_LATEST, 60000, NULL), ferry_reader_error(r));
     CHECK(ferry_reader_update(r, FERRY_VERSION_NEXT, 200, NULL) == FERRY_ERR_TIMEOUT);
     CHECK_EQ_INT(ferry_reader_version(r), 3);
 

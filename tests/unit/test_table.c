@@ -2,6 +2,7 @@
  * get arbitrary boxes back, resharded from whichever puts cover them and
  * checked tile by tile. Three members in one process (each with its own
  * service connection and transport endpoint), a service beside them. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,9 @@
 #include "ferry/ferry.h"
 
 #define MEMBERS 3
+/* How long a get that must succeed (or fail other than by timing out) may
+ * take: only a guard against a hang, never part of a correct run. */
+#define HANG_GUARD_MS 120000
 
 static ferry_ctx_t *ctx;
 static ferry_table_t *tab[MEMBERS];
@@ -66,7 +70,7 @@ static void get_check(int member, uint64_t seq, const tensor_t *t, ferry_box_t b
     size_t bytes = (size_t)ferry_box_numel(&b) * ferry_dtype_size(t->dtype);
     uint8_t *got = calloc(1, bytes + 1), *want = make_box(t, &b, 0);
     ferry_table_entry_t e = {.name = t->name, .dtype = t->dtype, .box = b, .data = got};
-    CHECK_OK(ferry_table_get(tab[member], seq, &e, 5000), ferry_table_error(tab[member]));
+    CHECK_OK(ferry_table_get(tab[member], seq, &e, HANG_GUARD_MS), ferry_table_error(tab[member]));
     if (memcmp(got, want, bytes) != 0) {
         char bs[200];
         ferry_box_format(&b, bs, sizeof bs);
@@ -75,6 +79,18 @@ static void get_check(int member, uint64_t seq, const tensor_t *t, ferry_box_t b
     }
     free(got);
     free(want);
+}
+
+typedef struct get_job {
+    int member;
+    const tensor_t *t;
+    ferry_box_t b;
+} get_job_t;
+
+static void *get_thread(void *arg) {
+    get_job_t *g = arg;
+    get_check(g->member, 1, g->t, g->b);
+    return NULL;
 }
 
 int main(void) {
@@ -91,7 +107,7 @@ int main(void) {
                                  .world = MEMBERS,
                                  .meta = ferry_meta_service_address(svc),
                                  .token = "table-test",
-                                 .timeout_ms = 5000};
+                                 .timeout_ms = 30000}; /* a guard: replies come when they come */
         CHECK_OK(ferry_table_create(ctx, &p, &tab[i]), ferry_ctx_error(ctx));
     }
     tensor_t w = {"model.w", FERRY_DTYPE_BF16, 2, {300, 1100}};   /* tiles 128 x 512, ragged edges */
@@ -127,25 +143,43 @@ int main(void) {
         ferry_box_t b1 = box2(10, 20, 0, 1100), b2 = {.ndim = 1, .offset = {99990}, .extent = {10}};
         uint8_t *g1 = calloc(1, 10 * 1100 * 2), *g2 = calloc(1, 40);
         ferry_table_entry_t es[2] = {{.name = "model.w", .box = b1, .data = g1}, {.name = "opt.v", .box = b2, .data = g2}};
-        CHECK_OK(ferry_table_multi_get(tab[1], 1, es, 2, 5000), ferry_table_error(tab[1]));
+        CHECK_OK(ferry_table_multi_get(tab[1], 1, es, 2, HANG_GUARD_MS), ferry_table_error(tab[1]));
         uint8_t *w1 = make_box(&w, &b1, 0), *w2 = make_box(&v, &b2, 0);
         CHECK(memcmp(g1, w1, 10 * 1100 * 2) == 0 && memcmp(g2, w2, 40) == 0);
         free(g1), free(g2), free(w1), free(w2);
+    }
+
+    /* a restarted service knows nothing: each member reconnects on its next
+     * request and replays the sequences it completed, so gets by every member
+     * at once (each waiting for the others' replays) see seq 1 again */
+    {
+        char addr[64];
+        snprintf(addr, sizeof addr, "%s", ferry_meta_service_address(svc));
+        ferry_meta_service_destroy(svc);
+        mp.listen = addr;
+        CHECK_OK(ferry_meta_service_create(ctx, &mp, &svc), ferry_ctx_error(ctx));
+        CHECK(!strcmp(addr, ferry_meta_service_address(svc)));
+        get_job_t jobs[MEMBERS] = {{0, &w, box2(0, 300, 0, 1100)},
+                                   {1, &v, {.ndim = 1, .offset = {0}, .extent = {100000}}},
+                                   {2, &e, {.ndim = 3, .offset = {0, 0, 0}, .extent = {4, 40, 600}}}};
+        pthread_t th[MEMBERS];
+        for (int i = 0; i < MEMBERS; i++) CHECK(pthread_create(&th[i], NULL, get_thread, &jobs[i]) == 0);
+        for (int i = 0; i < MEMBERS; i++) pthread_join(th[i], NULL);
     }
 
     /* errors name what is wrong */
     {
         uint8_t buf[64];
         ferry_table_entry_t x = {.name = "nope", .box = {.ndim = 1, .offset = {0}, .extent = {1}}, .data = buf};
-        CHECK(ferry_table_get(tab[0], 1, &x, 2000) == FERRY_ERR_NOT_FOUND);
+        CHECK(ferry_table_get(tab[0], 1, &x, HANG_GUARD_MS) == FERRY_ERR_NOT_FOUND);
         CHECK(strstr(ferry_table_error(tab[0]), "nope"));
         x.name = "model.w";
         x.dtype = FERRY_DTYPE_F32;
         x.box = box2(0, 1, 0, 1);
-        CHECK(ferry_table_get(tab[0], 1, &x, 2000) == FERRY_ERR_MISMATCH);
+        CHECK(ferry_table_get(tab[0], 1, &x, HANG_GUARD_MS) == FERRY_ERR_MISMATCH);
         x.dtype = 0;
         x.box = box2(299, 301, 0, 1); /* past the end */
-        CHECK(ferry_table_get(tab[0], 1, &x, 2000) != FERRY_OK);
+        CHECK(ferry_table_get(tab[0], 1, &x, HANG_GUARD_MS) != FERRY_OK);
         ferry_table_entry_t bad = {.name = "w2", .dtype = FERRY_DTYPE_BF16, .ndim = 2, .shape = w.shape,
                                    .box = box2(0, 400, 0, 1), .data = buf};
         CHECK(ferry_table_put(tab[0], 2, &bad) == FERRY_ERR_INVALID_ARGUMENT);
@@ -163,18 +197,19 @@ int main(void) {
     {
         uint8_t *buf = calloc(1, 300 * 1100 * 2);
         ferry_table_entry_t x = {.name = "model.w", .box = box2(0, 300, 0, 1100), .data = buf};
-        CHECK(ferry_table_get(tab[2], 2, &x, 2000) == FERRY_ERR_COVERAGE);
+        CHECK(ferry_table_get(tab[2], 2, &x, HANG_GUARD_MS) == FERRY_ERR_COVERAGE);
         CHECK(strstr(ferry_table_error(tab[2]), "model.w"));
         x.box = box2(0, 100, 0, 1100);
-        CHECK_OK(ferry_table_get(tab[2], 2, &x, 2000), ferry_table_error(tab[2])); /* the covered part is fine */
+        CHECK_OK(ferry_table_get(tab[2], 2, &x, HANG_GUARD_MS), ferry_table_error(tab[2])); /* the covered part is fine */
         ferry_table_entry_t y = {.name = "opt.v", .box = {.ndim = 1, .offset = {0}, .extent = {100000}}, .data = buf};
-        CHECK(ferry_table_get(tab[0], 2, &y, 2000) == FERRY_ERR_CORRUPT);
+        CHECK(ferry_table_get(tab[0], 2, &y, HANG_GUARD_MS) == FERRY_ERR_CORRUPT);
         CHECK(strstr(ferry_table_error(tab[0]), "checksum mismatch on opt.v"));
         free(buf);
     }
 
     /* seq 3: member 2 never completes -> a timeout naming it; after member 0
-     * drops seq 1, gets of seq 1 wait for it in vain */
+     * drops seq 1, gets of seq 1 wait for it in vain. (These timeouts are the
+     * point and short; nothing else has to happen within them.) */
     put(0, 3, &v, (ferry_box_t){.ndim = 1, .offset = {0}, .extent = {100000}}, 0);
     CHECK_OK(ferry_table_complete(tab[0], 3), ferry_table_error(tab[0]));
     CHECK_OK(ferry_table_complete(tab[1], 3), ferry_table_error(tab[1]));
@@ -186,7 +221,12 @@ int main(void) {
         CHECK_OK(ferry_table_drop(tab[0], 1), ferry_table_error(tab[0]));
         x.name = "model.w";
         x.box = box2(0, 1, 0, 10);
+        /* the drop is one-way: member 0's own get, on the same connection, is
+         * answered after the service took it (member 1's could overtake it) */
+        CHECK(ferry_table_get(tab[0], 1, &x, 0) == FERRY_ERR_TIMEOUT);
+        CHECK(strstr(ferry_table_error(tab[0]), "member(s) 0"));
         CHECK(ferry_table_get(tab[1], 1, &x, 300) == FERRY_ERR_TIMEOUT);
+        CHECK(strstr(ferry_table_error(tab[1]), "member(s) 0"));
         CHECK(ferry_table_drop(tab[0], 42) == FERRY_ERR_NOT_FOUND);
     }
 
