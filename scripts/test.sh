@@ -45,8 +45,16 @@ run_job() {
         ;;
     esac
     echo "== $name: building in $dir"
-    cmake -S . -B "$dir" "${cfg[@]}" >/dev/null
-    cmake --build "$dir" -j"$ncpu" >/dev/null
+    # (set -e does not reach into a function called from ||: every step checks)
+    local blog
+    blog=$(mktemp)
+    if ! { cmake -S . -B "$dir" "${cfg[@]}" && cmake --build "$dir" -j"$ncpu"; } >"$blog" 2>&1; then
+        grep -E "error|Error|warning" "$blog" | head -40 || tail -40 "$blog"
+        rm -f "$blog"
+        summary+=("$name: the build failed")
+        return 1
+    fi
+    rm -f "$blog"
     echo "== $name: testing"
     local log
     log=$(mktemp)
@@ -54,7 +62,8 @@ run_job() {
     (cd "$dir" && env "${env_run[@]}" ctest "${ctest_args[@]}") 2>&1 | tee "$log" || rc=$?
     summary+=("$name: $(grep -E 'tests passed|tests failed' "$log" | tail -1)")
     local skipped
-    skipped=$(grep -E '\*\*\*Skipped|Not Run' "$log" | sed -E 's/.*: ([^ ]+) .*/\1/' | tr '\n' ' ' || true)
+    skipped=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$log" | sed -E 's/.*#[0-9]+: ([^ ]+) .*/\1/' |
+        tr '\n' ' ' || true)
     [ -z "$skipped" ] || summary+=("$name: skipped: $skipped")
     rm -f "$log"
     return $rc

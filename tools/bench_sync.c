@@ -353,7 +353,7 @@ static double run_files(const demo_opts_t *o, const full_model_t *fm, uint32_t r
     double t0 = cli_now_s();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
-        snprintf(why, why_size, "cannot create %s: %s", path, strerror(errno));
+        snprintf(why, why_size, "cannot create %.150s: %s", path, strerror(errno));
         goto out;
     }
     uint64_t hl = text ? strlen(text) : 0;
@@ -365,7 +365,7 @@ static double run_files(const demo_opts_t *o, const full_model_t *fm, uint32_t r
         if (k <= 0) ok = false;
         else at += (uint64_t)k;
     }
-    if (!ok) snprintf(why, why_size, "writing %s: %s", path, errno ? strerror(errno) : "short write");
+    if (!ok) snprintf(why, why_size, "writing %.150s: %s", path, errno ? strerror(errno) : "short write");
     close(fd);
     if (!ok) goto out;
     for (uint32_t r = 0; r < readers; r++) {

@@ -177,7 +177,7 @@ bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uin
         buf[len] = '\0';
         const char *why = cli_scan_size(buf, lo, hi, &out[*n]);
         if (why) {
-            char detail[128];
+            char detail[160]; /* the item (< 64) and the longest reason fit */
             snprintf(detail, sizeof detail, "item \"%s\": %s", buf, why);
             return fail(opt, s, detail, want);
         }

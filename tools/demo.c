@@ -106,7 +106,7 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
         return;
     }
     char copy[1024];
-    snprintf(copy, sizeof copy, "%s", line);
+    snprintf(copy, sizeof copy, "%.1023s", line); /* the start of a long line is enough to show */
     char *f[16];
     size_t nf = line[0] && line[1] == ' ' ? cli_fields(line + 2, f, 16) : SIZE_MAX;
     uint64_t rank, v;
