@@ -104,4 +104,40 @@ static inline ferry_layout_t *test_layout(ferry_ctx_t *ctx, const ferry_model_t 
     return l;
 }
 
+/* detail text (hay) must contain needle */
+#define CHECK_STR_HAS(hay, needle)                                                        \
+    do {                                                                                  \
+        const char *h_ = (hay);                                                           \
+        if (!h_ || !strstr(h_, (needle))) {                                               \
+            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
+                    h_ ? h_ : "(null)", (needle));                                        \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+#if defined(__SANITIZE_THREAD__)
+#define TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TEST_TSAN 1
+#endif
+#endif
+
+/* Under TSan, UCX's memory hooks (set up as UCX loads) catch a thread's
+ * exit-time madvise after TSan has let go of the thread, a crash: a test
+ * that loads UCX runs itself again without them (its peers inherit it).
+ * scripts/test.sh sets UCX_MEM_MMAP_HOOK_MODE=none itself; this is for
+ * running a test by hand. */
+#include <unistd.h>
+static inline void test_ucx_tsan_setup(char **argv) {
+#ifdef TEST_TSAN
+    if (!getenv("UCX_MEM_MMAP_HOOK_MODE")) {
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        execv("/proc/self/exe", argv);
+    }
+#else
+    (void)argv;
+#endif
+}
+
 #endif

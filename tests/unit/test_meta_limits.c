@@ -36,16 +36,6 @@
 
 static ferry_ctx_t *ctx;
 
-#define CHECK_STR_HAS(hay, needle)                                                        \
-    do {                                                                                  \
-        const char *h_ = (hay);                                                           \
-        if (!h_ || !strstr(h_, (needle))) {                                               \
-            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
-                    h_ ? h_ : "(null)", (needle));                                        \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {

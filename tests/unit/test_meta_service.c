@@ -42,16 +42,6 @@ static int bugs;
         }                                                                                 \
     } while (0)
 
-#define CHECK_STR_HAS(hay, needle)                                                        \
-    do {                                                                                  \
-        const char *h_ = (hay);                                                           \
-        if (!h_ || !strstr(h_, (needle))) {                                               \
-            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
-                    h_ ? h_ : "(null)", (needle));                                        \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {

@@ -29,16 +29,6 @@
 #include "meta/conn.h"
 #include "meta/proto.h"
 
-#define CHECK_STR_HAS(hay, needle)                                                        \
-    do {                                                                                  \
-        const char *h_ = (hay);                                                           \
-        if (!h_ || !strstr(h_, (needle))) {                                               \
-            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
-                    h_ ? h_ : "(null)", (needle));                                        \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static char base[256];     /* this run's temporary directory */
 static char tokdir[512];   /* FERRY_TOKEN_DIR inside it */
 

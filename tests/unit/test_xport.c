@@ -838,25 +838,9 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     unsetenv("UCX_TLS");
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TEST_TSAN 1
-#endif
-#endif
-
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
-#ifdef TEST_TSAN
-    /* UCX's memory hooks, set up as UCX loads, catch a thread's exit-time
-     * madvise after TSan has let go of the thread (a crash): run again
-     * without them (the peers inherit this) */
-    if (!getenv("UCX_MEM_MMAP_HOOK_MODE")) {
-        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
-        execv("/proc/self/exe", argv);
-    }
-#endif
+    test_ucx_tsan_setup(argv);
     if (argc == 5 && !strcmp(argv[1], "--role")) { /* a peer process, see spawn() */
         const char *k = getenv("FERRY_TEST_XPORT_KIND");
         g_kind = k && !strcmp(k, "ucx") ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;

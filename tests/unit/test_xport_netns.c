@@ -131,25 +131,9 @@ static void reader(int desc_fd, int out_fd) {
     _exit(0);
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TEST_TSAN 1
-#endif
-#endif
-
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
-#ifdef TEST_TSAN
-    /* UCX's memory hooks, set up as UCX loads, catch a thread's exit-time
-     * madvise after TSan has let go of the thread (a crash): run again
-     * without them (the peers inherit this) */
-    if (!getenv("UCX_MEM_MMAP_HOOK_MODE")) {
-        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
-        execv("/proc/self/exe", argv);
-    }
-#endif
+    test_ucx_tsan_setup(argv);
     if (geteuid() != 0 || sh("ip -V >/dev/null 2>&1") != 0) {
         printf("xport netns: skipped (needs root and iproute2)\n");
         return 77;
