@@ -42,7 +42,8 @@
  * Nothing depends on the machine's speed: timeouts a correct run never
  * reaches are LONG_MS guards; a timeout or lease that is a case's subject is
  * short, with nothing else to do within it; waits are for events (reports,
- * the service taking a request or telling of a departure, seen in its log).
+ * a child's stop as waitpid sees it, never only its report of it, the
+ * service taking a request or telling of a departure, seen in its log).
  * Children exit 0 only if they left cleanly (LeakSanitizer runs in them).
  * Checks of known library bugs print BUG, let the other cases run, and make
  * the program exit 1 at the end. TEST_SYNC_ONLY=ACD runs some groups;
@@ -328,14 +329,24 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     (void)uc;
     uint8_t *at = si->si_addr, *pg = g_trap_page;
     if (pg && at >= pg && at < pg + g_page_size) {
+        int saved_errno = errno;
         g_trap_fired = 1;
         static const char msg[] = "S trapped mid-transfer\n";
         ssize_t k = write(REP_FD, msg, sizeof msg - 1);
         (void)k;
         if (g_trap_kill) kill(getpid(), SIGKILL);
+        /* A lag between the report and the stop, as a loaded machine may
+         * make it: the parent must wait for the stop itself (wait_stopped),
+         * not for the report, before it sends SIGCONT, else that SIGCONT
+         * comes first and the stop that follows lasts forever. With the lag
+         * a parent that does not wait hangs at once, not once in hundreds. */
+        struct timespec lag = {0, 100 * 1000000L};
+        while (nanosleep(&lag, &lag) != 0 && errno == EINTR) {
+        }
         kill(getpid(), SIGSTOP);
         mprotect(pg, g_page_size, PROT_READ | PROT_WRITE);
         g_trap_page = NULL;
+        errno = saved_errno;
         return; /* the copy resumes */
     }
     sigaction(SIGSEGV, &g_segv_before, NULL); /* not ours: fault again, for real */
@@ -776,6 +787,34 @@ static int reap(child_t *ch, double timeout_s) {
     }
 }
 
+/* Waits until the child is stopped (SIGSTOP, its own or ours). A child's
+ * "S" report comes just before it stops itself: a SIGCONT sent on the
+ * report alone may arrive first, and the stop then lasts forever. */
+static void wait_stopped(child_t *ch) {
+    double guard = now_s() + LONG_MS / 1000.0;
+    for (;;) {
+        int ws;
+        pid_t p = waitpid(ch->pid, &ws, WNOHANG | WUNTRACED);
+        if (p == ch->pid && WIFSTOPPED(ws)) return;
+        if (p == ch->pid) {
+            ch->gone = true;
+            fprintf(stderr, "%s ended (wait status %d) where it should have stopped\n", ch->name, ws);
+            exit(1);
+        }
+        if (now_s() > guard) {
+            fprintf(stderr, "%s did not stop within %u ms\n", ch->name, LONG_MS);
+            exit(1);
+        }
+        sleep_ms(1);
+    }
+}
+
+/* The child's "S" report, then the stop it announces. */
+static void expect_stopped(child_t *ch, double timeout_s) {
+    expect_line(ch, 'S', timeout_s);
+    wait_stopped(ch);
+}
+
 static void child_free(child_t *ch) {
     if (!ch) return;
     if (!ch->gone) {
@@ -1172,7 +1211,7 @@ static void case_reader_faults(void) {
     send_cmd(j.r[0], "U 2 %u -", LONG_MS);
     send_cmd(j.r[1], "U 2 %u stop", LONG_MS);
     send_cmd(j.r[2], "U 2 %u -", LONG_MS);
-    expect_line(j.r[1], 'S', wait_s(&j));
+    expect_stopped(j.r[1], wait_s(&j));
     expect_updated(j.r[0], 2, wait_s(&j));
     expect_updated(j.r[2], 2, wait_s(&j));
     const char *l = expect_published(j.w[0], wait_s(&j));
@@ -1249,7 +1288,7 @@ static void case_retired_unchanged(void) {
     send_cmd(j.r[0], "U 1 %u -", LONG_MS);
     expect_updated(j.r[0], 1, wait_s(&j));
     send_cmd(j.r[1], "U 1 %u stop", LONG_MS);
-    expect_line(j.r[1], 'S', wait_s(&j));
+    expect_stopped(j.r[1], wait_s(&j));
     const char *l = expect_published(j.w[0], wait_s(&j));
     if (kv_i(l, "acked") != 1 || kv_i(l, "missing") != 0) {
         fprintf(stderr, "writer 0: publish with a reader stopped past its lease: expected 1 acknowledged, none "
@@ -1287,7 +1326,9 @@ static void case_slot_reuse(void) {
     send_cmd(j.r[0], "U 2 1500 stop");
     send_cmd(j.r[1], "U 2 1500 -");
     expect_line(j.r[0], 'S', wait_s(&j));
-    kill(j.r[1]->pid, SIGSTOP);
+    kill(j.r[1]->pid, SIGSTOP); /* on the report, at once; then both must be stopped */
+    wait_stopped(j.r[0]);
+    wait_stopped(j.r[1]);
     double t_held = now_s(); /* both updates started before this: their grants end by t_held + grant_s */
     publish_all(&j, 3); /* the other slot (version 1): free */
     published_all(&j, 0);
@@ -1385,7 +1426,9 @@ static bool kill_writer_mid_read(job_t *j, uint32_t victim, uint64_t v, uint32_t
     update_parked(j, 1, want, LONG_MS, "-");
     publish_all(j, v);
     expect_line(j->r[0], 'S', wait_s(j));
-    kill(j->r[1]->pid, SIGSTOP);
+    kill(j->r[1]->pid, SIGSTOP); /* on the report, at once; then both must be stopped */
+    wait_stopped(j->r[0]);
+    wait_stopped(j->r[1]);
     kill_writer(j, victim);
     kill(j->r[0]->pid, SIGCONT);
     kill(j->r[1]->pid, SIGCONT);
@@ -1465,7 +1508,7 @@ static void case_writer_faults(void) {
      * name it whatever the machine's speed. */
     writers_timeout(&j, short_ms);
     send_cmd(j.w[1], "P 2 stop");
-    expect_line(j.w[1], 'S', wait_s(&j));
+    expect_stopped(j.w[1], wait_s(&j));
     kill_writer(&j, 1);
     send_cmd(j.w[0], "P 2 -");
     update_all(&j, "2");
@@ -1519,7 +1562,7 @@ static void case_writer_first_transfer(void) {
     published_all(&j, 1);
     publish_taken(&j, 0, 2); /* version 2 is ready: the reader's grant comes at once */
     send_cmd(j.r[0], "U 2 2000 stop:0:head");
-    expect_line(j.r[0], 'S', wait_s(&j));
+    expect_stopped(j.r[0], wait_s(&j));
     kill_writer(&j, 0);
     kill(j.r[0]->pid, SIGCONT);
     const char *l = expect_line(j.r[0], 'U', wait_s(&j));
