@@ -157,13 +157,11 @@ static bool next_item(const char **p, const char **item, size_t *len) {
     return *len > 0;
 }
 
-bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max, size_t *n) {
-    if (!s) return false;
-    char want[256], a[48], b[48];
-    size_text(a, sizeof a, lo);
-    size_text(b, sizeof b, hi);
-    snprintf(want, sizeof want, "1 to %zu comma-separated sizes, each from %s to %s (K, M, G, T: powers of 1024)", max,
-             a, b);
+/* One comma list: each item copied out and scanned by scan(item, i) into
+ * the caller's i-th output; `what` names an item in the too-long message. */
+typedef const char *(*item_scan_fn)(const char *item, size_t i, void *arg);
+static bool scan_list(const char *opt, const char *s, const char *want, const char *what, size_t max, size_t *n,
+                      item_scan_fn scan, void *arg) {
     const char *p = s;
     *n = 0;
     do {
@@ -171,13 +169,15 @@ bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uin
         size_t len;
         if (!next_item(&p, &item, &len)) return fail(opt, s, "an empty item", want);
         if (*n == max) return fail(opt, s, "too many items", want);
-        char buf[64];
-        if (len >= sizeof buf) return fail(opt, s, "an item too long to be a size", want);
+        char buf[64], detail[160]; /* the item (< 64) and the longest reason fit */
+        if (len >= sizeof buf) {
+            snprintf(detail, sizeof detail, "an item too long to be %s", what);
+            return fail(opt, s, detail, want);
+        }
         memcpy(buf, item, len);
         buf[len] = '\0';
-        const char *why = cli_scan_size(buf, lo, hi, &out[*n]);
+        const char *why = scan(buf, *n, arg);
         if (why) {
-            char detail[160]; /* the item (< 64) and the longest reason fit */
             snprintf(detail, sizeof detail, "item \"%s\": %s", buf, why);
             return fail(opt, s, detail, want);
         }
@@ -186,31 +186,41 @@ bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uin
     return true;
 }
 
+typedef struct {
+    uint64_t lo, hi, *out;
+} size_items_t;
+static const char *scan_size_item(const char *item, size_t i, void *arg) {
+    size_items_t *a = arg;
+    return cli_scan_size(item, a->lo, a->hi, &a->out[i]);
+}
+
+bool cli_size_list(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max, size_t *n) {
+    if (!s) return false;
+    char want[256], a[48], b[48];
+    size_text(a, sizeof a, lo);
+    size_text(b, sizeof b, hi);
+    snprintf(want, sizeof want, "1 to %zu comma-separated sizes, each from %s to %s (K, M, G, T: powers of 1024)", max,
+             a, b);
+    size_items_t items = {lo, hi, out};
+    return scan_list(opt, s, want, "a size", max, n, scan_size_item, &items);
+}
+
+typedef struct {
+    cli_range_t r;
+    double *out;
+} f64_items_t;
+static const char *scan_f64_item(const char *item, size_t i, void *arg) {
+    f64_items_t *a = arg;
+    return cli_scan_f64(item, a->r, &a->out[i]);
+}
+
 bool cli_f64_list(const char *opt, const char *s, cli_range_t r, double *out, size_t max, size_t *n) {
     if (!s) return false;
     char iv[96], want[192];
     range_text(iv, sizeof iv, r);
     snprintf(want, sizeof want, "1 to %zu comma-separated decimal numbers, each in %s", max, iv);
-    const char *p = s;
-    *n = 0;
-    do {
-        const char *item;
-        size_t len;
-        if (!next_item(&p, &item, &len)) return fail(opt, s, "an empty item", want);
-        if (*n == max) return fail(opt, s, "too many items", want);
-        char buf[64];
-        if (len >= sizeof buf) return fail(opt, s, "an item too long to be a number", want);
-        memcpy(buf, item, len);
-        buf[len] = '\0';
-        const char *why = cli_scan_f64(buf, r, &out[*n]);
-        if (why) {
-            char detail[128];
-            snprintf(detail, sizeof detail, "item \"%s\": %s", buf, why);
-            return fail(opt, s, detail, want);
-        }
-        (*n)++;
-    } while (p);
-    return true;
+    f64_items_t items = {r, out};
+    return scan_list(opt, s, want, "a number", max, n, scan_f64_item, &items);
 }
 
 /* "a, b or c" (last " or ") or "a, b, c" (last ", "). */
