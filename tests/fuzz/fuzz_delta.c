@@ -71,6 +71,7 @@
 #include "codec/codec_internal.h"
 #include "common/hash.h"
 #include "fuzz_ctx.h"
+#include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -96,39 +97,6 @@ static struct {
 static const ferry_dtype_t dtypes[5] = {FERRY_DTYPE_BF16, FERRY_DTYPE_F16, FERRY_DTYPE_F32, FERRY_DTYPE_F8_E4M3,
                                         FERRY_DTYPE_F8_E5M2};
 static const uint32_t exp_bits[5] = {8, 5, 8, 4, 5}, man_bits[5] = {7, 10, 23, 3, 2};
-
-static uint64_t mix(uint64_t x) { /* splitmix64 */
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) abort();
-    return p;
-}
-
-/* A copy in an allocation of exactly n bytes (so ASan sees every overread). */
-static uint8_t *exact_copy(const void *src, size_t n) {
-    uint8_t *p = malloc(n);
-    if (!p && n) abort();
-    if (n) memcpy(p, src, n);
-    return p;
-}
-
-/* ---- input reading ---- */
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} input_t;
-
-static uint32_t take8(input_t *in) {
-    if (in->n == 0) return 0;
-    in->n--;
-    return *in->p++;
-}
 
 /* ---- element helpers ---- */
 

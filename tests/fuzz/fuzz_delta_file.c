@@ -31,6 +31,7 @@
 
 #include "ferry/ferry.h"
 #include "fuzz_ctx.h"
+#include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -39,31 +40,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         fprintf(stderr, "fuzz_delta_file: %s (detail: %s)\n", (why), ferry_ctx_error(fuzz_ctx())); \
         abort();                                                                         \
     } while (0)
-
-static uint64_t mix(uint64_t x) { /* splitmix64 */
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} input_t;
-
-static uint32_t take8(input_t *in) {
-    if (in->n == 0) return 0;
-    in->n--;
-    return *in->p++;
-}
-
-static uint8_t *exact_copy(const void *src, size_t n) {
-    uint8_t *p = malloc(n ? n : 1);
-    if (!p) abort();
-    if (n) memcpy(p, src, n);
-    return p;
-}
 
 /* The tensors: base contents, and next with a few percent changed. */
 typedef struct {
