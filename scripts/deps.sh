@@ -2,7 +2,7 @@
 # Installs the Debian packages ferry needs to build and test, if missing.
 # Idempotent: does nothing (and needs no network) when all are present.
 set -euo pipefail
-packages=(build-essential cmake pkg-config libxxhash-dev libzstd-dev libjansson-dev libucx-dev libprotobuf-c-dev protobuf-c-compiler iproute2)
+packages=(build-essential cmake pkg-config libxxhash-dev libzstd-dev libjansson-dev libucx-dev libprotobuf-c-dev protobuf-c-compiler iproute2 python3-dev python3-venv libdlpack-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
