@@ -1,0 +1,644 @@
+/* ferry.Writer and ferry.Reader: members of a sync job (sync.h), over the
+ * caller's own tensors. Both types share this struct and most methods. */
+#include <string.h>
+
+#include "pyferry.h"
+
+typedef struct pyf_member {
+    PyObject_HEAD
+    ferry_ctx_t *ctx;
+    ferry_writer_t *w;  /* a Writer has w, a Reader r */
+    ferry_reader_t *r;
+    PyObject *model;
+    pyf_tensor_t *regs; /* tensors registered as buffers: kept alive, checked for moves */
+    char **reg_names;
+    size_t nregs, cap;
+    int busy;
+    Py_ssize_t exports; /* live buffer-protocol exports of ferry-allocated buffers */
+} pyf_member_t;
+
+/* A buffer ferry allocated (alloc_buffer, None in add_layout), exposed
+ * through the buffer protocol: torch.frombuffer(buf, dtype=...) views it. */
+typedef struct pyf_hostbuf {
+    PyObject_HEAD
+    pyf_member_t *member;
+    void *ptr;
+    Py_ssize_t size;
+} pyf_hostbuf_t;
+
+static bool is_writer(const pyf_member_t *m) { return Py_TYPE(m) == &pyf_WriterType; }
+
+static const char *member_error(const pyf_member_t *m) {
+    return m->w ? ferry_writer_error(m->w) : ferry_reader_error(m->r);
+}
+
+static bool check_open(pyf_member_t *m) {
+    if (m->w || m->r) return true;
+    pyf_raise(FERRY_ERR_STALE, is_writer(m) ? "the Writer is closed" : "the Reader is closed");
+    return false;
+}
+
+static void member_release(pyf_member_t *m) {
+    PyThreadState *ts = PyEval_SaveThread(); /* leaving a job talks to the service */
+    ferry_writer_destroy(m->w);
+    ferry_reader_destroy(m->r);
+    PyEval_RestoreThread(ts);
+    m->w = NULL, m->r = NULL;
+    for (size_t i = 0; i < m->nregs; i++) {
+        pyf_tensor_release(&m->regs[i]);
+        PyMem_Free(m->reg_names[i]);
+    }
+    PyMem_Free(m->regs);
+    PyMem_Free(m->reg_names);
+    m->regs = NULL, m->reg_names = NULL, m->nregs = m->cap = 0;
+}
+
+static void member_dealloc(pyf_member_t *m) {
+    member_release(m);
+    ferry_ctx_destroy(m->ctx);
+    Py_XDECREF(m->model);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* ---- construction ---- */
+
+static bool enum_arg(const char *s, const char *what, const char *const *names, const int *values, int *out) {
+    if (!s) return true;
+    for (int i = 0; names[i]; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = values[i];
+            return true;
+        }
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: '%.40s' is not one of the accepted values", what, s);
+    pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+    return false;
+}
+
+static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
+    bool writer = cls == &pyf_WriterType || PyType_IsSubtype(cls, &pyf_WriterType);
+    static char *wkws[] = {"model", "job", "rank", "world", "meta", "token", "transport", "timeout", "lease",
+                           "threads", "deltas", "mode", "slots", "serve", NULL};
+    static char *rkws[] = {"model", "job", "rank", "world", "meta", "token", "transport", "timeout", "lease",
+                           "threads", "deltas", "staged", "inflight", NULL};
+    PyObject *model, *timeout = Py_None, *lease = Py_None, *serve = Py_None, *slots = Py_None, *inflight = Py_None,
+                     *threads = Py_None;
+    const char *job = NULL, *meta = NULL, *token = NULL, *transport = NULL, *deltas = NULL, *mode = NULL;
+    unsigned int rank = UINT32_MAX, world = UINT32_MAX;
+    int staged = 0;
+    int ok = writer ? PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzzOO:Writer", wkws, &pyf_ModelType, &model,
+                                                  &job, &rank, &world, &meta, &token, &transport, &timeout, &lease,
+                                                  &threads, &deltas, &mode, &slots, &serve)
+                    : PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzpO:Reader", rkws, &pyf_ModelType, &model,
+                                                  &job, &rank, &world, &meta, &token, &transport, &timeout, &lease,
+                                                  &threads, &deltas, &staged, &inflight);
+    if (!ok) return NULL;
+    if (!job || rank == UINT32_MAX || world == UINT32_MAX)
+        return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, writer ? "Writer: job=, rank= and world= are required"
+                                                            : "Reader: job=, rank= and world= are required");
+
+    ferry_sync_params_t p = {.field_mask = 0, .job = job, .rank = rank, .world = world};
+    if (meta) p.field_mask |= FERRY_SYNC_PARAM_META, p.meta = meta;
+    if (token) p.field_mask |= FERRY_SYNC_PARAM_TOKEN, p.token = token;
+    static const char *const xports[] = {"shm", "ucx", NULL};
+    static const int xport_v[] = {FERRY_XPORT_SHM, FERRY_XPORT_UCX};
+    static const char *const deltas_n[] = {"auto", "always", "off", NULL};
+    static const int deltas_v[] = {FERRY_SYNC_DELTAS_AUTO, FERRY_SYNC_DELTAS_ALWAYS, FERRY_SYNC_DELTAS_OFF};
+    static const char *const modes[] = {"sync", "async", NULL};
+    static const int mode_v[] = {FERRY_SYNC_MODE_SYNC, FERRY_SYNC_MODE_ASYNC};
+    int v = 0;
+    if (transport) {
+        if (!enum_arg(transport, "transport ('shm' or 'ucx')", xports, xport_v, &v)) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_TRANSPORT, p.transport = (ferry_xport_kind_t)v;
+    }
+    if (deltas) {
+        if (!enum_arg(deltas, "deltas ('auto', 'always' or 'off')", deltas_n, deltas_v, &v)) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_DELTAS, p.deltas = (ferry_sync_deltas_t)v;
+    }
+    if (mode) {
+        if (!enum_arg(mode, "mode ('sync' or 'async')", modes, mode_v, &v)) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_MODE, p.mode = (ferry_sync_mode_t)v;
+    }
+    if (timeout != Py_None) {
+        if (!pyf_timeout_ms(timeout, 0, &p.timeout_ms)) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_TIMEOUT_MS;
+    }
+    if (lease != Py_None) {
+        if (!pyf_timeout_ms(lease, 0, &p.lease_ms)) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_LEASE_MS;
+    }
+    if (threads != Py_None) {
+        p.threads = (uint32_t)PyLong_AsUnsignedLong(threads);
+        if (PyErr_Occurred()) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_THREADS;
+    }
+    if (slots != Py_None) {
+        p.slots = (uint32_t)PyLong_AsUnsignedLong(slots);
+        if (PyErr_Occurred()) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_SLOTS;
+    }
+    if (serve != Py_None) {
+        int b = PyObject_IsTrue(serve);
+        if (b < 0) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_SERVE, p.serve = b;
+    }
+    if (staged) p.field_mask |= FERRY_SYNC_PARAM_STAGED, p.staged = true;
+    if (inflight != Py_None) {
+        p.inflight_bytes = PyLong_AsUnsignedLongLong(inflight);
+        if (PyErr_Occurred()) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_INFLIGHT;
+    }
+
+    pyf_member_t *m = (pyf_member_t *)cls->tp_alloc(cls, 0);
+    if (!m) return NULL;
+    m->model = Py_NewRef(model);
+    if (!(m->ctx = pyf_ctx_create())) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    const ferry_model_t *fm = ((pyf_model_t *)model)->model;
+    ferry_status_t st;
+    Py_BEGIN_ALLOW_THREADS;
+    st = writer ? ferry_writer_create(m->ctx, fm, &p, &m->w) : ferry_reader_create(m->ctx, fm, &p, &m->r);
+    Py_END_ALLOW_THREADS;
+    if (st != FERRY_OK) {
+        pyf_raise_call(st, ferry_ctx_error(m->ctx));
+        Py_DECREF(m);
+        return NULL;
+    }
+    return (PyObject *)m;
+}
+
+/* ---- buffers and pieces ---- */
+
+static bool keep_tensor(pyf_member_t *m, pyf_tensor_t *t, const char *name) {
+    if (m->nregs == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        pyf_tensor_t *regs = PyMem_Realloc(m->regs, cap * sizeof *regs);
+        if (regs) m->regs = regs;
+        char **names = regs ? PyMem_Realloc(m->reg_names, cap * sizeof *names) : NULL;
+        if (!names) {
+            PyErr_NoMemory();
+            return false;
+        }
+        m->reg_names = names;
+        m->cap = cap;
+    }
+    size_t len = strlen(name) + 1;
+    char *copy = PyMem_Malloc(len);
+    if (!copy) {
+        PyErr_NoMemory();
+        return false;
+    }
+    memcpy(copy, name, len);
+    m->regs[m->nregs] = *t;
+    m->reg_names[m->nregs++] = copy;
+    memset(t, 0, sizeof *t); /* moved */
+    return true;
+}
+
+static PyObject *member_add_buffer(pyf_member_t *m, PyObject *args, PyObject *kw) {
+    static char *kws[] = {"name", "tensor", "dtype", NULL};
+    const char *name;
+    PyObject *tensor, *dtype_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|O:add_buffer", kws, &name, &tensor, &dtype_obj) ||
+        !check_open(m))
+        return NULL;
+    ferry_dtype_t dt;
+    bool given;
+    if (!pyf_dtype_arg(dtype_obj, &dt, &given)) return NULL;
+    char what[300];
+    snprintf(what, sizeof what, "buffer '%.200s'", name);
+    pyf_tensor_t t;
+    if (!pyf_tensor_get(tensor, is_writer(m) ? PYF_READ : PYF_WRITE, given ? &dt : NULL, what, &t)) return NULL;
+    /* the buffer is the tensor's whole storage span; pieces address it */
+    uint32_t index;
+    ferry_status_t st = m->w ? ferry_writer_add_buffer(m->w, name, t.dtype, t.data, t.span, &index)
+                             : ferry_reader_add_buffer(m->r, name, t.dtype, t.data, t.span, &index);
+    if (st != FERRY_OK) {
+        pyf_tensor_release(&t);
+        return pyf_raise(st, member_error(m));
+    }
+    if (!keep_tensor(m, &t, name)) {
+        pyf_tensor_release(&t);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLong(index);
+}
+
+static PyObject *hostbuf_new(pyf_member_t *m, void *ptr, uint64_t size) {
+    pyf_hostbuf_t *b = PyObject_New(pyf_hostbuf_t, &pyf_HostBufferType);
+    if (!b) return NULL;
+    b->member = (pyf_member_t *)Py_NewRef(m);
+    b->ptr = ptr;
+    b->size = (Py_ssize_t)size;
+    return (PyObject *)b;
+}
+
+static PyObject *member_alloc_buffer(pyf_member_t *m, PyObject *args) {
+    const char *name;
+    PyObject *dtype_obj;
+    unsigned long long size;
+    if (!PyArg_ParseTuple(args, "sOK:alloc_buffer", &name, &dtype_obj, &size) || !check_open(m)) return NULL;
+    if (!m->w) return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "alloc_buffer: readers get ferry-owned buffers through add_layout");
+    ferry_dtype_t dt;
+    bool given;
+    if (!pyf_dtype_arg(dtype_obj, &dt, &given)) return NULL;
+    if (!given) return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "alloc_buffer: a dtype is required");
+    void *ptr;
+    uint32_t index;
+    ferry_status_t st = ferry_writer_alloc_buffer(m->w, name, dt, size, &ptr, &index);
+    if (st != FERRY_OK) return pyf_raise(st, member_error(m));
+    PyObject *buf = hostbuf_new(m, ptr, size);
+    if (!buf) return NULL;
+    return Py_BuildValue("(kN)", (unsigned long)index, buf);
+}
+
+static PyObject *member_add_piece(pyf_member_t *m, PyObject *args, PyObject *kw) {
+    static char *kws[] = {"tensor", "offset", "extent", "buffer", "byte_offset", "strides", NULL};
+    PyObject *tensor, *offset, *extent, *strides;
+    unsigned int buffer;
+    unsigned long long byte_offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOIKO:add_piece", kws, &tensor, &offset, &extent, &buffer,
+                                     &byte_offset, &strides) ||
+        !check_open(m))
+        return NULL;
+    ferry_piece_t p;
+    if (!pyf_piece_args(((pyf_model_t *)m->model)->model, tensor, offset, extent, buffer, byte_offset, strides, &p))
+        return NULL;
+    ferry_status_t st = m->w ? ferry_writer_add_piece(m->w, &p) : ferry_reader_add_piece(m->r, &p);
+    if (st != FERRY_OK) return pyf_raise(st, member_error(m));
+    Py_RETURN_NONE;
+}
+
+/* add_layout(layout, rank, tensors): tensors[i] for the rank's i-th buffer
+ * (C-contiguous, the buffer's dtype and byte size), or None to have ferry
+ * allocate it (returned as a HostBuffer in its place). */
+static PyObject *member_add_layout(pyf_member_t *m, PyObject *args) {
+    PyObject *layout_obj, *tensors;
+    unsigned int rank;
+    if (!PyArg_ParseTuple(args, "O!IO:add_layout", &pyf_LayoutType, &layout_obj, &rank, &tensors) || !check_open(m))
+        return NULL;
+    const ferry_layout_t *lay = ((pyf_layout_t *)layout_obj)->layout;
+    if (ferry_layout_model(lay) != ((pyf_model_t *)m->model)->model)
+        return pyf_raise(FERRY_ERR_MISMATCH, "add_layout: the layout places another Model than this member's");
+    uint32_t nbuf = ferry_layout_buffer_count(lay), nrank = 0;
+    ferry_buffer_info_t *infos = PyMem_Malloc(sizeof *infos * (nbuf ? nbuf : 1));
+    if (!infos) return PyErr_NoMemory();
+    for (uint32_t i = 0; i < nbuf; i++) {
+        ferry_buffer_info_t b;
+        ferry_layout_buffer(lay, i, &b);
+        if (b.rank == rank) infos[nrank++] = b;
+    }
+    PyObject *seq = PySequence_Fast(tensors, "add_layout: tensors must be a sequence (one per buffer of the rank)");
+    pyf_tensor_t *ts = NULL;
+    void **ptrs = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t got = 0;
+    if (!seq) goto out;
+    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)nrank) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "add_layout: rank %u has %u buffers, %zd tensors given", rank, nrank,
+                 PySequence_Fast_GET_SIZE(seq));
+        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+        goto out;
+    }
+    ts = PyMem_Calloc(nrank ? nrank : 1, sizeof *ts);
+    ptrs = PyMem_Calloc(nrank ? nrank : 1, sizeof *ptrs);
+    if (!ts || !ptrs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; got < (Py_ssize_t)nrank; got++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, got);
+        if (o == Py_None) continue;
+        const ferry_buffer_info_t *b = &infos[got];
+        char what[300];
+        snprintf(what, sizeof what, "buffer '%.200s' (rank %u)", b->name, rank);
+        if (!pyf_tensor_get(o, m->w ? PYF_READ : PYF_WRITE, NULL, what, &ts[got])) goto out;
+        if (!pyf_dtype_fits(ts[got].dtype, b->dtype)) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s: the tensor holds %s, the buffer %s", what, ferry_dtype_name(ts[got].dtype),
+                     ferry_dtype_name(b->dtype));
+            got++;
+            pyf_raise(FERRY_ERR_MISMATCH, msg);
+            goto out;
+        }
+        if (!ts[got].contiguous || ts[got].span != b->size) {
+            char shape[128] = "";
+            size_t at = 0;
+            for (uint32_t d = 0; d < ts[got].ndim && at < sizeof shape; d++)
+                at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)ts[got].shape[d]);
+            char want[128] = "";
+            at = 0;
+            for (uint32_t d = 0; d < b->ndim && at < sizeof want; d++)
+                at += (size_t)snprintf(want + at, sizeof want - at, "%s%lld", d ? ", " : "", (long long)b->shape[d]);
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s: the tensor [%s] (%s, %llu bytes) does not fit the buffer [%s] %s of %llu bytes",
+                     what, shape, ts[got].contiguous ? "contiguous" : "not contiguous",
+                     (unsigned long long)ts[got].span, want, ferry_dtype_name(b->dtype), (unsigned long long)b->size);
+            got++;
+            pyf_raise(FERRY_ERR_MISMATCH, msg);
+            goto out;
+        }
+        ptrs[got] = ts[got].data;
+    }
+    ferry_status_t st = m->w ? ferry_writer_add_layout(m->w, lay, rank, ptrs, nrank)
+                             : ferry_reader_add_layout(m->r, lay, rank, ptrs, nrank);
+    if (st != FERRY_OK) {
+        pyf_raise(st, member_error(m));
+        goto out;
+    }
+    result = PyList_New(nrank);
+    for (uint32_t i = 0; result && i < nrank; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *item = o == Py_None ? hostbuf_new(m, ptrs[i], infos[i].size) : Py_NewRef(o);
+        if (!item) Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, i, item);
+        if (o != Py_None && !keep_tensor(m, &ts[i], infos[i].name)) Py_CLEAR(result);
+    }
+out:
+    for (Py_ssize_t i = 0; ts && i < (Py_ssize_t)nrank; i++) pyf_tensor_release(&ts[i]);
+    PyMem_Free(ts);
+    PyMem_Free(ptrs);
+    PyMem_Free(infos);
+    Py_XDECREF(seq);
+    return result;
+}
+
+/* ---- blocking calls ---- */
+
+/* Refuses to run when a registered tensor's storage was swapped since
+ * registration: ferry would move the old memory, not the new. */
+static bool check_moves(pyf_member_t *m) {
+    for (size_t i = 0; i < m->nregs; i++) {
+        uintptr_t now;
+        if (pyf_tensor_moved(&m->regs[i], &now)) {
+            char msg[400];
+            snprintf(msg, sizeof msg,
+                     "buffer '%.200s': its tensor's storage moved since it was registered (data_ptr %#llx, now %#llx); "
+                     "ferry moves the registered memory only: update tensors in place (copy_, optimizer steps) or "
+                     "register again",
+                     m->reg_names[i], (unsigned long long)(uintptr_t)m->regs[i].data, (unsigned long long)now);
+            pyf_raise(FERRY_ERR_MISMATCH, msg);
+            return false;
+        }
+    }
+    return true;
+}
+
+static PyObject *member_commit(pyf_member_t *m, PyObject *unused) {
+    (void)unused;
+    if (!check_open(m) || !pyf_enter(&m->busy, "commit: another thread is using this member")) return NULL;
+    ferry_status_t st;
+    Py_BEGIN_ALLOW_THREADS;
+    st = m->w ? ferry_writer_commit(m->w) : ferry_reader_commit(m->r);
+    Py_END_ALLOW_THREADS;
+    pyf_leave(&m->busy);
+    if (st != FERRY_OK) return pyf_raise_call(st, member_error(m));
+    Py_RETURN_NONE;
+}
+
+static PyObject *writer_publish(pyf_member_t *m, PyObject *arg) {
+    unsigned long long version = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    if (!check_open(m) || !check_moves(m) || !pyf_enter(&m->busy, "publish: another thread is using this Writer"))
+        return NULL;
+    ferry_publish_info_t info;
+    ferry_status_t st;
+    Py_BEGIN_ALLOW_THREADS;
+    st = ferry_writer_publish(m->w, version, &info);
+    Py_END_ALLOW_THREADS;
+    pyf_leave(&m->busy);
+    if (st != FERRY_OK) return pyf_raise_call(st, member_error(m));
+    if (PyErr_Occurred()) return NULL; /* Ctrl-C right as it finished */
+    PyObject *o = PyStructSequence_New(pyf_PublishInfo);
+    if (!o) return NULL;
+    int i = 0;
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.version));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.snapshot_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.pack_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.hash_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.wait_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.bytes_served));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.readers_acked));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.readers_missing));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.delta_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.delta_bytes));
+    if (PyErr_Occurred()) Py_CLEAR(o);
+    return o;
+}
+
+static PyObject *reader_update(pyf_member_t *m, PyObject *args, PyObject *kw) {
+    static char *kws[] = {"version", "timeout", NULL};
+    PyObject *vobj = Py_None, *tobj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:update", kws, &vobj, &tobj)) return NULL;
+    uint64_t version = FERRY_VERSION_LATEST;
+    if (PyUnicode_Check(vobj)) {
+        const char *s = PyUnicode_AsUTF8(vobj);
+        if (!s) return NULL;
+        if (strcmp(s, "next") == 0) version = FERRY_VERSION_NEXT;
+        else if (strcmp(s, "latest") != 0)
+            return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "update: version is a number, 'latest' or 'next'");
+    } else if (vobj != Py_None) {
+        version = PyLong_AsUnsignedLongLong(vobj);
+        if (PyErr_Occurred()) return NULL;
+        if (version == 0 || version >= FERRY_VERSION_NEXT)
+            return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "update: version numbers are >= 1");
+    }
+    uint32_t timeout_ms;
+    if (!pyf_timeout_ms(tobj, 30000, &timeout_ms)) return NULL;
+    if (!check_open(m) || !check_moves(m) || !pyf_enter(&m->busy, "update: another thread is using this Reader"))
+        return NULL;
+    ferry_update_info_t info;
+    ferry_status_t st;
+    Py_BEGIN_ALLOW_THREADS;
+    st = ferry_reader_update(m->r, version, timeout_ms, &info);
+    Py_END_ALLOW_THREADS;
+    pyf_leave(&m->busy);
+    if (st != FERRY_OK) return pyf_raise_call(st, member_error(m));
+    if (PyErr_Occurred()) return NULL;
+    PyObject *o = PyStructSequence_New(pyf_UpdateInfo);
+    if (!o) return NULL;
+    int i = 0;
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.version));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.bytes));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.wait_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.pull_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.verify_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.apply_seconds));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.retries));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.sources));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.delta_pairs));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.delta_bytes));
+    if (PyErr_Occurred()) Py_CLEAR(o);
+    return o;
+}
+
+static PyObject *member_close(pyf_member_t *m, PyObject *unused) {
+    (void)unused;
+    if (m->busy) return pyf_raise(FERRY_ERR_BUSY, "close: another thread is inside a call on this member");
+    if (m->exports > 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "close: %zd views of ferry-allocated buffers are still alive (release them first)",
+                 m->exports);
+        return pyf_raise(FERRY_ERR_BUSY, msg);
+    }
+    member_release(m);
+    Py_RETURN_NONE;
+}
+
+static PyObject *member_enter(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return Py_NewRef(self);
+}
+
+static PyObject *member_exit(pyf_member_t *m, PyObject *args) {
+    (void)args;
+    PyObject *r = member_close(m, NULL);
+    if (!r) return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *member_get(pyf_member_t *m, void *which) {
+    switch ((intptr_t)which) {
+    case 0: return Py_NewRef(m->model);
+    case 1: return PyBool_FromLong(m->w || m->r ? 0 : 1);
+    case 2: return PyUnicode_FromString(m->w ? ferry_writer_service_address(m->w) : "");
+    case 3: return PyLong_FromUnsignedLongLong(m->r ? ferry_reader_version(m->r) : 0);
+    default: return PyBool_FromLong(m->r && ferry_reader_torn(m->r));
+    }
+}
+
+#define COMMON_METHODS                                                                                              \
+    {"add_buffer", (PyCFunction)(void (*)(void))member_add_buffer, METH_VARARGS | METH_KEYWORDS,                    \
+     "add_buffer(name, tensor, dtype=None) -> index\n\nRegisters a tensor's storage (no copy) as a buffer. The "    \
+     "tensor must stay alive and in place (ferry keeps a reference); dtype reinterprets same-size elements "        \
+     "(uint8 storage as 'F8_E4M3')."},                                                                              \
+        {"add_piece", (PyCFunction)(void (*)(void))member_add_piece, METH_VARARGS | METH_KEYWORDS,                   \
+         "add_piece(tensor, offset, extent, buffer, byte_offset, strides)\n\nAdds a piece on a buffer (checked as " \
+         "Layout.add_piece)."},                                                                                     \
+        {"add_layout", (PyCFunction)member_add_layout, METH_VARARGS,                                                \
+         "add_layout(layout, rank, tensors) -> list\n\nRegisters every buffer and piece the layout gives rank: "    \
+         "tensors[i] is the rank's i-th buffer (C-contiguous, its dtype and byte size; MismatchError names the "    \
+         "buffer otherwise) or None for a ferry-allocated one, returned as a HostBuffer in its place."},            \
+        {"commit", (PyCFunction)member_commit, METH_NOARGS,                                                         \
+         "commit()\n\nSends this member's layout to the service (releases the GIL)."},                             \
+        {"close", (PyCFunction)member_close, METH_NOARGS, "close()\n\nLeaves the job and frees what ferry holds."},  \
+        {"__enter__", member_enter, METH_NOARGS, NULL}, {"__exit__", (PyCFunction)member_exit, METH_VARARGS, NULL}
+
+static PyMethodDef writer_methods[] = {
+    COMMON_METHODS,
+    {"alloc_buffer", (PyCFunction)member_alloc_buffer, METH_VARARGS,
+     "alloc_buffer(name, dtype, nbytes) -> (index, HostBuffer)\n\nA zeroed buffer peers map directly (the fast "
+     "path of shm); view it with torch.frombuffer(buf, dtype=...)."},
+    {"publish", (PyCFunction)writer_publish, METH_O,
+     "publish(version) -> PublishInfo\n\nPublishes version (greater than every one before). Sync mode: readers read "
+     "the live tensors while this waits for their acknowledgements (up to the timeout); async: snapshots and "
+     "returns. Releases the GIL; Ctrl-C interrupts its waits."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef reader_methods[] = {
+    COMMON_METHODS,
+    {"update", (PyCFunction)(void (*)(void))reader_update, METH_VARARGS | METH_KEYWORDS,
+     "update(version='latest', timeout=30.0) -> UpdateInfo\n\nBrings the registered tensors to version (a number, "
+     "'latest' or 'next'), in place and verified, waiting up to timeout seconds for it. Raises TimeoutError, "
+     "StaleError (gone), CorruptError (checksums kept failing), PeerLostError. Releases the GIL; Ctrl-C "
+     "interrupts its waits (the tensors may then be torn: see .torn; the next update repairs them)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef writer_getset[] = {
+    {"model", (getter)member_get, NULL, "the Model", (void *)0},
+    {"closed", (getter)member_get, NULL, "True after close()", (void *)1},
+    {"service_address", (getter)member_get, NULL, "host:port of the service this writer runs ('' if none)", (void *)2},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyGetSetDef reader_getset[] = {
+    {"model", (getter)member_get, NULL, "the Model", (void *)0},
+    {"closed", (getter)member_get, NULL, "True after close()", (void *)1},
+    {"version", (getter)member_get, NULL, "the version the tensors hold, verified (0: none, or torn)", (void *)3},
+    {"torn", (getter)member_get, NULL, "True when a failed update left the tensors partly written", (void *)4},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject pyf_WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.Writer",
+    .tp_basicsize = sizeof(pyf_member_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Writer(model, *, job, rank, world, meta=None, token=None, transport='shm', timeout=None, lease=None,\n"
+              "       threads=None, deltas='auto', mode='sync', slots=None, serve=None)\n\n"
+              "A trainer rank of a sync job: registers its tensors (add_layout, add_buffer/add_piece, or\n"
+              "ferry.register for a module), commits, and publishes versions. Rank 0 runs the metadata service\n"
+              "at meta (default FERRY_META) unless serve=False. timeout and lease in seconds. One thread at a time.",
+    .tp_dealloc = (destructor)member_dealloc,
+    .tp_methods = writer_methods,
+    .tp_getset = writer_getset,
+    .tp_new = member_new,
+};
+
+PyTypeObject pyf_ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.Reader",
+    .tp_basicsize = sizeof(pyf_member_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Reader(model, *, job, rank, world, meta=None, token=None, transport='shm', timeout=None, lease=None,\n"
+              "       threads=None, deltas='auto', staged=False, inflight=None)\n\n"
+              "An engine rank of a sync job: registers its own tensors as destinations, commits, and updates\n"
+              "them in place to published versions. One thread at a time.",
+    .tp_dealloc = (destructor)member_dealloc,
+    .tp_methods = reader_methods,
+    .tp_getset = reader_getset,
+    .tp_new = member_new,
+};
+
+/* ---- HostBuffer ---- */
+
+static int hostbuf_getbuffer(pyf_hostbuf_t *b, Py_buffer *view, int flags) {
+    if (!b->member->w && !b->member->r) {
+        pyf_raise(FERRY_ERR_STALE, "HostBuffer: its Writer/Reader is closed");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)b, b->ptr, b->size, 0, flags) < 0) return -1;
+    b->member->exports++;
+    return 0;
+}
+
+static void hostbuf_releasebuffer(pyf_hostbuf_t *b, Py_buffer *view) {
+    (void)view;
+    b->member->exports--;
+}
+
+static void hostbuf_dealloc(pyf_hostbuf_t *b) {
+    Py_XDECREF(b->member);
+    PyObject_Free(b);
+}
+
+static Py_ssize_t hostbuf_len(pyf_hostbuf_t *b) { return b->size; }
+
+static PyBufferProcs hostbuf_as_buffer = {(getbufferproc)hostbuf_getbuffer, (releasebufferproc)hostbuf_releasebuffer};
+static PySequenceMethods hostbuf_seq = {.sq_length = (lenfunc)hostbuf_len};
+
+PyTypeObject pyf_HostBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.HostBuffer",
+    .tp_basicsize = sizeof(pyf_hostbuf_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Host memory ferry allocated for a Writer or Reader (bytes through the buffer protocol).\n"
+              "Lives as long as its member is open; the member cannot close while views of it are alive.",
+    .tp_dealloc = (destructor)hostbuf_dealloc,
+    .tp_as_buffer = &hostbuf_as_buffer,
+    .tp_as_sequence = &hostbuf_seq,
+};
+
+bool pyf_member_init(PyObject *m) {
+    return PyType_Ready(&pyf_WriterType) == 0 && PyType_Ready(&pyf_ReaderType) == 0 &&
+           PyType_Ready(&pyf_HostBufferType) == 0 &&
+           PyModule_AddObjectRef(m, "Writer", (PyObject *)&pyf_WriterType) == 0 &&
+           PyModule_AddObjectRef(m, "Reader", (PyObject *)&pyf_ReaderType) == 0 &&
+           PyModule_AddObjectRef(m, "HostBuffer", (PyObject *)&pyf_HostBufferType) == 0;
+}

@@ -1,0 +1,204 @@
+/* Tensors in: DLPack (torch, numpy, anything with __dlpack__) first, the
+ * buffer protocol otherwise. Nothing is copied: ferry gets the address of
+ * the caller's storage and the caller's object is kept alive instead. */
+#include <dlpack/dlpack.h>
+#include <string.h>
+
+#include "pyferry.h"
+
+/* Type codes of DLPack 1.x that the dlpack 0.6 header predates. */
+enum { DL_BOOL = 6, DL_F8_E4M3FN = 10, DL_F8_E5M2 = 12 };
+
+static bool dl_dtype(DLDataType t, ferry_dtype_t *out) {
+    if (t.lanes != 1) return false;
+    switch (t.code) {
+    case kDLFloat:
+        return t.bits == 16 ? (*out = FERRY_DTYPE_F16, true)
+             : t.bits == 32 ? (*out = FERRY_DTYPE_F32, true)
+             : t.bits == 64 ? (*out = FERRY_DTYPE_F64, true) : false;
+    case kDLBfloat: return t.bits == 16 && (*out = FERRY_DTYPE_BF16, true);
+    case kDLInt:
+        return t.bits == 8 ? (*out = FERRY_DTYPE_I8, true) : t.bits == 16 ? (*out = FERRY_DTYPE_I16, true)
+             : t.bits == 32 ? (*out = FERRY_DTYPE_I32, true) : t.bits == 64 ? (*out = FERRY_DTYPE_I64, true) : false;
+    case kDLUInt:
+        return t.bits == 8 ? (*out = FERRY_DTYPE_U8, true) : t.bits == 16 ? (*out = FERRY_DTYPE_U16, true)
+             : t.bits == 32 ? (*out = FERRY_DTYPE_U32, true) : t.bits == 64 ? (*out = FERRY_DTYPE_U64, true) : false;
+    case DL_BOOL: return t.bits == 8 && (*out = FERRY_DTYPE_BOOL, true);
+    case DL_F8_E4M3FN: return t.bits == 8 && (*out = FERRY_DTYPE_F8_E4M3, true);
+    case DL_F8_E5M2: return t.bits == 8 && (*out = FERRY_DTYPE_F8_E5M2, true);
+    default: return false;
+    }
+}
+
+static bool fail(const char *what, const char *why, ferry_status_t st) {
+    char msg[320];
+    snprintf(msg, sizeof msg, "%s: %s", what, why);
+    pyf_raise(st, msg);
+    return false;
+}
+
+/* Shape, strides, span and contiguity from shape and element strides. */
+static bool finish(pyf_tensor_t *t, const char *what) {
+    size_t es = ferry_dtype_size(t->dtype);
+    uint64_t numel = 1, last = 0;
+    int64_t expect = 1;
+    t->contiguous = true;
+    for (int d = (int)t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] <= 0) return fail(what, "empty tensors hold nothing to move", FERRY_ERR_INVALID_ARGUMENT);
+        if (t->strides[d] < 0)
+            return fail(what, "negative strides are not supported (make it contiguous)", FERRY_ERR_UNSUPPORTED);
+        if (t->shape[d] > 1 && t->strides[d] != expect) t->contiguous = false;
+        expect *= t->shape[d];
+        numel *= (uint64_t)t->shape[d];
+        last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->strides[d];
+    }
+    t->numel = numel;
+    t->span = (last + 1) * es;
+    return true;
+}
+
+static bool from_dlpack(PyObject *obj, pyf_tensor_t *t, const char *what) {
+    /* torch: export a detached alias (torch refuses tensors that require
+     * grad) and keep it: it holds the storage even if the caller's tensor
+     * is later pointed at another one. */
+    PyObject *src = NULL;
+    if (PyObject_HasAttrString(obj, "detach")) {
+        src = PyObject_CallMethod(obj, "detach", NULL);
+        if (!src) return false;
+        t->keep = Py_NewRef(src);
+    } else
+        src = Py_NewRef(obj);
+    PyObject *cap = PyObject_CallMethod(src, "__dlpack__", NULL);
+    Py_DECREF(src);
+    if (!cap) return false;
+    DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+    if (!mt) {
+        Py_DECREF(cap);
+        return false;
+    }
+    const DLTensor *dl = &mt->dl_tensor;
+    bool ok = true;
+    if (dl->device.device_type != kDLCPU && dl->device.device_type != kDLCUDAHost)
+        ok = fail(what, dl->device.device_type == kDLCUDA ? "GPU tensors are not supported yet (host memory only)"
+                                                          : "the tensor is not in host memory",
+                  FERRY_ERR_UNSUPPORTED);
+    else if (!dl_dtype(dl->dtype, &t->dtype))
+        ok = fail(what, "its dtype has no ferry equivalent", FERRY_ERR_UNSUPPORTED);
+    else if (dl->ndim < 0 || dl->ndim > FERRY_MAX_DIMS)
+        ok = fail(what, "more dimensions than ferry's 8", FERRY_ERR_LIMIT);
+    if (ok) {
+        t->ndim = (uint32_t)dl->ndim;
+        int64_t expect = 1;
+        for (int d = dl->ndim - 1; d >= 0; d--) {
+            t->shape[d] = dl->shape[d];
+            t->strides[d] = dl->strides ? dl->strides[d] : expect;
+            expect *= dl->shape[d];
+        }
+        t->data = (char *)dl->data + dl->byte_offset;
+    }
+    /* Consumed: the owner (kept) holds the storage from here on. */
+    PyCapsule_SetName(cap, "used_dltensor");
+    if (mt->deleter) mt->deleter(mt);
+    Py_DECREF(cap);
+    return ok;
+}
+
+static bool fmt_dtype(const char *fmt, Py_ssize_t itemsize, ferry_dtype_t *out) {
+    if (!fmt) fmt = "B";
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    if (!fmt[0] || fmt[1]) return false;
+    switch (fmt[0]) {
+    case '?': *out = FERRY_DTYPE_BOOL; return itemsize == 1;
+    case 'b': *out = FERRY_DTYPE_I8; return itemsize == 1;
+    case 'B': *out = FERRY_DTYPE_U8; return itemsize == 1;
+    case 'h': *out = FERRY_DTYPE_I16; return itemsize == 2;
+    case 'H': *out = FERRY_DTYPE_U16; return itemsize == 2;
+    case 'i': case 'l': case 'q':
+        *out = itemsize == 4 ? FERRY_DTYPE_I32 : FERRY_DTYPE_I64;
+        return itemsize == 4 || itemsize == 8;
+    case 'I': case 'L': case 'Q':
+        *out = itemsize == 4 ? FERRY_DTYPE_U32 : FERRY_DTYPE_U64;
+        return itemsize == 4 || itemsize == 8;
+    case 'e': *out = FERRY_DTYPE_F16; return itemsize == 2;
+    case 'f': *out = FERRY_DTYPE_F32; return itemsize == 4;
+    case 'd': *out = FERRY_DTYPE_F64; return itemsize == 8;
+    default: return false;
+    }
+}
+
+static bool from_buffer(PyObject *obj, int access, pyf_tensor_t *t, const char *what) {
+    int flags = PyBUF_RECORDS_RO | (access == PYF_WRITE ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &t->view, flags) < 0) return false;
+    t->has_view = true;
+    Py_buffer *v = &t->view;
+    if (!fmt_dtype(v->format, v->itemsize, &t->dtype)) return fail(what, "its buffer format has no ferry equivalent", FERRY_ERR_UNSUPPORTED);
+    if (v->ndim > FERRY_MAX_DIMS) return fail(what, "more dimensions than ferry's 8", FERRY_ERR_LIMIT);
+    t->ndim = (uint32_t)v->ndim;
+    for (int d = 0; d < v->ndim; d++) {
+        t->shape[d] = v->shape[d];
+        if (v->strides[d] % v->itemsize) return fail(what, "strides that are not whole elements", FERRY_ERR_UNSUPPORTED);
+        t->strides[d] = v->strides[d] / v->itemsize;
+    }
+    t->data = v->buf;
+    return true;
+}
+
+bool pyf_tensor_get(PyObject *obj, int access, const ferry_dtype_t *dtype_override, const char *what,
+                    pyf_tensor_t *out) {
+    memset(out, 0, sizeof *out);
+    bool ok;
+    if (PyObject_HasAttrString(obj, "__dlpack__")) ok = from_dlpack(obj, out, what);
+    else if (PyObject_CheckBuffer(obj))
+        ok = from_buffer(obj, access, out, what);
+    else {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s: a %.60s is not a tensor (no __dlpack__, no buffer protocol)", what,
+                 Py_TYPE(obj)->tp_name);
+        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+        ok = false;
+    }
+    if (ok && dtype_override && *dtype_override != out->dtype) {
+        if (ferry_dtype_size(*dtype_override) != ferry_dtype_size(out->dtype))
+            ok = fail(what, "dtype= must have the element size of the tensor's own dtype", FERRY_ERR_INVALID_ARGUMENT);
+        else
+            out->dtype = *dtype_override;
+    }
+    if (ok) ok = finish(out, what);
+    if (!ok) {
+        pyf_tensor_release(out);
+        return false;
+    }
+    out->owner = Py_NewRef(obj);
+    return true;
+}
+
+void pyf_tensor_release(pyf_tensor_t *t) {
+    if (t->has_view) PyBuffer_Release(&t->view);
+    t->has_view = false;
+    Py_CLEAR(t->owner);
+    Py_CLEAR(t->keep);
+}
+
+bool pyf_tensor_moved(const pyf_tensor_t *t, uintptr_t *now) {
+    if (!t->owner || t->has_view || !PyObject_HasAttrString(t->owner, "data_ptr")) return false;
+    PyObject *p = PyObject_CallMethod(t->owner, "data_ptr", NULL);
+    if (!p) {
+        PyErr_Clear();
+        return false;
+    }
+    uintptr_t v = (uintptr_t)PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    *now = v;
+    return v != (uintptr_t)t->data;
+}
+
+bool pyf_dtype_fits(ferry_dtype_t have, ferry_dtype_t want) {
+    if (have == want) return true;
+    bool raw = have == FERRY_DTYPE_U8 || have == FERRY_DTYPE_I8 || have == FERRY_DTYPE_U16 || have == FERRY_DTYPE_I16 ||
+               have == FERRY_DTYPE_U32 || have == FERRY_DTYPE_I32 || have == FERRY_DTYPE_U64 || have == FERRY_DTYPE_I64;
+    return raw && ferry_dtype_size(have) == ferry_dtype_size(want);
+}

@@ -1,0 +1,124 @@
+"""ferry: move model weights from RL trainers to inference engines.
+
+The C library's objects, named as Python users expect (docs/python.md):
+Model, Layout, Writer, Reader, TensorTable, Channel, delta, Plan, and
+register() for a module's own parameters. Tensors go in through DLPack or
+the buffer protocol (torch, numpy) and are never copied on the way in:
+a Reader writes into the caller's tensors' own storage.
+"""
+import json as _json
+import os as _os
+
+from ferry import _ferry
+from ferry._ferry import (  # noqa: F401
+    BufferInfo, Error, HostBuffer, Piece, PublishInfo, TensorInfo, UpdateInfo, __version__, dtype_size,
+    BusyError, ConfigError, CorruptError, CoverageError, InternalError, InvalidArgumentError,
+    IOFailure, LimitError, MismatchError, NoMemoryError, NotFoundError, PeerLostError, StaleError, TimeoutError,
+    UnsupportedError,
+)
+try:
+    from ferry._ferry import InterruptedError  # noqa: F401
+except ImportError:  # TEMP until the interrupt hook lands
+    pass
+
+_MODELS_DIRS = (
+    _os.path.join(_os.path.dirname(__file__), "models"),  # installed, or a build tree
+    _os.path.join(_os.path.dirname(__file__), "..", "..", "models"),  # the source tree
+)
+try:
+    from ferry._ferry import InterruptedError  # noqa: F401
+except ImportError:  # TEMP until the interrupt hook lands
+    pass
+
+
+def bundled_models():
+    """Names of the model configs shipped with ferry ("qwen3-0.6b", ...)."""
+    for d in _MODELS_DIRS:
+        if _os.path.isdir(d):
+            return sorted(f[:-5] for f in _os.listdir(d) if f.endswith(".json"))
+    return []
+
+
+class Model(_ferry.Model):
+    __doc__ = _ferry.Model.__doc__
+
+    @classmethod
+    def from_config(cls, source, *, name=None, dtype=None, mtp=False):
+        """Model.from_config(source, *, name=None, dtype=None, mtp=False) -> Model
+
+        source: a config.json path, a bundled name (see bundled_models()), a
+        dict as config.json holds it, or an object with to_dict() (a
+        transformers PretrainedConfig). dtype overrides the config's
+        torch_dtype/dtype; mtp includes multi-token-prediction layers.
+        Raises ConfigError naming a missing or malformed field, NotFoundError
+        for a name that is neither a file nor bundled.
+        """
+        if hasattr(source, "to_dict") and not isinstance(source, dict):
+            source = source.to_dict()
+        if isinstance(source, dict):
+            text = _json.dumps(source, default=str)
+            return cls.from_json(text, name or source.get("_name_or_path") or source.get("model_type", "model"),
+                                 dtype=dtype, mtp=mtp)
+        path = _os.fspath(source)
+        if not _os.path.exists(path):
+            for d in _MODELS_DIRS:
+                cand = _os.path.join(d, path + ".json")
+                if _os.path.exists(cand):
+                    path = cand
+                    break
+            else:
+                raise _ferry.error(_ferry.FERRY_ERR_NOT_FOUND,
+                                   f"model {path!r}: no such file, and not a bundled name ({', '.join(bundled_models())})")
+        return cls.from_file(path, dtype=dtype, mtp=mtp)
+
+
+class Layout(_ferry.Layout):
+    __doc__ = _ferry.Layout.__doc__
+
+    @classmethod
+    def train(cls, model, spec="", rank=None):
+        """Layout.train(model, spec='', rank=None): a Megatron-core trainer layout ('tp=2,pp=2,ep=4,...')."""
+        return cls.build(model, "train", spec, rank)
+
+    @classmethod
+    def infer(cls, model, spec="", rank=None):
+        """Layout.infer(model, spec='', rank=None): a vLLM/SGLang engine layout ('tp=4,replicas=2,...')."""
+        return cls.build(model, "infer", spec, rank)
+
+    @classmethod
+    def hf(cls, model, world_size=1):
+        """Layout.hf(model, world_size=1): every rank holds every tensor whole, one buffer each, named as
+        the checkpoint (a transformers model's own parameters)."""
+        lay = cls.custom(model, world_size)
+        for rank in range(world_size):
+            for t in model.tensors:
+                esize = dtype_size(t.dtype)
+                n = 1
+                for d in t.shape:
+                    n *= d
+                b = lay.add_buffer(rank, t.name, t.dtype, n * esize)
+                strides, s = [], 1
+                for d in reversed(t.shape):
+                    strides.append(s)
+                    s *= d
+                lay.add_piece(t.name, [0] * len(t.shape), t.shape, rank, b, 0, strides[::-1])
+        return lay
+
+
+class Writer(_ferry.Writer):
+    __doc__ = _ferry.Writer.__doc__
+
+    def register(self, params, layout, rank, naming=None, ignore=()):
+        """register(params, layout, rank, naming=None, ignore=()): see ferry.register."""
+        return register(self, params, layout, rank, naming=naming, ignore=ignore)
+
+
+class Reader(_ferry.Reader):
+    __doc__ = _ferry.Reader.__doc__
+
+    def register(self, params, layout, rank, naming=None, ignore=()):
+        """register(params, layout, rank, naming=None, ignore=()): see ferry.register."""
+        return register(self, params, layout, rank, naming=naming, ignore=ignore)
+
+
+from ferry.params import NAMINGS, register  # noqa: E402,F401
