@@ -6,6 +6,7 @@ register() for a module's own parameters. Tensors go in through DLPack or
 the buffer protocol (torch, numpy) and are never copied on the way in:
 a Reader writes into the caller's tensors' own storage.
 """
+import enum as _enum
 import json as _json
 import os as _os
 
@@ -20,6 +21,10 @@ try:
     from ferry._ferry import InterruptedError  # noqa: F401
 except ImportError:  # TEMP until the interrupt hook lands
     pass
+
+Status = _enum.IntEnum("Status", {k[len("FERRY_ERR_"):]: v for k, v in vars(_ferry).items()
+                                   if k.startswith("FERRY_ERR_")} | {"OK": 0}, module=__name__)
+Status.__doc__ = "The C library's status codes (ferry.Error.status compares equal to them)."
 
 _MODELS_DIRS = (
     _os.path.join(_os.path.dirname(__file__), "models"),  # installed, or a build tree
@@ -67,7 +72,7 @@ class Model(_ferry.Model):
                     path = cand
                     break
             else:
-                raise _ferry.error(_ferry.FERRY_ERR_NOT_FOUND,
+                raise _ferry.error(Status.NOT_FOUND,
                                    f"model {path!r}: no such file, and not a bundled name ({', '.join(bundled_models())})")
         return cls.from_file(path, dtype=dtype, mtp=mtp)
 
