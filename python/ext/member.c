@@ -14,7 +14,7 @@ typedef struct pyf_member {
     char **reg_names;
     size_t nregs, cap;
     int busy;
-    Py_ssize_t exports; /* live buffer-protocol exports of ferry-allocated buffers */
+    Py_ssize_t live_buffers; /* HostBuffer objects alive (tensors made from them hold one) */
 } pyf_member_t;
 
 /* A buffer ferry allocated (alloc_buffer, None in add_layout), exposed
@@ -230,6 +230,7 @@ static PyObject *hostbuf_new(pyf_member_t *m, void *ptr, uint64_t size) {
     pyf_hostbuf_t *b = PyObject_New(pyf_hostbuf_t, &pyf_HostBufferType);
     if (!b) return NULL;
     b->member = (pyf_member_t *)Py_NewRef(m);
+    m->live_buffers++;
     b->ptr = ptr;
     b->size = (Py_ssize_t)size;
     return (PyObject *)b;
@@ -481,10 +482,12 @@ static PyObject *reader_update(pyf_member_t *m, PyObject *args, PyObject *kw) {
 static PyObject *member_close(pyf_member_t *m, PyObject *unused) {
     (void)unused;
     if (m->busy) return pyf_raise(FERRY_ERR_BUSY, "close: another thread is inside a call on this member");
-    if (m->exports > 0) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "close: %zd views of ferry-allocated buffers are still alive (release them first)",
-                 m->exports);
+    if (m->live_buffers > 0) {
+        char msg[240];
+        snprintf(msg, sizeof msg,
+                 "close: %zd ferry-allocated buffers are still alive (HostBuffer objects, or tensors made from them "
+                 "such as adopted parameters): release them first",
+                 m->live_buffers);
         return pyf_raise(FERRY_ERR_BUSY, msg);
     }
     member_release(m);
@@ -604,24 +607,18 @@ static int hostbuf_getbuffer(pyf_hostbuf_t *b, Py_buffer *view, int flags) {
         pyf_raise(FERRY_ERR_STALE, "HostBuffer: its Writer/Reader is closed");
         return -1;
     }
-    if (PyBuffer_FillInfo(view, (PyObject *)b, b->ptr, b->size, 0, flags) < 0) return -1;
-    b->member->exports++;
-    return 0;
-}
-
-static void hostbuf_releasebuffer(pyf_hostbuf_t *b, Py_buffer *view) {
-    (void)view;
-    b->member->exports--;
+    return PyBuffer_FillInfo(view, (PyObject *)b, b->ptr, b->size, 0, flags);
 }
 
 static void hostbuf_dealloc(pyf_hostbuf_t *b) {
+    b->member->live_buffers--;
     Py_XDECREF(b->member);
     PyObject_Free(b);
 }
 
 static Py_ssize_t hostbuf_len(pyf_hostbuf_t *b) { return b->size; }
 
-static PyBufferProcs hostbuf_as_buffer = {(getbufferproc)hostbuf_getbuffer, (releasebufferproc)hostbuf_releasebuffer};
+static PyBufferProcs hostbuf_as_buffer = {(getbufferproc)hostbuf_getbuffer, NULL};
 static PySequenceMethods hostbuf_seq = {.sq_length = (lenfunc)hostbuf_len};
 
 PyTypeObject pyf_HostBufferType = {
@@ -629,7 +626,7 @@ PyTypeObject pyf_HostBufferType = {
     .tp_basicsize = sizeof(pyf_hostbuf_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Host memory ferry allocated for a Writer or Reader (bytes through the buffer protocol).\n"
-              "Lives as long as its member is open; the member cannot close while views of it are alive.",
+              "The member cannot close while a HostBuffer (or a tensor made from one, which holds it) is alive.",
     .tp_dealloc = (destructor)hostbuf_dealloc,
     .tp_as_buffer = &hostbuf_as_buffer,
     .tp_as_sequence = &hostbuf_seq,

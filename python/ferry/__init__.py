@@ -113,17 +113,17 @@ class Layout(_ferry.Layout):
 class Writer(_ferry.Writer):
     __doc__ = _ferry.Writer.__doc__
 
-    def register(self, params, layout, rank, naming=None, ignore=()):
-        """register(params, layout, rank, naming=None, ignore=()): see ferry.register."""
-        return register(self, params, layout, rank, naming=naming, ignore=ignore)
+    def register(self, params, layout, rank, naming=None, ignore=(), adopt=False):
+        """register(params, layout, rank, naming=None, ignore=(), adopt=False): see ferry.register."""
+        return register(self, params, layout, rank, naming=naming, ignore=ignore, adopt=adopt)
 
 
 class Reader(_ferry.Reader):
     __doc__ = _ferry.Reader.__doc__
 
-    def register(self, params, layout, rank, naming=None, ignore=()):
-        """register(params, layout, rank, naming=None, ignore=()): see ferry.register."""
-        return register(self, params, layout, rank, naming=naming, ignore=ignore)
+    def register(self, params, layout, rank, naming=None, ignore=(), adopt=False):
+        """register(params, layout, rank, naming=None, ignore=(), adopt=False): see ferry.register."""
+        return register(self, params, layout, rank, naming=naming, ignore=ignore, adopt=adopt)
 
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401

@@ -102,8 +102,8 @@ def _data_ptr(t):
     return t.data_ptr() if hasattr(t, "data_ptr") else None
 
 
-def register(member, params, layout, rank, naming=None, ignore=()):
-    """register(member, params, layout, rank, naming=None, ignore=()) -> None
+def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
+    """register(member, params, layout, rank, naming=None, ignore=(), adopt=False) -> None
 
     Registers a module's own parameters (no copies) as `member`'s buffers and
     pieces: member is a Writer or Reader, params an nn.Module, a name->tensor
@@ -111,6 +111,14 @@ def register(member, params, layout, rank, naming=None, ignore=()):
     naming one of NAMINGS (default: 'megatron' for a train layout, 'vllm' for
     an infer layout, 'hf' for Layout.hf). ignore: glob patterns of parameter
     names ferry should not move.
+
+    adopt=True moves the parameters into memory ferry allocates (once, now:
+    their values are copied and each torch parameter, or mapping entry, is
+    pointed at its new storage with `p.data = ...`; later in-place updates
+    such as optimizer steps land there). On one host this is shm's fast
+    path: readers map the memory instead of copying it through
+    process_vm_readv (docs/python.md, "Where the tensors live"). The memory
+    lives as long as the parameters: the member cannot close before them.
 
     Raises NotFoundError naming a parameter the layout has no place for, or
     a buffer of the rank that no parameter fills; MismatchError naming a
@@ -171,10 +179,69 @@ def register(member, params, layout, rank, naming=None, ignore=()):
         raise _fail(_ferry.FERRY_ERR_NOT_FOUND,
                     f"register: buffer {missing[0]!r} of rank {rank} (naming={naming}) has no parameter in the "
                     f"module{more}")
-    if not parts:
+    if adopt:
+        _adopt(member, layout, rank, buffers, whole, parts, chunks)
+    elif not parts:
         member.add_layout(layout, rank, [whole[b.name][1] for b in buffers])
-        return
-    _register_split(member, layout, rank, buffers, whole, parts)
+    else:
+        _register_split(member, layout, rank, buffers, whole, parts)
+
+
+_TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "U8": "uint8",
+                 "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64", "BOOL": "bool",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def _adopt(member, layout, rank, buffers, whole, parts, chunks):
+    """Allocates every buffer in ferry memory, copies each parameter in and
+    points it there (t.data = view keeps the tensor object: optimizers and
+    modules holding it see the new storage)."""
+    import torch
+    entries = []  # (buffer name, dtype, bytes, [(param name, tensor)] in order)
+    for b in buffers:
+        if b.name in whole:
+            entries.append((b.name, b.dtype, b.size, [whole[b.name]]))
+        else:
+            experts = parts[b.name]
+            n = b.shape[0] if b.shape else 0
+            if sorted(experts) != list(range(n)):
+                raise _fail(_ferry.FERRY_ERR_NOT_FOUND, f"register: buffer {b.name!r} holds {n} experts; parameters "
+                                                        f"found for experts {sorted(experts)}")
+            entries.append((b.name, b.dtype, b.size, [experts[e] for e in range(n)]))
+    for name, dtype, size, ps in entries:
+        for pname, t in ps:
+            if not isinstance(t, torch.Tensor):
+                raise _fail(_ferry.FERRY_ERR_INVALID_ARGUMENT, f"register(adopt=True): {pname!r} is not a torch tensor")
+            if str(t.dtype) != "torch." + _TORCH_DTYPES.get(dtype, "?"):
+                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: {pname!r} is {t.dtype}, buffer {name!r} {dtype}")
+            if t.numel() * t.element_size() * len(ps) != size:
+                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: {pname!r} {tuple(t.shape)} does not fill buffer "
+                                                       f"{name!r} of {size} bytes")
+    if not parts:
+        bufs = member.add_layout(layout, rank, [None] * len(buffers))
+        news = [[torch.frombuffer(hb, dtype=ps[0][1].dtype).view(ps[0][1].shape)]
+                for hb, (_, _, _, ps) in zip(bufs, entries)]
+    else:
+        news, index = [], {}
+        for bi, (name, dtype, size, ps) in enumerate(entries):
+            part = size // len(ps)
+            views = []
+            for k, (_, t) in enumerate(ps):
+                idx, hb = member.alloc_buffer(name if len(ps) == 1 else f"{name}[{k}]", dtype, part)
+                index[(bi, k)] = (idx, part)
+                views.append(torch.frombuffer(hb, dtype=t.dtype).view(t.shape))
+            news.append(views)
+        pos = {b.index: i for i, b in enumerate(buffers)}  # layout index -> position on the rank
+        for p in layout.pieces(rank):
+            bi = pos[p.buffer]
+            k = 0 if len(entries[bi][3]) == 1 else p.byte_offset // index[(bi, 0)][1]
+            idx, part = index[(bi, k)]
+            member.add_piece(p.tensor, p.offset, p.extent, idx, p.byte_offset - k * part, p.strides)
+    with torch.no_grad():
+        for (_, _, _, ps), views in zip(entries, news):
+            for (pname, t), view in zip(ps, views):
+                view.copy_(t)
+                t.data = view
 
 
 def _register_split(member, layout, rank, buffers, whole, parts):

@@ -274,7 +274,7 @@ def test_ferry_allocated_buffers_numpy_and_buffer_protocol():
     assert array.array("f", bytes(raw[0])).tolist() == list(range(32))
     with pytest.raises(ferry.BusyError, match="still alive"):
         job.writers[0].close()
-    del a, b
+    del a, b, hb
     job.close()
 
 
@@ -300,4 +300,45 @@ def test_strided_views_and_fp8():
     job.step(1)
     assert torch.equal(out_w, base.t())
     assert torch.equal(out_q, q.view(torch.uint8))
+    job.close()
+
+
+def test_adopt_moves_parameters_into_shared_memory_once():
+    """adopt=True: values copied into ferry memory, parameters pointed at it;
+    optimizer steps after that land there and readers see them."""
+    m = ferry.Model.from_config(TINY_MOE)
+    train = ferry.Layout.train(m, "dp=2,ep=2")
+    hf = ferry.Layout.hf(m)
+    shards = []
+    for r in range(2):
+        named = {}
+        for name, t in zeros_for(train, r).items():
+            if ".mlp.experts.linear_fc" in name:  # the split path too
+                for e in range(t.shape[0]):
+                    named[f"{name}{e}"] = torch.zeros(t.shape[1:], dtype=t.dtype)
+            else:
+                named[name] = t
+        randomize(named, 7)  # data-parallel replicas hold the same values
+        shards.append({k: torch.nn.Parameter(v) for k, v in named.items()})
+    before = {k: (p.data_ptr(), p.detach().clone()) for k, p in shards[0].items()}
+    job = Job(m, "adopt", 2, 1)
+    for r in range(2):
+        job.writers[r].register(shards[r], train, r, adopt=True)
+    for k, p in shards[0].items():
+        assert p.data_ptr() != before[k][0] and torch.equal(p.detach(), before[k][1])
+    hf_t = hf_zeros(m)
+    job.readers[0].register(hf_t, hf, 0)
+    job.commit()
+    opt = torch.optim.SGD([p for s in shards for p in s.values()], lr=0.5)
+    for v in (1, 2):
+        for p in (p for s in shards for p in s.values()):
+            p.grad = torch.ones_like(p)
+        opt.step()  # in place, into ferry's memory
+        job.step(v)
+        assert torch.equal(hf_t["model.norm.weight"], shards[1]["decoder.final_layernorm.weight"].detach())
+        fc1 = shards[0]["decoder.layers.0.mlp.experts.linear_fc1.weight1"].detach()
+        assert torch.equal(hf_t["model.layers.0.mlp.experts.1.up_proj.weight"], fc1[32:])
+    with pytest.raises(ferry.BusyError, match="still alive"):
+        job.writers[0].close()
+    del shards, opt, fc1, p  # the last holders of the writers' memory
     job.close()
