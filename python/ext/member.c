@@ -15,6 +15,7 @@ typedef struct pyf_member {
     size_t nregs, cap;
     int busy;
     Py_ssize_t live_buffers; /* HostBuffer objects alive (tensors made from them hold one) */
+    bool closing;            /* closed by the caller; freed when the last HostBuffer goes */
 } pyf_member_t;
 
 /* A buffer ferry allocated (alloc_buffer, None in add_layout), exposed
@@ -33,7 +34,7 @@ static const char *member_error(const pyf_member_t *m) {
 }
 
 static bool check_open(pyf_member_t *m) {
-    if (m->w || m->r) return true;
+    if ((m->w || m->r) && !m->closing) return true;
     pyf_raise(FERRY_ERR_STALE, is_writer(m) ? "the Writer is closed" : "the Reader is closed");
     return false;
 }
@@ -479,18 +480,16 @@ static PyObject *reader_update(pyf_member_t *m, PyObject *args, PyObject *kw) {
     return o;
 }
 
+/* Memory ferry allocated must outlive the tensors made from it (adopted
+ * parameters): while any is alive, close() makes the member unusable at
+ * once and the C object, which owns that memory, goes with the last one. */
 static PyObject *member_close(pyf_member_t *m, PyObject *unused) {
     (void)unused;
     if (m->busy) return pyf_raise(FERRY_ERR_BUSY, "close: another thread is inside a call on this member");
-    if (m->live_buffers > 0) {
-        char msg[240];
-        snprintf(msg, sizeof msg,
-                 "close: %zd ferry-allocated buffers are still alive (HostBuffer objects, or tensors made from them "
-                 "such as adopted parameters): release them first",
-                 m->live_buffers);
-        return pyf_raise(FERRY_ERR_BUSY, msg);
-    }
-    member_release(m);
+    if (m->live_buffers > 0) PyGC_Collect(); /* cycles (modules) may be all that holds them */
+    if (m->live_buffers > 0) m->closing = true;
+    else
+        member_release(m);
     Py_RETURN_NONE;
 }
 
@@ -510,7 +509,7 @@ static PyObject *member_exit(pyf_member_t *m, PyObject *args) {
 static PyObject *member_get(pyf_member_t *m, void *which) {
     switch ((intptr_t)which) {
     case 0: return Py_NewRef(m->model);
-    case 1: return PyBool_FromLong(m->w || m->r ? 0 : 1);
+    case 1: return PyBool_FromLong(m->closing || !(m->w || m->r));
     case 2: return PyUnicode_FromString(m->w ? ferry_writer_service_address(m->w) : "");
     case 3: return PyLong_FromUnsignedLongLong(m->r ? ferry_reader_version(m->r) : 0);
     default: return PyBool_FromLong(m->r && ferry_reader_torn(m->r));
@@ -531,7 +530,10 @@ static PyObject *member_get(pyf_member_t *m, void *which) {
          "buffer otherwise) or None for a ferry-allocated one, returned as a HostBuffer in its place."},            \
         {"commit", (PyCFunction)member_commit, METH_NOARGS,                                                         \
          "commit()\n\nSends this member's layout to the service (releases the GIL)."},                             \
-        {"close", (PyCFunction)member_close, METH_NOARGS, "close()\n\nLeaves the job and frees what ferry holds."},  \
+        {"close", (PyCFunction)member_close, METH_NOARGS,                                                           \
+         "close()\n\nLeaves the job and frees what ferry holds; the member is unusable from then on. Memory "     \
+         "ferry allocated (HostBuffers, adopted parameters) stays valid while tensors use it: the member then "     \
+         "leaves the job when the last of them is freed."},                                                        \
         {"__enter__", member_enter, METH_NOARGS, NULL}, {"__exit__", (PyCFunction)member_exit, METH_VARARGS, NULL}
 
 static PyMethodDef writer_methods[] = {
@@ -611,7 +613,7 @@ static int hostbuf_getbuffer(pyf_hostbuf_t *b, Py_buffer *view, int flags) {
 }
 
 static void hostbuf_dealloc(pyf_hostbuf_t *b) {
-    b->member->live_buffers--;
+    if (--b->member->live_buffers == 0 && b->member->closing) member_release(b->member);
     Py_XDECREF(b->member);
     PyObject_Free(b);
 }
@@ -626,7 +628,8 @@ PyTypeObject pyf_HostBufferType = {
     .tp_basicsize = sizeof(pyf_hostbuf_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Host memory ferry allocated for a Writer or Reader (bytes through the buffer protocol).\n"
-              "The member cannot close while a HostBuffer (or a tensor made from one, which holds it) is alive.",
+              "The memory lives while a HostBuffer (or a tensor made from one, which holds it) does, also past\n"
+              "the member's close().",
     .tp_dealloc = (destructor)hostbuf_dealloc,
     .tp_as_buffer = &hostbuf_as_buffer,
     .tp_as_sequence = &hostbuf_seq,

@@ -118,7 +118,7 @@ def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
     such as optimizer steps land there). On one host this is shm's fast
     path: readers map the memory instead of copying it through
     process_vm_readv (docs/python.md, "Where the tensors live"). The memory
-    lives as long as the parameters: the member cannot close before them.
+    lives as long as the parameters do, also past the member's close().
 
     Raises NotFoundError naming a parameter the layout has no place for, or
     a buffer of the rank that no parameter fills; MismatchError naming a

@@ -272,10 +272,11 @@ def test_ferry_allocated_buffers_numpy_and_buffer_protocol():
     assert np.array_equal(out_np[0], np.arange(32, dtype=np.float32))
     assert np.array_equal(out_np[1], np.arange(8, dtype=np.float16) / 4)
     assert array.array("f", bytes(raw[0])).tolist() == list(range(32))
-    with pytest.raises(ferry.BusyError, match="still alive"):
-        job.writers[0].close()
-    del a, b, hb
     job.close()
+    assert job.writers[0].closed
+    a += 1  # the memory outlives close() while tensors use it (ASan would see a use after free)
+    assert float(a.sum()) == sum(range(1, 33)) and b[1] == 0.25
+    del a, b, hb
 
 
 def test_strided_views_and_fp8():
@@ -338,7 +339,6 @@ def test_adopt_moves_parameters_into_shared_memory_once():
         assert torch.equal(hf_t["model.norm.weight"], shards[1]["decoder.final_layernorm.weight"].detach())
         fc1 = shards[0]["decoder.layers.0.mlp.experts.linear_fc1.weight1"].detach()
         assert torch.equal(hf_t["model.layers.0.mlp.experts.1.up_proj.weight"], fc1[32:])
-    with pytest.raises(ferry.BusyError, match="still alive"):
-        job.writers[0].close()
-    del shards, opt, fc1, p  # the last holders of the writers' memory
     job.close()
+    opt.step()  # adopted parameters stay valid past close()
+    del shards, opt, fc1, p

@@ -1,0 +1,35 @@
+"""examples/trainer.py and examples/engine.py, run as a user would: the
+engine ends every version with the trainer's exact weights."""
+import os
+import re
+import socket
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def test_trainer_and_engine_examples():
+    meta = f"127.0.0.1:{_port()}"
+    args = ["--job", f"examples-{os.getpid()}", "--meta", meta, "--steps", "3"]
+    trainer = subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "trainer.py"), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    engine = subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "engine.py"), *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    eout, _ = engine.communicate(timeout=300)
+    tout, _ = trainer.communicate(timeout=300)
+    assert engine.returncode == 0, eout
+    assert trainer.returncode == 0, tout
+    digests = re.compile(r"^version (\d+): .*digest ([0-9a-f]{16})", re.M)
+    t, e = dict(digests.findall(tout)), dict(digests.findall(eout))
+    assert sorted(t) == ["1", "2", "3"], tout
+    assert t == e, f"trainer:\n{tout}\nengine:\n{eout}"
+    assert len(set(t.values())) == 3  # every step changed the weights
