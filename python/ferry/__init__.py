@@ -127,3 +127,12 @@ class Reader(_ferry.Reader):
 
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401
+
+__all__ = [
+    "__version__", "bundled_models", "dtype_size", "register", "NAMINGS", "Status",
+    "Model", "Layout", "Writer", "Reader", "HostBuffer",
+    "TensorInfo", "BufferInfo", "Piece", "PublishInfo", "UpdateInfo",
+    "Error", "InvalidArgumentError", "ConfigError", "UnsupportedError", "NotFoundError", "CoverageError",
+    "MismatchError", "CorruptError", "NoMemoryError", "IOFailure", "LimitError", "TimeoutError", "PeerLostError",
+    "InterruptedError", "BusyError", "StaleError", "InternalError",
+]
