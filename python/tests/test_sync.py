@@ -342,3 +342,29 @@ def test_adopt_moves_parameters_into_shared_memory_once():
     job.close()
     opt.step()  # adopted parameters stay valid past close()
     del shards, opt, fc1, p
+
+
+def test_async_publish_snapshots_and_returns():
+    """mode='async': publish copies into a staging slot and returns at once;
+    a reader later gets exactly what was published, whatever the trainer
+    did to its tensors since."""
+    m = ferry.Model.from_config(TINY)
+    hf = ferry.Layout.hf(m)
+    src, dst = hf_zeros(m), hf_zeros(m)
+    randomize(src, 3)
+    job = Job(m, "async", 1, 1, wargs={"mode": "async", "slots": 2})
+    job.writers[0].register(src, hf, 0)
+    job.readers[0].register(dst, hf, 0)
+    job.commit()
+    published = {}
+    for v in (1, 2):
+        info = job.writers[0].publish(v)  # no reader is updating: returns anyway
+        assert info.version == v and info.snapshot_seconds > 0
+        published[v] = {k: t.clone() for k, t in src.items()}
+        for t in src.values():
+            t.add_(1)  # the next training step, before any reader read
+    got = job.readers[0].update(1, timeout=20)
+    assert got.version == 1 and all(torch.equal(dst[k], published[1][k]) for k in dst)
+    job.readers[0].update("latest", timeout=20)
+    assert job.readers[0].version == 2 and all(torch.equal(dst[k], published[2][k]) for k in dst)
+    job.close()
