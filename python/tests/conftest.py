@@ -1,5 +1,7 @@
 """Shared fixtures of the Python package's tests."""
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -8,6 +10,7 @@ import pytest
 # directory (the per-user default would be shared with other runs).
 _TOKENS = tempfile.mkdtemp(prefix="ferry-pytest-tokens-")
 os.chmod(_TOKENS, 0o700)
+atexit.register(shutil.rmtree, _TOKENS, True)
 os.environ["FERRY_TOKEN_DIR"] = _TOKENS
 os.environ.setdefault("FERRY_LOG", "error")
 
