@@ -15,10 +15,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def ferry_cli():
     """The ferry CLI: $FERRY_CLI, else a build in the checkout; skip when there is none."""
-    cands = [os.environ.get("FERRY_CLI")] + [ROOT / d / "ferry" for d in ("build-rel", "build-ci", "build")]
-    for c in cands:
-        if c and os.access(c, os.X_OK):
-            return str(c)
+    env = os.environ.get("FERRY_CLI")
+    if env:
+        if not os.access(env, os.X_OK):
+            pytest.fail(f"FERRY_CLI={env} is not an executable")
+        return env
+    for d in ("build-rel", "build-ci", "build"):
+        if os.access(ROOT / d / "ferry", os.X_OK):
+            return str(ROOT / d / "ferry")
     pytest.skip("ferry CLI not built (set FERRY_CLI)")
 
 
