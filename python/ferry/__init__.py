@@ -16,6 +16,9 @@ from ferry._ferry import (  # noqa: F401
     IOFailure, LimitError, MismatchError, NoMemoryError, NotFoundError, PeerLostError, StaleError, TimeoutError,
     UnsupportedError,
 )
+from ferry._ferry import (  # noqa: F401
+    Channel, ChannelUpdateInfo, CopyOp, DeltaInfo, Plan, PlanBucket, PlanPair, TensorTable,
+)
 try:
     from ferry._ferry import InterruptedError  # noqa: F401
 except ImportError:  # TEMP until the interrupt hook lands
@@ -122,3 +125,4 @@ class Reader(_ferry.Reader):
 
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401
+from ferry import delta  # noqa: E402,F401
