@@ -226,6 +226,25 @@ PyObject *pyf_tuple_i64(const int64_t *v, uint32_t n) {
     return t;
 }
 
+bool pyf_u64_arg(PyObject *o, const char *what, uint64_t *out) {
+    if (!PyLong_Check(o)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: an int is required, not %.60s", what, Py_TYPE(o)->tp_name);
+        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+        return false;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o); /* refuses negatives and >= 2^64 */
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: must be an int in [0, 2**64)", what);
+        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 PyObject *pyf_dtype_str(ferry_dtype_t d) { return PyUnicode_FromString(ferry_dtype_name(d)); }
 
 /* ---- named tuples ---- */
@@ -322,7 +341,9 @@ PyMODINIT_FUNC PyInit__ferry(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
     if (!errors_init(m) || !pyf_structseq_init(m) || !pyf_model_init(m) || !pyf_layout_init(m) ||
-        !pyf_member_init(m) || !status_constants(m) || PyModule_AddStringConstant(m, "__version__", ferry_version_string()) < 0) {
+        !pyf_member_init(m) || !pyf_table_init(m) || !pyf_channel_init(m) || !pyf_delta_init(m) ||
+        !pyf_plan_init(m) || !status_constants(m) ||
+        PyModule_AddStringConstant(m, "__version__", ferry_version_string()) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -43,6 +43,9 @@ bool pyf_dtype_arg(PyObject *o, ferry_dtype_t *out, bool *given);
 bool pyf_box_arg(PyObject *offset, PyObject *extent, ferry_box_t *out);
 bool pyf_strides_arg(PyObject *o, uint32_t ndim, int64_t *out);
 PyObject *pyf_tuple_i64(const int64_t *v, uint32_t n);
+/* An unsigned 64-bit argument (a version, a sequence id): an int in
+ * [0, 2^64), with `what` naming it in the error. */
+bool pyf_u64_arg(PyObject *o, const char *what, uint64_t *out);
 PyObject *pyf_dtype_str(ferry_dtype_t d);
 
 /* Named-tuple types (PyStructSequence), made at import. */
@@ -105,9 +108,26 @@ typedef struct pyf_layout {
 bool pyf_piece_args(const ferry_model_t *model, PyObject *tensor, PyObject *offset, PyObject *extent,
                     unsigned int buffer, unsigned long long byte_offset, PyObject *strides, ferry_piece_t *out);
 
+/* Named tensors from a mapping name -> tensor (refs.c): each C-contiguous,
+ * its dtype and shape its own; what names the argument in errors. The
+ * names and tensors stay alive until pyf_refs_release. */
+typedef struct pyf_refs {
+    size_t n;
+    ferry_tensor_ref_t *refs;
+    pyf_tensor_t *ts;
+    PyObject *items; /* the mapping's items: holds the names */
+} pyf_refs_t;
+bool pyf_refs_get(PyObject *mapping, int access, const char *what, pyf_refs_t *out);
+void pyf_refs_release(pyf_refs_t *r);
+
 extern PyTypeObject pyf_ModelType, pyf_LayoutType, pyf_WriterType, pyf_ReaderType, pyf_HostBufferType;
+extern PyTypeObject pyf_TableType, pyf_ChannelType, pyf_PlanType;
 bool pyf_model_init(PyObject *module);
 bool pyf_layout_init(PyObject *module);
 bool pyf_member_init(PyObject *module);
+bool pyf_table_init(PyObject *module);
+bool pyf_channel_init(PyObject *module);
+bool pyf_delta_init(PyObject *module);
+bool pyf_plan_init(PyObject *module);
 
 #endif

@@ -17,6 +17,9 @@ from ferry._ferry import (  # noqa: F401
     IOFailure, LimitError, MismatchError, NoMemoryError, NotFoundError, PeerLostError, StaleError, TimeoutError,
     UnsupportedError,
 )
+from ferry._ferry import (  # noqa: F401
+    Channel, ChannelUpdateInfo, CopyOp, DeltaInfo, Plan, PlanBucket, PlanPair, TensorTable,
+)
 try:
     from ferry._ferry import InterruptedError  # noqa: F401
 except ImportError:  # TEMP until the interrupt hook lands
@@ -30,10 +33,6 @@ _MODELS_DIRS = (
     _os.path.join(_os.path.dirname(__file__), "models"),  # installed, or a build tree
     _os.path.join(_os.path.dirname(__file__), "..", "..", "models"),  # the source tree
 )
-try:
-    from ferry._ferry import InterruptedError  # noqa: F401
-except ImportError:  # TEMP until the interrupt hook lands
-    pass
 
 
 def bundled_models():
@@ -127,11 +126,13 @@ class Reader(_ferry.Reader):
 
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401
+from ferry import delta  # noqa: E402,F401
 
 __all__ = [
     "__version__", "bundled_models", "dtype_size", "register", "NAMINGS", "Status",
-    "Model", "Layout", "Writer", "Reader", "HostBuffer",
-    "TensorInfo", "BufferInfo", "Piece", "PublishInfo", "UpdateInfo",
+    "Model", "Layout", "Writer", "Reader", "HostBuffer", "TensorTable", "Channel", "Plan", "delta",
+    "TensorInfo", "BufferInfo", "Piece", "PublishInfo", "UpdateInfo", "ChannelUpdateInfo", "DeltaInfo",
+    "CopyOp", "PlanBucket", "PlanPair",
     "Error", "InvalidArgumentError", "ConfigError", "UnsupportedError", "NotFoundError", "CoverageError",
     "MismatchError", "CorruptError", "NoMemoryError", "IOFailure", "LimitError", "TimeoutError", "PeerLostError",
     "InterruptedError", "BusyError", "StaleError", "InternalError",
