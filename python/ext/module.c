@@ -26,9 +26,7 @@ static const struct {
     {FERRY_ERR_LIMIT, "LimitError", NULL, "A hard limit (size, count, length) was exceeded."},
     {FERRY_ERR_TIMEOUT, "TimeoutError", &PyExc_TimeoutError, "A wait ran past its timeout."},
     {FERRY_ERR_PEER_LOST, "PeerLostError", &PyExc_ConnectionError, "A peer or the metadata service went away."},
-#ifndef PYFERRY_NO_INTERRUPT
     {FERRY_ERR_INTERRUPTED, "InterruptedError", NULL, "A wait was interrupted (a signal handler asked to stop)."},
-#endif
     {FERRY_ERR_BUSY, "BusyError", NULL, "The object is in use (by another thread, or readers hold every slot)."},
     {FERRY_ERR_STALE, "StaleError", NULL, "The version asked for is gone."},
     {FERRY_ERR_INTERNAL, "InternalError", NULL, "A bug in ferry."},
@@ -96,12 +94,7 @@ static int interrupt_hook(void *opaque) {
 }
 
 ferry_ctx_t *pyf_ctx_create(void) {
-#ifdef PYFERRY_NO_INTERRUPT
-    ferry_ctx_params_t p = {.field_mask = 0};
-    (void)interrupt_hook;
-#else
     ferry_ctx_params_t p = {.field_mask = FERRY_CTX_PARAM_INTERRUPT, .interrupt_fn = interrupt_hook};
-#endif
     ferry_ctx_t *ctx = NULL;
     char detail[512] = "";
     ferry_status_t st = ferry_ctx_create(&p, &ctx, detail, sizeof detail);

@@ -13,17 +13,14 @@ import os as _os
 from ferry import _ferry
 from ferry._ferry import (  # noqa: F401
     BufferInfo, Error, HostBuffer, Piece, PublishInfo, TensorInfo, UpdateInfo, __version__, dtype_size,
-    BusyError, ConfigError, CorruptError, CoverageError, InternalError, InvalidArgumentError,
+    BusyError, ConfigError, CorruptError, CoverageError, InternalError, InterruptedError,
+    InvalidArgumentError,
     IOFailure, LimitError, MismatchError, NoMemoryError, NotFoundError, PeerLostError, StaleError, TimeoutError,
     UnsupportedError,
 )
 from ferry._ferry import (  # noqa: F401
     Channel, ChannelUpdateInfo, CopyOp, DeltaInfo, Plan, PlanBucket, PlanPair, TensorTable,
 )
-try:
-    from ferry._ferry import InterruptedError  # noqa: F401
-except ImportError:  # TEMP until the interrupt hook lands
-    pass
 
 Status = _enum.IntEnum("Status", {k[len("FERRY_ERR_"):]: v for k, v in vars(_ferry).items()
                                    if k.startswith("FERRY_ERR_")} | {"OK": 0}, module=__name__)

@@ -44,8 +44,18 @@ def test_every_public_member_is_documented_and_has_a_docstring():
     assert not no_docstring, f"no docstring: {no_docstring}"
 
 
+def test_delta_module_is_documented():
+    for name in dir(ferry.delta):
+        if not name.startswith("_") and name not in ("annotations",):
+            assert _mentioned(name), f"docs/python.md does not mention delta.{name}"
+            obj = getattr(ferry.delta, name)
+            if callable(obj):
+                assert (obj.__doc__ or "").strip(), f"delta.{name} has no docstring"
+
+
 def test_named_tuples_fields_are_documented():
-    for t in (ferry.TensorInfo, ferry.BufferInfo, ferry.Piece, ferry.PublishInfo, ferry.UpdateInfo):
+    for t in (ferry.TensorInfo, ferry.BufferInfo, ferry.Piece, ferry.PublishInfo, ferry.UpdateInfo,
+              ferry.ChannelUpdateInfo, ferry.DeltaInfo, ferry.CopyOp, ferry.PlanBucket, ferry.PlanPair):
         missing = [f for f in t._fields if not _mentioned(f)] if hasattr(t, "_fields") else \
                   [f for f in dir(t) if not f.startswith("_") and f not in _SKIP and not _mentioned(f)]
         assert not missing, f"{t.__name__}: fields not in docs/python.md: {missing}"
