@@ -91,6 +91,7 @@ class Layout(_ferry.Layout):
         """Layout.hf(model, world_size=1): every rank holds every tensor whole, one buffer each, named as
         the checkpoint (a transformers model's own parameters)."""
         lay = cls.custom(model, world_size)
+        lay._shapes = {}  # the C layout keeps a custom buffer's size only
         for rank in range(world_size):
             for t in model.tensors:
                 esize = dtype_size(t.dtype)
@@ -98,12 +99,24 @@ class Layout(_ferry.Layout):
                 for d in t.shape:
                     n *= d
                 b = lay.add_buffer(rank, t.name, t.dtype, n * esize)
+                lay._shapes[b] = tuple(t.shape)
                 strides, s = [], 1
                 for d in reversed(t.shape):
                     strides.append(s)
                     s *= d
                 lay.add_piece(t.name, [0] * len(t.shape), t.shape, rank, b, 0, strides[::-1])
         return lay
+
+    def buffers(self, rank=None):
+        """buffers(rank=None) -> list of BufferInfo
+
+        The buffers of one rank (or all), in index order; Layout.hf's carry
+        their tensor's shape."""
+        out = super().buffers(rank)
+        shapes = getattr(self, "_shapes", None)
+        if shapes:
+            out = [BufferInfo((b.index, b.name, b.rank, b.size, b.dtype, shapes.get(b.index, b.shape))) for b in out]
+        return out
 
 
 class Writer(_ferry.Writer):

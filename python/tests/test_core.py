@@ -72,6 +72,7 @@ def test_layouts_train_infer_hf():
     assert "model.layers.3.mlp.gate_up_proj.weight" in {b.name for b in inf.buffers(1)}
     hf = ferry.Layout.hf(m)
     assert [b.name for b in hf.buffers(0)] == [t.name for t in m.tensors]
+    assert [b.shape for b in hf.buffers(0)] == [t.shape for t in m.tensors]
     assert hf.validate()["elements"] == m.param_count
     assert ferry.Layout.hf(m).digest == hf.digest != tr.digest
     one = ferry.Layout.train(m, "tp=2", rank=1)
