@@ -51,23 +51,8 @@ typedef struct ferry_allocator {
 enum {
     FERRY_CTX_PARAM_ALLOCATOR = 1u << 0, /* default: malloc/realloc/free */
     FERRY_CTX_PARAM_LOG_FN = 1u << 1,    /* default: one line per message on stderr */
-    FERRY_CTX_PARAM_LOG_LEVEL = 1u << 2, /* default: FERRY_LOG, else warn */
-    FERRY_CTX_PARAM_INTERRUPT = 1u << 3  /* default: none (waits end only by their timeout) */
+    FERRY_CTX_PARAM_LOG_LEVEL = 1u << 2  /* default: FERRY_LOG, else warn */
 };
-
-/* The interrupt hook: how a caller (Ctrl-C in a Python interpreter) ends a
- * blocked call early. It is called only on the thread blocked inside a
- * ferry call on an object made from this context, never from ferry's own
- * threads, at least every 100 ms while that call waits on the metadata
- * service (a reply, or a parked request: a version becoming ready, readers'
- * acknowledgements, the layout epoch, a table sequence) or between attempts
- * to reach it. A nonzero return ends the wait: the call fails with
- * FERRY_ERR_INTERRUPTED and leaves things as a timeout at that point would
- * (an interrupted in-place reader update may leave the buffers torn; the
- * next update repairs them). The connection to the service is dropped and
- * made again by the next call. Transfers already under way are not
- * interrupted (they end by their own progress or timeout). */
-typedef int (*ferry_interrupt_fn)(void *opaque);
 
 typedef struct ferry_ctx_params {
     uint64_t field_mask;
@@ -75,8 +60,6 @@ typedef struct ferry_ctx_params {
     ferry_log_fn log_fn;
     void *log_opaque;
     ferry_log_level_t log_level;
-    ferry_interrupt_fn interrupt_fn;
-    void *interrupt_opaque;
 } ferry_ctx_params_t;
 
 typedef struct ferry_ctx ferry_ctx_t;

@@ -39,7 +39,6 @@ typedef enum ferry_status {
 
     FERRY_ERR_TIMEOUT = 400,
     FERRY_ERR_PEER_LOST = 401,
-    FERRY_ERR_INTERRUPTED = 402,      /* the context's interrupt hook cut a wait short */
 
     FERRY_ERR_BUSY = 500,
     FERRY_ERR_STALE = 501,

@@ -13,8 +13,6 @@ struct ferry_ctx {
     ferry_log_level_t log_level;
     ferry_config_t config;
     ferry_errbuf_t err;
-    ferry_interrupt_fn interrupt_fn;
-    void *interrupt_opaque;
 };
 
 const char *ferry_version_string(void) { return "0.1.0"; }
@@ -89,10 +87,6 @@ ferry_status_t ferry_ctx_create(const ferry_ctx_params_t *params, ferry_ctx_t **
         }
         ctx->log_level = params->log_level;
     }
-    if (params && (params->field_mask & FERRY_CTX_PARAM_INTERRUPT)) {
-        ctx->interrupt_fn = params->interrupt_fn;
-        ctx->interrupt_opaque = params->interrupt_opaque;
-    }
     *out = ctx;
     return FERRY_OK;
 }
@@ -108,12 +102,6 @@ const char *ferry_ctx_error(const ferry_ctx_t *ctx) { return ctx ? ctx->err.text
 ferry_log_level_t ferry_ctx_log_level(const ferry_ctx_t *ctx) { return ctx->log_level; }
 
 ferry_errbuf_t *ferry_ctx_errbuf(ferry_ctx_t *ctx) { return &ctx->err; }
-
-bool ferry_ctx_can_interrupt(const ferry_ctx_t *ctx) { return ctx && ctx->interrupt_fn; }
-
-bool ferry_ctx_interrupted(const ferry_ctx_t *ctx) {
-    return ctx && ctx->interrupt_fn && ctx->interrupt_fn(ctx->interrupt_opaque) != 0;
-}
 
 const char *ferry_ctx_config_value(const ferry_ctx_t *ctx, const char *name, int *from_env) {
     for (size_t i = 0; i < FERRY_CFG_COUNT; i++) {

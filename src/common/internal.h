@@ -4,7 +4,6 @@
 #define FERRY_COMMON_INTERNAL_H
 
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,13 +26,6 @@ typedef struct ferry_errbuf {
 ferry_status_t ferry_fail(ferry_errbuf_t *err, ferry_status_t status, const char *fmt, ...)
     FERRY_PRINTF(3, 4);
 void ferry_err_clear(ferry_errbuf_t *err);
-
-/* The interrupt hook (ctx.h): whether the context has one, and whether it
- * asks the waiting call to stop. Waits that can be long poll the latter at
- * most INTERRUPT_SLICE_MS apart when the former holds. */
-#define FERRY_INTERRUPT_SLICE_MS 100
-bool ferry_ctx_can_interrupt(const ferry_ctx_t *ctx);
-bool ferry_ctx_interrupted(const ferry_ctx_t *ctx);
 
 /* The context's own error buffer, for creation calls. */
 ferry_errbuf_t *ferry_ctx_errbuf(ferry_ctx_t *ctx);

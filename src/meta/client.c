@@ -94,9 +94,7 @@ static ferry_status_t read_reply(meta_client_t *c, uint8_t want, double deadline
         uint8_t type;
         const uint8_t *body;
         uint32_t len;
-        ferry_status_t st = meta_read_frame(c->fd, &c->rd, deadline, c->ctx, &type, &body, &len, err);
-        if (st == FERRY_ERR_INTERRUPTED)
-            return ferry_fail(err, st, "meta: interrupted while waiting for the service's %s", meta_type_name(want));
+        ferry_status_t st = meta_read_frame(c->fd, &c->rd, deadline, &type, &body, &len, err);
         if (st != FERRY_OK) return st;
         if (type == META_EVENT) {
             absorb_event(c, body, len);
@@ -206,9 +204,6 @@ static ferry_status_t connect_retry(meta_client_t *c, ferry_errbuf_t *err) {
             if (refused != FERRY_OK) *err = why;
             return refused != FERRY_OK ? refused : st;
         }
-        if (ferry_ctx_interrupted(c->ctx))
-            return ferry_fail(err, FERRY_ERR_INTERRUPTED, "meta: interrupted while connecting to the service at %s",
-                              c->address);
         struct timespec ts = {0, pause_ms * 1000000L};
         nanosleep(&ts, NULL);
         if (pause_ms < 200) pause_ms *= 2;
@@ -372,7 +367,7 @@ static void poll_events(meta_client_t *c) {
         const uint8_t *body;
         uint32_t len;
         ferry_errbuf_t err;
-        ferry_status_t st = meta_read_frame(c->fd, &c->rd, ferry_mono_s(), NULL, &type, &body, &len, &err);
+        ferry_status_t st = meta_read_frame(c->fd, &c->rd, ferry_mono_s(), &type, &body, &len, &err);
         if (st == FERRY_ERR_TIMEOUT) return; /* nothing more for now */
         if (st != FERRY_OK || type != META_EVENT) { /* out of step: the next request starts afresh */
             disconnect(c);

@@ -216,23 +216,16 @@ ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadli
     return FERRY_OK;
 }
 
-ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, const ferry_ctx_t *intr, uint8_t *type,
+ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, uint8_t *type,
                                const uint8_t **body, uint32_t *len, ferry_errbuf_t *err) {
-    bool hook = ferry_ctx_can_interrupt(intr);
     for (;;) {
         ferry_status_t fst = FERRY_OK;
         int got = frame_reader_next(r, type, body, len, &fst);
         if (got == 1) return FERRY_OK;
         if (fst != FERRY_OK) return ferry_fail(err, fst, "%s", r->err.text);
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int ms = remaining_ms(deadline);
-        bool sliced = hook && (ms < 0 || ms > FERRY_INTERRUPT_SLICE_MS);
-        int n = poll(&pf, 1, sliced ? FERRY_INTERRUPT_SLICE_MS : ms);
-        if ((n == 0 && sliced) || (n < 0 && errno == EINTR)) {
-            if (hook && ferry_ctx_interrupted(intr))
-                return ferry_fail(err, FERRY_ERR_INTERRUPTED, "meta: interrupted while waiting for the service");
-            continue;
-        }
+        int n = poll(&pf, 1, remaining_ms(deadline));
+        if (n < 0 && errno == EINTR) continue;
         if (n == 0) return ferry_fail(err, FERRY_ERR_TIMEOUT, "meta: timed out waiting for the service");
         uint8_t buf[65536];
         ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);

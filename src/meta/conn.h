@@ -49,11 +49,8 @@ ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadli
 
 /* Reads until the reader holds a complete frame or deadline passes
  * (FERRY_ERR_TIMEOUT; < 0: no deadline); EOF or a reset is
- * FERRY_ERR_PEER_LOST. With intr (the calling thread's context) holding an
- * interrupt hook, the wait polls it every FERRY_INTERRUPT_SLICE_MS and
- * after a signal, and fails with FERRY_ERR_INTERRUPTED when it says stop.
- * On success the frame is the reader's next one. */
-ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, const ferry_ctx_t *intr, uint8_t *type,
+ * FERRY_ERR_PEER_LOST. On success the frame is the reader's next one. */
+ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, uint8_t *type,
                                const uint8_t **body, uint32_t *len, ferry_errbuf_t *err);
 
 #endif

@@ -730,8 +730,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         if (exact && st == FERRY_ERR_STALE) break;
         /* what another attempt cannot change, and a bound on attempts in all */
         if (st == FERRY_ERR_MISMATCH || st == FERRY_ERR_INVALID_ARGUMENT || st == FERRY_ERR_UNSUPPORTED ||
-            st == FERRY_ERR_NO_MEMORY || st == FERRY_ERR_COVERAGE || st == FERRY_ERR_INTERRUPTED ||
-            inf.retries >= MAX_ATTEMPTS)
+            st == FERRY_ERR_NO_MEMORY || st == FERRY_ERR_COVERAGE || inf.retries >= MAX_ATTEMPTS)
             break;
         if (ferry_mono_s() >= deadline) break;
         ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: version %llu failed (%s); retrying", m->p.rank,

@@ -166,7 +166,7 @@ static ferry_status_t raw_hello(ferry_ctx_t *c, uint16_t port, const char *token
     uint8_t type;
     const uint8_t *body;
     uint32_t blen;
-    CHECK_OK(meta_read_frame(fd, &rd, ferry_mono_s() + 10, NULL, &type, &body, &blen, &err), err.text);
+    CHECK_OK(meta_read_frame(fd, &rd, ferry_mono_s() + 10, &type, &body, &blen, &err), err.text);
     ferry_status_t st = FERRY_OK;
     detail[0] = '\0';
     if (type == META_ERROR) {
@@ -176,7 +176,7 @@ static ferry_status_t raw_hello(ferry_ctx_t *c, uint16_t port, const char *token
         snprintf(detail, size, "%s", ((FerryMeta__Error *)m)->detail);
         meta_free(c, m);
         /* a refusal closes the connection */
-        CHECK_FAILS(meta_read_frame(fd, &rd, ferry_mono_s() + 10, NULL, &type, &body, &blen, &err), FERRY_ERR_PEER_LOST,
+        CHECK_FAILS(meta_read_frame(fd, &rd, ferry_mono_s() + 10, &type, &body, &blen, &err), FERRY_ERR_PEER_LOST,
                     err.text, "closed");
     } else {
         CHECK_EQ_INT(type, META_WELCOME);
