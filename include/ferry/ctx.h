@@ -51,8 +51,42 @@ typedef struct ferry_allocator {
 enum {
     FERRY_CTX_PARAM_ALLOCATOR = 1u << 0, /* default: malloc/realloc/free */
     FERRY_CTX_PARAM_LOG_FN = 1u << 1,    /* default: one line per message on stderr */
-    FERRY_CTX_PARAM_LOG_LEVEL = 1u << 2  /* default: FERRY_LOG, else warn */
+    FERRY_CTX_PARAM_LOG_LEVEL = 1u << 2, /* default: FERRY_LOG, else warn */
+    FERRY_CTX_PARAM_INTERRUPT = 1u << 3  /* default: none (waits end only by event, error or timeout) */
 };
+
+/* The interrupt hook: lets the caller cut blocking calls short (a Python
+ * binding that released the GIL checks for Ctrl-C in it).
+ *  - Called only on a thread blocked inside a ferry call on an object made
+ *    from this context, never from ferry's own threads (metadata service,
+ *    heartbeats, transport threads). Calls that block in several threads at
+ *    once call it from each: it must be thread-safe. It must not call into
+ *    ferry.
+ *  - Called at least every 100 ms while such a call waits: for the metadata
+ *    service (connecting, and the pauses between attempts; a reply; a
+ *    parked request: a version to be ready, readers' acknowledgements, the
+ *    layout epoch, readers letting a slot go, a table sequence to be
+ *    completed, writers' checksums) and for a transport (shm connection
+ *    set-up, UCX registration checks). Also at once when a signal
+ *    interrupts such a wait (EINTR). A reader landing bytes asks it between
+ *    batches (at most inflight_bytes) and between the 256 KiB chunks of shm
+ *    copies; a UCX request in flight is not cut short (its bytes land in the
+ *    caller's buffers: it ends, or fails at the timeout, first). Never
+ *    called while nothing waits, nor during computation (planning,
+ *    checksums, packing, delta coding).
+ *  - Nonzero makes the call fail with FERRY_ERR_INTERRUPTED and a detail
+ *    naming what it was waiting for ("interrupted while waiting for version
+ *    3 to be ready"), with the same guarantees as a timeout at that point:
+ *    an in-place reader interrupted while its bytes land reports itself
+ *    torn until its next successful update; a writer's interrupted publish
+ *    did not publish (its version is not ready; publish it again or a
+ *    newer one). A request to the service that was cut short leaves its
+ *    connection out of step: it is dropped as after a timeout, so the
+ *    service reports the member as having left (its grants end, a writer's
+ *    versions stop being ready) until its next call reconnects it and
+ *    replays its state. The object stays usable.
+ * With no hook set, nothing of this costs anything. */
+typedef int (*ferry_interrupt_fn)(void *opaque);
 
 typedef struct ferry_ctx_params {
     uint64_t field_mask;
@@ -60,6 +94,8 @@ typedef struct ferry_ctx_params {
     ferry_log_fn log_fn;
     void *log_opaque;
     ferry_log_level_t log_level;
+    ferry_interrupt_fn interrupt_fn; /* FERRY_CTX_PARAM_INTERRUPT; NULL: none */
+    void *interrupt_opaque;          /* its argument */
 } ferry_ctx_params_t;
 
 typedef struct ferry_ctx ferry_ctx_t;

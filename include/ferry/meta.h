@@ -90,7 +90,8 @@ void ferry_meta_service_destroy(ferry_meta_service_t *svc);
  * committed, newest published / acknowledged version) into *json, which the
  * caller frees with free(). Connects as an observer with `token` (NULL:
  * FERRY_TOKEN; empty: FERRY_TOKEN_FILE, or on this host the file a service
- * of this user generated). Errors: detail on ctx. Thread-safety: any thread. */
+ * of this user generated). Errors: detail on ctx (FERRY_ERR_INTERRUPTED: the
+ * context's interrupt hook, ctx.h). Thread-safety: any thread. */
 ferry_status_t ferry_meta_status_json(ferry_ctx_t *ctx, const char *address, const char *token,
                                       uint32_t timeout_ms, char **json);
 

@@ -39,6 +39,7 @@ typedef enum ferry_status {
 
     FERRY_ERR_TIMEOUT = 400,
     FERRY_ERR_PEER_LOST = 401,
+    FERRY_ERR_INTERRUPTED = 402,      /* a wait was cut short by the context's interrupt hook */
 
     FERRY_ERR_BUSY = 500,
     FERRY_ERR_STALE = 501,

@@ -148,7 +148,9 @@ ferry_status_t ferry_writer_commit(ferry_writer_t *w);
 /* Publishes `version` (> every version published before). info may be NULL.
  * Errors: FERRY_ERR_TIMEOUT (the epoch never completed: some member has not
  * committed), FERRY_ERR_BUSY (async: readers kept every slot past the
- * timeout), FERRY_ERR_MISMATCH (members planned differently), detail on w. */
+ * timeout), FERRY_ERR_MISMATCH (members planned differently),
+ * FERRY_ERR_INTERRUPTED (the context's interrupt hook, ctx.h: the version
+ * was not published), detail on w. */
 ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info);
 
 const char *ferry_writer_error(const ferry_writer_t *w);
@@ -191,8 +193,9 @@ ferry_status_t ferry_reader_commit(ferry_reader_t *r);
  * FERRY_VERSION_NEXT), waiting up to timeout_ms for it to be ready. A
  * version that arrives torn or corrupt is retried while time remains.
  * Errors: FERRY_ERR_TIMEOUT, FERRY_ERR_STALE (that version is gone),
- * FERRY_ERR_CORRUPT (checksums kept failing), FERRY_ERR_PEER_LOST; detail
- * on r. After a failed in-place update the buffers may be torn
+ * FERRY_ERR_CORRUPT (checksums kept failing), FERRY_ERR_PEER_LOST,
+ * FERRY_ERR_INTERRUPTED (the context's interrupt hook, ctx.h; never
+ * retried); detail on r. After a failed in-place update the buffers may be torn
  * (ferry_reader_torn); the next successful update repairs them. A staged
  * reader's buffers keep their last verified version. info may be NULL. */
 ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
@@ -240,7 +243,8 @@ ferry_status_t ferry_table_complete(ferry_table_t *t, uint64_t seq_id);
 /* Fills entry->data with entry->box of the tensor, waiting up to timeout_ms
  * for every member to complete seq_id. FERRY_ERR_COVERAGE names a box no
  * put covers; FERRY_ERR_CORRUPT a tile whose checksum fails (nothing is
- * reported as read unless every tile verified). */
+ * reported as read unless every tile verified); FERRY_ERR_INTERRUPTED the
+ * context's interrupt hook (ctx.h; entry->data may be partly written). */
 ferry_status_t ferry_table_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entry, uint32_t timeout_ms);
 ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entries, size_t n,
                                      uint32_t timeout_ms);

@@ -204,6 +204,15 @@ ferry_status_t ferry_xport_progress(ferry_xport_t *xp);
 /* Waits up to timeout_ms (-1: the endpoint's timeout) for a request and
  * finishes it; returns its final status (FERRY_ERR_TIMEOUT if it did not
  * finish: its transfers are then aborted, and its local bytes undefined).
+ * The context's interrupt hook (ctx.h) does not cut a transfer short: its
+ * bytes land in the caller's buffers, which a request left in flight could
+ * still write after the call. It does cut short the waits for an owner's
+ * answer (ferry_xport_rmem_unpack; the registration checks of
+ * ferry_xport_rmem_check, get, put and this call): FERRY_ERR_INTERRUPTED,
+ * after which the endpoint and its registrations stay usable (shm: an
+ * unpack interrupted while the owner handed out its memory drops that
+ * owner's connection; its other registrations then fail with
+ * FERRY_ERR_PEER_LOST and are unpacked again).
  * UCX requests are in flight from get/put until their wait, so many requests
  * (to many owners) overlap; shm copies run inside get/put and this returns
  * at once. The remote regions of a request must not be released before its

@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "common/internal.h"
+#include "common/intr.h"
 
 struct ferry_ctx {
     ferry_allocator_t allocator;
@@ -13,6 +14,7 @@ struct ferry_ctx {
     ferry_log_level_t log_level;
     ferry_config_t config;
     ferry_errbuf_t err;
+    ferry_intr_t intr; /* fn NULL: none */
 };
 
 const char *ferry_version_string(void) { return "0.1.0"; }
@@ -87,6 +89,10 @@ ferry_status_t ferry_ctx_create(const ferry_ctx_params_t *params, ferry_ctx_t **
         }
         ctx->log_level = params->log_level;
     }
+    if (params && (params->field_mask & FERRY_CTX_PARAM_INTERRUPT)) {
+        ctx->intr.fn = params->interrupt_fn;
+        ctx->intr.opaque = params->interrupt_opaque;
+    }
     *out = ctx;
     return FERRY_OK;
 }
@@ -102,6 +108,8 @@ const char *ferry_ctx_error(const ferry_ctx_t *ctx) { return ctx ? ctx->err.text
 ferry_log_level_t ferry_ctx_log_level(const ferry_ctx_t *ctx) { return ctx->log_level; }
 
 ferry_errbuf_t *ferry_ctx_errbuf(ferry_ctx_t *ctx) { return &ctx->err; }
+
+const ferry_intr_t *ferry_ctx_intr(const ferry_ctx_t *ctx) { return ctx && ctx->intr.fn ? &ctx->intr : NULL; }
 
 const char *ferry_ctx_config_value(const ferry_ctx_t *ctx, const char *name, int *from_env) {
     for (size_t i = 0; i < FERRY_CFG_COUNT; i++) {

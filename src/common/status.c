@@ -22,6 +22,7 @@ static const status_entry_t status_table[] = {
     {FERRY_ERR_LIMIT, "FERRY_ERR_LIMIT", "hard limit exceeded"},
     {FERRY_ERR_TIMEOUT, "FERRY_ERR_TIMEOUT", "timed out"},
     {FERRY_ERR_PEER_LOST, "FERRY_ERR_PEER_LOST", "peer lost"},
+    {FERRY_ERR_INTERRUPTED, "FERRY_ERR_INTERRUPTED", "interrupted (the context's interrupt hook cut a wait short)"},
     {FERRY_ERR_BUSY, "FERRY_ERR_BUSY", "busy"},
     {FERRY_ERR_STALE, "FERRY_ERR_STALE", "stale"},
     {FERRY_ERR_INTERNAL, "FERRY_ERR_INTERNAL", "internal error (a bug in ferry)"},

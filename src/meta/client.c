@@ -36,6 +36,7 @@ struct meta_client {
     size_t ngone, cap_gone;
     meta_replay_fn replay;
     void *replay_opaque;
+    const ferry_intr_t *intr; /* the context's interrupt hook: calling thread's waits only, never the heartbeat's */
     bool replaying;
     /* the connection: fd and reader are used by the calling thread; sends
      * (calls and heartbeats) hold send_lock */
@@ -50,14 +51,15 @@ struct meta_client {
     bool hb_stop;
 };
 
-static ferry_status_t send_frame(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err) {
+static ferry_status_t send_frame(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, const ferry_intr_t *intr,
+                                 ferry_errbuf_t *err) {
     uint8_t *buf;
     size_t len;
     ferry_status_t st = meta_encode(c->ctx, type, msg, &buf, &len, err);
     if (st != FERRY_OK) return st;
     pthread_mutex_lock(&c->send_lock);
     if (c->fd < 0) st = ferry_fail(err, FERRY_ERR_PEER_LOST, "meta: not connected to the service");
-    else st = meta_write_all(c->fd, buf, len, ferry_mono_s() + c->p.timeout_ms / 1000.0, err);
+    else st = meta_write_all(c->fd, buf, len, ferry_mono_s() + c->p.timeout_ms / 1000.0, intr, err);
     pthread_mutex_unlock(&c->send_lock);
     ferry_free(c->ctx, buf);
     return st;
@@ -94,7 +96,7 @@ static ferry_status_t read_reply(meta_client_t *c, uint8_t want, double deadline
         uint8_t type;
         const uint8_t *body;
         uint32_t len;
-        ferry_status_t st = meta_read_frame(c->fd, &c->rd, deadline, &type, &body, &len, err);
+        ferry_status_t st = meta_read_frame(c->fd, &c->rd, deadline, c->intr, &type, &body, &len, err);
         if (st != FERRY_OK) return st;
         if (type == META_EVENT) {
             absorb_event(c, body, len);
@@ -137,7 +139,7 @@ static bool permanent(ferry_status_t st) {
 /* One connection attempt: connect, HELLO, WELCOME. */
 static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errbuf_t *err) {
     int fd;
-    ferry_status_t st = meta_connect(c->service_host, c->port, deadline, &fd, err);
+    ferry_status_t st = meta_connect(c->service_host, c->port, deadline, c->intr, &fd, err);
     if (st != FERRY_OK) return st;
     if (!c->token_given && (st = meta_token_client(c->ctx, fd, c->token, c->token_from, err)) != FERRY_OK) {
         close(fd);
@@ -160,7 +162,7 @@ static ferry_status_t connect_once(meta_client_t *c, double deadline, ferry_errb
     size_t len;
     st = meta_encode(c->ctx, META_HELLO, &h.base, &buf, &len, err);
     if (st == FERRY_OK) {
-        st = meta_write_all(fd, buf, len, deadline, err);
+        st = meta_write_all(fd, buf, len, deadline, c->intr, err);
         ferry_free(c->ctx, buf);
     }
     if (st != FERRY_OK) {
@@ -199,13 +201,18 @@ static ferry_status_t connect_retry(meta_client_t *c, ferry_errbuf_t *err) {
             refused = st;
             why = *err;
         }
-        if (st == FERRY_OK || permanent(st)) return st;
+        if (st == FERRY_OK || permanent(st) || st == FERRY_ERR_INTERRUPTED) return st;
         if (ferry_mono_s() >= deadline) {
             if (refused != FERRY_OK) *err = why;
             return refused != FERRY_OK ? refused : st;
         }
-        struct timespec ts = {0, pause_ms * 1000000L};
-        nanosleep(&ts, NULL);
+        if (ferry_intr_sleep(c->intr, pause_ms / 1000.0)) {
+            char last[FERRY_ERR_TEXT];
+            snprintf(last, sizeof last, "%s", err->text);
+            return ferry_fail(err, FERRY_ERR_INTERRUPTED,
+                              "meta: interrupted while connecting to the service at %s (the last attempt: %.300s)",
+                              c->address, last);
+        }
         if (pause_ms < 200) pause_ms *= 2;
     }
 }
@@ -224,7 +231,7 @@ static void *heartbeat_main(void *arg) {
         pthread_mutex_unlock(&c->hb_lock);
         FerryMeta__Ok ok = FERRY_META__OK__INIT;
         ferry_errbuf_t err;
-        (void)send_frame(c, META_HEARTBEAT, &ok.base, &err); /* a lost service shows on the next request */
+        (void)send_frame(c, META_HEARTBEAT, &ok.base, NULL, &err); /* a lost service shows on the next request */
         pthread_mutex_lock(&c->hb_lock);
     }
     pthread_mutex_unlock(&c->hb_lock);
@@ -238,6 +245,7 @@ ferry_status_t meta_client_create(ferry_ctx_t *ctx, const meta_client_params_t *
     meta_client_t *c = ferry_calloc(ctx, 1, sizeof *c);
     if (!c) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory creating a meta client");
     c->ctx = ctx;
+    c->intr = ferry_ctx_intr(ctx);
     c->p = *params;
     if (!c->p.lease_ms) c->p.lease_ms = 10000;
     if (!c->p.timeout_ms) c->p.timeout_ms = 10000;
@@ -286,7 +294,7 @@ void meta_client_destroy(meta_client_t *c) {
     if (c->fd >= 0) {
         FerryMeta__Ok ok = FERRY_META__OK__INIT;
         ferry_errbuf_t err;
-        (void)send_frame(c, META_BYE, &ok.base, &err);
+        (void)send_frame(c, META_BYE, &ok.base, NULL, &err); /* a goodbye is not worth interrupting */
         close(c->fd);
     }
     frame_reader_free(&c->rd);
@@ -319,7 +327,7 @@ ferry_status_t meta_client_call_between(meta_client_t *c, uint8_t type, const Pr
                                         void *opaque, ferry_errbuf_t *err) {
     for (int attempt = 0;; attempt++) {
         c->service_error = false;
-        ferry_status_t st = c->fd >= 0 ? send_frame(c, type, req, err)
+        ferry_status_t st = c->fd >= 0 ? send_frame(c, type, req, c->intr, err)
                                        : ferry_fail(err, FERRY_ERR_PEER_LOST, "meta: not connected");
         if (st == FERRY_OK && between) st = between(c, opaque, err);
         if (st == FERRY_OK)
@@ -343,15 +351,16 @@ ferry_status_t meta_client_call(meta_client_t *c, uint8_t type, const ProtobufCM
 /* A one-way message from inside a call (no reconnection there: the call's
  * own retry covers it). */
 ferry_status_t meta_client_send_raw(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err) {
-    return send_frame(c, type, msg, err);
+    return send_frame(c, type, msg, c->intr, err);
 }
 
 ferry_status_t meta_client_send(meta_client_t *c, uint8_t type, const ProtobufCMessage *msg, ferry_errbuf_t *err) {
-    ferry_status_t st = send_frame(c, type, msg, err);
+    ferry_status_t st = send_frame(c, type, msg, c->intr, err);
     if (st == FERRY_ERR_PEER_LOST && !c->replaying) {
         st = reconnect(c, err);
-        if (st == FERRY_OK) st = send_frame(c, type, msg, err);
+        if (st == FERRY_OK) st = send_frame(c, type, msg, c->intr, err);
     }
+    if (st == FERRY_ERR_INTERRUPTED) disconnect(c); /* a frame may be half sent: start afresh */
     return st;
 }
 
@@ -367,7 +376,7 @@ static void poll_events(meta_client_t *c) {
         const uint8_t *body;
         uint32_t len;
         ferry_errbuf_t err;
-        ferry_status_t st = meta_read_frame(c->fd, &c->rd, ferry_mono_s(), &type, &body, &len, &err);
+        ferry_status_t st = meta_read_frame(c->fd, &c->rd, ferry_mono_s(), NULL, &type, &body, &len, &err);
         if (st == FERRY_ERR_TIMEOUT) return; /* nothing more for now */
         if (st != FERRY_OK || type != META_EVENT) { /* out of step: the next request starts afresh */
             disconnect(c);

@@ -5,6 +5,13 @@
  * replay callback re-registers what the new service must know (layout,
  * published versions), and the request is sent again.
  *
+ * The calling thread's waits (connecting, sending, a reply or a parked
+ * request) call the context's interrupt hook (ferry_ctx_params_t,
+ * common/intr.h); the heartbeat thread's never do. A request it cuts short
+ * fails with FERRY_ERR_INTERRUPTED and, like one that timed out, drops the
+ * connection (its reply may still come): the next request reconnects and
+ * replays.
+ *
  * This header holds the connection only; the requests are typed calls in
  * meta/requests.h (callers outside meta never see a protobuf message), and
  * the message-level calls they are built on are in meta/client_msg.h. */

@@ -157,7 +157,8 @@ static int remaining_ms(double deadline) {
     return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
 }
 
-ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, int *fd_out, ferry_errbuf_t *err) {
+ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, const ferry_intr_t *intr, int *fd_out,
+                            ferry_errbuf_t *err) {
     struct addrinfo *res;
     ferry_status_t st = resolve(host, port, false, &res, err);
     if (st != FERRY_OK) return st;
@@ -172,8 +173,14 @@ ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, in
         if (rc != 0 && errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
             int n;
-            do n = poll(&p, 1, remaining_ms(deadline));
-            while (n < 0 && errno == EINTR);
+            do n = ferry_intr_poll(intr, &p, 1, remaining_ms(deadline));
+            while (n == -1 && errno == EINTR);
+            if (n == FERRY_INTR_POLL_STOPPED) {
+                close(fd);
+                freeaddrinfo(res);
+                return ferry_fail(err, FERRY_ERR_INTERRUPTED, "meta: interrupted while connecting to %s:%u", host,
+                                  port);
+            }
             int soerr = ETIMEDOUT;
             socklen_t sl = sizeof soerr;
             if (n == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
@@ -198,11 +205,14 @@ ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, in
     return FERRY_OK;
 }
 
-ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadline, ferry_errbuf_t *err) {
+ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadline, const ferry_intr_t *intr,
+                              ferry_errbuf_t *err) {
     const uint8_t *p = buf;
     while (len > 0) {
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        int n = poll(&pf, 1, remaining_ms(deadline));
+        int n = ferry_intr_poll(intr, &pf, 1, remaining_ms(deadline));
+        if (n == FERRY_INTR_POLL_STOPPED)
+            return ferry_fail(err, FERRY_ERR_INTERRUPTED, "meta: interrupted while sending to the service");
         if (n < 0 && errno == EINTR) continue;
         if (n == 0) return ferry_fail(err, FERRY_ERR_TIMEOUT, "meta: timed out sending to the service");
         ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -216,7 +226,7 @@ ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadli
     return FERRY_OK;
 }
 
-ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, uint8_t *type,
+ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, const ferry_intr_t *intr, uint8_t *type,
                                const uint8_t **body, uint32_t *len, ferry_errbuf_t *err) {
     for (;;) {
         ferry_status_t fst = FERRY_OK;
@@ -224,7 +234,9 @@ ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, uint8
         if (got == 1) return FERRY_OK;
         if (fst != FERRY_OK) return ferry_fail(err, fst, "%s", r->err.text);
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int n = poll(&pf, 1, remaining_ms(deadline));
+        int n = ferry_intr_poll(intr, &pf, 1, remaining_ms(deadline));
+        if (n == FERRY_INTR_POLL_STOPPED)
+            return ferry_fail(err, FERRY_ERR_INTERRUPTED, "meta: interrupted while waiting for the service");
         if (n < 0 && errno == EINTR) continue;
         if (n == 0) return ferry_fail(err, FERRY_ERR_TIMEOUT, "meta: timed out waiting for the service");
         uint8_t buf[65536];

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "common/internal.h"
+#include "common/intr.h"
 #include "meta/frame.h"
 
 #define META_HOST_MAX 256
@@ -40,17 +41,24 @@ bool meta_sockaddr_is_loopback(const struct sockaddr *sa);
  * reaches this host only. */
 bool meta_sockaddr_is_local(const struct sockaddr *sa);
 
+/* Each wait below takes the caller's interrupt hook (common/intr.h; NULL
+ * on ferry's own threads): when it asks to stop, the call fails with
+ * FERRY_ERR_INTERRUPTED, leaving a frame possibly half sent or half read
+ * (the connection is then out of step, as after a timeout). */
+
 /* Connects before deadline (ferry_mono_s seconds); the socket is blocking,
  * close-on-exec, TCP_NODELAY. Fails at once if nothing listens. */
-ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, int *fd, ferry_errbuf_t *err);
+ferry_status_t meta_connect(const char *host, uint16_t port, double deadline, const ferry_intr_t *intr, int *fd,
+                            ferry_errbuf_t *err);
 
 /* Writes all len bytes before deadline (< 0: no deadline); no SIGPIPE. */
-ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadline, ferry_errbuf_t *err);
+ferry_status_t meta_write_all(int fd, const void *buf, size_t len, double deadline, const ferry_intr_t *intr,
+                              ferry_errbuf_t *err);
 
 /* Reads until the reader holds a complete frame or deadline passes
  * (FERRY_ERR_TIMEOUT; < 0: no deadline); EOF or a reset is
  * FERRY_ERR_PEER_LOST. On success the frame is the reader's next one. */
-ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, uint8_t *type,
+ferry_status_t meta_read_frame(int fd, frame_reader_t *r, double deadline, const ferry_intr_t *intr, uint8_t *type,
                                const uint8_t **body, uint32_t *len, ferry_errbuf_t *err);
 
 #endif

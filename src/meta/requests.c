@@ -3,6 +3,8 @@
  * the wire are what a hand-built message gave), sends it with the client's
  * message-level call, and turns the decoded reply into a plain struct
  * whose pointers lead into the decoded message. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "meta/client_msg.h"
@@ -12,6 +14,24 @@
 
 static ferry_status_t no_memory(ferry_errbuf_t *err, const char *what) {
     return ferry_fail(err, FERRY_ERR_NO_MEMORY, "meta: out of memory building a %s", what);
+}
+
+/* A request the interrupt hook cut short: the detail says what the caller
+ * was waiting for ("interrupted while waiting for version 3 to be ready");
+ * the client's own account is kept where it stopped elsewhere than in the
+ * wait for the reply (connecting again). Any other status passes through. */
+static ferry_status_t interrupted(ferry_status_t st, ferry_errbuf_t *err, const char *fmt, ...) FERRY_PRINTF(3, 4);
+static ferry_status_t interrupted(ferry_status_t st, ferry_errbuf_t *err, const char *fmt, ...) {
+    if (st != FERRY_ERR_INTERRUPTED) return st;
+    char what[200], low[FERRY_ERR_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(low, sizeof low, "%s", err->text);
+    bool connecting = strstr(low, "connecting") != NULL;
+    return ferry_fail(err, st, "interrupted while %s%s%.280s%s", what, connecting ? " (" : "", connecting ? low : "",
+                      connecting ? ")" : "");
 }
 
 /* Byte strings as protobuf sees them; *out: free with ferry_free. */
@@ -130,7 +150,7 @@ ferry_status_t meta_commit(meta_client_t *c, const meta_commit_req_t *req, ferry
         m.epoch_writers = req->n_epoch_writers ? ew : NULL;
         m.n_epoch_readers = req->n_epoch_readers;
         m.epoch_readers = req->n_epoch_readers ? er : NULL;
-        st = call_ok(c, META_COMMIT, &m.base, 0, err);
+        st = interrupted(call_ok(c, META_COMMIT, &m.base, 0, err), err, "committing the layout");
     }
     ferry_free(ctx, ew);
     ferry_free(ctx, er);
@@ -145,7 +165,8 @@ ferry_status_t meta_get_layouts(meta_client_t *c, uint32_t wait_ms, uint64_t kno
     g.known_epoch = known_epoch;
     ProtobufCMessage *reply = NULL;
     ferry_status_t st = meta_client_call(c, META_GET_LAYOUTS, &g.base, META_LAYOUTS, wait_ms, &reply, err);
-    if (st != FERRY_OK) return st;
+    if (st != FERRY_OK)
+        return interrupted(st, err, "waiting for the layout epoch (every writer and reader to commit its layout)");
     FerryMeta__Layouts *l = (void *)reply;
     size_t total = meta_carve_size(0, 1, sizeof(meta_layouts_t));
     total = meta_carve_size(total, 1, sizeof(struct meta_reply_priv));
@@ -204,6 +225,9 @@ ferry_status_t meta_publish(meta_client_t *c, const meta_publish_req_t *req, met
     ProtobufCMessage *reply = NULL;
     st = meta_client_call_between(c, META_PUBLISH, &p.base, META_PUBLISHED, req->wait_acks ? req->wait_ms : 0, &reply,
                                   between, opaque, err);
+    st = interrupted(st, err,
+                     req->wait_acks ? "waiting for readers to acknowledge version %llu" : "publishing version %llu",
+                     (unsigned long long)req->version);
     if (st == FERRY_OK && out) {
         const FerryMeta__Published *pub = (const void *)reply;
         out->ready = pub->ready;
@@ -227,7 +251,8 @@ ferry_status_t meta_publish_sums(meta_client_t *c, uint64_t version, const meta_
     sm.version = version;
     sm.n_sums = n;
     sm.sums = n ? ptrs : NULL;
-    st = meta_client_send_raw(c, META_SUMS, &sm.base, err);
+    st = interrupted(meta_client_send_raw(c, META_SUMS, &sm.base, err), err, "sending the checksums of version %llu",
+                     (unsigned long long)version);
     ferry_free(ctx, arr);
     ferry_free(ctx, ptrs);
     return st;
@@ -237,13 +262,15 @@ ferry_status_t meta_reclaim(meta_client_t *c, uint64_t version, uint32_t wait_ms
     FerryMeta__Reclaim rc = FERRY_META__RECLAIM__INIT;
     rc.version = version;
     rc.wait_ms = wait_ms;
-    return call_ok(c, META_RECLAIM, &rc.base, wait_ms, err);
+    return interrupted(call_ok(c, META_RECLAIM, &rc.base, wait_ms, err), err,
+                       "waiting for readers to let version %llu go (reusing its slot)", (unsigned long long)version);
 }
 
 ferry_status_t meta_retire(meta_client_t *c, uint64_t version, ferry_errbuf_t *err) {
     FerryMeta__Retire rt = FERRY_META__RETIRE__INIT;
     rt.version = version;
-    return meta_client_send(c, META_RETIRE, &rt.base, err);
+    return interrupted(meta_client_send(c, META_RETIRE, &rt.base, err), err, "retiring version %llu",
+                       (unsigned long long)version);
 }
 
 /* A decoded GRANT (checked: slot maps, counts) as a plain one. */
@@ -299,6 +326,12 @@ ferry_status_t meta_read_begin(meta_client_t *c, const meta_read_begin_req_t *re
     rb.writers = (uint32_t *)req->writers;
     ProtobufCMessage *reply = NULL;
     ferry_status_t st = meta_client_call(c, META_READ_BEGIN, &rb.base, META_GRANT, req->wait_ms, &reply, err);
+    if (st == FERRY_ERR_INTERRUPTED) {
+        unsigned long long lo = req->min_version, hi = req->max_version;
+        if (lo == hi) return interrupted(st, err, "waiting for version %llu to be ready", lo);
+        if (hi == 0) return interrupted(st, err, "waiting for a version of at least %llu to be ready", lo);
+        return interrupted(st, err, "waiting for a version from %llu to %llu to be ready", lo, hi);
+    }
     return st != FERRY_OK ? st : plain_grant(meta_client_ctx(c), reply, out, err);
 }
 
@@ -311,7 +344,9 @@ ferry_status_t meta_get_sums(meta_client_t *c, uint64_t version, const uint32_t 
     gs.wait_ms = wait_ms;
     ProtobufCMessage *reply = NULL;
     ferry_status_t st = meta_client_call(c, META_GET_SUMS, &gs.base, META_GRANT, wait_ms, &reply, err);
-    return st != FERRY_OK ? st : plain_grant(meta_client_ctx(c), reply, out, err);
+    if (st != FERRY_OK)
+        return interrupted(st, err, "waiting for the writers' checksums of version %llu", (unsigned long long)version);
+    return plain_grant(meta_client_ctx(c), reply, out, err);
 }
 
 void meta_grant_free(meta_grant_t *g) {
@@ -324,6 +359,7 @@ ferry_status_t meta_read_end(meta_client_t *c, uint64_t version, bool ok, bool *
     re.ok = ok;
     ProtobufCMessage *reply = NULL;
     ferry_status_t st = meta_client_call(c, META_READ_END, &re.base, META_READ_ENDED, 0, &reply, err);
+    st = interrupted(st, err, "ending the read of version %llu", (unsigned long long)version);
     if (st == FERRY_OK && retired) *retired = ((const FerryMeta__ReadEnded *)reply)->retired;
     meta_free(meta_client_ctx(c), reply);
     return st;
@@ -361,7 +397,8 @@ ferry_status_t meta_table_complete(meta_client_t *c, const meta_table_seq_t *seq
         tc.regions = seq->n_regions ? regions : NULL;
         tc.n_entries = n;
         tc.entries = n ? ep : NULL;
-        st = call_ok(c, META_TABLE_COMPLETE, &tc.base, 0, err);
+        st = interrupted(call_ok(c, META_TABLE_COMPLETE, &tc.base, 0, err), err, "completing table sequence %llu",
+                         (unsigned long long)seq->seq_id);
     }
     ferry_free(ctx, es);
     ferry_free(ctx, ep);
@@ -377,7 +414,9 @@ ferry_status_t meta_table_get(meta_client_t *c, uint64_t seq_id, uint32_t wait_m
     tg.wait_ms = wait_ms;
     ProtobufCMessage *reply = NULL;
     ferry_status_t st = meta_client_call(c, META_TABLE_GET, &tg.base, META_TABLE_CONTENTS, wait_ms, &reply, err);
-    if (st != FERRY_OK) return st;
+    if (st != FERRY_OK)
+        return interrupted(st, err, "waiting for every table member to complete sequence %llu",
+                           (unsigned long long)seq_id);
     const FerryMeta__TableContents *tc = (const void *)reply;
     size_t nentries = 0, nregions = 0; /* every member has its puts (checked at decoding) */
     for (size_t i = 0; i < tc->n_members; i++) {
@@ -440,5 +479,6 @@ void meta_table_contents_free(meta_table_contents_t *tc) {
 ferry_status_t meta_table_drop(meta_client_t *c, uint64_t seq_id, ferry_errbuf_t *err) {
     FerryMeta__TableDrop d = FERRY_META__TABLE_DROP__INIT;
     d.seq_id = seq_id;
-    return meta_client_send(c, META_TABLE_DROP, &d.base, err);
+    return interrupted(meta_client_send(c, META_TABLE_DROP, &d.base, err), err, "dropping table sequence %llu",
+                       (unsigned long long)seq_id);
 }

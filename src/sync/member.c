@@ -345,6 +345,14 @@ ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64
                 return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
             ferry_xport_rmem_t *rm = NULL;
             ferry_status_t st = ferry_xport_rmem_unpack(m->xp, descs[i].data, descs[i].len, &rm);
+            if (st == FERRY_ERR_INTERRUPTED) {
+                /* the owner's answer may still come: shm then drops that
+                 * connection, and the regions resolved through it with it;
+                 * the next resolve starts afresh */
+                sync_regions_free(rg, m->ctx);
+                return ferry_fail(&m->err, st, "interrupted while resolving %s %u's region %zu (%s)", what, rank, i,
+                                  ferry_xport_error(m->xp));
+            }
             if (st != FERRY_OK)
                 return ferry_fail(&m->err, st, "%s %u region %zu: %s", what, rank, i, ferry_xport_error(m->xp));
             rg->cache[k = rg->ncache++] = (sync_region_t){sum, 0, rm};

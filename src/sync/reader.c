@@ -45,6 +45,8 @@ struct ferry_reader {
     size_t cap_runs;
     uint64_t *got;               /* per op: xxh3 of its destination region after landing */
     bool source_hashed;          /* this attempt hashed some ops from the writer's bytes (views) */
+    uint64_t pulling;            /* the version this attempt reads (for errors) */
+    double intr_tick;            /* when the interrupt hook is asked next while bytes land (ferry_intr_due) */
     XXH3_state_t *hash;          /* an op's checksum, fed chunk by chunk as it lands */
     /* deltas (sync mode): pairs that arrived as deltas this attempt */
     bool *pair_done;
@@ -173,10 +175,21 @@ static uint8_t *dst_base(ferry_reader_t *r, uint32_t local) {
 
 /* A failed read from writer `rank`, with the transport's detail. */
 static ferry_status_t read_fail(ferry_reader_t *r, uint32_t rank, ferry_status_t st) {
+    if (st == FERRY_ERR_INTERRUPTED)
+        return ferry_fail(&r->m.err, st, "interrupted while reading version %llu from writer %u (%s)",
+                          (unsigned long long)r->pulling, rank, ferry_xport_error(r->m.xp));
     char gone[META_MAX_DETAIL]; /* the writer may have left: the service says who, and doing what */
     bool left = meta_client_departed(r->m.meta, META_ROLE_WRITER, rank, gone, sizeof gone);
     return ferry_fail(&r->m.err, st, "reading from writer %u: %s%s%.300s", rank, ferry_xport_error(r->m.xp),
                       left ? "; " : "", left ? gone : "");
+}
+
+/* Between slices of landing bytes (batches, chunks): the interrupt hook,
+ * every 100 ms. */
+static ferry_status_t pull_tick(ferry_reader_t *r, uint32_t rank) {
+    if (!ferry_intr_due(ferry_ctx_intr(r->m.ctx), &r->intr_tick)) return FERRY_OK;
+    return ferry_fail(&r->m.err, FERRY_ERR_INTERRUPTED, "interrupted while reading version %llu from writer %u",
+                      (unsigned long long)r->pulling, rank);
 }
 
 /* Hashes op's destination region in row-major order (as the writer did). */
@@ -365,8 +378,9 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
     bool streaming = false;
     for (uint64_t at = 0; at < b->bytes;) {
         uint64_t n = b->bytes - at < FUSE_CHUNK ? b->bytes - at : FUSE_CHUNK;
+        ferry_status_t st = at ? pull_tick(r, p->src_rank) : FERRY_OK;
+        if (st != FERRY_OK) return st;
         if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the read fails */
-        ferry_status_t st = FERRY_OK;
         if (view) {
             ferry_copy_stream(dst + at, view + at, n); /* checked once the bucket is in (below) */
         } else {
@@ -424,6 +438,8 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
         size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count;
         bool fuse = m->p.transport == FERRY_XPORT_SHM;
         while (j < end) {
+            ferry_status_t tst = pull_tick(r, p->src_rank);
+            if (tst != FERRY_OK) return tst;
             if (fuse && (bk[j].flags & FERRY_BUCKET_DIRECT)) {
                 ferry_status_t st = pull_direct_fused(r, p, j, ps);
                 if (st != FERRY_OK) return st;
@@ -474,9 +490,10 @@ static bool dscratch(ferry_reader_t *r, uint64_t need) {
  * step fails (why says which): the pair is then pulled whole, which
  * overwrites what the deltas wrote. Everything the area says is checked
  * (sync/delta_area.h) against the registered size before use. *bytes: what
- * was read. */
+ * was read. A read the interrupt hook cut short sets *stop (the update
+ * ends there). */
 static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes,
-                       ferry_errbuf_t *why) {
+                       ferry_errbuf_t *why, ferry_status_t *stop) {
     sync_member_t *m = &r->m;
     reader_src_t *s = &r->src[p->src_rank];
     ferry_xport_rmem_t *rmem = s->regions.cur[s->grant->map.delta_region];
@@ -488,14 +505,17 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         ferry_fail(why, FERRY_ERR_CORRUPT, "a delta area of %llu bytes", (unsigned long long)area);
         return false;
     }
-    if (get_one(r, rmem, 0, sizeof hdr, hdr) != FERRY_OK) {
+    ferry_status_t gs = get_one(r, rmem, 0, sizeof hdr, hdr);
+    if (gs != FERRY_OK) {
+        if (gs == FERRY_ERR_INTERRUPTED) *stop = gs;
         ferry_fail(why, FERRY_ERR_PEER_LOST, "reading the delta area: %s", ferry_xport_error(m->xp));
         return false;
     }
     if (sync_delta_header_parse(hdr, area, &h, why) != FERRY_OK) return false;
     if (h.version != v || h.entries == 0 || p->op_count > UINT32_MAX) return false; /* none for this version */
     uint64_t index = sync_delta_index_end(h.entries) - SYNC_DELTA_HEADER;
-    if (!dscratch(r, index) || get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch) != FERRY_OK) {
+    if (!dscratch(r, index) || (gs = get_one(r, rmem, SYNC_DELTA_HEADER, index, r->dscratch)) != FERRY_OK) {
+        if (gs == FERRY_ERR_INTERRUPTED) *stop = gs;
         ferry_fail(why, FERRY_ERR_PEER_LOST, "reading %u delta area entries", h.entries);
         return false;
     }
@@ -506,7 +526,8 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         found = e.dst_rank == m->p.rank && e.ops == p->op_count && e.base_version == held;
     }
     if (!found) return false; /* not for us, or from another base */
-    if (!dscratch(r, e.blob_len) || get_one(r, rmem, e.blob, e.blob_len, r->dscratch) != FERRY_OK) {
+    if (!dscratch(r, e.blob_len) || (gs = get_one(r, rmem, e.blob, e.blob_len, r->dscratch)) != FERRY_OK) {
+        if (gs == FERRY_ERR_INTERRUPTED) *stop = gs;
         ferry_fail(why, FERRY_ERR_PEER_LOST, "reading a %llu-byte delta blob", (unsigned long long)e.blob_len);
         return false;
     }
@@ -591,7 +612,10 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
         uint64_t bytes = 0;
         ferry_errbuf_t why;
         why.text[0] = '\0';
-        if (pair_delta(r, &pairs[pi], v, held, &bytes, &why)) {
+        ferry_status_t stop = FERRY_OK;
+        bool ok = pair_delta(r, &pairs[pi], v, held, &bytes, &why, &stop);
+        if (stop != FERRY_OK) return read_fail(r, pairs[pi].src_rank, stop);
+        if (ok) {
             r->pair_done[pi] = true;
             ps->bytes += bytes;
             inf->delta_bytes += bytes;
@@ -631,6 +655,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
     ferry_update_info_t inf;
     memset(&inf, 0, sizeof inf);
     double t0 = ferry_mono_s(), deadline = t0 + timeout_ms / 1000.0;
+    r->intr_tick = 0;
     uint32_t corrupt = 0;
     char first_err[FERRY_ERR_TEXT] = "";
     ferry_status_t st = FERRY_OK;
@@ -679,6 +704,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         pull_stats_t ps = {0};
         meta_grant_t *sums_reply = NULL, *delta_sums_reply = NULL;
         r->source_hashed = false;
+        r->pulling = v;
         if (st == FERRY_OK) st = pull_deltas(r, v, held, &delta_sums_reply, deadline, &ps, &inf);
         if (st == FERRY_OK) st = pull_all(r, &ps);
         if (st == FERRY_OK) {
@@ -730,7 +756,8 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         if (exact && st == FERRY_ERR_STALE) break;
         /* what another attempt cannot change, and a bound on attempts in all */
         if (st == FERRY_ERR_MISMATCH || st == FERRY_ERR_INVALID_ARGUMENT || st == FERRY_ERR_UNSUPPORTED ||
-            st == FERRY_ERR_NO_MEMORY || st == FERRY_ERR_COVERAGE || inf.retries >= MAX_ATTEMPTS)
+            st == FERRY_ERR_NO_MEMORY || st == FERRY_ERR_COVERAGE || st == FERRY_ERR_INTERRUPTED ||
+            inf.retries >= MAX_ATTEMPTS)
             break;
         if (ferry_mono_s() >= deadline) break;
         ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: version %llu failed (%s); retrying", m->p.rank,

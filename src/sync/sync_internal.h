@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/internal.h"
+#include "common/intr.h"
 #include "ferry/codec.h"
 #include "ferry/meta.h"
 #include "ferry/plan.h"

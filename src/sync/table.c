@@ -482,7 +482,9 @@ static ferry_status_t batch_get(ferry_table_t *t, run_batch_t *b) {
         st = ferry_xport_get(t->m.xp, b->runs, b->n, &req);
         if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
         ferry_xport_req_free(req);
-        if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table get: %s", ferry_xport_error(t->m.xp));
+        if (st != FERRY_OK)
+            st = ferry_fail(&t->m.err, st, "table get%s: %s", st == FERRY_ERR_INTERRUPTED ? " interrupted" : "",
+                            ferry_xport_error(t->m.xp));
     }
     ferry_free(b->ctx, b->runs);
     b->runs = NULL;

@@ -147,14 +147,17 @@ static int send_msg(int sock, const void *buf, size_t len, int fd) {
     return n == (ssize_t)len ? 0 : -1;
 }
 
-/* Receives exactly len bytes (and an fd if one comes) within timeout_ms.
- * Returns 0, or -1 (hang-up or error), or -2 (timeout). */
-static int recv_msg(int sock, void *buf, size_t len, int *fd, uint32_t timeout_ms) {
+/* Receives exactly len bytes (and an fd if one comes) within timeout_ms;
+ * the caller's interrupt hook (NULL on the service thread) may cut the
+ * wait short. Returns 0, or -1 (hang-up or error), -2 (timeout) or -3
+ * (interrupted). */
+static int recv_msg(int sock, void *buf, size_t len, int *fd, uint32_t timeout_ms, const ferry_intr_t *intr) {
     if (fd) *fd = -1;
     struct pollfd pf = {sock, POLLIN, 0};
     int r;
-    do r = poll(&pf, 1, (int)timeout_ms);
-    while (r < 0 && errno == EINTR);
+    do r = ferry_intr_poll(intr, &pf, 1, (int)timeout_ms);
+    while (r == -1 && errno == EINTR);
+    if (r == FERRY_INTR_POLL_STOPPED) return -3;
     if (r == 0) return -2;
     if (r < 0) return -1;
     struct iovec iov = {buf, len};
@@ -201,7 +204,7 @@ static int send_now(int sock, const void *buf, size_t len, int fd) {
 
 static bool serve_request(shm_t *s, int sock) {
     fd_request_t rq;
-    if (recv_msg(sock, &rq, sizeof rq, NULL, 0) != 0) return false;
+    if (recv_msg(sock, &rq, sizeof rq, NULL, 0, NULL) != 0) return false;
     int32_t status = FERRY_ERR_STALE;
     int fd = -1;
     pthread_mutex_lock(&s->lock);
@@ -222,7 +225,7 @@ static bool serve_auth(shm_t *s, int sock) {
     auth_t au;
     struct ucred cred;
     socklen_t cl = sizeof cred;
-    if (recv_msg(sock, &au, sizeof au, NULL, 0) != 0 || au.magic != SHM_HELLO_MAGIC || au.secret != s->secret ||
+    if (recv_msg(sock, &au, sizeof au, NULL, 0, NULL) != 0 || au.magic != SHM_HELLO_MAGIC || au.secret != s->secret ||
         getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid())
         return false;
     hello_t hello = {SHM_HELLO_MAGIC, s->pid, s->nonce, SHM_SLOTS, FERRY_OK};
@@ -480,10 +483,17 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
     int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) return ferry_fail(&xp->err, FERRY_ERR_IO, "shm: socket: %s", strerror(errno));
     /* never blocks: a full backlog is retried until the timeout */
-    double deadline = ferry_mono_s() + xp->timeout_ms / 1e3;
+    const ferry_intr_t *intr = ferry_ctx_intr(xp->ctx);
+    double deadline = ferry_mono_s() + xp->timeout_ms / 1e3, tick = 0;
     int rc;
-    while ((rc = connect(sock, (struct sockaddr *)&a, alen)) != 0 && errno == EAGAIN && ferry_mono_s() < deadline)
+    while ((rc = connect(sock, (struct sockaddr *)&a, alen)) != 0 && errno == EAGAIN && ferry_mono_s() < deadline) {
+        if (ferry_intr_due(intr, &tick)) {
+            close(sock);
+            return ferry_fail(&xp->err, FERRY_ERR_INTERRUPTED,
+                              "shm: interrupted while connecting to endpoint %s (its backlog is full)", a.sun_path + 1);
+        }
         usleep(1000);
+    }
     if (rc != 0) {
         int e = errno;
         close(sock);
@@ -495,7 +505,8 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
     auth_t au = {SHM_HELLO_MAGIC, 0, secret};
     hello_t hello;
     int cfd = -1;
-    int r = send_msg(sock, &au, sizeof au, -1) == 0 ? recv_msg(sock, &hello, sizeof hello, &cfd, xp->timeout_ms) : -1;
+    int r = send_msg(sock, &au, sizeof au, -1) == 0 ? recv_msg(sock, &hello, sizeof hello, &cfd, xp->timeout_ms, intr)
+                                                    : -1;
     struct ucred cred;
     socklen_t cl = sizeof cred;
     bool ok = r == 0 && hello.magic == SHM_HELLO_MAGIC && hello.pid == pid && hello.nonce == nonce &&
@@ -507,6 +518,9 @@ static ferry_status_t get_peer(ferry_xport_t *xp, uint32_t pid, uint64_t nonce, 
         if (r == 0 && hello.magic == SHM_HELLO_MAGIC && hello.status == FERRY_ERR_LIMIT)
             return ferry_fail(&xp->err, FERRY_ERR_LIMIT, "shm: endpoint %s serves %d peers already", a.sun_path + 1,
                               MAX_CLIENTS);
+        if (r == -3)
+            return ferry_fail(&xp->err, FERRY_ERR_INTERRUPTED,
+                              "shm: interrupted while waiting for endpoint %s to answer", a.sun_path + 1);
         return ferry_fail(&xp->err, r == -2 ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST, "shm: endpoint %s %s",
                           a.sun_path + 1,
                           r == -2 ? "did not answer within the timeout"
@@ -589,14 +603,19 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
     int fd = -1;
     int rr = -1;
     if (send_msg(peer->sock, &rq, sizeof rq, -1) == 0)
-        rr = recv_msg(peer->sock, &status, sizeof status, &fd, xp->timeout_ms);
+        rr = recv_msg(peer->sock, &status, sizeof status, &fd, xp->timeout_ms, ferry_ctx_intr(xp->ctx));
     if (rr != 0 || status != FERRY_OK || fd < 0) {
         if (fd >= 0) close(fd);
-        if (rr != 0) peer->lost = true;
+        if (rr != 0) peer->lost = true; /* (a late answer would put the socket out of step: a new one next time) */
         put_peer(xp, peer);
-        return ferry_fail(&xp->err, rr == -2 ? FERRY_ERR_TIMEOUT : rr != 0 ? FERRY_ERR_PEER_LOST : (ferry_status_t)status,
+        return ferry_fail(&xp->err,
+                          rr == -3   ? FERRY_ERR_INTERRUPTED
+                          : rr == -2 ? FERRY_ERR_TIMEOUT
+                          : rr != 0  ? FERRY_ERR_PEER_LOST
+                                     : (ferry_status_t)status,
                           "shm: mapping registration %u of pid %u: %s", slot, pid,
-                          rr == -2 ? "no answer within the timeout"
+                          rr == -3   ? "interrupted while waiting for the owner's answer"
+                          : rr == -2 ? "no answer within the timeout"
                           : rr != 0 ? "the owner is gone"
                                     : "the owner refused (stale descriptor)");
     }

@@ -76,6 +76,8 @@ typedef struct {
     ucx_peer_t *closed;       /* freed at the end: UCX's progress thread may still call back */
     ucp_mem_h *parked;        /* ended registrations, unmapped at the end: a peer's emulated */
     size_t nparked, cap_parked; /* get may still be served from them by the progress thread */
+    uint64_t **orphans;       /* where interrupted reads of generations land, freed at the end */
+    size_t norphans, cap_orphans;
 } ucx_t;
 
 /* Backend data of a remote registration. */
@@ -230,6 +232,8 @@ static void ucx_fini(ferry_xport_t *xp) {
     if (u->address) ucp_worker_release_address(u->worker, u->address);
     if (u->worker) ucp_worker_destroy(u->worker);
     if (u->context) ucp_cleanup(u->context);
+    for (size_t i = 0; i < u->norphans; i++) ferry_free(xp->ctx, u->orphans[i]); /* no request is left to land */
+    ferry_free(xp->ctx, u->orphans);
     for (int i = 0; i < 2; i++)
         if (u->wake[i] >= 0) close(u->wake[i]);
     pthread_mutex_destroy(&u->lock);
@@ -452,11 +456,18 @@ static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
 
 /* Waits for UCX requests (NULL entries are done already). At the deadline,
  * or when the owner is known to be gone, the peer's endpoint is force-closed,
- * which fails the requests still in flight. Returns the first failure. */
-static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_peer_t *const *peers, size_t n) {
+ * which fails the requests still in flight. Returns the first failure.
+ * intr (NULL: none) is the caller's interrupt hook, asked every 100 ms; only
+ * for requests whose landing memory outlives them (read_gen): when it asks
+ * to stop, what is still in flight is handed back to UCX, which finishes it
+ * in the background, and the peer stays as it is (force-closing its
+ * endpoint would fail a reply the owner is sending, an assertion in UCX
+ * 1.13 there). FERRY_ERR_INTERRUPTED then. */
+static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_peer_t *const *peers, size_t n,
+                               const ferry_intr_t *intr) {
     ucx_t *u = xp->backend;
     ferry_status_t st = FERRY_OK;
-    double deadline = ferry_mono_s() + xp->timeout_ms / 1e3;
+    double deadline = ferry_mono_s() + xp->timeout_ms / 1e3, tick = 0;
     for (size_t i = 0; i < n; i++) {
         ucx_peer_t *peer = peers[i];
         if (!reqs[i]) continue;
@@ -470,6 +481,13 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_pe
         double hard = 0;
         while ((s = ucp_request_check_status(reqs[i])) == UCS_INPROGRESS) {
             double now = ferry_mono_s();
+            if (!abandoned && ferry_intr_due(intr, &tick)) {
+                for (size_t k = i; k < n; k++) {
+                    if (reqs[k] && UCS_PTR_IS_PTR(reqs[k])) ucp_request_free(reqs[k]); /* released once done */
+                    reqs[k] = NULL;
+                }
+                return FERRY_ERR_INTERRUPTED;
+            }
             if (!abandoned && (now > deadline || peer_lost(peer))) {
                 if (st == FERRY_OK) st = peer_lost(peer) ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
                 abandon_peer(u, peer); /* fails what UCX can fail */
@@ -493,13 +511,34 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_pe
     return st;
 }
 
-/* Reads the owner's generation word of a registration. */
+/* Reads the owner's generation word of a registration. With an interrupt
+ * hook the word lands in memory of the endpoint's: a read the hook cut
+ * short may still land after this returns (the owner stopped, then went
+ * on), so that memory is kept until the endpoint's end. */
 static ferry_status_t read_gen(ferry_xport_t *xp, ucx_peer_t *peer, const ucx_rmem_t *b, uint32_t slot,
                                uint64_t *gen) {
     if (!peer->ep) return FERRY_ERR_PEER_LOST;
+    ucx_t *u = xp->backend;
+    const ferry_intr_t *intr = ferry_ctx_intr(xp->ctx);
+    uint64_t *land = gen;
+    if (intr) {
+        if (ferry_grow(xp->ctx, (void **)&u->orphans, sizeof *u->orphans, &u->cap_orphans, u->norphans + 1) != 0 ||
+            !(land = ferry_alloc(xp->ctx, sizeof *land)))
+            return FERRY_ERR_NO_MEMORY;
+    }
     ucp_request_param_t p = {.op_attr_mask = 0};
-    ucs_status_ptr_t r = ucp_get_nbx(peer->ep, gen, sizeof *gen, b->ctl_addr + slot * sizeof(uint64_t), b->ctl_rkey, &p);
-    return wait_all(xp, &r, &peer, 1);
+    ucs_status_ptr_t r = ucp_get_nbx(peer->ep, land, sizeof *land, b->ctl_addr + slot * sizeof(uint64_t), b->ctl_rkey,
+                                     &p);
+    ferry_status_t st = wait_all(xp, &r, &peer, 1, intr);
+    if (land != gen) {
+        if (st == FERRY_ERR_INTERRUPTED) {
+            u->orphans[u->norphans++] = land;
+        } else {
+            *gen = *land;
+            ferry_free(xp->ctx, land);
+        }
+    }
+    return st;
 }
 
 static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, size_t len, ferry_xport_rmem_t *r) {
@@ -545,9 +584,10 @@ static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, si
         ferry_free(xp->ctx, b);
         put_peer(xp, peer);
         return ferry_fail(&xp->err, st, "ucx: registration %u of the owner: %s", r->slot,
-                          st == FERRY_ERR_STALE     ? "has ended (stale descriptor)"
-                          : st == FERRY_ERR_TIMEOUT ? "no answer within the timeout"
-                                                    : "the owner is unreachable or gone");
+                          st == FERRY_ERR_STALE         ? "has ended (stale descriptor)"
+                          : st == FERRY_ERR_TIMEOUT     ? "no answer within the timeout"
+                          : st == FERRY_ERR_INTERRUPTED ? "interrupted while waiting for the owner's answer"
+                                                        : "the owner is unreachable or gone");
     }
     return FERRY_OK;
 }
@@ -625,7 +665,10 @@ static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
     ucx_pending_t *pd = req->backend;
     uint32_t saved = xp->timeout_ms;
     if (timeout_ms >= 0) xp->timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 1;
-    ferry_status_t st = wait_all(xp, pd->reqs, pd->peers, pd->n);
+    /* not interruptible: the bytes land in the caller's buffers, which a
+     * request handed back to UCX could still write after this returns (the
+     * caller asks its hook between requests) */
+    ferry_status_t st = wait_all(xp, pd->reqs, pd->peers, pd->n, NULL);
     /* a put request completes when its local buffer is free again; the data
      * is in the owner's memory only after a flush of the endpoint */
     for (size_t i = 0; pd->put && st == FERRY_OK && i < pd->n; i++) {
@@ -633,7 +676,7 @@ static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
         if (i > 0 && peer == pd->peers[i - 1]) continue;
         ucp_request_param_t fp = {.op_attr_mask = 0};
         ucs_status_ptr_t f = peer->ep ? ucp_ep_flush_nbx(peer->ep, &fp) : UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
-        st = wait_all(xp, &f, &peer, 1);
+        st = wait_all(xp, &f, &peer, 1, NULL);
     }
     xp->timeout_ms = saved;
     for (size_t i = 0; i < pd->n && st == FERRY_OK; i++) {
@@ -645,6 +688,8 @@ static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
     else if (st == FERRY_ERR_TIMEOUT)
         ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %d ms",
                    timeout_ms >= 0 ? timeout_ms : (int)xp->timeout_ms);
+    else if (st == FERRY_ERR_INTERRUPTED)
+        ferry_fail(&xp->err, st, "ucx: interrupted while checking the registration after the transfer");
     else if (st) ferry_fail(&xp->err, st, "ucx: the transfer failed");
     free_pending(xp, pd);
     req->backend = NULL;

@@ -239,9 +239,10 @@ ferry_status_t ferry_xport_rmem_view(const ferry_xport_rmem_t *r, uint64_t offse
 }
 
 static const char *rmem_state(ferry_status_t st) {
-    return st == FERRY_ERR_STALE     ? "the registration has ended (stale descriptor)"
-           : st == FERRY_ERR_TIMEOUT ? "the owner did not answer within the timeout"
-                                     : "the owner of the memory is gone";
+    return st == FERRY_ERR_STALE         ? "the registration has ended (stale descriptor)"
+           : st == FERRY_ERR_TIMEOUT     ? "the owner did not answer within the timeout"
+           : st == FERRY_ERR_INTERRUPTED ? "interrupted while waiting for the owner's answer"
+                                         : "the owner of the memory is gone";
 }
 
 ferry_status_t ferry_xport_rmem_check(ferry_xport_rmem_t *r) {

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "common/internal.h"
+#include "common/intr.h"
 #include "ferry/xport.h"
 
 struct ferry_xport_mem {

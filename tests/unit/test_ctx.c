@@ -30,6 +30,7 @@ static void test_status(void) {
         S(FERRY_ERR_LIMIT),
         S(FERRY_ERR_TIMEOUT),
         S(FERRY_ERR_PEER_LOST),
+        S(FERRY_ERR_INTERRUPTED),
         S(FERRY_ERR_BUSY),
         S(FERRY_ERR_STALE),
         S(FERRY_ERR_INTERNAL),
@@ -63,11 +64,12 @@ static void test_status(void) {
     CHECK_EQ_INT(FERRY_ERR_COVERAGE, 200);
     CHECK_EQ_INT(FERRY_ERR_NO_MEMORY, 300);
     CHECK_EQ_INT(FERRY_ERR_TIMEOUT, 400);
+    CHECK_EQ_INT(FERRY_ERR_INTERRUPTED, 402);
     CHECK_EQ_INT(FERRY_ERR_BUSY, 500);
     CHECK_EQ_INT(FERRY_ERR_INTERNAL, 900);
 
     /* unknown codes, including neighbours of real ones */
-    const int bad[] = {1, -1, 99, 104, 199, 203, 303, 402, 502, 899, 901, 999, 12345};
+    const int bad[] = {1, -1, 99, 104, 199, 203, 303, 403, 502, 899, 901, 999, 12345};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *name = ferry_status_name((ferry_status_t)bad[i]);
         const char *text = ferry_status_describe((ferry_status_t)bad[i]);

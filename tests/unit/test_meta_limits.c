@@ -76,7 +76,7 @@ static void raw_send(raw_t *r, uint8_t type, const ProtobufCMessage *m) {
     size_t len;
     ferry_errbuf_t err;
     CHECK_OK(meta_encode(ctx, type, m, &buf, &len, &err), err.text);
-    CHECK_OK(meta_write_all(r->fd, buf, len, ferry_mono_s() + 10, &err), err.text);
+    CHECK_OK(meta_write_all(r->fd, buf, len, ferry_mono_s() + 10, NULL, &err), err.text);
     ferry_free(ctx, buf);
 }
 
@@ -100,7 +100,7 @@ static ferry_status_t raw_answer(raw_t *r, double timeout_s, char *detail, size_
     uint32_t len;
     ferry_errbuf_t err;
     detail[0] = '\0';
-    ferry_status_t st = meta_read_frame(r->fd, &r->rd, ferry_mono_s() + timeout_s, &type, &body, &len, &err);
+    ferry_status_t st = meta_read_frame(r->fd, &r->rd, ferry_mono_s() + timeout_s, NULL, &type, &body, &len, &err);
     if (st != FERRY_OK) {
         snprintf(detail, size, "%s", err.text);
         return st == FERRY_ERR_TIMEOUT ? st : FERRY_ERR_PEER_LOST;
@@ -124,7 +124,7 @@ static void raw_status(raw_t *r) {
         const uint8_t *body;
         uint32_t len;
         ferry_errbuf_t err;
-        CHECK_OK(meta_read_frame(r->fd, &r->rd, ferry_mono_s() + 20, &type, &body, &len, &err), err.text);
+        CHECK_OK(meta_read_frame(r->fd, &r->rd, ferry_mono_s() + 20, NULL, &type, &body, &len, &err), err.text);
         if (type == META_EVENT) continue;
         CHECK_EQ_INT(type, META_STATUS);
         return;

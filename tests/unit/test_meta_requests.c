@@ -52,7 +52,7 @@ static void fk_send(uint8_t type, const ProtobufCMessage *m) {
     size_t len;
     ferry_errbuf_t err;
     CHECK_OK(meta_encode(ctx, type, m, &buf, &len, &err), err.text);
-    (void)meta_write_all(fk.cfd, buf, len, ferry_mono_s() + HANG_GUARD_S, &err); /* a gone client shows on read */
+    (void)meta_write_all(fk.cfd, buf, len, ferry_mono_s() + HANG_GUARD_S, NULL, &err); /* a gone client shows on read */
     ferry_free(ctx, buf);
 }
 
@@ -80,7 +80,7 @@ static void *fk_main(void *arg) {
         const uint8_t *body;
         uint32_t len;
         ferry_errbuf_t err;
-        ferry_status_t st = meta_read_frame(fk.cfd, &fk.rd, ferry_mono_s() + 0.05, &type, &body, &len, &err);
+        ferry_status_t st = meta_read_frame(fk.cfd, &fk.rd, ferry_mono_s() + 0.05, NULL, &type, &body, &len, &err);
         if (st == FERRY_ERR_TIMEOUT) continue;
         if (st != FERRY_OK) {
             fk_close();

@@ -294,7 +294,7 @@ typedef struct raw {
 
 static void raw_open(raw_t *r, uint16_t port) {
     ferry_errbuf_t err;
-    CHECK_OK(meta_connect("127.0.0.1", port, ferry_mono_s() + 3, &r->fd, &err), err.text);
+    CHECK_OK(meta_connect("127.0.0.1", port, ferry_mono_s() + 3, NULL, &r->fd, &err), err.text);
     frame_reader_init(&r->rd, ctx, 0);
 }
 
@@ -306,7 +306,7 @@ static void raw_close(raw_t *r) {
 
 static void raw_bytes(raw_t *r, const void *buf, size_t len) {
     ferry_errbuf_t err;
-    CHECK_OK(meta_write_all(r->fd, buf, len, ferry_mono_s() + 3, &err), err.text);
+    CHECK_OK(meta_write_all(r->fd, buf, len, ferry_mono_s() + 3, NULL, &err), err.text);
 }
 
 static void raw_send(raw_t *r, uint8_t type, const ProtobufCMessage *m) {
@@ -324,7 +324,7 @@ static ferry_status_t raw_recv(raw_t *r, double timeout_s, uint8_t *type, Protob
     const uint8_t *body;
     uint32_t len;
     err->text[0] = '\0';
-    ferry_status_t st = meta_read_frame(r->fd, &r->rd, ferry_mono_s() + timeout_s, type, &body, &len, err);
+    ferry_status_t st = meta_read_frame(r->fd, &r->rd, ferry_mono_s() + timeout_s, NULL, type, &body, &len, err);
     if (st != FERRY_OK) return st;
     return meta_decode(ctx, *type, body, len, m, err);
 }
@@ -1355,7 +1355,7 @@ static void *fake_main(void *arg) {
     const uint8_t *body;
     uint32_t len;
     ferry_errbuf_t err;
-    if (meta_read_frame(fd, &rd, ferry_mono_s() + 3, &type, &body, &len, &err) == FERRY_OK) f->first_type = type;
+    if (meta_read_frame(fd, &rd, ferry_mono_s() + 3, NULL, &type, &body, &len, &err) == FERRY_OK) f->first_type = type;
     frame_reader_free(&rd);
     close(fd);
     return NULL;

@@ -149,7 +149,7 @@ static void write_file(const char *path, const char *text, mode_t mode) {
 static ferry_status_t raw_hello(ferry_ctx_t *c, uint16_t port, const char *token, char *detail, size_t size) {
     int fd;
     ferry_errbuf_t err;
-    CHECK_OK(meta_connect("127.0.0.1", port, ferry_mono_s() + 10, &fd, &err), err.text);
+    CHECK_OK(meta_connect("127.0.0.1", port, ferry_mono_s() + 10, NULL, &fd, &err), err.text);
     FerryMeta__Hello h = FERRY_META__HELLO__INIT;
     h.protocol = META_PROTOCOL;
     h.token = (ProtobufCBinaryData){strlen(token), (uint8_t *)token};
@@ -159,14 +159,14 @@ static ferry_status_t raw_hello(ferry_ctx_t *c, uint16_t port, const char *token
     uint8_t *buf;
     size_t len;
     CHECK_OK(meta_encode(c, META_HELLO, &h.base, &buf, &len, &err), err.text);
-    CHECK_OK(meta_write_all(fd, buf, len, ferry_mono_s() + 10, &err), err.text);
+    CHECK_OK(meta_write_all(fd, buf, len, ferry_mono_s() + 10, NULL, &err), err.text);
     ferry_free(c, buf);
     frame_reader_t rd;
     frame_reader_init(&rd, c, 0);
     uint8_t type;
     const uint8_t *body;
     uint32_t blen;
-    CHECK_OK(meta_read_frame(fd, &rd, ferry_mono_s() + 10, &type, &body, &blen, &err), err.text);
+    CHECK_OK(meta_read_frame(fd, &rd, ferry_mono_s() + 10, NULL, &type, &body, &blen, &err), err.text);
     ferry_status_t st = FERRY_OK;
     detail[0] = '\0';
     if (type == META_ERROR) {
@@ -176,7 +176,7 @@ static ferry_status_t raw_hello(ferry_ctx_t *c, uint16_t port, const char *token
         snprintf(detail, size, "%s", ((FerryMeta__Error *)m)->detail);
         meta_free(c, m);
         /* a refusal closes the connection */
-        CHECK_FAILS(meta_read_frame(fd, &rd, ferry_mono_s() + 10, &type, &body, &blen, &err), FERRY_ERR_PEER_LOST,
+        CHECK_FAILS(meta_read_frame(fd, &rd, ferry_mono_s() + 10, NULL, &type, &body, &blen, &err), FERRY_ERR_PEER_LOST,
                     err.text, "closed");
     } else {
         CHECK_EQ_INT(type, META_WELCOME);
