@@ -123,7 +123,7 @@ def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
     Raises NotFoundError naming a parameter the layout has no place for, or
     a buffer of the rank that no parameter fills; MismatchError naming a
     parameter whose dtype, shape or contiguity does not fit its buffer.
-    Nothing is registered unless everything fits.
+    Every check runs before anything is registered.
     """
     naming = naming or _SIDE_NAMING.get(layout.side, "hf")
     if naming not in NAMINGS:
@@ -262,10 +262,15 @@ def _register_split(member, layout, rank, buffers, whole, parts):
         size = b.size // n
         plan[b.index] = [(f"{b.name}[{e}]", experts[e][1], e * size, size) for e in range(n)]
     index = {}  # (layout buffer index, part) -> member buffer index
+    buffers_by_index = {b.index: b for b in buffers}
     for bi, entries in plan.items():
         for k, (name, t, start, size) in enumerate(entries):
             if hasattr(t, "is_contiguous") and not t.is_contiguous():
                 raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: the parameter for buffer {name!r} is not contiguous")
+            want = "torch." + _TORCH_DTYPES.get(buffers_by_index[bi].dtype, "?")
+            if hasattr(t, "dtype") and str(t.dtype).startswith("torch.") and str(t.dtype) != want:
+                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: the parameter for buffer {name!r} is {t.dtype}, "
+                                                       f"the buffer {buffers_by_index[bi].dtype}")
             numel = t.numel() if hasattr(t, "numel") else None
             esize = t.element_size() if hasattr(t, "element_size") else None
             if numel is not None and esize is not None and numel * esize != size:

@@ -181,6 +181,9 @@ def test_megatron_experts_one_parameter_each():
     w = ferry.Writer(m, job="experts-missing", rank=0, world=2, meta="127.0.0.1:0")
     with pytest.raises(ferry.NotFoundError, match=r"linear_fc2.weight' holds 2 experts"):
         w.register(shards[0], train, 0)
+    shards[0]["decoder.layers.0.mlp.experts.linear_fc2.weight1"] = torch.zeros(64, 32, dtype=torch.float16)
+    with pytest.raises(ferry.MismatchError, match=r"linear_fc2.weight\[1\]' is torch.float16, the buffer BF16"):
+        w.register(shards[0], train, 0)  # checked before anything is registered
     w.close()
     job.close()
 
