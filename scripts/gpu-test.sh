@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Every GPU test and GPU benchmark, on a GPU host (CI has no GPU). Builds
+# ferry there in Release with the Python package, using the Debian packages
+# scripts/gpu-bundle.sh gathered into gpu-bundle/ (unpacked into
+# .gpu-root/, nothing installed system-wide), and runs:
+#   - the C test suite (ctest), as a check of the host's build;
+#   - the Python package's pytest suite against the host's torch;
+#   - the GPU tests and benchmarks (ctest -L gpu, pytest -m gpu): none yet —
+#     issue 18 adds them here.
+# Prints a summary at the end. Exit status: 0 when everything passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD/.gpu-root
+build=build-gpu
+py=${FERRY_PYTHON:-$(command -v python3)}
+summary=()
+
+if [ -d gpu-bundle ]; then
+    rm -rf "$root" && mkdir -p "$root"
+    for f in gpu-bundle/*.deb; do dpkg -x "$f" "$root"; done
+    lib=$root/usr/lib/x86_64-linux-gnu
+    export PKG_CONFIG_SYSROOT_DIR=$root
+    export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig
+    export PATH=$root/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export UCX_MODULE_DIR=$lib/ucx  # the bundle's UCX, not the host's
+    export CPATH=$root/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export CMAKE_PREFIX_PATH=$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+fi
+
+echo "== host: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -2 | tr '\n' ';')" \
+     "python $("$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1)"
+echo "== building in $build"
+log=$(mktemp)
+if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_WERROR=ON -DFERRY_PYTHON=ON "-DPython3_EXECUTABLE=$py" \
+        >"$log" 2>&1 && cmake --build "$build" -j"$(nproc)" >>"$log" 2>&1; then
+    summary+=("build: ok")
+else
+    grep -E "error|Error|warning" "$log" | head -40 || tail -40 "$log"
+    echo "== summary"
+    echo "build: FAILED"
+    exit 1
+fi
+rm -f "$log"
+status=0
+echo "== C tests"
+if (cd "$build" && ctest --output-on-failure -j"$(nproc)" -LE gpu >"$PWD/ctest.log" 2>&1); then :; else status=1; fi
+tail -3 "$build/ctest.log"
+summary+=("ctest: $(grep -E 'tests passed|tests failed' "$build/ctest.log" | tail -1)")
+skipped=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$build/ctest.log" |
+    sed -E 's/.*#[0-9]+: ([^ ]+) .*/\1/' | tr '\n' ' ' || true)
+[ -z "$skipped" ] || summary+=("ctest: skipped: $skipped")
+echo "== pytest"
+if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q -rs -p no:cacheprovider python/tests \
+        >"$build/pytest.log" 2>&1; then :; else status=1; fi
+tail -15 "$build/pytest.log"
+summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
+summary+=("GPU tests: none yet (issue 18)")
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $status
