@@ -3,12 +3,28 @@
 #ifndef FERRY_TESTS_CHECK_H
 #define FERRY_TESTS_CHECK_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ferry/ferry.h"
+
+/* Monotonic seconds, for deadlines and elapsed times. */
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps ms milliseconds, resuming after signals. */
+static inline void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
 
 #define CHECK(cond)                                                             \
     do {                                                                        \

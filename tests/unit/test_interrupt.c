@@ -50,18 +50,6 @@
 #define FIRE_MS 200
 #define BOUND_S 5.0
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* ---- the hook ------------------------------------------------------------------ */
 
 typedef struct hook {
@@ -237,129 +225,122 @@ static void update_check(update_t *u, const job_t *j, void **wb, void **rb, uint
     CHECK(check_layout_copy(j->model, j->src, j->dst, wb, rb) > 0);
 }
 
+/* A writer and a reader of one job, each on a context of its own; the
+ * writer's always has a hook, the reader's when `reader_hook`. */
+typedef struct pair {
+    job_t j;
+    hook_t hw, hr;
+    ferry_ctx_t *cw, *cr;
+    void **wb, **rb;
+    ferry_writer_t *w;
+    ferry_reader_t *r;
+} pair_t;
+
+static void pair_start(pair_t *p, const char *name, ferry_sync_mode_t mode, bool reader_hook) {
+    memset(p, 0, sizeof *p);
+    job_start(&p->j, name);
+    own(&p->hw);
+    own(&p->hr); /* until an update's thread takes it */
+    p->cw = make_ctx(&p->hw);
+    p->cr = make_ctx(reader_hook ? &p->hr : NULL);
+    p->wb = calloc(p->j.nb, sizeof *p->wb);
+    p->rb = calloc(p->j.nb, sizeof *p->rb);
+    CHECK(p->wb && p->rb);
+    p->w = make_writer(p->cw, &p->j, mode, p->wb);
+    p->r = make_reader(p->cr, &p->j, p->rb);
+}
+
+/* Checks neither hook ran on a thread it should not have, and ends it all. */
+static void pair_end(pair_t *p) {
+    CHECK_EQ_INT(atomic_load(&p->hw.wrong), 0);
+    CHECK_EQ_INT(atomic_load(&p->hr.wrong), 0);
+    ferry_reader_destroy(p->r);
+    ferry_writer_destroy(p->w);
+    ferry_ctx_destroy(p->cr);
+    ferry_ctx_destroy(p->cw);
+    free(p->wb), free(p->rb);
+    job_end(&p->j);
+}
+
 /* ---- a: a reader waiting for a version nobody publishes -------------------------- */
 
 static void case_a(void) {
-    job_t j;
-    job_start(&j, "intr-a");
-    hook_t hw = {0}, hr = {0};
-    own(&hw);
-    own(&hr);
-    ferry_ctx_t *cw = make_ctx(&hw), *cr = make_ctx(&hr);
-    void **wb = calloc(j.nb, sizeof *wb), **rb = calloc(j.nb, sizeof *rb);
-    CHECK(wb && rb);
+    pair_t p;
     /* async: a published version stays ready whether or not the reader is there */
-    ferry_writer_t *w = make_writer(cw, &j, FERRY_SYNC_MODE_ASYNC, wb);
-    ferry_reader_t *r = make_reader(cr, &j, rb);
-    CHECK_OK(ferry_writer_commit(w), ferry_writer_error(w));
-    CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
+    pair_start(&p, "intr-a", FERRY_SYNC_MODE_ASYNC, true);
+    CHECK_OK(ferry_writer_commit(p.w), ferry_writer_error(p.w));
+    CHECK_OK(ferry_reader_commit(p.r), ferry_reader_error(p.r));
 
-    pthread_t t = arm(&hr);
-    ferry_status_t st = ferry_reader_update(r, 1, TIMEOUT_MS, NULL);
-    expect_interrupted("a: reader update", st, ferry_reader_error(r),
-                       "interrupted while waiting for version 1 to be ready", &hr, t);
-    CHECK_EQ_INT(ferry_reader_version(r), 0);
-    CHECK(!ferry_reader_torn(r));
+    pthread_t t = arm(&p.hr);
+    ferry_status_t st = ferry_reader_update(p.r, 1, TIMEOUT_MS, NULL);
+    expect_interrupted("a: reader update", st, ferry_reader_error(p.r),
+                       "interrupted while waiting for version 1 to be ready", &p.hr, t);
+    CHECK_EQ_INT(ferry_reader_version(p.r), 0);
+    CHECK(!ferry_reader_torn(p.r));
 
     /* the reader still works: it reconnects, and gets version 1 once published */
-    fill(&j, wb, 1);
-    CHECK_OK(ferry_writer_publish(w, 1, NULL), ferry_writer_error(w));
+    fill(&p.j, p.wb, 1);
+    CHECK_OK(ferry_writer_publish(p.w, 1, NULL), ferry_writer_error(p.w));
     ferry_update_info_t ui;
-    CHECK_OK(ferry_reader_update(r, 1, TIMEOUT_MS, &ui), ferry_reader_error(r));
+    CHECK_OK(ferry_reader_update(p.r, 1, TIMEOUT_MS, &ui), ferry_reader_error(p.r));
     CHECK_EQ_INT(ui.version, 1);
-    CHECK(check_layout_copy(j.model, j.src, j.dst, wb, rb) > 0);
-    fill(&j, wb, 2);
-    CHECK_OK(ferry_writer_publish(w, 2, NULL), ferry_writer_error(w));
-    CHECK_OK(ferry_reader_update(r, FERRY_VERSION_NEXT, TIMEOUT_MS, &ui), ferry_reader_error(r));
+    CHECK(check_layout_copy(p.j.model, p.j.src, p.j.dst, p.wb, p.rb) > 0);
+    fill(&p.j, p.wb, 2);
+    CHECK_OK(ferry_writer_publish(p.w, 2, NULL), ferry_writer_error(p.w));
+    CHECK_OK(ferry_reader_update(p.r, FERRY_VERSION_NEXT, TIMEOUT_MS, &ui), ferry_reader_error(p.r));
     CHECK_EQ_INT(ui.version, 2);
-    CHECK(check_layout_copy(j.model, j.src, j.dst, wb, rb) > 0);
-    CHECK_EQ_INT(atomic_load(&hw.wrong), 0);
-    CHECK_EQ_INT(atomic_load(&hr.wrong), 0);
-
-    ferry_reader_destroy(r);
-    ferry_writer_destroy(w);
-    ferry_ctx_destroy(cr);
-    ferry_ctx_destroy(cw);
-    free(wb), free(rb);
-    job_end(&j);
+    CHECK(check_layout_copy(p.j.model, p.j.src, p.j.dst, p.wb, p.rb) > 0);
+    pair_end(&p);
 }
 
 /* ---- b: a sync publish waiting for a reader's acknowledgement -------------------- */
 
 static void case_b(void) {
-    job_t j;
-    job_start(&j, "intr-b");
-    hook_t hw = {0};
-    own(&hw);
-    ferry_ctx_t *cw = make_ctx(&hw), *cr = make_ctx(NULL);
-    void **wb = calloc(j.nb, sizeof *wb), **rb = calloc(j.nb, sizeof *rb);
-    CHECK(wb && rb);
-    ferry_writer_t *w = make_writer(cw, &j, FERRY_SYNC_MODE_SYNC, wb);
-    ferry_reader_t *r = make_reader(cr, &j, rb);
-    CHECK_OK(ferry_writer_commit(w), ferry_writer_error(w));
-    CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
+    pair_t p;
+    pair_start(&p, "intr-b", FERRY_SYNC_MODE_SYNC, false);
+    CHECK_OK(ferry_writer_commit(p.w), ferry_writer_error(p.w));
+    CHECK_OK(ferry_reader_commit(p.r), ferry_reader_error(p.r));
 
     /* the reader is committed and connected, and never updates */
-    fill(&j, wb, 1);
-    pthread_t t = arm(&hw);
-    ferry_status_t st = ferry_writer_publish(w, 1, NULL);
-    expect_interrupted("b: sync publish (acknowledgements)", st, ferry_writer_error(w),
-                       "interrupted while waiting for readers to acknowledge version 1", &hw, t);
+    fill(&p.j, p.wb, 1);
+    pthread_t t = arm(&p.hw);
+    ferry_status_t st = ferry_writer_publish(p.w, 1, NULL);
+    expect_interrupted("b: sync publish (acknowledgements)", st, ferry_writer_error(p.w),
+                       "interrupted while waiting for readers to acknowledge version 1", &p.hw, t);
 
     /* the writer still works: its next publish is read and acknowledged */
     update_t u;
-    update_start(&u, r, 2, NULL);
-    fill(&j, wb, 2);
+    update_start(&u, p.r, 2, NULL);
+    fill(&p.j, p.wb, 2);
     ferry_publish_info_t pi;
-    CHECK_OK(ferry_writer_publish(w, 2, &pi), ferry_writer_error(w));
+    CHECK_OK(ferry_writer_publish(p.w, 2, &pi), ferry_writer_error(p.w));
     CHECK_EQ_INT(pi.readers_acked, 1);
-    update_check(&u, &j, wb, rb, 2);
-    CHECK_EQ_INT(atomic_load(&hw.wrong), 0);
-
-    ferry_reader_destroy(r);
-    ferry_writer_destroy(w);
-    ferry_ctx_destroy(cr);
-    ferry_ctx_destroy(cw);
-    free(wb), free(rb);
-    job_end(&j);
+    update_check(&u, &p.j, p.wb, p.rb, 2);
+    pair_end(&p);
 }
 
 /* ---- c: a publish waiting for the layout epoch ----------------------------------- */
 
 static void case_c(void) {
-    job_t j;
-    job_start(&j, "intr-c");
-    hook_t hw = {0};
-    own(&hw);
-    ferry_ctx_t *cw = make_ctx(&hw), *cr = make_ctx(NULL);
-    void **wb = calloc(j.nb, sizeof *wb), **rb = calloc(j.nb, sizeof *rb);
-    CHECK(wb && rb);
-    ferry_writer_t *w = make_writer(cw, &j, FERRY_SYNC_MODE_SYNC, wb);
-    ferry_reader_t *r = make_reader(cr, &j, rb); /* connected, not committed */
-    CHECK_OK(ferry_writer_commit(w), ferry_writer_error(w));
+    pair_t p;
+    pair_start(&p, "intr-c", FERRY_SYNC_MODE_SYNC, false); /* the reader: connected, not committed */
+    CHECK_OK(ferry_writer_commit(p.w), ferry_writer_error(p.w));
 
-    fill(&j, wb, 1);
-    pthread_t t = arm(&hw);
-    ferry_status_t st = ferry_writer_publish(w, 1, NULL);
-    expect_interrupted("c: publish (layout epoch)", st, ferry_writer_error(w),
-                       "interrupted while waiting for the layout epoch", &hw, t);
+    fill(&p.j, p.wb, 1);
+    pthread_t t = arm(&p.hw);
+    ferry_status_t st = ferry_writer_publish(p.w, 1, NULL);
+    expect_interrupted("c: publish (layout epoch)", st, ferry_writer_error(p.w),
+                       "interrupted while waiting for the layout epoch", &p.hw, t);
 
     /* nothing was published: once the reader commits, version 1 goes out */
-    CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
+    CHECK_OK(ferry_reader_commit(p.r), ferry_reader_error(p.r));
     update_t u;
-    update_start(&u, r, 1, NULL);
+    update_start(&u, p.r, 1, NULL);
     ferry_publish_info_t pi;
-    CHECK_OK(ferry_writer_publish(w, 1, &pi), ferry_writer_error(w));
+    CHECK_OK(ferry_writer_publish(p.w, 1, &pi), ferry_writer_error(p.w));
     CHECK_EQ_INT(pi.readers_acked, 1);
-    update_check(&u, &j, wb, rb, 1);
-    CHECK_EQ_INT(atomic_load(&hw.wrong), 0);
-
-    ferry_reader_destroy(r);
-    ferry_writer_destroy(w);
-    ferry_ctx_destroy(cr);
-    ferry_ctx_destroy(cw);
-    free(wb), free(rb);
-    job_end(&j);
+    update_check(&u, &p.j, p.wb, p.rb, 1);
+    pair_end(&p);
 }
 
 /* ---- d: a table get waiting for a sequence nobody else completes ----------------- */
@@ -448,42 +429,26 @@ static void case_d(void) {
 /* ---- e: a hook that returns 0 ------------------------------------------------------ */
 
 static void case_e(void) {
-    job_t j;
-    job_start(&j, "intr-e");
-    hook_t hw = {0}, hr = {0};
-    own(&hw);
-    own(&hr); /* until the update's thread takes it */
-    ferry_ctx_t *cw = make_ctx(&hw), *cr = make_ctx(&hr);
-    void **wb = calloc(j.nb, sizeof *wb), **rb = calloc(j.nb, sizeof *rb);
-    CHECK(wb && rb);
-    ferry_writer_t *w = make_writer(cw, &j, FERRY_SYNC_MODE_SYNC, wb);
-    ferry_reader_t *r = make_reader(cr, &j, rb);
-    CHECK_OK(ferry_writer_commit(w), ferry_writer_error(w));
-    CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
+    pair_t p;
+    pair_start(&p, "intr-e", FERRY_SYNC_MODE_SYNC, true);
+    CHECK_OK(ferry_writer_commit(p.w), ferry_writer_error(p.w));
+    CHECK_OK(ferry_reader_commit(p.r), ferry_reader_error(p.r));
 
     update_t u;
-    update_start(&u, r, 1, &hr);
+    update_start(&u, p.r, 1, &p.hr);
     /* publish once the reader's hook ran in its wait (twice: >= 100 ms in) */
     double guard = now_s() + TIMEOUT_MS / 1000.0;
-    while (atomic_load(&hr.calls) < 2 && now_s() < guard) sleep_ms(5);
-    CHECK(atomic_load(&hr.calls) >= 2);
-    fill(&j, wb, 1);
+    while (atomic_load(&p.hr.calls) < 2 && now_s() < guard) sleep_ms(5);
+    CHECK(atomic_load(&p.hr.calls) >= 2);
+    fill(&p.j, p.wb, 1);
     ferry_publish_info_t pi;
-    CHECK_OK(ferry_writer_publish(w, 1, &pi), ferry_writer_error(w));
+    CHECK_OK(ferry_writer_publish(p.w, 1, &pi), ferry_writer_error(p.w));
     CHECK_EQ_INT(pi.readers_acked, 1);
-    update_check(&u, &j, wb, rb, 1);
+    update_check(&u, &p.j, p.wb, p.rb, 1);
     CHECK_EQ_INT(u.info.retries, 0);
     printf("e: a hook returning 0: sync round trip of version 1, reader's hook called %d times, writer's %d\n",
-           atomic_load(&hr.calls), atomic_load(&hw.calls));
-    CHECK_EQ_INT(atomic_load(&hw.wrong), 0);
-    CHECK_EQ_INT(atomic_load(&hr.wrong), 0);
-
-    ferry_reader_destroy(r);
-    ferry_writer_destroy(w);
-    ferry_ctx_destroy(cr);
-    ferry_ctx_destroy(cw);
-    free(wb), free(rb);
-    job_end(&j);
+           atomic_load(&p.hr.calls), atomic_load(&p.hw.calls));
+    pair_end(&p);
 }
 
 /* ---- f: connecting to a service that is not listening --------------------------- */

@@ -42,12 +42,6 @@ static int bugs;
         }                                                                                 \
     } while (0)
 
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* ---- service and clients --------------------------------------------------------- */
 
 static ferry_meta_service_t *svc_start(const char *listen) {

@@ -77,18 +77,6 @@ extern char **environ;
 #define CMD_FD 3
 #define REP_FD 4
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* ==== models and layouts (both parent and children) ========================= */
 
 /* Small configs the golden ones cannot do: 8 heads / 4 kv heads (train tp=4),

@@ -297,12 +297,6 @@ static void test_stale(ferry_ctx_t *ctx) {
     printf("  stale: gets, puts and unpacking of a deregistered region refused\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* mib: the region's size in MiB (at least 1) */
 static void idle_owner(int out, int mib) {
     alarm(60);

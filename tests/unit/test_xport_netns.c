@@ -22,12 +22,6 @@
 
 static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint8_t pattern(uint64_t off) { return (uint8_t)((off * 0x9e3779b97f4a7c15ull) >> 56); }
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
