@@ -38,15 +38,13 @@ static void channel_dealloc(pyf_channel_t *c) {
 }
 
 static bool u32_param(PyObject *o, const char *what, uint32_t *out) {
-    uint64_t v;
-    if (!pyf_u64_arg(o, what, &v)) return false;
-    if (v == 0 || v > UINT32_MAX) {
+    if (!pyf_u32_arg(o, what, out)) return false;
+    if (*out == 0) {
         char msg[120];
         snprintf(msg, sizeof msg, "%s: must be in [1, 2**32)", what);
         pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
         return false;
     }
-    *out = (uint32_t)v;
     return true;
 }
 

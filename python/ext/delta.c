@@ -87,17 +87,7 @@ static bool region_arg(PyObject *o, int access, PyObject *dtype_obj, const char 
 }
 
 static bool opt_u32(PyObject *o, const char *what, uint32_t *out) {
-    if (o == Py_None) return true;
-    uint64_t v;
-    if (!pyf_u64_arg(o, what, &v)) return false;
-    if (v > UINT32_MAX) {
-        char msg[120];
-        snprintf(msg, sizeof msg, "%s: %llu is too large", what, (unsigned long long)v);
-        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
-        return false;
-    }
-    *out = (uint32_t)v;
-    return true;
+    return o == Py_None || pyf_u32_arg(o, what, out);
 }
 
 /* Returns a bytes object of len bytes from the first len of b (which it takes). */

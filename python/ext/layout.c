@@ -33,11 +33,7 @@ static PyObject *layout_build(PyObject *cls, PyObject *args, PyObject *kw) {
     else
         return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "Layout.build: side must be 'train' or 'infer'");
     uint32_t rank = FERRY_ALL_RANKS;
-    if (rank_obj != Py_None) {
-        unsigned long r = PyLong_AsUnsignedLong(rank_obj);
-        if (r == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-        rank = (uint32_t)r;
-    }
+    if (rank_obj != Py_None && !pyf_u32_arg(rank_obj, "Layout.build: rank", &rank)) return NULL;
     pyf_layout_t *self = layout_new_empty((PyTypeObject *)cls, model);
     if (!self) return NULL;
     ferry_parallel_t par;
@@ -150,15 +146,15 @@ static bool rank_arg(pyf_layout_t *self, PyObject *o, uint32_t *first, uint32_t 
         *first = 0, *end = world;
         return true;
     }
-    unsigned long r = PyLong_AsUnsignedLong(o);
-    if (r == (unsigned long)-1 && PyErr_Occurred()) return false;
+    uint32_t r;
+    if (!pyf_u32_arg(o, "rank", &r)) return false;
     if (r >= world) {
         char msg[96];
-        snprintf(msg, sizeof msg, "rank %lu: the layout has %u ranks", r, world);
+        snprintf(msg, sizeof msg, "rank %u: the layout has %u ranks", r, world);
         pyf_raise(FERRY_ERR_NOT_FOUND, msg);
         return false;
     }
-    *first = (uint32_t)r, *end = (uint32_t)r + 1;
+    *first = r, *end = r + 1;
     return true;
 }
 

@@ -129,13 +129,11 @@ static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
         p.field_mask |= FERRY_SYNC_PARAM_LEASE_MS;
     }
     if (threads != Py_None) {
-        p.threads = (uint32_t)PyLong_AsUnsignedLong(threads);
-        if (PyErr_Occurred()) return NULL;
+        if (!pyf_u32_arg(threads, "threads", &p.threads)) return NULL;
         p.field_mask |= FERRY_SYNC_PARAM_THREADS;
     }
     if (slots != Py_None) {
-        p.slots = (uint32_t)PyLong_AsUnsignedLong(slots);
-        if (PyErr_Occurred()) return NULL;
+        if (!pyf_u32_arg(slots, "slots", &p.slots)) return NULL;
         p.field_mask |= FERRY_SYNC_PARAM_SLOTS;
     }
     if (serve != Py_None) {
@@ -145,8 +143,7 @@ static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
     }
     if (staged) p.field_mask |= FERRY_SYNC_PARAM_STAGED, p.staged = true;
     if (inflight != Py_None) {
-        p.inflight_bytes = PyLong_AsUnsignedLongLong(inflight);
-        if (PyErr_Occurred()) return NULL;
+        if (!pyf_u64_arg(inflight, "inflight", &p.inflight_bytes)) return NULL;
         p.field_mask |= FERRY_SYNC_PARAM_INFLIGHT;
     }
 
@@ -403,8 +400,8 @@ static PyObject *member_commit(pyf_member_t *m, PyObject *unused) {
 }
 
 static PyObject *writer_publish(pyf_member_t *m, PyObject *arg) {
-    unsigned long long version = PyLong_AsUnsignedLongLong(arg);
-    if (PyErr_Occurred()) return NULL;
+    uint64_t version;
+    if (!pyf_u64_arg(arg, "publish: version", &version)) return NULL;
     if (!check_open(m) || !check_moves(m) || !pyf_enter(&m->busy, "publish: another thread is using this Writer"))
         return NULL;
     ferry_publish_info_t info;
@@ -445,8 +442,7 @@ static PyObject *reader_update(pyf_member_t *m, PyObject *args, PyObject *kw) {
         else if (strcmp(s, "latest") != 0)
             return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "update: version is a number, 'latest' or 'next'");
     } else if (vobj != Py_None) {
-        version = PyLong_AsUnsignedLongLong(vobj);
-        if (PyErr_Occurred()) return NULL;
+        if (!pyf_u64_arg(vobj, "update: version", &version)) return NULL;
         if (version == 0 || version >= FERRY_VERSION_NEXT)
             return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "update: version numbers are >= 1");
     }

@@ -238,6 +238,19 @@ bool pyf_u64_arg(PyObject *o, const char *what, uint64_t *out) {
     return true;
 }
 
+bool pyf_u32_arg(PyObject *o, const char *what, uint32_t *out) {
+    uint64_t v;
+    if (!pyf_u64_arg(o, what, &v)) return false;
+    if (v > UINT32_MAX) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %llu is out of range [0, 2**32)", what, (unsigned long long)v);
+        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
 PyObject *pyf_dtype_str(ferry_dtype_t d) { return PyUnicode_FromString(ferry_dtype_name(d)); }
 
 /* ---- named tuples ---- */

@@ -46,6 +46,8 @@ PyObject *pyf_tuple_i64(const int64_t *v, uint32_t n);
 /* An unsigned 64-bit argument (a version, a sequence id): an int in
  * [0, 2^64), with `what` naming it in the error. */
 bool pyf_u64_arg(PyObject *o, const char *what, uint64_t *out);
+/* pyf_u64_arg for values below 2**32. */
+bool pyf_u32_arg(PyObject *o, const char *what, uint32_t *out);
 PyObject *pyf_dtype_str(ferry_dtype_t d);
 
 /* Named-tuple types (PyStructSequence), made at import. */

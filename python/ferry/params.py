@@ -179,12 +179,13 @@ def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
         raise _fail(_ferry.FERRY_ERR_NOT_FOUND,
                     f"register: buffer {missing[0]!r} of rank {rank} (naming={naming}) has no parameter in the "
                     f"module{more}")
-    if adopt:
-        _adopt(member, layout, rank, buffers, whole, parts, chunks)
-    elif not parts:
-        member.add_layout(layout, rank, [whole[b.name][1] for b in buffers])
-    else:
-        _register_split(member, layout, rank, buffers, whole, parts)
+    if not parts and not adopt:
+        member.add_layout(layout, rank, [whole[b.name][1] for b in buffers])  # checked in C
+        return
+    if adopt and not hasattr(member, "alloc_buffer"):
+        raise _fail(_ferry.FERRY_ERR_INVALID_ARGUMENT,
+                    "register(adopt=True) is for writers: a reader writes into its own memory as fast")
+    _register_parts(member, layout, rank, _plan_parts(buffers, whole, parts, adopt), adopt)
 
 
 _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "U8": "uint8",
@@ -192,96 +193,66 @@ _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": 
                  "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def _adopt(member, layout, rank, buffers, whole, parts, chunks):
-    """Allocates every buffer in ferry memory, copies each parameter in and
-    points it there (t.data = view keeps the tensor object: optimizers and
-    modules holding it see the new storage)."""
-    import torch
-    entries = []  # (buffer name, dtype, bytes, [(param name, tensor)] in order)
+def _plan_parts(buffers, whole, parts, adopt):
+    """{layout buffer index: [(member buffer name, param name, tensor, byte
+    start in the layout buffer, bytes)]}: one part for a whole parameter,
+    one per expert for a buffer split across expert parameters. Checks every
+    part before anything is registered."""
+    plan = {}
     for b in buffers:
         if b.name in whole:
-            entries.append((b.name, b.dtype, b.size, [whole[b.name]]))
+            ents = [(b.name, *whole[b.name], 0, b.size)]
         else:
             experts = parts[b.name]
             n = b.shape[0] if b.shape else 0
             if sorted(experts) != list(range(n)):
                 raise _fail(_ferry.FERRY_ERR_NOT_FOUND, f"register: buffer {b.name!r} holds {n} experts; parameters "
                                                         f"found for experts {sorted(experts)}")
-            entries.append((b.name, b.dtype, b.size, [experts[e] for e in range(n)]))
-    for name, dtype, size, ps in entries:
-        for pname, t in ps:
-            if not isinstance(t, torch.Tensor):
-                raise _fail(_ferry.FERRY_ERR_INVALID_ARGUMENT, f"register(adopt=True): {pname!r} is not a torch tensor")
-            if str(t.dtype) != "torch." + _TORCH_DTYPES.get(dtype, "?"):
-                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: {pname!r} is {t.dtype}, buffer {name!r} {dtype}")
-            if t.numel() * t.element_size() * len(ps) != size:
-                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: {pname!r} {tuple(t.shape)} does not fill buffer "
-                                                       f"{name!r} of {size} bytes")
-    if not parts:
-        bufs = member.add_layout(layout, rank, [None] * len(buffers))
-        news = [[torch.frombuffer(hb, dtype=ps[0][1].dtype).view(ps[0][1].shape)]
-                for hb, (_, _, _, ps) in zip(bufs, entries)]
-    else:
-        news, index = [], {}
-        for bi, (name, dtype, size, ps) in enumerate(entries):
-            part = size // len(ps)
-            views = []
-            for k, (_, t) in enumerate(ps):
-                idx, hb = member.alloc_buffer(name if len(ps) == 1 else f"{name}[{k}]", dtype, part)
-                index[(bi, k)] = (idx, part)
-                views.append(torch.frombuffer(hb, dtype=t.dtype).view(t.shape))
-            news.append(views)
-        pos = {b.index: i for i, b in enumerate(buffers)}  # layout index -> position on the rank
-        for p in layout.pieces(rank):
-            bi = pos[p.buffer]
-            k = 0 if len(entries[bi][3]) == 1 else p.byte_offset // index[(bi, 0)][1]
-            idx, part = index[(bi, k)]
-            member.add_piece(p.tensor, p.offset, p.extent, idx, p.byte_offset - k * part, p.strides)
-    with torch.no_grad():
-        for (_, _, _, ps), views in zip(entries, news):
-            for (pname, t), view in zip(ps, views):
+            size = b.size // n
+            ents = [(f"{b.name}[{e}]", *experts[e], e * size, size) for e in range(n)]
+        for name, pname, t, _, size in ents:
+            _check_part(b, name, pname, t, size, adopt)
+        plan[b.index] = ents
+    return plan
+
+
+def _check_part(b, name, pname, t, size, adopt):
+    is_torch = str(getattr(t, "dtype", "")).startswith("torch.")
+    if adopt and not is_torch:
+        raise _fail(_ferry.FERRY_ERR_INVALID_ARGUMENT, f"register(adopt=True): {pname!r} is not a torch tensor")
+    if not is_torch:
+        return  # add_buffer/add_piece check what the buffer protocol tells
+    if not adopt and not t.is_contiguous():  # adopt copies: any layout will do
+        raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: the parameter for buffer {name!r} is not contiguous")
+    if str(t.dtype) != "torch." + _TORCH_DTYPES.get(b.dtype, "?"):
+        raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: the parameter for buffer {name!r} is {t.dtype}, "
+                                               f"the buffer {b.dtype}")
+    if t.numel() * t.element_size() != size:
+        raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: buffer {name!r} is {size} bytes, its parameter "
+                                               f"{pname!r} {tuple(t.shape)} holds {t.numel() * t.element_size()}")
+
+
+def _register_parts(member, layout, rank, plan, adopt):
+    """Registers every part as a member buffer (the parameter's own storage,
+    or with adopt a buffer ferry allocates) and rebases the rank's pieces
+    onto the parts. With adopt, each parameter is then copied in and
+    pointed there (t.data = view keeps the tensor object: optimizers and
+    modules holding it see the new storage)."""
+    torch = __import__("torch") if adopt else None
+    index, moves = {}, []
+    for bi, ents in plan.items():
+        for k, (name, pname, t, start, size) in enumerate(ents):
+            if adopt:
+                index[(bi, k)], hb = member.alloc_buffer(name, str(t.dtype)[len("torch."):], size)
+                moves.append((t, torch.frombuffer(hb, dtype=t.dtype).view(t.shape)))
+            else:
+                index[(bi, k)] = member.add_buffer(name, t)
+    for p in layout.pieces(rank):
+        ents = plan[p.buffer]
+        k = 0 if len(ents) == 1 else p.byte_offset // ents[0][4]
+        member.add_piece(p.tensor, p.offset, p.extent, index[(p.buffer, k)], p.byte_offset - ents[k][3], p.strides)
+    if moves:
+        with torch.no_grad():
+            for t, view in moves:
                 view.copy_(t)
                 t.data = view
-
-
-def _register_split(member, layout, rank, buffers, whole, parts):
-    """Buffers some of which are split across one parameter per expert:
-    each expert's slice becomes a buffer of its own and the pieces are
-    rebased onto it."""
-    # Check everything before registering anything.
-    plan = {}  # layout buffer index -> [(new buffer name, tensor, byte start, byte size)]
-    for b in buffers:
-        if b.name in whole:
-            plan[b.index] = [(b.name, whole[b.name][1], 0, b.size)]
-            continue
-        experts = parts[b.name]
-        n = b.shape[0] if b.shape else 0
-        if sorted(experts) != list(range(n)):
-            raise _fail(_ferry.FERRY_ERR_NOT_FOUND,
-                        f"register: buffer {b.name!r} holds {n} experts; parameters found for experts {sorted(experts)}")
-        size = b.size // n
-        plan[b.index] = [(f"{b.name}[{e}]", experts[e][1], e * size, size) for e in range(n)]
-    index = {}  # (layout buffer index, part) -> member buffer index
-    buffers_by_index = {b.index: b for b in buffers}
-    for bi, entries in plan.items():
-        for k, (name, t, start, size) in enumerate(entries):
-            if hasattr(t, "is_contiguous") and not t.is_contiguous():
-                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: the parameter for buffer {name!r} is not contiguous")
-            want = "torch." + _TORCH_DTYPES.get(buffers_by_index[bi].dtype, "?")
-            if hasattr(t, "dtype") and str(t.dtype).startswith("torch.") and str(t.dtype) != want:
-                raise _fail(_ferry.FERRY_ERR_MISMATCH, f"register: the parameter for buffer {name!r} is {t.dtype}, "
-                                                       f"the buffer {buffers_by_index[bi].dtype}")
-            numel = t.numel() if hasattr(t, "numel") else None
-            esize = t.element_size() if hasattr(t, "element_size") else None
-            if numel is not None and esize is not None and numel * esize != size:
-                raise _fail(_ferry.FERRY_ERR_MISMATCH,
-                            f"register: buffer {name!r} is {size} bytes, its parameter {tuple(t.shape)} holds "
-                            f"{numel * esize}")
-    for bi, entries in plan.items():
-        for k, (name, t, start, size) in enumerate(entries):
-            index[(bi, k)] = member.add_buffer(name, t)
-    for p in layout.pieces(rank):
-        entries = plan[p.buffer]
-        k = 0 if len(entries) == 1 else p.byte_offset // entries[0][3]
-        start = entries[k][2]
-        member.add_piece(p.tensor, p.offset, p.extent, index[(p.buffer, k)], p.byte_offset - start, p.strides)
