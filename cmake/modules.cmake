@@ -50,7 +50,8 @@ function(ferry_module name)
 
   add_library(ferry_${name} OBJECT ${M_SOURCES})
   target_include_directories(ferry_${name} PRIVATE ${root}/src ${root}/include ${M_GENERATED})
-  target_compile_options(ferry_${name} PRIVATE -fvisibility=hidden)
+  target_compile_options(ferry_${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:-fvisibility=hidden>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fvisibility=hidden>)
   if(M_GENERATED_BY)
     add_dependencies(ferry_${name} ${M_GENERATED_BY})
   endif()
@@ -58,7 +59,8 @@ function(ferry_module name)
   foreach(lib ${M_LIBS})
     if(TARGET ${lib})
       target_include_directories(ferry_${name} PRIVATE $<TARGET_PROPERTY:${lib},INTERFACE_INCLUDE_DIRECTORIES>)
-      target_compile_options(ferry_${name} PRIVATE $<TARGET_PROPERTY:${lib},INTERFACE_COMPILE_OPTIONS>)
+      target_compile_options(ferry_${name} PRIVATE
+        $<$<COMPILE_LANGUAGE:C>:$<TARGET_PROPERTY:${lib},INTERFACE_COMPILE_OPTIONS>>)
     endif()
   endforeach()
 

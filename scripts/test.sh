@@ -25,7 +25,7 @@ summary=()
 
 run_job() {
     local name=$1 dir=build-ci
-    local -a cfg ctest_args=(--output-on-failure -j"$ncpu")
+    local -a cfg ctest_args=(--output-on-failure -j"$ncpu" -LE gpu)
     local -a env_run=() py_env=()
     local py_from=build
     case "$name" in
