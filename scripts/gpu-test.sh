@@ -5,10 +5,13 @@
 # .gpu-root/, nothing installed system-wide), and runs:
 #   - the C test suite (ctest), as a check of the host's build;
 #   - the Python package's pytest suite against the host's torch;
-#   - the GPU tests and benchmarks (ctest -L gpu, pytest -m gpu): none yet —
-#     issue 18 adds them here.
+#   - the GPU tests (ctest -L gpu: tests/gpu/), where a skip is a failure.
+# --quick builds and runs only the GPU tests (while iterating); GPU_TESTS=regex
+# picks some of them.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
 cd "$(dirname "$0")/.."
 root=$PWD/.gpu-root
 build=build-gpu
@@ -44,6 +47,20 @@ else
 fi
 rm -f "$log"
 status=0
+echo "== GPU tests"
+if (cd "$build" && ctest --output-on-failure -L gpu ${GPU_TESTS:+-R "$GPU_TESTS"} >"$PWD/ctest-gpu.log" 2>&1); then :; else status=1; fi
+grep -E "^ *[0-9]+/[0-9]+ Test" "$build/ctest-gpu.log"
+gpu_skipped=$(grep -c '\*\*\*Skipped' "$build/ctest-gpu.log" || true)
+[ "$gpu_skipped" = 0 ] || { status=1; grep -A3 -i "skipped:" "$build/ctest-gpu.log" | head -20; }
+summary+=("GPU tests: $(grep -E 'tests passed|tests failed' "$build/ctest-gpu.log" | tail -1)${gpu_skipped:+ (skipped: $gpu_skipped)}")
+if [ $status -ne 0 ]; then
+    grep -B2 -A30 -E "Failed|\*\*\*" "$build/ctest-gpu.log" | head -120
+fi
+if [ $quick = 1 ]; then
+    echo "== summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
+fi
 echo "== C tests"
 if (cd "$build" && ctest --output-on-failure -j"$(nproc)" -LE gpu >"$PWD/ctest.log" 2>&1); then :; else status=1; fi
 tail -3 "$build/ctest.log"
@@ -56,7 +73,6 @@ if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q 
         >"$build/pytest.log" 2>&1; then :; else status=1; fi
 tail -15 "$build/pytest.log"
 summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
-summary+=("GPU tests: none yet (issue 18)")
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $status

@@ -43,8 +43,14 @@ typedef enum ferry_xport_kind {
     FERRY_XPORT_UCX = 2
 } ferry_xport_kind_t;
 
+/* Where registered memory lives. CUDA memory is device memory of one GPU
+ * (cudaMalloc'd, or VMM memory such as PyTorch's expandable_segments made
+ * with a POSIX file descriptor handle type); it needs a ferry built with
+ * CUDA (else FERRY_ERR_UNSUPPORTED). On shm, peers open it through CUDA IPC
+ * (docs/transport.md) and copy with the GPUs' copy engines. */
 typedef enum ferry_mem_type {
-    FERRY_MEM_HOST = 0 /* device memory comes with the CUDA issue */
+    FERRY_MEM_HOST = 0,
+    FERRY_MEM_CUDA = 1
 } ferry_mem_type_t;
 
 /* Which fields of ferry_xport_params_t are set; unset fields take defaults. */
@@ -156,6 +162,10 @@ ferry_status_t ferry_xport_rmem_unpack(ferry_xport_t *xp, const void *desc, size
                                        ferry_xport_rmem_t **out);
 void ferry_xport_rmem_release(ferry_xport_rmem_t *rmem);
 size_t ferry_xport_rmem_size(const ferry_xport_rmem_t *rmem);
+/* What memory the owner registered: a view (below) of FERRY_MEM_CUDA memory
+ * is a device pointer, valid on the device that was current when the
+ * descriptor was unpacked. */
+ferry_mem_type_t ferry_xport_rmem_mem_type(const ferry_xport_rmem_t *rmem);
 
 /* Where bytes [offset, offset + len) of a remote registration lie in this
  * process, when the transport maps them here (shm, memory the owner got from

@@ -22,9 +22,12 @@ int ferry_cuda_current_device(ferry_errbuf_t *err) {
     return -1;
 }
 
+bool ferry_cuda_loaded(void) { return false; }
+
 #else
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int loaded; /* 1 once load() succeeded (read without the once) */
 static ferry_cuda_driver_t drv;
 static ferry_status_t init_status;
 static char init_error[FERRY_ERR_TEXT];
@@ -68,6 +71,8 @@ static void load(void) {
         {"cuMemUnmap", (void **)&drv.MemUnmap, 10020},
         {"cuMemSetAccess", (void **)&drv.MemSetAccess, 10020},
         {"cuGetErrorString", (void **)&drv.GetErrorString, 6000},
+        {"cuMemCreate", (void **)&drv.MemCreate, 10020},
+        {"cuMemGetAllocationGranularity", (void **)&drv.MemGetAllocationGranularity, 10020},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -80,7 +85,10 @@ static void load(void) {
         }
     }
     init_status = FERRY_OK;
+    __atomic_store_n(&loaded, 1, __ATOMIC_RELEASE);
 }
+
+bool ferry_cuda_loaded(void) { return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE) != 0; }
 
 ferry_status_t ferry_cuda_init(ferry_errbuf_t *err) {
     pthread_once(&once, load);

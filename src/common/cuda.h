@@ -22,6 +22,9 @@
  * device, a driver too old for an entry point) with detail on err. */
 ferry_status_t ferry_cuda_init(ferry_errbuf_t *err);
 
+/* Whether ferry_cuda_init has succeeded in this process (never initializes). */
+bool ferry_cuda_loaded(void);
+
 /* What a pointer range is, from the driver. */
 typedef struct ferry_cuda_ptr {
     int device;              /* ordinal of the GPU holding the memory */
@@ -65,6 +68,10 @@ typedef struct ferry_cuda_driver {
     CUresult (*MemUnmap)(CUdeviceptr ptr, size_t size);
     CUresult (*MemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
     CUresult (*GetErrorString)(CUresult error, const char **str);
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                          unsigned long long flags);
+    CUresult (*MemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop,
+                                            CUmemAllocationGranularity_flags option);
 } ferry_cuda_driver_t;
 
 const ferry_cuda_driver_t *ferry_cuda_driver(void);

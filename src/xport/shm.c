@@ -45,13 +45,16 @@
 #include <unistd.h>
 
 #include "common/bytes.h"
+#include "common/cuda.h"
+#include "xport/cuda_ipc.h"
 #include "xport/xport_internal.h"
 
 #define SHM_SLOTS 4096          /* registrations an endpoint holds at once */
 #define SHM_BODY 49
 #define SHM_HELLO_MAGIC 0x46524d48u /* "FRMH" */
 
-enum { MODE_MAPPED = 1, MODE_VM = 2 };
+enum { MODE_MAPPED = 1, MODE_VM = 2, MODE_CUDA = 3 };
+#define WHAT_CUDA 0x80000000u /* an fd_request for chunk (what & ~WHAT_CUDA) of CUDA memory */
 
 typedef struct {
     uint32_t magic;
@@ -69,7 +72,7 @@ typedef struct {
 
 typedef struct {
     uint32_t slot;
-    uint32_t pad;
+    uint32_t what;           /* 0: the memfd; WHAT_CUDA | i: chunk i of CUDA memory */
     uint64_t gen;
 } fd_request_t;
 
@@ -80,6 +83,7 @@ typedef struct shm_peer_t {
     uint64_t nonce;
     int sock;
     const uint64_t *gens;    /* the owner's control page, read-only */
+    xcuda_cache_t *cuda;     /* its CUDA allocations opened here */
     uint32_t refs;
     bool lost;
     struct shm_peer_t *next;
@@ -97,6 +101,8 @@ typedef struct {
     uint64_t *gens;          /* SHM_SLOTS generations, shared read-only with peers */
     pthread_mutex_t lock;    /* slot table, between the owner and the service thread */
     int slot_fd[SHM_SLOTS];  /* memfd of each mapped registration, -1 if none */
+    xcuda_export_t *slot_cuda[SHM_SLOTS]; /* export of each CUDA registration */
+    xcuda_stream_t *stream;  /* copies of CUDA memory */
     uint8_t slot_used[SHM_SLOTS];
     shm_peer_t *peers;
 } shm_t;
@@ -202,9 +208,40 @@ static int send_now(int sock, const void *buf, size_t len, int fd) {
     return send_msg(sock, buf, len, fd);
 }
 
+/* Chunk i of a CUDA registration (its fd, for VMM memory, goes along). */
+static bool serve_cuda(shm_t *s, int sock, const fd_request_t *rq) {
+    xcuda_chunk_msg_t msg;
+    memset(&msg, 0, sizeof msg);
+    msg.status = FERRY_ERR_STALE;
+    uint32_t i = rq->what & ~WHAT_CUDA;
+    int fd = -1;
+    pthread_mutex_lock(&s->lock);
+    if (rq->slot < SHM_SLOTS && s->slot_used[rq->slot] && s->slot_cuda[rq->slot] &&
+        __atomic_load_n(&s->gens[rq->slot], __ATOMIC_ACQUIRE) == rq->gen) {
+        const xcuda_export_t *e = s->slot_cuda[rq->slot];
+        msg.n = e->n;
+        msg.index = i;
+        msg.vmm = e->vmm;
+        msg.status = i < e->n ? FERRY_OK : FERRY_ERR_INVALID_ARGUMENT;
+        if (i < e->n) {
+            const xcuda_chunk_t *c = &e->chunks[i];
+            msg.off = c->off;
+            msg.size = c->size;
+            msg.id = c->id;
+            memcpy(msg.handle, c->handle, sizeof msg.handle);
+            if (c->fd >= 0 && (fd = dup(c->fd)) < 0) msg.status = FERRY_ERR_NO_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    int r = send_now(sock, &msg, sizeof msg, fd);
+    if (fd >= 0) close(fd);
+    return r == 0;
+}
+
 static bool serve_request(shm_t *s, int sock) {
     fd_request_t rq;
     if (recv_msg(sock, &rq, sizeof rq, NULL, 0, NULL) != 0) return false;
+    if (rq.what & WHAT_CUDA) return serve_cuda(s, sock, &rq);
     int32_t status = FERRY_ERR_STALE;
     int fd = -1;
     pthread_mutex_lock(&s->lock);
@@ -358,9 +395,11 @@ static void shm_fini(ferry_xport_t *xp) {
         shm_peer_t *p = s->peers;
         s->peers = p->next;
         if (p->gens) munmap((void *)p->gens, SHM_SLOTS * sizeof(uint64_t));
+        xcuda_cache_destroy(p->cuda);
         close(p->sock);
         ferry_free(xp->ctx, p);
     }
+    xcuda_stream_destroy(s->stream);
     if (s->gens) munmap(s->gens, SHM_SLOTS * sizeof(uint64_t));
     for (int i = 0; i < 2; i++)
         if (s->wake[i] >= 0) close(s->wake[i]);
@@ -372,7 +411,7 @@ static void shm_fini(ferry_xport_t *xp) {
 }
 
 /* Takes a free slot and publishes a new generation for it. */
-static ferry_status_t take_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, int fd) {
+static ferry_status_t take_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, int fd, xcuda_export_t *cuda) {
     shm_t *s = xp->backend;
     pthread_mutex_lock(&s->lock);
     uint32_t slot = 0;
@@ -383,13 +422,29 @@ static ferry_status_t take_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, int fd)
     }
     s->slot_used[slot] = 1;
     s->slot_fd[slot] = fd;
+    s->slot_cuda[slot] = cuda;
     m->slot = slot;
     m->gen = __atomic_add_fetch(&s->gens[slot], 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->lock);
     return FERRY_OK;
 }
 
+/* CUDA memory: exported for peers (CUDA IPC), from the caller or allocated. */
+static ferry_status_t cuda_slot(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    if (m->allocated) {
+        ferry_status_t st = xcuda_alloc(&xp->err, m->size, &m->ptr);
+        if (st) return st;
+    }
+    xcuda_export_t *e = NULL;
+    ferry_status_t st = xcuda_export(xp->ctx, &xp->err, m->ptr, m->size, &e);
+    if (st == FERRY_OK && (st = take_slot(xp, m, -1, e)) != FERRY_OK) xcuda_export_free(xp->ctx, e);
+    if (st == FERRY_OK) m->cuda = e;
+    else if (m->allocated) xcuda_free(m->ptr);
+    return st;
+}
+
 static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    if (m->type == FERRY_MEM_CUDA) return cuda_slot(xp, m);
     /* the name shows in /proc/PID/fd and maps: which access peers have */
     bool rw = m->access == FERRY_XPORT_ACCESS_WRITE;
     int fd = memfd_create(rw ? "ferry-shm-rw" : "ferry-shm-ro", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -415,7 +470,7 @@ static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
     }
     m->ptr = p;
     m->fd = fd; /* what peers get: the owner writes through its mapping */
-    st = take_slot(xp, m, fd);
+    st = take_slot(xp, m, fd, NULL);
     if (st) {
         munmap(p, m->size);
         close(fd);
@@ -424,7 +479,7 @@ static ferry_status_t shm_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
 }
 
 static ferry_status_t shm_mem_register(ferry_xport_t *xp, ferry_xport_mem_t *m) {
-    return take_slot(xp, m, -1);
+    return m->type == FERRY_MEM_CUDA ? cuda_slot(xp, m) : take_slot(xp, m, -1, NULL);
 }
 
 static void shm_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
@@ -433,8 +488,12 @@ static void shm_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
     __atomic_add_fetch(&s->gens[m->slot], 1, __ATOMIC_RELEASE); /* every descriptor of it is stale now */
     s->slot_used[m->slot] = 0;
     s->slot_fd[m->slot] = -1;
+    s->slot_cuda[m->slot] = NULL;
     pthread_mutex_unlock(&s->lock);
-    if (m->allocated) {
+    if (m->type == FERRY_MEM_CUDA) {
+        xcuda_export_free(xp->ctx, m->cuda);
+        if (m->allocated) xcuda_free(m->ptr);
+    } else if (m->allocated) {
         munmap(m->ptr, m->size);
         close(m->fd);
     }
@@ -445,7 +504,7 @@ static ferry_status_t shm_mem_pack(const ferry_xport_mem_t *m, uint8_t *b, size_
     if (cap < SHM_BODY) return FERRY_ERR_LIMIT;
     ferry_put_le(b, s->pid, 4);
     ferry_put_le(b + 4, s->nonce, 8);
-    b[12] = m->allocated ? MODE_MAPPED : MODE_VM;
+    b[12] = m->type == FERRY_MEM_CUDA ? MODE_CUDA : m->allocated ? MODE_MAPPED : MODE_VM;
     ferry_put_le(b + 13, m->slot, 4);
     ferry_put_le(b + 17, m->gen, 8);
     ferry_put_le(b + 25, m->size, 8);
@@ -569,8 +628,69 @@ static void put_peer(ferry_xport_t *xp, shm_peer_t *p) {
         }
     }
     munmap((void *)p->gens, SHM_SLOTS * sizeof(uint64_t));
+    xcuda_cache_destroy(p->cuda);
     close(p->sock);
     ferry_free(xp->ctx, p);
+}
+
+/* Opens CUDA memory of the owner: asks for each chunk (the allocations
+ * holding it) and opens them, cached per allocation (xport/cuda_ipc.h). In
+ * the owner's own process the pointer is used as it is. */
+static ferry_status_t cuda_unpack(ferry_xport_t *xp, shm_peer_t *peer, ferry_xport_rmem_t *r) {
+    r->type = FERRY_MEM_CUDA;
+    if (peer->pid == (uint32_t)getpid()) {
+        ferry_status_t st = ferry_cuda_init(&xp->err);
+        if (st) return st;
+        r->mapped = true;
+        r->base = (uint8_t *)(uintptr_t)r->remote_addr;
+        return FERRY_OK;
+    }
+    if (!peer->cuda && !(peer->cuda = xcuda_cache_create(xp->ctx)))
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    xcuda_chunk_t *chunks = NULL;
+    uint32_t n = 1, vmm = 0;
+    ferry_status_t st = FERRY_OK;
+    for (uint32_t i = 0; i < n && st == FERRY_OK; i++) {
+        fd_request_t rq = {r->slot, WHAT_CUDA | i, r->gen};
+        xcuda_chunk_msg_t msg;
+        int fd = -1, rr = -1;
+        if (send_msg(peer->sock, &rq, sizeof rq, -1) == 0)
+            rr = recv_msg(peer->sock, &msg, sizeof msg, &fd, xp->timeout_ms, ferry_ctx_intr(xp->ctx));
+        if (rr != 0) {
+            peer->lost = true;
+            st = ferry_fail(&xp->err, rr == -3 ? FERRY_ERR_INTERRUPTED : rr == -2 ? FERRY_ERR_TIMEOUT : FERRY_ERR_PEER_LOST,
+                            "shm: opening CUDA registration %u of pid %u: %s", r->slot, peer->pid,
+                            rr == -3 ? "interrupted while waiting for the owner's answer"
+                            : rr == -2 ? "no answer within the timeout" : "the owner is gone");
+        } else if (msg.status != FERRY_OK) {
+            st = ferry_fail(&xp->err, msg.status == FERRY_ERR_STALE ? FERRY_ERR_STALE : FERRY_ERR_CORRUPT,
+                            "shm: the owner refused CUDA registration %u (%s)", r->slot,
+                            msg.status == FERRY_ERR_STALE ? "stale descriptor" : "bad request");
+        } else if (msg.index != i || msg.n == 0 || msg.n > XCUDA_MAX_CHUNKS || (i > 0 && (msg.n != n || msg.vmm != vmm))) {
+            st = ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm: CUDA registration %u: inconsistent answer for chunk %u", r->slot, i);
+        } else {
+            if (i == 0) {
+                n = msg.n;
+                vmm = msg.vmm;
+                if (!(chunks = ferry_calloc(xp->ctx, n, sizeof *chunks))) st = ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory");
+            }
+            if (st == FERRY_OK) {
+                chunks[i] = (xcuda_chunk_t){.off = msg.off, .size = msg.size, .id = msg.id, .fd = fd};
+                memcpy(chunks[i].handle, msg.handle, sizeof chunks[i].handle);
+                fd = -1;
+            }
+        }
+        if (fd >= 0) close(fd);
+    }
+    if (st == FERRY_OK)
+        st = xcuda_import(peer->cuda, &xp->err, chunks, n, vmm != 0, r->size, r->writable,
+                          (xcuda_import_t **)&r->backend, &r->base);
+    else
+        for (uint32_t i = 0; chunks && i < n; i++)
+            if (chunks[i].fd >= 0) close(chunks[i].fd);
+    ferry_free(xp->ctx, chunks);
+    if (st == FERRY_OK) r->mapped = true;
+    return st;
 }
 
 static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_t len, ferry_xport_rmem_t *r) {
@@ -580,8 +700,8 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
     uint64_t nonce = ferry_get_le(b + 4, 8), gen = ferry_get_le(b + 17, 8), size = ferry_get_le(b + 25, 8), addr = ferry_get_le(b + 33, 8),
              secret = ferry_get_le(b + 41, 8);
     uint8_t mode = b[12];
-    if ((mode != MODE_MAPPED && mode != MODE_VM) || slot >= SHM_SLOTS || size == 0 || size > (uint64_t)SIZE_MAX ||
-        (mode == MODE_VM && addr + size < addr))
+    if ((mode != MODE_MAPPED && mode != MODE_VM && mode != MODE_CUDA) || slot >= SHM_SLOTS || size == 0 ||
+        size > (uint64_t)SIZE_MAX || ((mode == MODE_VM || mode == MODE_CUDA) && addr + size < addr))
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "shm descriptor: mode %u, slot %u, size %llu make no sense",
                           mode, slot, (unsigned long long)size);
     shm_peer_t *peer = NULL;
@@ -598,6 +718,11 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
         return ferry_fail(&xp->err, FERRY_ERR_STALE, "shm descriptor: registration %u has ended (stale)", slot);
     }
     if (mode == MODE_VM) return FERRY_OK;
+    if (mode == MODE_CUDA) {
+        st = cuda_unpack(xp, peer, r);
+        if (st) put_peer(xp, peer);
+        return st;
+    }
     fd_request_t rq = {slot, 0, gen};
     int32_t status = FERRY_ERR_PEER_LOST;
     int fd = -1;
@@ -652,7 +777,8 @@ static ferry_status_t shm_rmem_unpack(ferry_xport_t *xp, const uint8_t *b, size_
 }
 
 static void shm_rmem_release(ferry_xport_t *xp, ferry_xport_rmem_t *r) {
-    if (r->mapped) munmap(r->base, r->size);
+    if (r->type == FERRY_MEM_CUDA) xcuda_import_release(((shm_peer_t *)r->peer)->cuda, r->backend);
+    else if (r->mapped) munmap(r->base, r->size);
     put_peer(xp, (shm_peer_t *)r->peer);
 }
 
@@ -696,9 +822,53 @@ static ferry_status_t copy_run(ferry_xport_t *xp, const ferry_xport_run_t *run, 
     return FERRY_OK;
 }
 
+/* Runs that touch GPU memory (either side) go to the GPUs' copy engines;
+ * the others are copied as host memory. */
+static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put, bool *explained) {
+    shm_t *s = xp->backend;
+    size_t ndev = 0;
+    *explained = false;
+    for (size_t i = 0; i < n; i++)
+        if (runs[i].rmem->type == FERRY_MEM_CUDA || xcuda_is_device(runs[i].local)) ndev++;
+    if (ndev == 0) return xport_copy_parallel(xp, runs, n, put, copy_run);
+    xcuda_copy_t *cp = ferry_calloc(xp->ctx, ndev, sizeof *cp);
+    ferry_xport_run_t *host = ferry_calloc(xp->ctx, n - ndev + 1, sizeof *host);
+    ferry_status_t st = FERRY_OK;
+    if (!cp || !host) st = ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t nc = 0, nh = 0;
+    for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+        const ferry_xport_run_t *run = &runs[i];
+        ferry_xport_rmem_t *r = run->rmem;
+        if (r->type != FERRY_MEM_CUDA && !xcuda_is_device(run->local)) {
+            host[nh++] = *run;
+            continue;
+        }
+        if (!r->mapped) { /* process_vm cannot reach device memory */
+            st = ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED,
+                            "shm: run %zu moves device memory to or from host memory the owner registered as its own "
+                            "(process_vm); the owner must allocate it (ferry_xport_mem_alloc)", i);
+            break;
+        }
+        uint8_t *remote = r->base + run->remote_offset;
+        cp[nc++] = put ? (xcuda_copy_t){remote, run->local, run->len} : (xcuda_copy_t){run->local, remote, run->len};
+    }
+    if (st == FERRY_OK && nc) st = xcuda_copy(&s->stream, &xp->err, cp, nc);
+    *explained = st != FERRY_OK; /* the detail is on the endpoint */
+    if (st == FERRY_OK && nh) st = xport_copy_parallel(xp, host, nh, put, copy_run);
+    ferry_free(xp->ctx, cp);
+    ferry_free(xp->ctx, host);
+    return st;
+}
+
 static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                    ferry_xport_req_t *req) {
-    ferry_status_t st = xport_copy_parallel(xp, runs, n, put, copy_run);
+    bool explained = false;
+    ferry_status_t st = copy_runs(xp, runs, n, put, &explained);
+    if (explained) {
+        req->status = st;
+        req->done = true;
+        return FERRY_OK;
+    }
     /* the registration may have ended, or its owner died, during the copy */
     for (size_t i = 0; i < n && st == FERRY_OK; i++)
         if (i == 0 || runs[i].rmem != runs[i - 1].rmem) st = shm_rmem_check(xp, runs[i].rmem);

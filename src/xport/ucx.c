@@ -292,8 +292,19 @@ static ferry_status_t map_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, bool all
     return FERRY_OK;
 }
 
-static ferry_status_t ucx_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) { return map_slot(xp, m, true); }
-static ferry_status_t ucx_mem_register(ferry_xport_t *xp, ferry_xport_mem_t *m) { return map_slot(xp, m, false); }
+/* CUDA memory over UCX (ucp_mem_map with a CUDA memory type, or a
+ * host-staged pipeline) is not built yet: said plainly, before anything is
+ * mapped. */
+static ferry_status_t no_cuda(ferry_xport_t *xp) {
+    return ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED,
+                      "ucx: CUDA memory is not supported by ferry's UCX transport yet; use shm on one host");
+}
+static ferry_status_t ucx_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    return m->type == FERRY_MEM_CUDA ? no_cuda(xp) : map_slot(xp, m, true);
+}
+static ferry_status_t ucx_mem_register(ferry_xport_t *xp, ferry_xport_mem_t *m) {
+    return m->type == FERRY_MEM_CUDA ? no_cuda(xp) : map_slot(xp, m, false);
+}
 
 static void ucx_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
     ucx_t *u = xp->backend;

@@ -85,8 +85,8 @@ const char *ferry_xport_error(const ferry_xport_t *xp) { return xp->err.text; }
 
 static ferry_status_t new_mem(ferry_xport_t *xp, size_t size, ferry_mem_type_t type, ferry_xport_access_t access,
                               ferry_xport_mem_t **out) {
-    if (type != FERRY_MEM_HOST)
-        return ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED, "xport: memory type %d is not supported yet", (int)type);
+    if (type != FERRY_MEM_HOST && type != FERRY_MEM_CUDA)
+        return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT, "xport: memory type %d is neither FERRY_MEM_HOST nor FERRY_MEM_CUDA", (int)type);
     if (access != FERRY_XPORT_ACCESS_READ && access != FERRY_XPORT_ACCESS_WRITE)
         return ferry_fail(&xp->err, FERRY_ERR_INVALID_ARGUMENT,
                           "xport: access %d is neither FERRY_XPORT_ACCESS_READ nor FERRY_XPORT_ACCESS_WRITE", (int)access);
@@ -229,6 +229,7 @@ void ferry_xport_rmem_release(ferry_xport_rmem_t *r) {
 }
 
 size_t ferry_xport_rmem_size(const ferry_xport_rmem_t *r) { return r->size; }
+ferry_mem_type_t ferry_xport_rmem_mem_type(const ferry_xport_rmem_t *r) { return r->type; }
 
 ferry_status_t ferry_xport_rmem_view(const ferry_xport_rmem_t *r, uint64_t offset, size_t len, const void **out) {
     if (!r || !out) return FERRY_ERR_INVALID_ARGUMENT;

@@ -22,6 +22,7 @@ struct ferry_xport_mem {
     uint32_t slot;           /* backend's index of the registration */
     uint64_t gen;            /* generation the descriptor carries */
     int fd;                  /* shm: the memfd, -1 if none */
+    void *cuda;              /* shm: the export of CUDA memory (xport/cuda_ipc.h) */
     ferry_xport_mem_t *next; /* the endpoint's list */
 };
 
@@ -33,7 +34,8 @@ struct ferry_xport_rmem {
     uint32_t slot;
     uint64_t gen;
     bool writable;           /* the owner allows puts (the descriptor's access; shm: and the memfd's) */
-    bool mapped;             /* shm: a memfd mapping at base; else process_vm at remote_addr */
+    bool mapped;             /* shm: a memfd mapping (or CUDA memory opened here) at base; else process_vm at remote_addr */
+    ferry_mem_type_t type;   /* what the owner registered */
     uint8_t *base;
     uint64_t remote_addr;
     ferry_xport_rmem_t *next;
