@@ -63,7 +63,8 @@ enum {
     FERRY_SYNC_PARAM_STAGED = 1u << 8,     /* reader; default: false (in place) */
     FERRY_SYNC_PARAM_INFLIGHT = 1u << 9,   /* reader; default: 64 MiB */
     FERRY_SYNC_PARAM_THREADS = 1u << 10,   /* transport copy threads; default: 1 */
-    FERRY_SYNC_PARAM_DELTAS = 1u << 11     /* sync mode; default: FERRY_SYNC_DELTAS_AUTO */
+    FERRY_SYNC_PARAM_DELTAS = 1u << 11,    /* sync mode; default: FERRY_SYNC_DELTAS_AUTO */
+    FERRY_SYNC_PARAM_MEMORY = 1u << 12     /* memory and device; default: FERRY_MEM_HOST */
 };
 
 /* Sparse deltas in sync mode (docs/sync.md, "Deltas"): writers encode each
@@ -92,6 +93,17 @@ typedef struct ferry_sync_params {
     uint64_t inflight_bytes;/* reader: bytes requested and not yet landed, at most */
     uint32_t threads;
     ferry_sync_deltas_t deltas;
+    /* Where every buffer of this member lives: FERRY_MEM_HOST, or
+     * FERRY_MEM_CUDA on CUDA device `device` (this process's ordinal). A
+     * CUDA member's buffers are device memory of that GPU (checked when each
+     * is added); the member packs, scatters and checksums on that GPU, on a
+     * stream of its own, and every call that moves bytes returns once the
+     * GPU is done with them. Buffers it allocates (NULL pointers to
+     * add_layout, ferry_writer_alloc_buffer) are cudaMalloc'd there. Extra
+     * GPU memory it takes is reported (device_bytes in the infos below);
+     * docs/sync.md lists what it is. Needs a ferry built with CUDA. */
+    ferry_mem_type_t memory;
+    int device;
 } ferry_sync_params_t;
 
 /* Pseudo-versions for ferry_reader_update. */
@@ -114,6 +126,7 @@ typedef struct ferry_publish_info {
     uint32_t readers_missing;/* sync: live readers that did not within the timeout */
     double delta_seconds;    /* sync: encoding deltas and keeping the base for the next */
     uint64_t delta_bytes;    /* sync: bytes of the deltas offered (0: none, e.g. the first version) */
+    uint64_t device_bytes;   /* CUDA writers: GPU memory ferry holds for this writer (pack area, slots, scratch) */
 } ferry_publish_info_t;
 
 /* Creates a writer of `model`'s tensors (the model must outlive it) and, if
@@ -176,6 +189,7 @@ typedef struct ferry_update_info {
     uint32_t sources;        /* writers read from */
     uint32_t delta_pairs;    /* writers whose bytes arrived as deltas */
     uint64_t delta_bytes;    /* of bytes, those of deltas (and their index) */
+    uint64_t device_bytes;   /* CUDA readers: GPU memory ferry holds for this reader (scratch, staging) */
 } ferry_update_info_t;
 
 ferry_status_t ferry_reader_create(ferry_ctx_t *ctx, const ferry_model_t *model, const ferry_sync_params_t *params,

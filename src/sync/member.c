@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cuda.h"
 #include "common/hash.h"
 #include "sync/sync_internal.h"
 
@@ -54,8 +55,24 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: mode %d is neither sync nor async", who, m->p.mode);
     if (m->p.slots < 1 || m->p.slots > 16)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: %u staging slots (1..16)", who, m->p.slots);
-    ferry_status_t st = model ? ferry_layout_create(ctx, model, m->p.world, &m->local) : FERRY_OK;
-    if (st != FERRY_OK) return st;
+    m->mem = (f & FERRY_SYNC_PARAM_MEMORY) ? m->p.memory : FERRY_MEM_HOST;
+    if (m->mem != FERRY_MEM_HOST && m->mem != FERRY_MEM_CUDA)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: memory %d is neither FERRY_MEM_HOST nor FERRY_MEM_CUDA",
+                          who, (int)m->mem);
+    if (m->mem == FERRY_MEM_CUDA && role == META_ROLE_TABLE)
+        return ferry_fail(err, FERRY_ERR_UNSUPPORTED, "%s: tables hold host memory only", who);
+    ferry_status_t st = FERRY_OK;
+    if (m->mem == FERRY_MEM_CUDA && (st = sync_dev_create(ctx, m->p.device, &m->dev, err)) != FERRY_OK) {
+        char why[FERRY_ERR_TEXT];
+        snprintf(why, sizeof why, "%s", err->text);
+        return ferry_fail(err, st, "%s on CUDA device %d: %.400s", who, m->p.device, why);
+    }
+    st = model ? ferry_layout_create(ctx, model, m->p.world, &m->local) : FERRY_OK;
+    if (st != FERRY_OK) {
+        sync_dev_destroy(m->dev);
+        m->dev = NULL;
+        return st;
+    }
     ferry_xport_params_t xpp = {.field_mask = FERRY_XPORT_PARAM_KIND | FERRY_XPORT_PARAM_TIMEOUT_MS |
                                               FERRY_XPORT_PARAM_THREADS,
                                 .kind = m->p.transport,
@@ -65,6 +82,8 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
     if (st != FERRY_OK) {
         ferry_layout_destroy(m->local);
         m->local = NULL;
+        sync_dev_destroy(m->dev);
+        m->dev = NULL;
     }
     return st;
 }
@@ -102,10 +121,15 @@ void sync_member_fini(sync_member_t *m) {
     sync_side_free(m->ctx, &m->side[1]);
     for (size_t i = 0; i < m->nbufs; i++) {
         if (m->bufs[i].mem) ferry_xport_mem_deregister(m->bufs[i].mem);
-        if (m->bufs[i].owned) free(m->bufs[i].ptr);
+        if (m->bufs[i].owned && m->dev) {
+            sync_dev_account(m->dev, (int64_t)m->bufs[i].size); /* never counted as extra */
+            sync_dev_free(m->dev, m->bufs[i].ptr, m->bufs[i].size);
+        }
+        else if (m->bufs[i].owned) free(m->bufs[i].ptr);
         ferry_free(m->ctx, m->bufs[i].name);
     }
     ferry_xport_destroy(m->xp);
+    sync_dev_destroy(m->dev);
     ferry_free(m->ctx, m->bufs);
     ferry_free(m->ctx, m->blob);
     ferry_layout_destroy(m->local);
@@ -120,6 +144,18 @@ ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t
                           name ? name : "(null)");
     if (ferry_grow(m->ctx, (void **)&m->bufs, sizeof *m->bufs, &m->cap_bufs, m->nbufs + 1) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory adding buffer %s", name);
+    if (m->dev) { /* device memory of the member's GPU, all of it */
+        ferry_cuda_ptr_t pi;
+        ferry_errbuf_t why;
+        ferry_status_t cs = ferry_cuda_ptr_query(ptr, size, &pi, &why);
+        if (cs != FERRY_OK)
+            return ferry_fail(&m->err, cs, "buffer %s: %.400s (this member's memory is CUDA device %d)", name, why.text,
+                              sync_dev_device(m->dev));
+        if (pi.device != sync_dev_device(m->dev))
+            return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT,
+                              "buffer %s is on CUDA device %d, this member's buffers are on device %d", name, pi.device,
+                              sync_dev_device(m->dev));
+    }
     uint32_t idx;
     ferry_status_t st = ferry_layout_add_buffer(m->local, m->p.rank, name, dtype, size, &idx);
     if (st != FERRY_OK) return ferry_fail(&m->err, st, "%s", ferry_layout_error(m->local));

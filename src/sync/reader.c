@@ -53,6 +53,12 @@ struct ferry_reader {
     uint8_t *dscratch;           /* a writer's delta index and our blob */
     size_t dscratch_cap;
     ferry_delta_codec_t *codec;
+    /* a CUDA reader's batches of boxes and checksum regions */
+    sync_dev_box_t *dboxes;
+    sync_dev_region_t *dregions;
+    size_t *dops;
+    uint64_t *dsums;
+    size_t cap_dboxes, cap_dregions, cap_dops, cap_dsums;
 };
 
 const char *ferry_reader_error(const ferry_reader_t *r) { return r ? r->m.err.text : ""; }
@@ -61,19 +67,31 @@ bool ferry_reader_torn(const ferry_reader_t *r) { return r && r->torn; }
 
 /* ---- per-epoch state ------------------------------------------------------------ */
 
+/* Scratch memory: on the reader's GPU for a CUDA reader (counted there). */
+static void *scratch_alloc(ferry_reader_t *r, size_t n) {
+    if (!r->m.dev) return malloc(n ? n : 1);
+    void *p = NULL;
+    return sync_dev_alloc(r->m.dev, n, &p, &r->m.err) == FERRY_OK ? p : NULL;
+}
+
+static void scratch_free(ferry_reader_t *r, void *p, size_t n) {
+    if (r->m.dev) sync_dev_free(r->m.dev, p, n);
+    else free(p);
+}
+
 static void epoch_free(ferry_reader_t *r) {
     ferry_ctx_t *ctx = r->m.ctx;
     for (uint32_t i = 0; i < r->nsrc; i++) sync_regions_free(&r->src[i].regions, ctx);
     ferry_free(ctx, r->src);
-    for (size_t b = 0; r->shadow && b < r->m.nbufs; b++) free(r->shadow[b]);
+    for (size_t b = 0; r->shadow && b < r->m.nbufs; b++) scratch_free(r, r->shadow[b], r->m.bufs[b].size);
     ferry_free(ctx, r->shadow);
     ferry_free(ctx, r->writers);
     ferry_free(ctx, r->got);
     r->got = NULL;
     ferry_free(ctx, r->pair_done);
     r->pair_done = NULL;
-    free(r->scratch);
-    free(r->gather);
+    scratch_free(r, r->scratch, r->scratch_cap);
+    scratch_free(r, r->gather, r->gather_cap);
     r->src = NULL;
     r->nsrc = 0;
     r->shadow = NULL;
@@ -124,16 +142,16 @@ static ferry_status_t epoch_setup(ferry_reader_t *r) {
         if (!sync_box_contiguous(&ops[i].box, ops[i].dst_strides) && ops[i].bytes > gather) gather = ops[i].bytes;
     r->scratch_cap = scratch > m->p.inflight_bytes ? scratch : m->p.inflight_bytes;
     if (scratch == 0) r->scratch_cap = 0;
-    r->scratch = r->scratch_cap ? malloc(r->scratch_cap) : NULL;
+    r->scratch = r->scratch_cap ? scratch_alloc(r, r->scratch_cap) : NULL;
     r->gather_cap = gather;
-    r->gather = gather ? malloc(gather) : NULL;
+    r->gather = gather ? scratch_alloc(r, gather) : NULL;
     if ((r->scratch_cap && !r->scratch) || (gather && !r->gather))
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", r->scratch_cap);
     if (m->p.staged) {
         r->shadow = ferry_calloc(ctx, m->nbufs + 1, sizeof *r->shadow);
         if (!r->shadow) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
         for (size_t b = 0; b < m->nbufs; b++) {
-            r->shadow[b] = malloc(m->bufs[b].size ? m->bufs[b].size : 1);
+            r->shadow[b] = scratch_alloc(r, m->bufs[b].size);
             if (!r->shadow[b])
                 return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory staging buffer %s (%llu bytes)",
                                   m->bufs[b].name, (unsigned long long)m->bufs[b].size);
@@ -210,6 +228,45 @@ static void op_text(ferry_reader_t *r, const ferry_copy_op_t *op, char *buf, siz
     snprintf(buf, size, "%s%s from writer %u", ti.name, box, op->src_rank);
 }
 
+/* A CUDA reader: the checksums of ops [i0, i1)'s destination regions into
+ * r->got, on the GPU; strided regions are gathered into the gather area
+ * first, as many at once as it holds. */
+static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1) {
+    sync_member_t *m = &r->m;
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    size_t n = i1 - i0;
+    if (n == 0) return FERRY_OK;
+    if (ferry_grow(m->ctx, (void **)&r->dregions, sizeof *r->dregions, &r->cap_dregions, n) != 0 ||
+        ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, n) != 0 ||
+        ferry_grow(m->ctx, (void **)&r->dops, sizeof *r->dops, &r->cap_dops, n) != 0 ||
+        ferry_grow(m->ctx, (void **)&r->dsums, sizeof *r->dsums, &r->cap_dsums, n) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t nr = 0, nb = 0;
+    uint64_t gat = 0;
+    for (size_t i = i0;; i++) {
+        bool strided = i < i1 && !sync_box_contiguous(&ops[i].box, ops[i].dst_strides);
+        if (nr && (i == i1 || (strided && gat + ops[i].bytes > r->gather_cap))) { /* flush */
+            ferry_status_t st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
+            if (st == FERRY_OK) st = sync_dev_sums(m->dev, r->dregions, nr, r->dsums, &m->err);
+            if (st != FERRY_OK) return st;
+            for (size_t k = 0; k < nr; k++) r->got[r->dops[k]] = r->dsums[k];
+            nr = nb = 0;
+            gat = 0;
+        }
+        if (i == i1) return FERRY_OK;
+        uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
+        const uint8_t *at = dst_base(r, lb) + ops[i].dst_offset;
+        if (strided) {
+            r->dboxes[nb++] = (sync_dev_box_t){.dst = r->gather + gat, .src = at, .src_strides = ops[i].dst_strides,
+                                               .box = ops[i].box, .esz = (uint32_t)sync_op_esz(m, &ops[i])};
+            at = r->gather + gat;
+            gat += ops[i].bytes;
+        }
+        r->dops[nr] = i;
+        r->dregions[nr++] = (sync_dev_region_t){at, ops[i].bytes};
+    }
+}
+
 typedef struct pull_stats {
     double pull_s, verify_s;
     uint64_t bytes;
@@ -253,6 +310,31 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
     if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
     ferry_xport_req_free(req);
     if (st != FERRY_OK) return read_fail(r, p->src_rank, st);
+    if (m->dev) { /* scatter and checksum on the GPU */
+        size_t nb = 0, i0 = bk[j0].first_op, i1 = bk[j1 - 1].first_op + bk[j1 - 1].op_count;
+        if (ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, i1 - i0 + 1) != 0)
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        scratch_at = 0;
+        for (size_t j = j0; j < j1; j++) {
+            ps->bytes += bk[j].bytes;
+            if (bk[j].flags & FERRY_BUCKET_DIRECT) continue;
+            const uint8_t *from = r->scratch + scratch_at;
+            for (size_t i = bk[j].first_op; i < bk[j].first_op + bk[j].op_count; i++) {
+                uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
+                r->dboxes[nb++] = (sync_dev_box_t){.dst = dst_base(r, lb) + ops[i].dst_offset,
+                                                   .dst_strides = ops[i].dst_strides, .src = from, .box = ops[i].box,
+                                                   .esz = (uint32_t)sync_op_esz(m, &ops[i])};
+                from += ops[i].bytes;
+            }
+            scratch_at += bk[j].bytes;
+        }
+        st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
+        double t2 = ferry_mono_s();
+        ps->pull_s += t2 - t;
+        if (st == FERRY_OK) st = dev_land_sums(r, i0, i1); /* (waits for the scatter) */
+        ps->verify_s += ferry_mono_s() - t2;
+        return st;
+    }
     scratch_at = 0;
     for (size_t j = j0; j < j1; j++) {
         const ferry_plan_bucket_t *b = &bk[j];
@@ -436,7 +518,7 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
         if (!r->src[p->src_rank].grant)
             return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "the grant has no map for writer %u", p->src_rank);
         size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count;
-        bool fuse = m->p.transport == FERRY_XPORT_SHM;
+        bool fuse = m->p.transport == FERRY_XPORT_SHM && !m->dev; /* (CPU copies of mapped bytes) */
         while (j < end) {
             ferry_status_t tst = pull_tick(r, p->src_rank);
             if (tst != FERRY_OK) return tst;
@@ -592,6 +674,7 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
     size_t np = ferry_plan_pair_count(m->plan);
     memset(r->pair_done, 0, np * sizeof *r->pair_done);
     if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || r->shadow || r->torn || held == 0 || v <= held) return FERRY_OK;
+    if (m->dev) return FERRY_OK; /* the delta codec runs on the CPU: a GPU reader pulls whole */
     bool any = false;
     for (size_t i = 0; i < r->nwriters; i++) {
         reader_src_t *s = &r->src[r->writers[i]];
@@ -629,13 +712,28 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
     return FERRY_OK;
 }
 
-static void apply_staged(ferry_reader_t *r) {
+static ferry_status_t apply_staged(ferry_reader_t *r) {
     const ferry_copy_op_t *ops = ferry_plan_ops(r->m.plan);
+    sync_member_t *m = &r->m;
+    if (m->dev) {
+        size_t n = ferry_plan_op_count(m->plan);
+        if (ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, n + 1) != 0)
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
+            r->dboxes[i] = (sync_dev_box_t){.dst = m->bufs[lb].ptr + ops[i].dst_offset, .dst_strides = ops[i].dst_strides,
+                                            .src = r->shadow[lb] + ops[i].dst_offset, .src_strides = ops[i].dst_strides,
+                                            .box = ops[i].box, .esz = (uint32_t)sync_op_esz(m, &ops[i])};
+        }
+        ferry_status_t st = sync_dev_boxes(m->dev, r->dboxes, n, &m->err);
+        return st == FERRY_OK ? sync_dev_wait(m->dev, &m->err) : st;
+    }
     for (size_t i = 0; i < ferry_plan_op_count(r->m.plan); i++) {
         uint32_t lb = sync_local_buffer(&r->m, 1, r->m.p.rank, ops[i].dst_buffer);
         sync_copy_box(r->m.bufs[lb].ptr, r->shadow[lb], ops[i].dst_offset, ops[i].dst_strides, &ops[i].box,
                       sync_op_esz(&r->m, &ops[i]));
     }
+    return FERRY_OK;
 }
 
 /* ---- updates ------------------------------------------------------------------------ */
@@ -646,9 +744,8 @@ static ferry_status_t read_end(ferry_reader_t *r, uint64_t version, bool ok, boo
     return meta_read_end(r->m.meta, version, ok, retired, &err);
 }
 
-ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
-                                   ferry_update_info_t *info) {
-    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+static ferry_status_t reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
+                                    ferry_update_info_t *info) {
     sync_member_t *m = &r->m;
     if (!r->committed) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "update before commit");
     if (version == 0) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "version 0 is reserved");
@@ -718,7 +815,7 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         inf.sources = (uint32_t)r->nwriters;
         if (st == FERRY_OK && r->shadow) {
             double ta = ferry_mono_s();
-            apply_staged(r);
+            st = apply_staged(r);
             inf.apply_seconds += ferry_mono_s() - ta;
         }
         bool retired = false;
@@ -774,7 +871,17 @@ ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t
         ferry_fail(&m->err, st, "%.400s; the buffers are torn (partly written) until the next successful update", was);
     }
     inf.seconds = ferry_mono_s() - t0;
+    inf.device_bytes = sync_dev_bytes(m->dev);
     if (info) *info = inf;
+    return st;
+}
+
+ferry_status_t ferry_reader_update(ferry_reader_t *r, uint64_t version, uint32_t timeout_ms,
+                                   ferry_update_info_t *info) {
+    if (!r) return FERRY_ERR_INVALID_ARGUMENT;
+    int prev = sync_dev_enter(r->m.dev); /* a CUDA reader's work (and the GPU memory it opens) is on its device */
+    ferry_status_t st = reader_update(r, version, timeout_ms, info);
+    sync_dev_leave(r->m.dev, prev);
     return st;
 }
 
@@ -812,6 +919,10 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     if (r->hash) XXH3_freeState(r->hash);
     ferry_delta_codec_destroy(r->codec);
     free(r->dscratch);
+    ferry_free(r->m.ctx, r->dboxes);
+    ferry_free(r->m.ctx, r->dregions);
+    ferry_free(r->m.ctx, r->dops);
+    ferry_free(r->m.ctx, r->dsums);
     sync_member_fini(&r->m);
     ferry_free(r->m.ctx, r);
 }
@@ -823,6 +934,18 @@ ferry_status_t ferry_reader_add_buffer(ferry_reader_t *r, const char *name, ferr
 }
 
 static void *reader_alloc(sync_member_t *m, const ferry_buffer_info_t *bi, uint32_t *index, ferry_status_t *st) {
+    if (m->dev) { /* the engine's own buffer on its GPU: not counted as ferry's extra memory */
+        void *p = NULL;
+        if ((*st = sync_dev_alloc(m->dev, bi->size, &p, &m->err)) != FERRY_OK) return NULL;
+        sync_dev_account(m->dev, -(int64_t)bi->size);
+        *st = sync_add_buffer(m, bi->name, bi->dtype, p, bi->size, true, index);
+        if (*st != FERRY_OK) {
+            sync_dev_account(m->dev, (int64_t)bi->size);
+            sync_dev_free(m->dev, p, bi->size);
+            return NULL;
+        }
+        return p;
+    }
     void *p = calloc(1, bi->size ? bi->size : 1);
     if (!p) {
         *st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for buffer %s (%llu bytes)", bi->name,

@@ -15,13 +15,14 @@
 #include "ferry/sync.h"
 #include "meta/requests.h"
 #include "sync/delta_area.h"
+#include "sync/dev.h"
 
 typedef struct sync_buf {
     char *name;
     ferry_dtype_t dtype;
     uint64_t size;
     uint8_t *ptr;
-    bool owned;              /* reader: allocated here (free at the end) */
+    bool owned;              /* reader: allocated here (free at the end; sync_dev_free on a GPU) */
     ferry_xport_mem_t *mem;  /* writer: its registration */
 } sync_buf_t;
 
@@ -72,6 +73,8 @@ typedef struct sync_member {
     sync_side_t side[2];     /* [0] writers (source), [1] readers (destination) */
     ferry_plan_t *plan;      /* this member's local plan */
     uint64_t plan_digest;
+    sync_dev_t *dev;         /* buffers in GPU memory (FERRY_SYNC_PARAM_MEMORY): its device and kernels */
+    ferry_mem_type_t mem;    /* of every buffer */
 } sync_member_t;
 
 /* member.c */

@@ -70,7 +70,14 @@ const char *ferry_writer_service_address(const ferry_writer_t *w) {
 
 /* ---- per-epoch state ------------------------------------------------------------ */
 
+/* GPU memory of a registration the writer allocated for itself (pack
+ * area, slots), counted as ferry's own. */
+static void count_mem(ferry_writer_t *w, ferry_xport_mem_t *mem, int sign) {
+    if (w->m.dev && mem) sync_dev_account(w->m.dev, sign * (int64_t)ferry_xport_mem_size(mem));
+}
+
 static void slot_free(ferry_writer_t *w, writer_slot_t *s) {
+    count_mem(w, s->mem, -1);
     if (s->mem) ferry_xport_mem_deregister(s->mem);
     ferry_free(w->m.ctx, s->sums);
     ferry_free(w->m.ctx, s->regions);
@@ -83,6 +90,7 @@ static void slot_free(ferry_writer_t *w, writer_slot_t *s) {
 static void epoch_free(ferry_writer_t *w) {
     for (uint32_t i = 0; i < w->nslots; i++) slot_free(w, &w->slots[i]);
     ferry_free(w->m.ctx, w->slots);
+    count_mem(w, w->pack, -1);
     if (w->pack) ferry_xport_mem_deregister(w->pack);
     ferry_free(w->m.ctx, w->slot_offset);
     ferry_free(w->m.ctx, w->pack_ops);
@@ -186,6 +194,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     size_t nops = ferry_plan_op_count(m->plan);
     if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || m->p.mode != FERRY_SYNC_MODE_SYNC || nops == 0) return FERRY_OK;
+    if (m->dev) return FERRY_OK; /* the delta codec runs on the CPU: GPU writers serve whole bytes */
     /* auto: only for readers on other hosts; none, no deltas (and no cost) */
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
     w->delta_pair = ferry_calloc(ctx, w->npairs + 1, sizeof *w->delta_pair);
@@ -295,7 +304,8 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
         }
         int pack_region = -1;
         if (w->pack_bytes) {
-            st = ferry_xport_mem_alloc(m->xp, w->pack_bytes, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &w->pack);
+            st = ferry_xport_mem_alloc(m->xp, w->pack_bytes, m->mem, FERRY_XPORT_ACCESS_READ, &w->pack);
+            count_mem(w, st == FERRY_OK ? w->pack : NULL, 1);
             if (st != FERRY_OK) {
                 st = ferry_fail(&m->err, st, "pack area of %llu bytes: %s", (unsigned long long)w->pack_bytes,
                                 ferry_xport_error(m->xp));
@@ -329,7 +339,8 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
         w->slot_bytes = at + w->pack_bytes;
         for (uint32_t k = 0; k < w->nslots && st == FERRY_OK; k++) {
             writer_slot_t *s = &w->slots[k];
-            st = ferry_xport_mem_alloc(m->xp, w->slot_bytes ? w->slot_bytes : 1, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &s->mem);
+            st = ferry_xport_mem_alloc(m->xp, w->slot_bytes ? w->slot_bytes : 1, m->mem, FERRY_XPORT_ACCESS_READ, &s->mem);
+            count_mem(w, st == FERRY_OK ? s->mem : NULL, 1);
             if (st != FERRY_OK) {
                 st = ferry_fail(&m->err, st, "staging slot %u of %llu bytes: %s", k,
                                 (unsigned long long)w->slot_bytes, ferry_xport_error(m->xp));
@@ -358,18 +369,30 @@ static uint8_t *pack_bytes(ferry_writer_t *w, const writer_slot_t *s) {
     return w->m.p.mode == FERRY_SYNC_MODE_ASYNC ? s->base + s->map.pack_offset : ferry_xport_mem_ptr(w->pack);
 }
 
-static void pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
+static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     const ferry_model_t *dm = ferry_layout_model(w->m.side[1].layout);
     uint8_t *pack = pack_bytes(w, s);
+    sync_dev_box_t *jobs = NULL;
+    if (w->m.dev && w->npack_ops && !(jobs = ferry_calloc(w->m.ctx, w->npack_ops, sizeof *jobs)))
+        return ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t k = 0; k < w->npack_ops; k++) {
         const ferry_copy_op_t *op = &ops[w->pack_ops[k]];
         ferry_tensor_info_t ti;
         ferry_model_tensor(dm, op->tensor, &ti);
         uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
-        sync_gather(pack + op->pack_offset, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box,
-                    ferry_dtype_size(ti.dtype));
+        if (jobs)
+            jobs[k] = (sync_dev_box_t){.dst = pack + op->pack_offset, .src = buf_bytes(w, s, b) + op->src_offset,
+                                       .src_strides = op->src_strides, .box = op->box,
+                                       .esz = (uint32_t)ferry_dtype_size(ti.dtype)};
+        else
+            sync_gather(pack + op->pack_offset, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box,
+                        ferry_dtype_size(ti.dtype));
     }
+    ferry_status_t st = jobs ? sync_dev_boxes(w->m.dev, jobs, w->npack_ops, &w->m.err) : FERRY_OK;
+    if (st == FERRY_OK && w->m.dev) st = sync_dev_wait(w->m.dev, &w->m.err);
+    ferry_free(w->m.ctx, jobs);
+    return st;
 }
 
 /* Where op i's current bytes are. */
@@ -379,16 +402,30 @@ static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const 
                : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
 }
 
-/* One xxh3 per distinct read, given to every op that reads it. */
-static void hash_slot(ferry_writer_t *w, writer_slot_t *s) {
+/* One checksum per distinct read, given to every op that reads it (on the
+ * GPU for a CUDA writer: one batch of every group). */
+static ferry_status_t hash_slot(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     size_t nops = ferry_plan_op_count(w->m.plan);
+    if (w->m.dev) {
+        sync_dev_region_t *rg = ferry_calloc(w->m.ctx, w->ngroups + 1, sizeof *rg);
+        uint64_t *gs = ferry_calloc(w->m.ctx, w->ngroups + 1, sizeof *gs);
+        ferry_status_t st = rg && gs ? FERRY_OK : ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+        for (size_t g = 0; g < w->ngroups && st == FERRY_OK; g++)
+            rg[g] = (sync_dev_region_t){op_bytes(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes};
+        if (st == FERRY_OK) st = sync_dev_sums(w->m.dev, rg, w->ngroups, gs, &w->m.err);
+        for (size_t i = 0; i < nops && st == FERRY_OK; i++) s->sums[i] = gs[w->op_group[i]];
+        ferry_free(w->m.ctx, rg);
+        ferry_free(w->m.ctx, gs);
+        return st;
+    }
     uint64_t sum = 0;
     for (size_t k = 0; k < nops; k++) {
         size_t i = w->hash_order[k], g = w->op_group[i];
         if (k == 0 || g != w->op_group[w->hash_order[k - 1]]) sum = XXH3_64bits(op_bytes(w, s, &ops[i]), ops[i].bytes);
         s->sums[i] = sum;
     }
+    return FERRY_OK;
 }
 
 static void fill_pair_sums(ferry_writer_t *w, writer_slot_t *s) {
@@ -478,7 +515,9 @@ static ferry_status_t publish_between(meta_client_t *c, void *opaque, ferry_errb
     if (pc->w->setup_epoch != pc->w->m.epoch) return FERRY_OK; /* replanned meanwhile: the PUBLISH gets STALE */
     if (!pc->s->sums_ready) {
         double t = ferry_mono_s();
-        hash_slot(pc->w, pc->s);
+        ferry_status_t hs = hash_slot(pc->w, pc->s);
+        if (hs != FERRY_OK) return ferry_fail(err, hs, "checksums of version %llu: %s",
+                                              (unsigned long long)pc->s->version, pc->w->m.err.text);
         pc->hash_seconds = ferry_mono_s() - t;
         /* deltas before SUMS: readers that want them wait for SUMS */
         t = ferry_mono_s();
@@ -572,8 +611,7 @@ static void report_departures(ferry_writer_t *w, uint64_t version, const meta_pu
                   m->p.rank, (unsigned long long)version, pub->acked, m->side[1].world, gone);
 }
 
-ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info) {
-    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+static ferry_status_t writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info) {
     sync_member_t *m = &w->m;
     if (!w->committed) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "publish before commit");
     if (version == 0 || version >= FERRY_VERSION_NEXT || version <= w->last_version)
@@ -607,12 +645,17 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
         s->version = 0;
         s->sums_ready = false;
         double t = ferry_mono_s();
-        if (m->p.mode == FERRY_SYNC_MODE_ASYNC)
+        if (m->p.mode == FERRY_SYNC_MODE_ASYNC && m->dev) {
+            for (size_t b = 0; b < m->nbufs && st == FERRY_OK; b++)
+                st = sync_dev_copy(m->dev, buf_bytes(w, s, b), m->bufs[b].ptr, m->bufs[b].size, &m->err);
+        } else if (m->p.mode == FERRY_SYNC_MODE_ASYNC) {
             for (size_t b = 0; b < m->nbufs; b++) memcpy(buf_bytes(w, s, b), m->bufs[b].ptr, m->bufs[b].size);
+        }
         inf.snapshot_seconds = ferry_mono_s() - t;
         t = ferry_mono_s();
-        pack_slot(w, s);
+        if (st == FERRY_OK) st = pack_slot(w, s); /* (waits for the snapshot too) */
         inf.pack_seconds = ferry_mono_s() - t;
+        if (st != FERRY_OK) return st;
         s->version = version;
         t = ferry_mono_s();
         meta_published_t pub;
@@ -641,9 +684,18 @@ ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_p
     }
     w->last_version = version;
     inf.bytes_served = ferry_plan_src_bytes(m->plan, m->p.rank);
+    inf.device_bytes = sync_dev_bytes(m->dev);
     inf.seconds = ferry_mono_s() - t0;
     if (info) *info = inf;
     return FERRY_OK;
+}
+
+ferry_status_t ferry_writer_publish(ferry_writer_t *w, uint64_t version, ferry_publish_info_t *info) {
+    if (!w) return FERRY_ERR_INVALID_ARGUMENT;
+    int prev = sync_dev_enter(w->m.dev); /* a CUDA writer's work runs on its device */
+    ferry_status_t st = writer_publish(w, version, info);
+    sync_dev_leave(w->m.dev, prev);
+    return st;
 }
 
 /* ---- lifetime ------------------------------------------------------------------------ */
@@ -683,7 +735,9 @@ ferry_status_t ferry_writer_add_buffer(ferry_writer_t *w, const char *name, ferr
 
 static void *writer_alloc(sync_member_t *m, const ferry_buffer_info_t *bi, uint32_t *index, ferry_status_t *st) {
     ferry_xport_mem_t *mem;
-    *st = ferry_xport_mem_alloc(m->xp, bi->size ? bi->size : 1, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &mem);
+    int prev = sync_dev_enter(m->dev); /* CUDA: allocated on the member's device */
+    *st = ferry_xport_mem_alloc(m->xp, bi->size ? bi->size : 1, m->mem, FERRY_XPORT_ACCESS_READ, &mem);
+    sync_dev_leave(m->dev, prev);
     if (*st != FERRY_OK) {
         *st = ferry_fail(&m->err, *st, "buffer %s (%llu bytes): %s", bi->name, (unsigned long long)bi->size,
                          ferry_xport_error(m->xp));
@@ -727,7 +781,7 @@ ferry_status_t ferry_writer_commit(ferry_writer_t *w) {
     sync_member_t *m = &w->m;
     for (size_t b = 0; b < m->nbufs; b++) {
         if (m->bufs[b].mem || m->bufs[b].size == 0) continue;
-        ferry_status_t st = ferry_xport_mem_register(m->xp, m->bufs[b].ptr, m->bufs[b].size, FERRY_MEM_HOST,
+        ferry_status_t st = ferry_xport_mem_register(m->xp, m->bufs[b].ptr, m->bufs[b].size, m->mem,
                                                      FERRY_XPORT_ACCESS_READ, &m->bufs[b].mem);
         if (st != FERRY_OK)
             return ferry_fail(&m->err, st, "registering buffer %s: %s", m->bufs[b].name, ferry_xport_error(m->xp));

@@ -64,6 +64,11 @@
 #include "check.h"
 #include "ferry/meta.h"
 #include "ferry/sync.h"
+#ifdef FERRY_CUDA
+#include <cuda_runtime_api.h>
+
+#include "common/cuda.h"
+#endif
 
 /* Timeouts that a correct run never reaches (members' timeouts, updates
  * that must succeed): guards against a hang only. A case whose subject is a
@@ -258,7 +263,25 @@ typedef struct worker {
     uint8_t **mask;           /* reader, small models: bytes covered by pieces */
     ferry_writer_t *w;
     ferry_reader_t *r;
+    void **dptrs;             /* cuda=1: the buffers on the GPU (ptrs are host mirrors the checks use) */
+    int device;
 } worker_t;
+
+/* cuda=1: the GPU buffers to or from their host mirrors. */
+static void mirror(worker_t *w, bool to_gpu) {
+#ifdef FERRY_CUDA
+    for (uint32_t b = 0; w->dptrs && b < w->nbufs; b++) {
+        cudaError_t e = to_gpu ? cudaMemcpy(w->dptrs[b], w->ptrs[b], w->sizes[b], cudaMemcpyHostToDevice)
+                               : cudaMemcpy(w->ptrs[b], w->dptrs[b], w->sizes[b], cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "mirror: %s\n", cudaGetErrorString(e));
+            CHECK(0);
+        }
+    }
+#else
+    (void)w, (void)to_gpu;
+#endif
+}
 
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...) {
@@ -384,6 +407,7 @@ static void reader_update(worker_t *w, const char *want_s, uint32_t timeout_ms, 
     }
     uint64_t held = ferry_reader_version(w->r);
     bool torn = ferry_reader_torn(w->r);
+    mirror(w, false);
     uint64_t bad = st == FERRY_OK ? weights(w, info.version, WALK_CHECK) : 0;
     uint64_t badheld = held ? weights(w, held, WALK_CHECK) : 0;
     report("U st=%d v=%llu held=%llu torn=%d bad=%llu badheld=%llu dirty=%llu sec=%.3f retries=%u fired=%d err=%s",
@@ -394,6 +418,7 @@ static void reader_update(worker_t *w, const char *want_s, uint32_t timeout_ms, 
 
 static void writer_publish(worker_t *w, uint64_t version, const char *fault) {
     weights(w, version, WALK_FILL); /* the optimizer step */
+    mirror(w, true);
     if (!strcmp(fault, "stop")) {   /* stopped between its step and its publish */
         report("S before publish");
         kill(getpid(), SIGSTOP);
@@ -440,13 +465,39 @@ static int child_main(int argc, char **argv) {
     w.base = UINT32_MAX;
     uint64_t total = 0;
     bool own = arg_u(argc, argv, "own", 0) != 0;
+    bool cuda = arg_u(argc, argv, "cuda", 0) != 0;
+#ifdef FERRY_CUDA
+    if (cuda) { /* writers from GPU 0 up, readers from GPU 1 up: across GPUs and on one */
+        ferry_errbuf_t cerr;
+        if (ferry_cuda_init(&cerr) != FERRY_OK) {
+            report("R st=%d err=%s", (int)FERRY_ERR_UNSUPPORTED, cerr.text);
+            return 2;
+        }
+        int ngpu = 1;
+        cudaGetDeviceCount(&ngpu);
+        w.device = (int)((w.writer ? w.rank : w.rank + 1) % (uint32_t)ngpu);
+        CHECK(cudaSetDevice(w.device) == cudaSuccess);
+        w.dptrs = calloc(nb + 1, sizeof *w.dptrs);
+        CHECK(w.dptrs);
+    }
+#else
+    CHECK(!cuda);
+#endif
     for (uint32_t b = 0; b < nb; b++) {
         ferry_buffer_info_t bi;
         ferry_layout_buffer(w.layout, b, &bi);
         if (bi.rank != w.rank) continue;
         if (w.base == UINT32_MAX) w.base = b;
         w.sizes[w.nbufs] = bi.size;
-        if (own) { /* page aligned and zeroed (the trap protects whole pages) */
+        if (cuda) { /* host mirrors for the checks; the GPU buffers ours or ferry's */
+            CHECK((w.ptrs[w.nbufs] = calloc(1, bi.size)) != NULL);
+#ifdef FERRY_CUDA
+            if (own) {
+                CHECK(cudaMalloc(&w.dptrs[w.nbufs], bi.size) == cudaSuccess);
+                CHECK(cudaMemset(w.dptrs[w.nbufs], 0, bi.size) == cudaSuccess);
+            }
+#endif
+        } else if (own) { /* page aligned and zeroed (the trap protects whole pages) */
             void *p = mmap(NULL, bi.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             CHECK(p != MAP_FAILED);
             w.own[w.nbufs] = w.ptrs[w.nbufs] = p;
@@ -470,6 +521,11 @@ static int child_main(int argc, char **argv) {
     if (arg_u(argc, argv, "lease", 0)) { /* a short lease: a stopped member is dropped soon */
         sp.field_mask |= FERRY_SYNC_PARAM_LEASE_MS;
         sp.lease_ms = arg_u(argc, argv, "lease", 0);
+    }
+    if (cuda) {
+        sp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
+        sp.memory = FERRY_MEM_CUDA;
+        sp.device = w.device;
     }
     const char *token = arg(argc, argv, "token", NULL); /* absent: FERRY_TOKEN */
     if (token) {
@@ -495,11 +551,12 @@ static int child_main(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    void **given = cuda ? w.dptrs : w.ptrs;
     if (w.writer) {
-        st = ferry_writer_add_layout(w.w, w.layout, w.rank, w.ptrs, w.nbufs);
+        st = ferry_writer_add_layout(w.w, w.layout, w.rank, given, w.nbufs);
         if (st == FERRY_OK) st = ferry_writer_commit(w.w);
     } else {
-        st = ferry_reader_add_layout(w.r, w.layout, w.rank, w.ptrs, w.nbufs);
+        st = ferry_reader_add_layout(w.r, w.layout, w.rank, given, w.nbufs);
         if (st == FERRY_OK) st = ferry_reader_commit(w.r);
     }
     if (st != FERRY_OK) {
@@ -539,9 +596,14 @@ out:
     ferry_writer_destroy(w.w);
     ferry_reader_destroy(w.r);
     for (uint32_t b = 0; b < w.nbufs; b++) {
+        if (cuda) free(w.ptrs[b]);
+#ifdef FERRY_CUDA
+        if (cuda && own) cudaFree(w.dptrs[b]);
+#endif
         if (w.own[b]) munmap(w.own[b], w.sizes[b]);
         if (w.mask) free(w.mask[b]);
     }
+    free(w.dptrs);
     free(w.mask);
     free(w.own);
     free(w.ptrs);
@@ -576,6 +638,7 @@ typedef struct config {
     uint32_t timeout_ms;   /* writers' (0: LONG_MS) */
     uint32_t rtimeout_ms;  /* readers' (0: LONG_MS); with an update's timeout it sets how long a grant lasts */
     uint32_t slots, inflight, threads;
+    int cuda;              /* every member's buffers in GPU memory (CUDA builds, --gpu) */
 } config_t;
 
 #define MAXK 16
@@ -635,6 +698,7 @@ static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_en
     snprintf(a[n++], sizeof a[0], "own=%d", pick(writer ? c->wown : c->rown, rank));
     snprintf(a[n++], sizeof a[0], "inflight=%u", c->inflight);
     snprintf(a[n++], sizeof a[0], "threads=%u", c->threads ? c->threads : 1);
+    snprintf(a[n++], sizeof a[0], "cuda=%d", c->cuda);
     char *argv[28];
     int k = 0;
     argv[k++] = "test_sync";
@@ -1799,6 +1863,47 @@ static const config_t matrix[] = {
      .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM, .rown = 2, .slots = 2},
 };
 
+/* --gpu: the same cases with every buffer in GPU memory (CUDA IPC between
+ * the processes; writers from GPU 0 and readers from GPU 1 up, so some
+ * pairs cross GPUs and some share one); shm only. */
+static const config_t gpu_matrix[] = {
+    {.name = "gpu: tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync in place, ferry's and caller's buffers",
+     .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
+     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2, .rown = 3, .cuda = 1},
+    {.name = "gpu: wide tp4 -> tp1,transpose=*proj*; async staged",
+     .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_ASYNC,
+     .xport = FERRY_XPORT_SHM, .staged = 1, .wown = 1, .slots = 2, .cuda = 1},
+    {.name = "gpu: tiny-moe tp2,ep2,etp1,pp2 -> tp2,ep2,transpose=*w2*; sync, small batches",
+     .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1,pp=2", .infer = "tp=2,ep=2,transpose=*w2*",
+     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .staged = 2, .rown = 1, .inflight = 256, .cuda = 1},
+    {.name = "gpu: moe8 tp2,ep2,etp1,dp2 -> tp1,replicas2; async in place",
+     .model = "inline:moe8", .train = "tp=2,ep=2,etp=1,dp=2", .infer = "tp=1,ep=1,replicas=2",
+     .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM, .rown = 2, .slots = 2, .cuda = 1},
+};
+
+/* Whether a child process can use a GPU (the parent itself never
+ * initializes CUDA: its children are forked). */
+static bool gpu_usable(void) {
+#ifdef FERRY_CUDA
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        ferry_errbuf_t err;
+        if (ferry_cuda_init(&err) != FERRY_OK) {
+            printf("skipped: %s\n", err.text);
+            _exit(77);
+        }
+        _exit(0);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+#else
+    printf("skipped: this build has no CUDA\n");
+    return false;
+#endif
+}
+
 static void on_alarm(int sig) {
     (void)sig;
     static const char msg[] = "test_sync: the whole run took more than 1800 s\n";
@@ -1816,6 +1921,12 @@ int main(int argc, char **argv) {
     const char *only = getenv("TEST_SYNC_ONLY"); /* e.g. "AC": run those groups only */
     g_verbose = getenv("TEST_SYNC_VERBOSE") && !strcmp(getenv("TEST_SYNC_VERBOSE"), "1");
     double t0 = now_s();
+    if (argc >= 2 && !strcmp(argv[1], "--gpu")) {
+        if (!gpu_usable()) return 77;
+        for (size_t i = 0; i < sizeof gpu_matrix / sizeof *gpu_matrix; i++) case_matrix(&gpu_matrix[i]);
+        printf("test_sync --gpu: all passed in %.2f s\n", now_s() - t0);
+        return g_bugs ? 1 : 0;
+    }
     if (!only || strchr(only, 'F')) case_token();
     if (!only || strchr(only, 'A'))
         for (size_t i = 0; i < sizeof matrix / sizeof *matrix; i++) case_matrix(&matrix[i]);

@@ -1,0 +1,62 @@
+/* A member whose buffers are GPU memory (FERRY_MEM_CUDA): its device, one
+ * stream its work runs on in order, the kernels that pack, scatter and
+ * checksum on the GPU (sync/strided.cu, common/sum.cu), and a count of the
+ * device memory ferry holds for it (reported in publish and update infos).
+ * Without CUDA in the build, creating one fails with FERRY_ERR_UNSUPPORTED. */
+#ifndef FERRY_SYNC_DEV_H
+#define FERRY_SYNC_DEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "ferry/layout.h"
+
+typedef struct sync_dev sync_dev_t;
+
+/* One box between two regions of GPU memory (either may be another GPU's
+ * memory opened here): strides NULL means packed row-major. */
+typedef struct sync_dev_box {
+    uint8_t *dst;
+    const int64_t *dst_strides;
+    const uint8_t *src;
+    const int64_t *src_strides;
+    ferry_box_t box;
+    uint32_t esz;
+} sync_dev_box_t;
+
+/* A contiguous region to checksum (common/sum.h's definition). */
+typedef struct sync_dev_region {
+    const void *ptr;
+    uint64_t len;
+} sync_dev_region_t;
+
+ferry_status_t sync_dev_create(ferry_ctx_t *ctx, int device, sync_dev_t **out, ferry_errbuf_t *err);
+void sync_dev_destroy(sync_dev_t *d);
+int sync_dev_device(const sync_dev_t *d);
+
+/* Makes the member's device current on the calling thread; returns what to
+ * give sync_dev_leave (the caller's device is restored there). */
+int sync_dev_enter(const sync_dev_t *d);
+void sync_dev_leave(const sync_dev_t *d, int prev);
+
+/* Zeroed device memory for the member, counted in sync_dev_bytes. */
+ferry_status_t sync_dev_alloc(sync_dev_t *d, size_t n, void **out, ferry_errbuf_t *err);
+void sync_dev_free(sync_dev_t *d, void *p, size_t n);
+/* Counts memory allocated elsewhere for the member (transport
+ * registrations it owns), or uncounts it (negative). */
+void sync_dev_account(sync_dev_t *d, int64_t n);
+/* Device memory ferry holds for the member: its allocations and the
+ * kernels' scratch. */
+uint64_t sync_dev_bytes(const sync_dev_t *d);
+
+/* Enqueue on the member's stream, in order. */
+ferry_status_t sync_dev_boxes(sync_dev_t *d, const sync_dev_box_t *jobs, size_t n, ferry_errbuf_t *err);
+ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err);
+/* Checksums of n regions after everything enqueued before; waits for them. */
+ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err);
+/* Waits for everything enqueued. */
+ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
+
+#endif
