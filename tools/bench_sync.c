@@ -30,6 +30,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_gpu.h"
 #include "demo_weights.h"
 
 static void usage(FILE *f) {
@@ -44,7 +45,11 @@ static void usage(FILE *f) {
             "  Each method is reported as the median (min-max) over the same N-1 interleaved\n"
             "  rounds; every ratio is a ratio of medians. Seconds are per update of the same\n"
             "  bytes (those landing in engine buffers; memcpy: those bytes at its rate).\n"
-            "  Defaults: the demo topology (qwen3-0.6b, tp=2,pp=2 -> tp=2,replicas=2).\n");
+            "  Defaults: the demo topology (qwen3-0.6b, tp=2,pp=2 -> tp=2,replicas=2).\n"
+            "  --device cuda|cuda:N: every buffer in GPU memory (as `ferry demo --device`), shm only;\n"
+            "  the rounds then time, instead of memcpy, files and tcp, a 1 GiB peer copy from GPU 0 to\n"
+            "  GPU 1 (cudaMemcpyPeer, with two GPUs or more) and a 1 GiB copy within GPU 0 (or N), and\n"
+            "  \"of limit\" is the share of the peer copy's rate (of the same-GPU copy's when colocated).\n");
 }
 
 /* ---- the full model, as a trainer would gather it --------------------------------- */
@@ -442,9 +447,10 @@ out:
 
 /* ---- interleaved rounds ------------------------------------------------------------------ */
 
-enum { M_FERRY, M_FILES, M_TCP, M_MEMN, M_MEM1, M_COUNT };
-static const char *const method_names[M_COUNT] = {"ferry", "files (safetensors)", "tcp broadcast", "memcpy, all cores",
-                                                  "memcpy, 1 core"};
+enum { M_FERRY, M_FILES, M_TCP, M_MEMN, M_MEM1, M_PEER, M_SAME, M_COUNT };
+static const char *const method_names[M_COUNT] = {"ferry",          "files (safetensors)", "tcp broadcast",
+                                                  "memcpy, all cores", "memcpy, 1 core",     "GPU peer copy",
+                                                  "same-GPU copy"};
 
 /* What one transport's run measures, per version (index v, v >= 2). */
 typedef struct rounds {
@@ -454,8 +460,10 @@ typedef struct rounds {
     const char *dir;
     size_t mem_len;
     uint8_t *mem_a, *mem_b;
-    double *sec[M_COUNT];   /* seconds (memcpy: GB/s until converted), < 0 failed */
+    double *sec[M_COUNT];   /* seconds (memcpy, GPU copies: GB/s until converted), < 0 failed */
     char why_files[256], why_tcp[256];
+    bool gpu;                /* --device cuda: GPU copies instead of memcpy */
+    demo_gpu_copy_bench_t *peer, *same;
 } rounds_t;
 
 static double memcpy_gbps(rounds_t *r, uint32_t threads) {
@@ -467,6 +475,11 @@ static double memcpy_gbps(rounds_t *r, uint32_t threads) {
 /* Every ferry process is idle: one sample of each method but ferry. */
 static void round_before_go(uint64_t v, void *opaque) {
     rounds_t *r = opaque;
+    if (r->gpu) {
+        r->sec[M_PEER][v] = demo_gpu_bench_run(r->peer);
+        r->sec[M_SAME][v] = demo_gpu_bench_run(r->same);
+        return;
+    }
     r->sec[M_MEMN][v] = memcpy_gbps(r, r->threads);
     r->sec[M_MEM1][v] = memcpy_gbps(r, 1);
     if (!r->fm) return;
@@ -517,7 +530,7 @@ static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
     for (int m = 0; m < M_COUNT; m++) sec[m] = r->sec[m] + 2;
     for (uint32_t k = 0; k < n; k++) {
         sec[M_FERRY][k] = steps[k + 1].seconds;
-        for (int m = M_MEMN; m <= M_MEM1; m++) /* the same bytes at memcpy's rate measured in that round */
+        for (int m = M_MEMN; m < M_COUNT; m++) /* the same bytes at the copy's rate measured in that round */
             sec[m][k] = sec[m][k] > 0 ? (double)steps[k + 1].bytes / (sec[m][k] * 1e9) : -1;
     }
     stat3_t st[M_COUNT];
@@ -525,12 +538,16 @@ static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
     char b[32];
     printf("\ntransport %s: %u rounds, %s landing in engine buffers per update\n", name, n,
            cli_bytes((uint64_t)bytes, b, sizeof b));
-    printf("  %-22s %9s %21s %8s %10s %10s\n", "method", "median s", "(min - max) s", "GB/s", "of memcpy", "ferry is");
+    int limit = !r->gpu ? M_MEMN : r->peer ? M_PEER : M_SAME;
+    printf("  %-22s %9s %21s %8s %10s %10s\n", "method", "median s", "(min - max) s", "GB/s",
+           r->gpu ? "of limit" : "of memcpy", "ferry is");
     rc = CLI_OK;
     for (int m = 0; m < M_COUNT; m++) {
         char label[64];
         snprintf(label, sizeof label, m == M_FERRY ? "ferry (%s)" : "%s", m == M_FERRY ? name : method_names[m]);
         if ((m == M_FILES || m == M_TCP) && !r->fm) continue;
+        if ((m == M_MEMN || m == M_MEM1) && r->gpu) continue;
+        if ((m == M_PEER && !r->peer) || (m == M_SAME && !r->same)) continue;
         if (st[m].n < n) {
             printf("  %-22s failed in %u of %u rounds: %s\n", label, n - st[m].n, n,
                    m == M_FILES ? r->why_files : m == M_TCP ? r->why_tcp : "no sample");
@@ -541,7 +558,7 @@ static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
         snprintf(spread, sizeof spread, "(%.3g - %.3g)", st[m].min, st[m].max);
         if (m == M_FILES || m == M_TCP) snprintf(faster, sizeof faster, "%.1fx", st[m].median / st[M_FERRY].median);
         printf("  %-22s %9.3g %21s %8.2f %9.2fx %10s\n", label, st[m].median, spread, bytes / st[m].median / 1e9,
-               st[M_MEMN].n ? st[M_MEMN].median / st[m].median : 0.0, faster);
+               st[limit].n ? st[limit].median / st[m].median : 0.0, faster);
     }
 out:
     for (int m = 0; m < M_COUNT; m++) {
@@ -558,7 +575,7 @@ int bench_sync(int argc, char **argv) {
     demo_opts_t o = demo_defaults();
     o.steps = 6;
     o.verify = false;
-    const char *transports = "shm,ucx", *dir = getenv("TMPDIR");
+    const char *transports = NULL, *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
     bool baselines = true;
     for (int i = 1; i < argc; i++) {
@@ -581,6 +598,9 @@ int bench_sync(int argc, char **argv) {
         }
         if (!v) return CLI_USAGE;
     }
+    bool gpu = o.device != DEMO_DEVICE_CPU;
+    if (gpu) baselines = false; /* files and tcp move host memory: GPU copies stand in */
+    if (!transports) transports = gpu ? "shm" : "shm,ucx";
     size_t tr[2], ntr;
     if (!cli_word_list("--transports", transports, transport_names, 2, tr, &ntr)) return CLI_USAGE;
     /* a directory the files baseline cannot use fails now, not after the ferry runs */
@@ -611,20 +631,43 @@ int bench_sync(int argc, char **argv) {
         r.fm = &fm;
         r.readers = ferry_parallel_world_size(&ip);
     }
-    r.mem_a = malloc(r.mem_len);
-    r.mem_b = malloc(r.mem_len);
-    if (!r.mem_a || !r.mem_b) {
-        rc = CLI_FAIL;
-        goto out;
+    if (gpu) { /* the GPU copies this host can do, timed in the same rounds */
+        char err[256] = "";
+        int n = demo_gpu_count(), home = o.device >= 0 ? o.device : 0;
+        if (n == 0 || home >= n) {
+            fprintf(stderr, "ferry bench sync: --device %s: %s\n", o.device >= 0 ? "cuda:N" : "cuda",
+                    n == 0 ? "no usable GPU (or a ferry built without CUDA)" : "no such GPU");
+            rc = CLI_USAGE;
+            goto out;
+        }
+        r.gpu = true;
+        if (o.device == DEMO_DEVICE_SPREAD && n >= 2 && !(r.peer = demo_gpu_bench_create(0, 1, 1u << 30, err, sizeof err)))
+            fprintf(stderr, "ferry bench sync: %s\n", err);
+        if (!(r.same = demo_gpu_bench_create(home, home, 1u << 30, err, sizeof err)))
+            fprintf(stderr, "ferry bench sync: %s\n", err);
+    } else {
+        r.mem_a = malloc(r.mem_len);
+        r.mem_b = malloc(r.mem_len);
+        if (!r.mem_a || !r.mem_b) {
+            rc = CLI_FAIL;
+            goto out;
+        }
+        memset(r.mem_a, 1, r.mem_len);
+        memset(r.mem_b, 2, r.mem_len);
     }
-    memset(r.mem_a, 1, r.mem_len);
-    memset(r.mem_b, 2, r.mem_len);
-    printf("ferry bench sync: %s, trainer %s -> engine %s, sync mode, %u cores\n", o.model, o.train, o.infer,
-           r.threads);
-    printf("Interleaved rounds: before each ferry update but the first (which connects and plans), while\n"
-           "every ferry process is idle, one memcpy of 256 MiB with all cores and with one%s.\n"
-           "Each method is the median (min - max) over the same rounds; every ratio is a ratio of medians.\n",
-           baselines ? ",\none update by files and one by tcp" : "");
+    char devname[64];
+    printf("ferry bench sync: %s, trainer %s -> engine %s, sync mode, %u cores, buffers: %s\n", o.model, o.train,
+           o.infer, r.threads, demo_gpu_name(o.device, devname, sizeof devname));
+    if (gpu)
+        printf("Interleaved rounds: before each ferry update but the first (which connects and plans), while\n"
+               "every ferry process is idle, one 1 GiB copy from GPU 0 to GPU 1 (with two GPUs or more) and\n"
+               "one within GPU %d. Each method is the median (min - max) over the same rounds; every ratio is a\n"
+               "ratio of medians.\n", o.device >= 0 ? o.device : 0);
+    else
+        printf("Interleaved rounds: before each ferry update but the first (which connects and plans), while\n"
+               "every ferry process is idle, one memcpy of 256 MiB with all cores and with one%s.\n"
+               "Each method is the median (min - max) over the same rounds; every ratio is a ratio of medians.\n",
+               baselines ? ",\none update by files and one by tcp" : "");
     for (size_t t = 0; t < ntr; t++) {
         o.transport = tr[t] == 0 ? FERRY_XPORT_SHM : FERRY_XPORT_UCX;
         if (bench_transport(o, transport_names[tr[t]], &r) != CLI_OK) rc = CLI_FAIL;
@@ -635,6 +678,8 @@ int bench_sync(int argc, char **argv) {
            " median seconds / ferry's (how many times faster ferry is). The files baseline reads from the page\n"
            " cache.)\n");
 out:
+    demo_gpu_bench_destroy(r.peer);
+    demo_gpu_bench_destroy(r.same);
     free(r.mem_a);
     free(r.mem_b);
     if (fm.model || fm.offset) full_free(&fm);

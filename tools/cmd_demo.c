@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
             "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off]\n"
-            "                  [--no-verify] [--verbose]\n"
+            "                  [--device cpu|cuda|cuda:N] [--no-verify] [--verbose]\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
             "from RL-like Adam steps on fp32 masters cast to bf16) and R engine processes\n"
@@ -41,6 +41,10 @@ static void usage(FILE *f) {
             "(after SIGTERM, SIGKILL follows in 3 s).\n"
             "--deltas: sync mode, readers one version behind apply sparse deltas instead of\n"
             "pulling whole: auto between hosts only, always also on one host, or off.\n"
+            "--device: where every process's buffers live. cuda: on the GPUs, writers from GPU 0\n"
+            "up and readers from GPU 1 up (with two GPUs, trainer and engine ranks of the same\n"
+            "number sit on different GPUs); cuda:N: all on GPU N (colocated). Needs a ferry built\n"
+            "with CUDA and --transport shm (CUDA IPC). The steps and checks run on host copies.\n"
             "--verbose: each process's pid and events on stderr.\n"
             "\n%s",
             legend);

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_gpu.h"
 #include "demo_watch.h"
 
 /* After SIGTERM, a worker that has not ended by then gets SIGKILL. */
@@ -38,7 +39,8 @@ demo_opts_t demo_defaults(void) {
                      .lr = 1e-6,
                      .seed = 1,
                      .timeout_ms = 60000,
-                     .slots = 2};
+                     .slots = 2,
+                     .device = DEMO_DEVICE_CPU};
     return o;
 }
 
@@ -48,13 +50,14 @@ int demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o, uint32_t step
     else if (cli_opt(argc, argv, i, "--train", &v)) o->train = v;
     else if (cli_opt(argc, argv, i, "--infer", &v)) o->infer = v;
     else if (cli_opt(argc, argv, i, "--steps", &v)) return cli_u32("--steps", v, steps_lo, steps_hi, &o->steps) ? 1 : -1;
+    else if (cli_opt(argc, argv, i, "--device", &v)) return v && demo_gpu_parse(v, &o->device) ? 1 : -1;
     else return 0;
     return v ? 1 : -1;
 }
 
 static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int report_fd, int stdin_fd) {
     char a_rank[16], a_steps[16], a_mode[8], a_tr[8], a_staged[4], a_verify[4], a_lr[32], a_seed[32], a_to[16],
-        a_slots[8], a_deltas[8];
+        a_slots[8], a_deltas[8], a_dev[16];
     snprintf(a_rank, sizeof a_rank, "%u", rank);
     snprintf(a_steps, sizeof a_steps, "%u", o->steps);
     snprintf(a_mode, sizeof a_mode, "%d", (int)o->mode);
@@ -66,9 +69,11 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     snprintf(a_to, sizeof a_to, "%u", o->timeout_ms);
     snprintf(a_slots, sizeof a_slots, "%u", o->slots);
     snprintf(a_deltas, sizeof a_deltas, "%d", (int)o->deltas);
+    if (o->device >= 0) snprintf(a_dev, sizeof a_dev, "cuda:%d", o->device);
+    else snprintf(a_dev, sizeof a_dev, "%s", o->device == DEMO_DEVICE_CPU ? "cpu" : "cuda");
     char *argv[] = {"ferry", "_sync-worker", writer ? "writer" : "reader", a_rank, (char *)o->model,
                     (char *)o->train, (char *)o->infer, a_steps, a_mode, a_tr, a_staged, a_verify, a_lr, a_seed,
-                    a_to, a_slots, a_deltas, NULL};
+                    a_to, a_slots, a_deltas, a_dev, NULL};
     const int map[] = {stdin_fd, 0, report_fd, 3};
     return cli_spawn(argv, map, 2);
 }
@@ -177,6 +182,16 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
 int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, ferry_parallel_t *tp,
                ferry_parallel_t *ip, char *err, size_t size) {
     err[0] = '\0';
+    *model = NULL;
+    if (o->device != DEMO_DEVICE_CPU && o->transport != FERRY_XPORT_SHM) {
+        snprintf(err, size, "--device cuda works with --transport shm only (CUDA IPC between the processes; %s "
+                 "with GPU memory is not built yet)", o->transport == FERRY_XPORT_UCX ? "UCX" : "the file channel");
+        return CLI_USAGE;
+    }
+    if (o->device != DEMO_DEVICE_CPU && o->deltas == FERRY_SYNC_DELTAS_ALWAYS) {
+        snprintf(err, size, "--device cuda: deltas run on the CPU codec, not on GPU buffers yet; use --deltas auto or off");
+        return CLI_USAGE;
+    }
     if (!(*model = cli_load_model(ctx, o->model, false))) return CLI_USAGE; /* it said why */
     if (ferry_parallel_parse(ctx, FERRY_SIDE_TRAIN, o->train, tp) != FERRY_OK ||
         ferry_parallel_parse(ctx, FERRY_SIDE_INFER, o->infer, ip) != FERRY_OK) {

@@ -27,6 +27,7 @@ typedef struct demo_opts {
     uint32_t slots;
     ferry_sync_deltas_t deltas;
     bool verbose;         /* per-process lines on stderr */
+    int device;           /* DEMO_DEVICE_CPU, DEMO_DEVICE_SPREAD, or every worker on GPU N (demo_gpu.h) */
 } demo_opts_t;
 
 typedef struct demo_step {
@@ -57,7 +58,7 @@ typedef struct demo_result {
 
 demo_opts_t demo_defaults(void);
 /* Takes one of the options `ferry demo` and `ferry bench sync` share
- * (--model, --train, --infer, --steps in [steps_lo, steps_hi]) at argv[*i]:
+ * (--model, --train, --infer, --steps in [steps_lo, steps_hi], --device) at argv[*i]:
  * 1 taken, 0 it is none of them, -1 a bad or missing value (said on stderr). */
 int demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o, uint32_t steps_lo, uint32_t steps_hi);
 /* What a caller of demo_run hears about; any member may be NULL. */

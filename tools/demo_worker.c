@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_gpu.h"
 #include "demo_weights.h"
 #include "demo_worker.h"
 
@@ -86,6 +87,25 @@ uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, u
     return bad;
 }
 
+/* --device cuda: the member's buffers are on the worker's GPU (ferry
+ * allocates them there); the demo computes and checks host copies. */
+static void gpu_params(const worker_t *w, ferry_sync_params_t *sp) {
+    if (w->gpu < 0) return;
+    sp->field_mask |= FERRY_SYNC_PARAM_MEMORY;
+    sp->memory = FERRY_MEM_CUDA;
+    sp->device = w->gpu;
+}
+
+static bool gpu_move(worker_t *w, bool to_gpu) {
+    char err[256];
+    for (size_t b = 0; w->gpu >= 0 && b < w->nbufs; b++)
+        if (!demo_gpu_copy(w->dbufs[b], w->bufs[b], w->sizes[b], to_gpu, err, sizeof err)) {
+            demo_fail(w, to_gpu ? "to the GPU" : "from the GPU", err);
+            return false;
+        }
+    return true;
+}
+
 static int run_writer(worker_t *w, uint32_t world) {
     ferry_sync_params_t sp = {.field_mask = FERRY_SYNC_PARAM_MODE | FERRY_SYNC_PARAM_TRANSPORT |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_SERVE |
@@ -99,16 +119,21 @@ static int run_writer(worker_t *w, uint32_t world) {
                               .timeout_ms = w->o.timeout_ms,
                               .serve = false,
                               .slots = w->o.slots};
+    gpu_params(w, &sp);
     ferry_writer_t *wr;
     if (ferry_writer_create(w->ctx, w->model, &sp, &wr) != FERRY_OK) return demo_fail(w, "create", ferry_ctx_error(w->ctx));
     int rc = CLI_OK;
-    if (ferry_writer_add_layout(wr, w->layout, w->rank, w->bufs, w->nbufs) != FERRY_OK ||
+    if (ferry_writer_add_layout(wr, w->layout, w->rank, w->gpu >= 0 ? w->dbufs : w->bufs, w->nbufs) != FERRY_OK ||
         ferry_writer_commit(wr) != FERRY_OK) {
         rc = demo_fail(w, "setup", ferry_writer_error(wr));
         goto out;
     }
     for (uint64_t v = 1; v <= w->o.steps; v++) {
         demo_weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
+        if (!gpu_move(w, true)) {
+            rc = CLI_FAIL;
+            goto out;
+        }
         demo_report("F %u %llu", w->rank, (unsigned long long)v);
         /* the parent's go (stdin): every reader checked v - 1 and is waiting, so
          * the figures measure the sync alone */
@@ -152,11 +177,12 @@ static int run_reader(worker_t *w, uint32_t world) {
                               .transport = w->o.transport,
                               .timeout_ms = w->o.timeout_ms,
                               .staged = w->o.staged};
+    gpu_params(w, &sp);
     ferry_reader_t *rd;
     if (ferry_reader_create(w->ctx, w->model, &sp, &rd) != FERRY_OK) return demo_fail(w, "create", ferry_ctx_error(w->ctx));
     int rc = CLI_OK;
     uint8_t **prev = NULL;
-    if (ferry_reader_add_layout(rd, w->layout, w->rank, w->bufs, w->nbufs) != FERRY_OK ||
+    if (ferry_reader_add_layout(rd, w->layout, w->rank, w->gpu >= 0 ? w->dbufs : w->bufs, w->nbufs) != FERRY_OK ||
         ferry_reader_commit(rd) != FERRY_OK) {
         rc = demo_fail(w, "setup", ferry_reader_error(rd));
         goto out;
@@ -185,6 +211,10 @@ static int run_reader(worker_t *w, uint32_t world) {
             goto out;
         }
         held = info.version;
+        if (w->o.verify && !gpu_move(w, false)) {
+            rc = CLI_FAIL;
+            goto out;
+        }
         uint64_t bad = 0, changed = 0, elements = 0;
         if (w->o.verify) bad = demo_weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
         if (count_changes) /* the base the next version's changes are counted against, taken before reporting */
@@ -204,9 +234,10 @@ out:
     return rc;
 }
 
-/* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS DELTAS */
+/* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS DELTAS
+ * DEVICE */
 int demo_worker_main(int argc, char **argv) {
-    if (argc != 16) {
+    if (argc != 17) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`), %d arguments\n", argc);
         return CLI_USAGE;
     }
@@ -228,6 +259,7 @@ int demo_worker_main(int argc, char **argv) {
         !cli_u32("TIMEOUT", argv[13], 1, UINT32_MAX, &w.o.timeout_ms) ||
         !cli_u32("SLOTS", argv[14], 1, UINT32_MAX, &w.o.slots) ||
         !cli_u32("DELTAS", argv[15], FERRY_SYNC_DELTAS_AUTO, FERRY_SYNC_DELTAS_OFF, &deltas) ||
+        !demo_gpu_parse(argv[16], &w.o.device) ||
         (transport != FERRY_XPORT_SHM && transport != FERRY_XPORT_UCX && transport != DEMO_TRANSPORT_FILE)) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`): bad arguments\n");
         return CLI_USAGE;
@@ -271,11 +303,25 @@ int demo_worker_main(int argc, char **argv) {
         if (bi.rank == w.rank) w.sizes[w.nbufs++] = bi.size;
     }
     uint32_t world = ferry_parallel_world_size(&par);
+    w.gpu = -1;
+    if (w.o.device != DEMO_DEVICE_CPU) { /* host copies to compute and check; GPU buffers from ferry */
+        char err[256];
+        if ((w.gpu = demo_gpu_pick(w.o.device, writer, w.rank, err, sizeof err)) < 0) {
+            rc = demo_fail(&w, "device", err);
+            goto out;
+        }
+        w.dbufs = calloc(w.nbufs + 1, sizeof *w.dbufs);
+        if (!w.dbufs) goto out;
+        for (size_t b = 0; b < w.nbufs; b++)
+            if (!(w.bufs[b] = calloc(1, w.sizes[b] ? w.sizes[b] : 1))) goto out;
+    }
     if (w.o.transport == (ferry_xport_kind_t)DEMO_TRANSPORT_FILE)
         rc = writer ? demo_file_writer(&w) : demo_file_reader(&w);
     else
         rc = writer ? run_writer(&w, world) : run_reader(&w, world);
 out:
+    for (size_t b = 0; w.dbufs && b < w.nbufs; b++) free(w.bufs[b]); /* (the GPU buffers are ferry's) */
+    free(w.dbufs);
     free(w.bufs);
     free(w.sizes);
     ferry_layout_destroy(w.layout);

@@ -18,6 +18,8 @@ typedef struct worker {
     void **bufs;            /* the rank's buffers, in layout order */
     uint64_t *sizes;
     size_t nbufs;
+    int gpu;                /* --device cuda: this worker's GPU (bufs are host copies, dbufs the GPU buffers); else -1 */
+    void **dbufs;
 } worker_t;
 
 /* One report line to the parent (fd 3), shorter than PIPE_BUF. */
