@@ -71,6 +71,7 @@ static size_t run_cases(sync_cuda_boxes_t *b, const char *name, const box_gen_t 
     fill_guard(want, arena);
     CU(cudaMemcpy(src, src_h, arena, cudaMemcpyDefault));
     CU(cudaMemcpy(dst, want, arena, cudaMemcpyDefault));
+    CU(cudaDeviceSynchronize()); /* the streams below do not wait for the legacy stream */
     size_t total = 0;
     for (size_t k = 0; k < nbatches; k++) total += batch_sizes[k];
     box_case_t *cs = calloc(total, sizeof *cs);
