@@ -66,8 +66,6 @@ struct sync_dev {
     cudaStream_t stream;
     ferry_sum_cuda_t *sum;
     sync_cuda_boxes_t *boxes;
-    sync_box_copy_t *jobs;  /* the kernels' job form of sync_dev_box_t */
-    size_t cap_jobs;
     ferry_sum_region_t *regions;
     size_t cap_regions;
     int64_t bytes;          /* allocations and accounted registrations */
@@ -91,7 +89,7 @@ ferry_status_t sync_dev_create(ferry_ctx_t *ctx, int device, sync_dev_t **out, f
         st = ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaStreamCreate");
     }
     if (st == FERRY_OK) st = ferry_sum_cuda_create(device, &d->sum, err);
-    if (st == FERRY_OK) st = sync_cuda_boxes_create(device, &d->boxes, err);
+    if (st == FERRY_OK) st = sync_cuda_boxes_create(ctx, device, &d->boxes, err);
     sync_dev_leave(d, prev);
     if (st) {
         sync_dev_destroy(d);
@@ -111,7 +109,6 @@ void sync_dev_destroy(sync_dev_t *d) {
     ferry_sum_cuda_destroy(d->sum);
     sync_cuda_boxes_destroy(d->boxes);
     sync_dev_leave(d, prev);
-    ferry_free(d->ctx, d->jobs);
     ferry_free(d->ctx, d->regions);
     ferry_free(d->ctx, d);
 }
@@ -170,13 +167,8 @@ uint64_t sync_dev_bytes(const sync_dev_t *d) {
 
 ferry_status_t sync_dev_boxes(sync_dev_t *d, const sync_dev_box_t *jobs, size_t n, ferry_errbuf_t *err) {
     if (n == 0) return FERRY_OK;
-    if (ferry_grow(d->ctx, (void **)&d->jobs, sizeof *d->jobs, &d->cap_jobs, n) != 0)
-        return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        d->jobs[i] = (sync_box_copy_t){.dst = jobs[i].dst, .dst_strides = jobs[i].dst_strides, .src = jobs[i].src,
-                                       .src_strides = jobs[i].src_strides, .box = jobs[i].box, .esz = jobs[i].esz};
     int prev = sync_dev_enter(d);
-    ferry_status_t st = sync_cuda_boxes_enqueue(d->boxes, d->jobs, n, d->stream, err);
+    ferry_status_t st = sync_cuda_boxes_enqueue(d->boxes, jobs, n, d->stream, err);
     sync_dev_leave(d, prev);
     return st;
 }

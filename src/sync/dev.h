@@ -12,19 +12,13 @@
 
 #include "common/internal.h"
 #include "ferry/layout.h"
+#include "sync/box_jobs.h"
 
 typedef struct sync_dev sync_dev_t;
 
 /* One box between two regions of GPU memory (either may be another GPU's
  * memory opened here): strides NULL means packed row-major. */
-typedef struct sync_dev_box {
-    uint8_t *dst;
-    const int64_t *dst_strides;
-    const uint8_t *src;
-    const int64_t *src_strides;
-    ferry_box_t box;
-    uint32_t esz;
-} sync_dev_box_t;
+typedef sync_box_copy_t sync_dev_box_t;
 
 /* A contiguous region to checksum (common/sum.h's definition). */
 typedef struct sync_dev_region {
