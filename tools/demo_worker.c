@@ -129,10 +129,16 @@ static int run_writer(worker_t *w, uint32_t world) {
         goto out;
     }
     for (uint64_t v = 1; v <= w->o.steps; v++) {
-        demo_weights_pass(w, v, true, NULL, NULL, NULL); /* the optimizer step */
-        if (!gpu_move(w, true)) {
-            rc = CLI_FAIL;
-            goto out;
+        /* the optimizer step. GPU buffers without checks (ferry bench sync
+         * --device): the weights are computed and uploaded once, every
+         * version moves all of them again (GPU members pull whole), and the
+         * host-side step (seconds per GiB on one core) stays out of the way */
+        if (w->gpu < 0 || w->o.verify || v == 1) {
+            demo_weights_pass(w, v, true, NULL, NULL, NULL);
+            if (!gpu_move(w, true)) {
+                rc = CLI_FAIL;
+                goto out;
+            }
         }
         demo_report("F %u %llu", w->rank, (unsigned long long)v);
         /* the parent's go (stdin): every reader checked v - 1 and is waiting, so
