@@ -224,8 +224,10 @@ ferry_status_t ferry_xport_progress(ferry_xport_t *xp);
  * owner's connection; its other registrations then fail with
  * FERRY_ERR_PEER_LOST and are unpacked again).
  * UCX requests are in flight from get/put until their wait, so many requests
- * (to many owners) overlap; shm copies run inside get/put and this returns
- * at once. The remote regions of a request must not be released before its
+ * (to many owners) overlap; shm copies of host memory run inside get/put
+ * and this returns at once, while its copies that touch GPU memory run on
+ * the copy engines from get/put until this wait (so a caller overlaps them
+ * with its own GPU work). The remote regions of a request must not be released before its
  * wait. */
 ferry_status_t ferry_xport_req_wait(ferry_xport_req_t *req, int timeout_ms);
 /* Frees a request; one not yet waited is waited first (nothing may write

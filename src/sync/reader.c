@@ -142,6 +142,7 @@ static ferry_status_t epoch_setup(ferry_reader_t *r) {
         if (!sync_box_contiguous(&ops[i].box, ops[i].dst_strides) && ops[i].bytes > gather) gather = ops[i].bytes;
     r->scratch_cap = scratch > m->p.inflight_bytes ? scratch : m->p.inflight_bytes;
     if (scratch == 0) r->scratch_cap = 0;
+    if (m->dev) r->scratch_cap *= 2; /* two batches in flight, a half each */
     r->scratch = r->scratch_cap ? scratch_alloc(r, r->scratch_cap) : NULL;
     r->gather_cap = gather;
     r->gather = gather ? scratch_alloc(r, gather) : NULL;
@@ -273,16 +274,16 @@ typedef struct pull_stats {
 } pull_stats_t;
 
 /* Transfers buckets [j0, j1) of pair p in one request, lands them, checks them. */
-static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, size_t j0, size_t j1,
-                                 pull_stats_t *ps) {
+/* The runs of buckets [j0, j1) of pair p: DIRECT ones into the
+ * destination, the others one after another into `scratch`. */
+static ferry_status_t batch_runs(ferry_reader_t *r, const ferry_plan_pair_t *p, size_t j0, size_t j1,
+                                 uint8_t *scratch) {
     sync_member_t *m = &r->m;
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
-    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     reader_src_t *s = &r->src[p->src_rank];
     const meta_slot_map_t *map = &s->grant->map;
     if (ferry_grow(m->ctx, (void **)&r->runs, sizeof *r->runs, &r->cap_runs, j1 - j0) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-    double t = ferry_mono_s();
     size_t scratch_at = 0;
     for (size_t j = j0; j < j1; j++) {
         const ferry_plan_bucket_t *b = &bk[j];
@@ -300,42 +301,125 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
         if (b->flags & FERRY_BUCKET_DIRECT) {
             run->local = dst_base(r, sync_local_buffer(m, 1, m->p.rank, b->dst_buffer)) + b->dst_offset;
         } else {
-            run->local = r->scratch + scratch_at;
+            run->local = scratch + scratch_at;
             scratch_at += b->bytes;
         }
     }
+    return FERRY_OK;
+}
+
+/* A CUDA reader's batch: its copies run on the copy engines while the batch
+ * before is scattered and checksummed on the GPU (two in flight, each with
+ * its half of the scratch area). */
+typedef struct dev_batch {
+    const ferry_plan_pair_t *p;
+    size_t j0, j1;
+    uint8_t *scratch;
+    ferry_xport_req_t *req;
+} dev_batch_t;
+
+static ferry_status_t dev_start(ferry_reader_t *r, dev_batch_t *b) {
+    ferry_status_t st = batch_runs(r, b->p, b->j0, b->j1, b->scratch);
+    if (st != FERRY_OK) return st;
+    if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
+    st = ferry_xport_get(r->m.xp, r->runs, b->j1 - b->j0, &b->req);
+    return st == FERRY_OK ? FERRY_OK : read_fail(r, b->p->src_rank, st);
+}
+
+/* Waits for a batch's copies, then scatters and checksums it on the GPU. */
+static ferry_status_t dev_finish(ferry_reader_t *r, dev_batch_t *b, pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    ferry_status_t st = ferry_xport_req_wait(b->req, -1);
+    ferry_xport_req_free(b->req);
+    b->req = NULL;
+    if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
+    size_t nb = 0, i0 = bk[b->j0].first_op, i1 = bk[b->j1 - 1].first_op + bk[b->j1 - 1].op_count;
+    if (ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, i1 - i0 + 1) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t scratch_at = 0;
+    for (size_t j = b->j0; j < b->j1; j++) {
+        ps->bytes += bk[j].bytes;
+        if (bk[j].flags & FERRY_BUCKET_DIRECT) continue;
+        const uint8_t *from = b->scratch + scratch_at;
+        for (size_t i = bk[j].first_op; i < bk[j].first_op + bk[j].op_count; i++) {
+            uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
+            r->dboxes[nb++] = (sync_dev_box_t){.dst = dst_base(r, lb) + ops[i].dst_offset,
+                                               .dst_strides = ops[i].dst_strides, .src = from, .box = ops[i].box,
+                                               .esz = (uint32_t)sync_op_esz(m, &ops[i])};
+            from += ops[i].bytes;
+        }
+        scratch_at += bk[j].bytes;
+    }
+    double t = ferry_mono_s();
+    st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
+    if (st == FERRY_OK) st = dev_land_sums(r, i0, i1); /* (after the scatter, on the same stream) */
+    ps->verify_s += ferry_mono_s() - t;
+    return st;
+}
+
+/* Every pair's buckets, batch after batch, two in flight. */
+static ferry_status_t pull_all_dev(ferry_reader_t *r, pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    dev_batch_t prev = {0};
+    bool have_prev = false;
+    int half = 0;
+    ferry_status_t st = FERRY_OK;
+    double t = ferry_mono_s(), verify0 = ps->verify_s;
+    for (size_t pi = 0; pi < ferry_plan_pair_count(m->plan) && st == FERRY_OK; pi++) {
+        const ferry_plan_pair_t *p = &pairs[pi];
+        if (r->pair_done[pi]) continue;
+        if (!r->src[p->src_rank].grant) {
+            st = ferry_fail(&m->err, FERRY_ERR_MISMATCH, "the grant has no map for writer %u", p->src_rank);
+            break;
+        }
+        for (size_t j = p->first_bucket, end = p->first_bucket + p->bucket_count; j < end && st == FERRY_OK;) {
+            if ((st = pull_tick(r, p->src_rank)) != FERRY_OK) break;
+            size_t k = j; /* buckets up to inflight bytes whose staged parts fit half the scratch */
+            uint64_t bytes = 0, staged = 0;
+            while (k < end) {
+                uint64_t sb = (bk[k].flags & FERRY_BUCKET_DIRECT) ? 0 : bk[k].bytes;
+                if (k > j && (bytes + bk[k].bytes > m->p.inflight_bytes || staged + sb > r->scratch_cap / 2)) break;
+                bytes += bk[k].bytes;
+                staged += sb;
+                k++;
+            }
+            dev_batch_t cur = {p, j, k, r->scratch + (size_t)half * (r->scratch_cap / 2), NULL};
+            if ((st = dev_start(r, &cur)) != FERRY_OK) break;
+            if (have_prev) st = dev_finish(r, &prev, ps);
+            prev = cur;
+            have_prev = true;
+            half ^= 1;
+            j = k;
+        }
+    }
+    if (have_prev) {
+        if (st == FERRY_OK) st = dev_finish(r, &prev, ps);
+        else ferry_xport_req_free(prev.req); /* (waits: nothing may land later) */
+    }
+    ps->pull_s += ferry_mono_s() - t - (ps->verify_s - verify0);
+    return st;
+}
+
+/* Transfers buckets [j0, j1) of pair p in one request, lands them, checks them. */
+static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, size_t j0, size_t j1,
+                                 pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    double t = ferry_mono_s();
+    ferry_status_t st = batch_runs(r, p, j0, j1, r->scratch);
+    if (st != FERRY_OK) return st;
     ferry_xport_req_t *req = NULL;
     if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
-    ferry_status_t st = ferry_xport_get(m->xp, r->runs, j1 - j0, &req);
+    st = ferry_xport_get(m->xp, r->runs, j1 - j0, &req);
     if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
     ferry_xport_req_free(req);
     if (st != FERRY_OK) return read_fail(r, p->src_rank, st);
-    if (m->dev) { /* scatter and checksum on the GPU */
-        size_t nb = 0, i0 = bk[j0].first_op, i1 = bk[j1 - 1].first_op + bk[j1 - 1].op_count;
-        if (ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, i1 - i0 + 1) != 0)
-            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-        scratch_at = 0;
-        for (size_t j = j0; j < j1; j++) {
-            ps->bytes += bk[j].bytes;
-            if (bk[j].flags & FERRY_BUCKET_DIRECT) continue;
-            const uint8_t *from = r->scratch + scratch_at;
-            for (size_t i = bk[j].first_op; i < bk[j].first_op + bk[j].op_count; i++) {
-                uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[i].dst_buffer);
-                r->dboxes[nb++] = (sync_dev_box_t){.dst = dst_base(r, lb) + ops[i].dst_offset,
-                                                   .dst_strides = ops[i].dst_strides, .src = from, .box = ops[i].box,
-                                                   .esz = (uint32_t)sync_op_esz(m, &ops[i])};
-                from += ops[i].bytes;
-            }
-            scratch_at += bk[j].bytes;
-        }
-        st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
-        double t2 = ferry_mono_s();
-        ps->pull_s += t2 - t;
-        if (st == FERRY_OK) st = dev_land_sums(r, i0, i1); /* (waits for the scatter) */
-        ps->verify_s += ferry_mono_s() - t2;
-        return st;
-    }
-    scratch_at = 0;
+    size_t scratch_at = 0;
     for (size_t j = j0; j < j1; j++) {
         const ferry_plan_bucket_t *b = &bk[j];
         ps->bytes += b->bytes;
@@ -510,6 +594,7 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
 
 static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
     sync_member_t *m = &r->m;
+    if (m->dev) return pull_all_dev(r, ps);
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     for (size_t pi = 0; pi < ferry_plan_pair_count(m->plan); pi++) {

@@ -32,6 +32,15 @@ ferry_status_t xcuda_import(xcuda_cache_t *c, ferry_errbuf_t *err, xcuda_chunk_t
     return ferry_cuda_init(err);
 }
 void xcuda_import_release(xcuda_cache_t *c, xcuda_import_t *imp) { (void)c, (void)imp; }
+ferry_status_t xcuda_copy_start(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n,
+                                 xcuda_event_t **ev) {
+    (void)stream, (void)runs, (void)n, (void)ev;
+    return ferry_cuda_init(err);
+}
+ferry_status_t xcuda_event_wait(xcuda_event_t *ev, ferry_errbuf_t *err) {
+    (void)ev;
+    return ferry_cuda_init(err);
+}
 ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n) {
     (void)stream, (void)runs, (void)n;
     return ferry_cuda_init(err);
@@ -359,7 +368,13 @@ struct xcuda_stream {
     int device;
 };
 
-ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n) {
+struct xcuda_event {
+    cudaEvent_t e;
+    int device;
+};
+
+ferry_status_t xcuda_copy_start(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n,
+                                 xcuda_event_t **ev) {
     ferry_status_t st = ferry_cuda_init(err);
     if (st) return st;
     int dev = -1;
@@ -388,8 +403,30 @@ ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xc
             return ferry_cuda_fail(err, FERRY_ERR_IO, e, "cuda: cudaMemcpyAsync");
         }
     }
-    cudaError_t e = cudaStreamSynchronize(s->s);
+    xcuda_event_t *x = calloc(1, sizeof *x);
+    cudaError_t e = x ? cudaEventCreateWithFlags(&x->e, cudaEventDisableTiming) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess && (e = cudaEventRecord(x->e, s->s)) != cudaSuccess) cudaEventDestroy(x->e);
+    if (e != cudaSuccess) {
+        free(x);
+        cudaStreamSynchronize(s->s); /* nothing may be left in flight untracked */
+        return ferry_cuda_fail(err, FERRY_ERR_IO, e, "cuda: recording the copies' end");
+    }
+    x->device = dev;
+    *ev = x;
+    return FERRY_OK;
+}
+
+ferry_status_t xcuda_event_wait(xcuda_event_t *ev, ferry_errbuf_t *err) {
+    cudaError_t e = cudaEventSynchronize(ev->e);
+    cudaEventDestroy(ev->e);
+    free(ev);
     return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "cuda: copying");
+}
+
+ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n) {
+    xcuda_event_t *ev = NULL;
+    ferry_status_t st = xcuda_copy_start(stream, err, runs, n, &ev);
+    return st == FERRY_OK ? xcuda_event_wait(ev, err) : st;
 }
 
 void xcuda_stream_destroy(xcuda_stream_t *s) {

@@ -79,13 +79,20 @@ ferry_status_t xcuda_import(xcuda_cache_t *c, ferry_errbuf_t *err, xcuda_chunk_t
 void xcuda_import_release(xcuda_cache_t *c, xcuda_import_t *imp);
 
 /* Copies n runs (pointers of any kind CUDA knows: device, mapped peer
- * memory, pinned or pageable host) and waits for them. */
+ * memory, pinned or pageable host) on the endpoint's stream (made on first
+ * use, on the calling thread's device). xcuda_copy_start returns with them
+ * in flight and *ev marking their end; xcuda_event_wait waits for it and
+ * frees it. xcuda_copy does both. */
 typedef struct xcuda_copy {
     void *dst;
     const void *src;
     size_t len;
 } xcuda_copy_t;
 typedef struct xcuda_stream xcuda_stream_t;
+typedef struct xcuda_event xcuda_event_t;
+ferry_status_t xcuda_copy_start(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n,
+                                 xcuda_event_t **ev);
+ferry_status_t xcuda_event_wait(xcuda_event_t *ev, ferry_errbuf_t *err);
 ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n);
 void xcuda_stream_destroy(xcuda_stream_t *s);
 

@@ -822,9 +822,11 @@ static ferry_status_t copy_run(ferry_xport_t *xp, const ferry_xport_run_t *run, 
     return FERRY_OK;
 }
 
-/* Runs that touch GPU memory (either side) go to the GPUs' copy engines;
- * the others are copied as host memory. */
-static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put, bool *explained) {
+/* Runs that touch GPU memory (either side) go to the GPUs' copy engines,
+ * left in flight with *ev marking their end; the others are copied as host
+ * memory. */
+static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put, bool *explained,
+                                xcuda_event_t **ev) {
     shm_t *s = xp->backend;
     size_t ndev = 0;
     *explained = false;
@@ -852,7 +854,7 @@ static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs
         uint8_t *remote = r->base + run->remote_offset;
         cp[nc++] = put ? (xcuda_copy_t){remote, run->local, run->len} : (xcuda_copy_t){run->local, remote, run->len};
     }
-    if (st == FERRY_OK && nc) st = xcuda_copy(&s->stream, &xp->err, cp, nc);
+    if (st == FERRY_OK && nc) st = xcuda_copy_start(&s->stream, &xp->err, cp, nc, ev);
     *explained = st != FERRY_OK; /* the detail is on the endpoint */
     if (st == FERRY_OK && nh) st = xport_copy_parallel(xp, host, nh, put, copy_run);
     ferry_free(xp->ctx, cp);
@@ -860,18 +862,18 @@ static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs
     return st;
 }
 
-static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
-                                   ferry_xport_req_t *req) {
-    bool explained = false;
-    ferry_status_t st = copy_runs(xp, runs, n, put, &explained);
-    if (explained) {
-        req->status = st;
-        req->done = true;
-        return FERRY_OK;
-    }
+/* A request whose GPU copies are in flight: the regions to check once they end. */
+typedef struct shm_pending {
+    xcuda_event_t *ev;
+    size_t n;
+    ferry_xport_rmem_t *rmems[];
+} shm_pending_t;
+
+static ferry_status_t finish(ferry_xport_t *xp, ferry_xport_rmem_t *const *rmems, size_t n, ferry_status_t st,
+                             ferry_xport_req_t *req) {
     /* the registration may have ended, or its owner died, during the copy */
     for (size_t i = 0; i < n && st == FERRY_OK; i++)
-        if (i == 0 || runs[i].rmem != runs[i - 1].rmem) st = shm_rmem_check(xp, runs[i].rmem);
+        if (i == 0 || rmems[i] != rmems[i - 1]) st = shm_rmem_check(xp, rmems[i]);
     if (st == FERRY_ERR_UNSUPPORTED)
         ferry_fail(&xp->err, st, "shm: process_vm_readv/writev is not permitted on the owner (ptrace policy); "
                                  "allocate with ferry_xport_mem_alloc instead");
@@ -882,6 +884,52 @@ static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
     req->status = st;
     req->done = true;
     return FERRY_OK;
+}
+
+static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
+                                   ferry_xport_req_t *req) {
+    bool explained = false;
+    xcuda_event_t *ev = NULL;
+    shm_pending_t *pend = ferry_alloc(xp->ctx, sizeof *pend + (n + 1) * sizeof pend->rmems[0]);
+    if (!pend) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a request");
+    pend->n = n;
+    for (size_t i = 0; i < n; i++) pend->rmems[i] = runs[i].rmem;
+    ferry_status_t st = copy_runs(xp, runs, n, put, &explained, &ev);
+    if (ev && st != FERRY_OK) { /* the host part failed: the GPU part ends first */
+        ferry_errbuf_t ignored;
+        xcuda_event_wait(ev, &ignored);
+        ev = NULL;
+    }
+    if (explained || !ev) {
+        if (explained) {
+            req->status = st;
+            req->done = true;
+        } else {
+            finish(xp, pend->rmems, n, st, req);
+        }
+        ferry_free(xp->ctx, pend);
+        return FERRY_OK;
+    }
+    /* GPU copies in flight: checked in the wait, once they end */
+    pend->ev = ev;
+    req->backend = pend;
+    req->done = false;
+    return FERRY_OK;
+}
+
+static ferry_status_t shm_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, int timeout_ms) {
+    (void)timeout_ms; /* copies between GPUs and host memory of this host end */
+    shm_pending_t *pend = req->backend;
+    req->backend = NULL;
+    ferry_status_t st = xcuda_event_wait(pend->ev, &xp->err);
+    if (st != FERRY_OK) {
+        req->status = st;
+        req->done = true;
+    } else {
+        finish(xp, pend->rmems, pend->n, FERRY_OK, req);
+    }
+    ferry_free(xp->ctx, pend);
+    return req->status;
 }
 
 static ferry_status_t shm_progress(ferry_xport_t *xp) {
@@ -902,4 +950,5 @@ const xport_ops_t xport_shm_ops = {
     .rmem_check = shm_rmem_check,
     .transfer = shm_transfer,
     .progress = shm_progress,
+    .req_wait = shm_req_wait,
 };
