@@ -71,7 +71,7 @@ typedef struct meta_slot_map {
     uint32_t delta_region;
 } meta_slot_map_t;
 
-/* xxh3-64 of every op a writer serves to one reader, in plan order. */
+/* The ferry sum (common/sum.h) of every op a writer serves to one reader, in plan order. */
 typedef struct meta_pair_sums {
     uint32_t dst_rank;
     const uint64_t *sums;
@@ -156,7 +156,7 @@ ferry_status_t meta_read_end(meta_client_t *c, uint64_t version, bool ok, bool *
 /* ---- TensorTable -------------------------------------------------------------- */
 
 /* One put: a box of a tensor, row-major at byte_offset of a region, with
- * the xxh3-64 of every canonical tile it meets (docs/sync.md). */
+ * the ferry sum of every canonical tile it meets (docs/sync.md). */
 typedef struct meta_table_entry {
     const char *name;
     uint32_t dtype;

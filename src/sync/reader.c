@@ -1,14 +1,14 @@
 /* Readers: per update, ask the service for a ready version (a grant: where
  * each writer's bytes are and their checksums), pull the local plan's
  * buckets one-sided, scatter what does not land in place, check every op's
- * destination region against the writer's xxh3, then acknowledge. In
+ * destination region against the writer's sum, then acknowledge. In
  * staged mode everything lands in a shadow copy first and reaches the live
  * buffers only once all of it verified. See docs/sync.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/copy.h"
-#include "common/hash.h"
+#include "common/sum.h"
 
 #include "sync/sync_internal.h"
 
@@ -43,11 +43,11 @@ struct ferry_reader {
     size_t gather_cap;
     ferry_xport_run_t *runs;
     size_t cap_runs;
-    uint64_t *got;               /* per op: xxh3 of its destination region after landing */
+    uint64_t *got;               /* per op: ferry sum of its destination region after landing */
     bool source_hashed;          /* this attempt hashed some ops from the writer's bytes (views) */
     uint64_t pulling;            /* the version this attempt reads (for errors) */
     double intr_tick;            /* when the interrupt hook is asked next while bytes land (ferry_intr_due) */
-    XXH3_state_t *hash;          /* an op's checksum, fed chunk by chunk as it lands */
+    ferry_sum_state_t *hash;     /* an op's checksum, fed chunk by chunk as it lands (64-byte aligned) */
     /* deltas (sync mode): pairs that arrived as deltas this attempt */
     bool *pair_done;
     uint8_t *dscratch;           /* a writer's delta index and our blob */
@@ -215,9 +215,9 @@ static ferry_status_t pull_tick(ferry_reader_t *r, uint32_t rank) {
 static uint64_t dst_sum(ferry_reader_t *r, const ferry_copy_op_t *op) {
     uint32_t b = sync_local_buffer(&r->m, 1, r->m.p.rank, op->dst_buffer);
     const uint8_t *base = dst_base(r, b);
-    if (sync_box_contiguous(&op->box, op->dst_strides)) return XXH3_64bits(base + op->dst_offset, op->bytes);
+    if (sync_box_contiguous(&op->box, op->dst_strides)) return ferry_sum(base + op->dst_offset, op->bytes);
     sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, sync_op_esz(&r->m, op));
-    return XXH3_64bits(r->gather, op->bytes);
+    return ferry_sum(r->gather, op->bytes);
 }
 
 /* Describes an op for an error message. */
@@ -489,7 +489,7 @@ static ferry_status_t compare_sums(ferry_reader_t *r) {
             if (r->got[i] != s->sums[i - p->first_op]) {
                 char what[400];
                 op_text(r, &ops[i], what, sizeof what);
-                return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "checksum mismatch on %s (xxh3 %016llx, writer's %016llx)",
+                return ferry_fail(&m->err, FERRY_ERR_CORRUPT, "checksum mismatch on %s (sum %016llx, writer's %016llx)",
                                   what, (unsigned long long)r->got[i], (unsigned long long)s->sums[i - p->first_op]);
             }
     }
@@ -521,7 +521,7 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
         run.remote_offset = map->buffer_offset[lb] + b->src_offset;
     }
     uint8_t *dst = dst_base(r, sync_local_buffer(m, 1, m->p.rank, b->dst_buffer)) + b->dst_offset;
-    if (!r->hash && !(r->hash = XXH3_createState())) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    if (!r->hash && !(r->hash = aligned_alloc(64, (sizeof *r->hash + 63) & ~(size_t)63))) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     /* Where the writer's bytes are mapped here, copy them ourselves with
      * streaming stores (no read-for-ownership of the destination) and hash
      * the source lines the copy just loaded, still in cache: the bytes the
@@ -563,14 +563,14 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
         for (uint64_t c = at; c < at + n && op < op_end;) {
             uint64_t take = op_left < at + n - c ? op_left : at + n - c;
             if (!streaming && take == ops[op].bytes) {
-                r->got[op] = XXH3_64bits(hashed + c, take);
+                r->got[op] = ferry_sum(hashed + c, take);
                 op_left = 0;
             } else {
-                if (!streaming) XXH3_64bits_reset(r->hash);
+                if (!streaming) ferry_sum_reset(r->hash, ops[op].bytes);
                 streaming = true;
-                XXH3_64bits_update(r->hash, hashed + c, take);
+                ferry_sum_update(r->hash, hashed + c, take);
                 op_left -= take;
-                if (op_left == 0) r->got[op] = XXH3_64bits_digest(r->hash);
+                if (op_left == 0) r->got[op] = ferry_sum_digest(r->hash);
             }
             c += take;
             if (op_left == 0) {
@@ -733,7 +733,7 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
                            ferry_delta_codec_detail(r->codec));
                 return false;
             }
-            r->got[i] = XXH3_64bits(base + op->dst_offset, op->bytes);
+            r->got[i] = ferry_sum(base + op->dst_offset, op->bytes);
         } else {
             sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, esz);
             if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK) {
@@ -742,7 +742,7 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
                 return false;
             }
             sync_scatter(base, op->dst_offset, op->dst_strides, &op->box, esz, r->gather);
-            r->got[i] = XXH3_64bits(r->gather, op->bytes);
+            r->got[i] = ferry_sum(r->gather, op->bytes);
         }
         at += len;
     }
@@ -1001,7 +1001,7 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     if (!r) return;
     epoch_free(r);
     ferry_free(r->m.ctx, r->runs);
-    if (r->hash) XXH3_freeState(r->hash);
+    free(r->hash);
     ferry_delta_codec_destroy(r->codec);
     free(r->dscratch);
     ferry_free(r->m.ctx, r->dboxes);

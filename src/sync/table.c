@@ -1,12 +1,12 @@
 /* TensorTable: put / complete / get of arbitrary tensor boxes keyed by
  * (sequence id, name, box), on the same machinery as writers and readers:
  * the service holds who put what, the planner cuts a get from the puts
- * that cover it, the transport reads one-sided, and xxh3 checks every
+ * that cover it, the transport reads one-sided, and a ferry sum checks every
  * canonical tile (docs/sync.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "common/hash.h"
+#include "common/sum.h"
 
 #include "sync/sync_internal.h"
 
@@ -228,7 +228,7 @@ ferry_status_t ferry_table_put(ferry_table_t *t, uint64_t seq_id, const ferry_ta
     return ferry_table_multi_put(t, seq_id, entry, 1);
 }
 
-/* xxh3 of every tile the put meets (restricted to the put), in order. */
+/* The ferry sum of every tile the put meets (restricted to the put), in order. */
 static ferry_status_t put_sums(ferry_table_t *t, const tput_t *p, uint64_t *sums) {
     size_t esz = ferry_dtype_size(p->dtype);
     int64_t tile[FERRY_MAX_DIMS], lo[FERRY_MAX_DIMS], hi[FERRY_MAX_DIMS], idx[FERRY_MAX_DIMS], ps[FERRY_MAX_DIMS];
@@ -245,7 +245,7 @@ static ferry_status_t put_sums(ferry_table_t *t, const tput_t *p, uint64_t *sums
         ferry_status_t st = scratch_fit(t, bytes);
         if (st != FERRY_OK) return st;
         sync_gather(t->scratch, p->data, sub_offset(&p->box, &r, esz), ps, &r, esz);
-        sums[k++] = XXH3_64bits(t->scratch, bytes);
+        sums[k++] = ferry_sum(t->scratch, bytes);
     } while (p->ndim && next_idx(idx, lo, hi, p->ndim));
     return FERRY_OK;
 }
@@ -569,12 +569,12 @@ static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_tabl
                         sync_box_runs(&R, pstr, NULL, esz, add_run, &b);
                         if ((st = batch_get(t, &b)) != FERRY_OK) return st;
                     }
-                    uint64_t got = XXH3_64bits(t->scratch, bytes);
+                    uint64_t got = ferry_sum(t->scratch, bytes);
                     if (got != te->tile_sums[k]) {
                         char b[200];
                         ferry_box_format(&R, b, sizeof b);
                         return ferry_fail(&t->m.err, FERRY_ERR_CORRUPT,
-                                          "table: checksum mismatch on %s%s from member %u (xxh3 %016llx, put's %016llx)",
+                                          "table: checksum mismatch on %s%s from member %u (sum %016llx, put's %016llx)",
                                           te->name, b, mb->rank, (unsigned long long)got,
                                           (unsigned long long)te->tile_sums[k]);
                     }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "common/hash.h"
+#include "common/sum.h"
 
 #include "sync/sync_internal.h"
 
@@ -402,7 +402,7 @@ static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const 
                : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
 }
 
-/* One checksum per distinct read, given to every op that reads it (on the
+/* One ferry sum per distinct read, given to every op that reads it (on the
  * GPU for a CUDA writer: one batch of every group). */
 static ferry_status_t hash_slot(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
@@ -422,7 +422,7 @@ static ferry_status_t hash_slot(ferry_writer_t *w, writer_slot_t *s) {
     uint64_t sum = 0;
     for (size_t k = 0; k < nops; k++) {
         size_t i = w->hash_order[k], g = w->op_group[i];
-        if (k == 0 || g != w->op_group[w->hash_order[k - 1]]) sum = XXH3_64bits(op_bytes(w, s, &ops[i]), ops[i].bytes);
+        if (k == 0 || g != w->op_group[w->hash_order[k - 1]]) sum = ferry_sum(op_bytes(w, s, &ops[i]), ops[i].bytes);
         s->sums[i] = sum;
     }
     return FERRY_OK;
