@@ -5,13 +5,17 @@
 # .gpu-root/, nothing installed system-wide), and runs:
 #   - the C test suite (ctest), as a check of the host's build;
 #   - the Python package's pytest suite against the host's torch;
-#   - the GPU tests (ctest -L gpu: tests/gpu/), where a skip is a failure.
-# --quick builds and runs only the GPU tests (while iterating); GPU_TESTS=regex
-# picks some of them.
+#   - the GPU tests (ctest -L gpu: tests/gpu/, test_sync --gpu), where a skip
+#     is a failure;
+#   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies, and
+#     ferry bench sync --device cuda beside peer and same-GPU copies.
+# --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some);
+# --bench: only the benchmarks.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
-quick=0
+quick=0 bench_only=0
 [ "${1:-}" = "--quick" ] && quick=1
+[ "${1:-}" = "--bench" ] && bench_only=1
 cd "$(dirname "$0")/.."
 root=$PWD/.gpu-root
 build=build-gpu
@@ -47,6 +51,10 @@ else
 fi
 rm -f "$log"
 status=0
+if [ $bench_only = 1 ]; then
+    scripts/gpu-bench.sh "$build" || status=1
+    exit $status
+fi
 echo "== GPU tests"
 if (cd "$build" && ctest --output-on-failure -L gpu ${GPU_TESTS:+-R "$GPU_TESTS"} >"$PWD/ctest-gpu.log" 2>&1); then :; else status=1; fi
 grep -E "^ *[0-9]+/[0-9]+ Test" "$build/ctest-gpu.log"
@@ -73,6 +81,10 @@ if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q 
         >"$build/pytest.log" 2>&1; then :; else status=1; fi
 tail -15 "$build/pytest.log"
 summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
+echo "== GPU benchmarks"
+if scripts/gpu-bench.sh "$build" >"$build/gpu-bench.log" 2>&1; then summary+=("GPU benchmarks: ok ($build/gpu-bench.log)")
+else status=1; summary+=("GPU benchmarks: FAILED ($build/gpu-bench.log)"); fi
+grep -E "^(==|  ferry|  GPU|  same|[a-z0-9 ]+:)" "$build/gpu-bench.log" | head -60
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $status
