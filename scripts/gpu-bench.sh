@@ -8,7 +8,9 @@
 #     layout (tp=1 -> tp=1), resharded (Megatron tp=2 -> vLLM tp=1 and tp=2),
 #     beside a GPU 0 -> GPU 1 peer copy; and colocated on GPU 0 beside a
 #     same-GPU copy. Configurations needing two GPUs are skipped (said so)
-#     on a one-GPU host.
+#     on a one-GPU host;
+#   - the NCCL baseline (bench/nccl_bcast.py): a bucketed broadcast of the
+#     same model GPU 0 -> GPU 1 with copies into parameters, as verl does.
 # BENCH_MODEL and BENCH_STEPS override the model (qwen3-8b) and steps (6).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,4 +40,8 @@ else
     echo "== skipped: GPU 0 -> GPU 1 and resharded runs need two GPUs (this host has $ngpu)"
 fi
 run "colocated on GPU 0 (separate processes)" --device cuda:0 --train tp=1 --infer tp=1
+if [ "$ngpu" -ge 2 ]; then
+    echo "== NCCL broadcast baseline: python bench/nccl_bcast.py --model $model"
+    PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-python3}" bench/nccl_bcast.py --model "$model" || status=1
+fi
 exit $status
