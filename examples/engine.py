@@ -4,7 +4,8 @@
 
 The engine's own model parameters are ferry's destination: every update
 lands in their storage (no copy, same data_ptr), verified against the
-trainer's checksums; the engine then runs with the new weights.
+trainer's checksums; the engine then runs with the new weights. --device
+cuda (or cuda:N) holds the model on a GPU: updates land in its GPU memory.
 """
 import argparse
 import hashlib
@@ -22,7 +23,7 @@ def digest(model):
     h = hashlib.sha256()
     for name, p in sorted(model.named_parameters()):
         h.update(name.encode())
-        h.update(p.detach().view(-1).view(torch.uint8).numpy().tobytes())
+        h.update(p.detach().cpu().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -34,15 +35,16 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=1, help="engine ranks")
     ap.add_argument("--config", help="a config.json directory/path (default: a tiny Qwen3)")
+    ap.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda or cuda:N")
     a = ap.parse_args()
 
     cfg = transformers.AutoConfig.from_pretrained(a.config) if a.config else transformers.Qwen3Config(**TINY)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
+    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).to(a.device).eval()
     spec = ferry.Model.from_config(cfg, dtype="BF16")
-    with ferry.Reader(spec, job=a.job, rank=a.rank, world=a.world, meta=a.meta, timeout=60) as reader:
+    with ferry.Reader(spec, job=a.job, rank=a.rank, world=a.world, meta=a.meta, timeout=60, device=a.device) as reader:
         reader.register(model, ferry.Layout.hf(spec), 0)
         reader.commit()
-        prompt = torch.arange(8).unsqueeze(0)
+        prompt = torch.arange(8).unsqueeze(0).to(a.device)
         while reader.version < a.steps:
             info = reader.update("next", timeout=120)  # the next version, waiting for it
             with torch.no_grad():

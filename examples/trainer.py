@@ -6,6 +6,8 @@ Any PyTorch model works the same way; this one is a Hugging Face Qwen3 of a
 tiny size (--config takes a config.json path or a bundled ferry name for a
 real one). Run examples/engine.py with the same --job and --meta to receive
 the weights. The trainer runs the metadata service (rank 0 does by default).
+--device cuda (or cuda:N) trains on a GPU: ferry then moves the weights
+from GPU memory (CUDA IPC on one host) into the engine's, GPU or host.
 """
 import argparse
 import hashlib
@@ -30,7 +32,7 @@ def digest(model):
     h = hashlib.sha256()
     for name, p in sorted(model.named_parameters()):
         h.update(name.encode())
-        h.update(p.detach().view(-1).view(torch.uint8).numpy().tobytes())
+        h.update(p.detach().cpu().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -41,22 +43,26 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--readers", type=int, default=1, help="engine ranks that will read")
     ap.add_argument("--config", help="a config.json directory/path (default: a tiny Qwen3)")
+    ap.add_argument("--device", default="cpu", help="where the model trains: cpu, cuda or cuda:N")
     a = ap.parse_args()
 
     torch.manual_seed(0)
     cfg = hf_config(a.config)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     # What ferry needs to know: the tensors (from the config) and where this
-    # process holds them (one rank, one buffer per parameter, HF names).
+    # process holds them (one rank, one buffer per parameter, HF names, on
+    # --device).
     spec = ferry.Model.from_config(cfg, dtype="BF16")
     layout = ferry.Layout.hf(spec)
-    with ferry.Writer(spec, job=a.job, rank=0, world=1, meta=a.meta, timeout=60) as writer:
-        writer.register(model, layout, 0, adopt=True)  # adopt: shared memory, shm's fast path
+    with ferry.Writer(spec, job=a.job, rank=0, world=1, meta=a.meta, timeout=60, device=a.device) as writer:
+        # adopt: the parameters move into memory ferry allocated (shared
+        # memory on the CPU, shm's fast path; GPU memory on a GPU)
+        writer.register(model, layout, 0, adopt=True)
         writer.commit()
         for step in range(1, a.steps + 1):
-            batch = torch.randint(0, cfg.vocab_size, (4, 32))
+            batch = torch.randint(0, cfg.vocab_size, (4, 32)).to(a.device)
             loss = model(input_ids=batch, labels=batch).loss
             loss.backward()
             opt.step()  # in place: the registered memory holds the new weights

@@ -1,5 +1,8 @@
 /* ferry.Writer and ferry.Reader: members of a sync job (sync.h), over the
- * caller's own tensors. Both types share this struct and most methods. */
+ * caller's own tensors, in host memory or on a CUDA device (device=). Both
+ * types share this struct and most methods. */
+#include <dlpack/dlpack.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pyferry.h"
@@ -14,20 +17,26 @@ typedef struct pyf_member {
     char **reg_names;
     size_t nregs, cap;
     int busy;
-    Py_ssize_t live_buffers; /* HostBuffer objects alive (tensors made from them hold one) */
-    bool closing;            /* closed by the caller; freed when the last HostBuffer goes */
+    Py_ssize_t live_buffers; /* Host/DeviceBuffer objects alive (tensors made from them hold one) */
+    bool closing;            /* closed by the caller; freed when the last buffer object goes */
+    ferry_mem_type_t mem;    /* where every buffer lives (device=) */
+    int device;              /* FERRY_MEM_CUDA: the CUDA ordinal; host: -1 */
 } pyf_member_t;
 
-/* A buffer ferry allocated (alloc_buffer, None in add_layout), exposed
- * through the buffer protocol: torch.frombuffer(buf, dtype=...) views it. */
+/* A buffer ferry allocated (alloc_buffer, None in add_layout): a HostBuffer
+ * (host memory: the buffer protocol and DLPack) or a DeviceBuffer (GPU
+ * memory: DLPack only). torch.from_dlpack(buf) views its bytes. */
 typedef struct pyf_hostbuf {
     PyObject_HEAD
     pyf_member_t *member;
     void *ptr;
     Py_ssize_t size;
+    ferry_mem_type_t mem;
+    int device;
 } pyf_hostbuf_t;
 
-static bool is_writer(const pyf_member_t *m) { return Py_TYPE(m) == &pyf_WriterType; }
+/* (ferry.Writer is a Python subclass of the C type) */
+static bool is_writer(const pyf_member_t *m) { return PyObject_TypeCheck((PyObject *)m, &pyf_WriterType); }
 
 static const char *member_error(const pyf_member_t *m) {
     return m->w ? ferry_writer_error(m->w) : ferry_reader_error(m->r);
@@ -76,23 +85,115 @@ static bool enum_arg(const char *s, const char *what, const char *const *names, 
     return false;
 }
 
+static bool bad_device(PyObject *o) {
+    PyObject *r = PyObject_Repr(o);
+    const char *txt = r ? PyUnicode_AsUTF8(r) : NULL;
+    char msg[320];
+    snprintf(msg, sizeof msg,
+             "device=%.60s is not one ferry takes: None or 'cpu' (host memory), 'cuda' (the current CUDA device), "
+             "'cuda:N', an int N, or a torch.device of type cpu or cuda",
+             txt ? txt : "?");
+    Py_XDECREF(r);
+    PyErr_Clear();
+    pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+    return false;
+}
+
+/* 'cuda' without an index: torch's current device where torch is loaded
+ * (never imported from here), else 0, as CUDA's own default. */
+static bool current_cuda_device(int *out) {
+    *out = 0;
+    PyObject *name = PyUnicode_FromString("torch");
+    if (!name) return false;
+    PyObject *torch = PyImport_GetModule(name);
+    Py_DECREF(name);
+    if (!torch) return !PyErr_Occurred();
+    PyObject *cuda = PyObject_GetAttrString(torch, "cuda");
+    Py_DECREF(torch);
+    if (!cuda) return false;
+    PyObject *avail = PyObject_CallMethod(cuda, "is_available", NULL);
+    int yes = avail ? PyObject_IsTrue(avail) : -1;
+    Py_XDECREF(avail);
+    PyObject *cur = yes == 1 ? PyObject_CallMethod(cuda, "current_device", NULL) : NULL;
+    Py_DECREF(cuda);
+    if (yes < 0 || (yes == 1 && !cur)) return false;
+    if (cur) {
+        long d = PyLong_AsLong(cur);
+        Py_DECREF(cur);
+        if (d == -1 && PyErr_Occurred()) return false;
+        *out = (int)d;
+    }
+    return true;
+}
+
+/* device=: None or 'cpu' (host), 'cuda' (the current device), 'cuda:N', an
+ * int N, or an object with .type and .index (a torch.device, read without
+ * torch). *given false for None (the library's default, host). */
+static bool device_arg(PyObject *o, ferry_mem_type_t *mem, int *device, bool *given) {
+    *mem = FERRY_MEM_HOST, *device = -1, *given = o != Py_None;
+    if (o == Py_None) return true;
+    char type[16] = "";
+    long index = -1; /* none given */
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        index = PyLong_AsLong(o);
+        if ((index == -1 && PyErr_Occurred()) || index < 0 || index > INT32_MAX) return bad_device(o);
+        snprintf(type, sizeof type, "cuda");
+    } else if (PyUnicode_Check(o)) {
+        const char *s = PyUnicode_AsUTF8(o);
+        if (!s) return false;
+        const char *colon = strchr(s, ':');
+        size_t tlen = colon ? (size_t)(colon - s) : strlen(s);
+        if (tlen >= sizeof type) return bad_device(o);
+        memcpy(type, s, tlen);
+        type[tlen] = 0;
+        if (colon) {
+            char *end = NULL;
+            if (colon[1] < '0' || colon[1] > '9') return bad_device(o);
+            index = strtol(colon + 1, &end, 10);
+            if (*end || index > INT32_MAX) return bad_device(o);
+        }
+    } else if (PyObject_HasAttrString(o, "type") && PyObject_HasAttrString(o, "index")) {
+        PyObject *t = PyObject_GetAttrString(o, "type"), *i = t ? PyObject_GetAttrString(o, "index") : NULL;
+        const char *ts = t && PyUnicode_Check(t) ? PyUnicode_AsUTF8(t) : NULL;
+        bool ok = ts && strlen(ts) < sizeof type && i && (i == Py_None || (PyLong_Check(i) && !PyBool_Check(i)));
+        if (ok) {
+            snprintf(type, sizeof type, "%s", ts);
+            if (i != Py_None) {
+                index = PyLong_AsLong(i);
+                ok = !(index == -1 && PyErr_Occurred()) && index >= 0 && index <= INT32_MAX;
+            }
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(i);
+        if (!ok) return bad_device(o);
+    } else
+        return bad_device(o);
+    if (strcmp(type, "cpu") == 0) return true;
+    if (strcmp(type, "cuda") != 0) return bad_device(o);
+    *mem = FERRY_MEM_CUDA;
+    if (index >= 0) *device = (int)index;
+    else if (!current_cuda_device(device))
+        return false;
+    return true;
+}
+
 static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
     bool writer = cls == &pyf_WriterType || PyType_IsSubtype(cls, &pyf_WriterType);
     static char *wkws[] = {"model", "job", "rank", "world", "meta", "token", "transport", "timeout", "lease",
-                           "threads", "deltas", "mode", "slots", "serve", NULL};
+                           "threads", "deltas", "device", "mode", "slots", "serve", NULL};
     static char *rkws[] = {"model", "job", "rank", "world", "meta", "token", "transport", "timeout", "lease",
-                           "threads", "deltas", "staged", "inflight", NULL};
+                           "threads", "deltas", "device", "staged", "inflight", NULL};
     PyObject *model, *timeout = Py_None, *lease = Py_None, *serve = Py_None, *slots = Py_None, *inflight = Py_None,
-                     *threads = Py_None;
+                     *threads = Py_None, *device = Py_None;
     const char *job = NULL, *meta = NULL, *token = NULL, *transport = NULL, *deltas = NULL, *mode = NULL;
     unsigned int rank = UINT32_MAX, world = UINT32_MAX;
     int staged = 0;
-    int ok = writer ? PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzzOO:Writer", wkws, &pyf_ModelType, &model,
-                                                  &job, &rank, &world, &meta, &token, &transport, &timeout, &lease,
-                                                  &threads, &deltas, &mode, &slots, &serve)
-                    : PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzpO:Reader", rkws, &pyf_ModelType, &model,
-                                                  &job, &rank, &world, &meta, &token, &transport, &timeout, &lease,
-                                                  &threads, &deltas, &staged, &inflight);
+    int ok = writer ? PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzOzOO:Writer", wkws, &pyf_ModelType,
+                                                  &model, &job, &rank, &world, &meta, &token, &transport, &timeout,
+                                                  &lease, &threads, &deltas, &device, &mode, &slots, &serve)
+                    : PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzOpO:Reader", rkws, &pyf_ModelType,
+                                                  &model, &job, &rank, &world, &meta, &token, &transport, &timeout,
+                                                  &lease, &threads, &deltas, &device, &staged, &inflight);
     if (!ok) return NULL;
     if (!job || rank == UINT32_MAX || world == UINT32_MAX)
         return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, writer ? "Writer: job=, rank= and world= are required"
@@ -146,10 +247,15 @@ static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
         if (!pyf_u64_arg(inflight, "inflight", &p.inflight_bytes)) return NULL;
         p.field_mask |= FERRY_SYNC_PARAM_INFLIGHT;
     }
+    bool dev_given;
+    if (!device_arg(device, &p.memory, &p.device, &dev_given)) return NULL;
+    if (dev_given) p.field_mask |= FERRY_SYNC_PARAM_MEMORY;
 
     pyf_member_t *m = (pyf_member_t *)cls->tp_alloc(cls, 0);
     if (!m) return NULL;
     m->model = Py_NewRef(model);
+    m->mem = p.memory;
+    m->device = p.memory == FERRY_MEM_CUDA ? p.device : -1;
     if (!(m->ctx = pyf_ctx_create())) {
         Py_DECREF(m);
         return NULL;
@@ -195,6 +301,24 @@ static bool keep_tensor(pyf_member_t *m, pyf_tensor_t *t, const char *name) {
     return true;
 }
 
+/* A tensor on another device than the member's buffers: MismatchError
+ * naming the tensor and both devices (before anything is registered). */
+static bool check_device(const pyf_member_t *m, const pyf_tensor_t *t, const char *what) {
+    if (t->mem == m->mem && (t->mem != FERRY_MEM_CUDA || t->device == m->device)) return true;
+    char have[32], want[32], msg[600];
+    pyf_device_name(t->mem, t->device, have, sizeof have);
+    pyf_device_name(m->mem, m->device, want, sizeof want);
+    const char *kind = is_writer(m) ? "Writer" : "Reader";
+    snprintf(msg, sizeof msg,
+             "%s: the tensor is on %s, this %s's buffers are on %s (its device=): move the tensor there, or make "
+             "the %s with device='%s'",
+             what, have, kind, want, kind, have);
+    pyf_raise(FERRY_ERR_MISMATCH, msg);
+    return false;
+}
+
+static int tensor_access(const pyf_member_t *m) { return (is_writer(m) ? PYF_READ : PYF_WRITE) | PYF_CUDA; }
+
 static PyObject *member_add_buffer(pyf_member_t *m, PyObject *args, PyObject *kw) {
     static char *kws[] = {"name", "tensor", "dtype", NULL};
     const char *name;
@@ -208,7 +332,11 @@ static PyObject *member_add_buffer(pyf_member_t *m, PyObject *args, PyObject *kw
     char what[300];
     snprintf(what, sizeof what, "buffer '%.200s'", name);
     pyf_tensor_t t;
-    if (!pyf_tensor_get(tensor, is_writer(m) ? PYF_READ : PYF_WRITE, given ? &dt : NULL, what, &t)) return NULL;
+    if (!pyf_tensor_get(tensor, tensor_access(m), given ? &dt : NULL, what, &t)) return NULL;
+    if (!check_device(m, &t, what)) {
+        pyf_tensor_release(&t);
+        return NULL;
+    }
     /* the buffer is the tensor's whole storage span; pieces address it */
     uint32_t index;
     ferry_status_t st = m->w ? ferry_writer_add_buffer(m->w, name, t.dtype, t.data, t.span, &index)
@@ -224,13 +352,17 @@ static PyObject *member_add_buffer(pyf_member_t *m, PyObject *args, PyObject *kw
     return PyLong_FromUnsignedLong(index);
 }
 
+/* The member's memory ferry allocated: a HostBuffer, or a DeviceBuffer for
+ * a CUDA member. */
 static PyObject *hostbuf_new(pyf_member_t *m, void *ptr, uint64_t size) {
-    pyf_hostbuf_t *b = PyObject_New(pyf_hostbuf_t, &pyf_HostBufferType);
+    pyf_hostbuf_t *b = PyObject_New(pyf_hostbuf_t, m->mem == FERRY_MEM_CUDA ? &pyf_DeviceBufferType : &pyf_HostBufferType);
     if (!b) return NULL;
     b->member = (pyf_member_t *)Py_NewRef(m);
     m->live_buffers++;
     b->ptr = ptr;
     b->size = (Py_ssize_t)size;
+    b->mem = m->mem;
+    b->device = m->device;
     return (PyObject *)b;
 }
 
@@ -314,7 +446,11 @@ static PyObject *member_add_layout(pyf_member_t *m, PyObject *args) {
         const ferry_buffer_info_t *b = &infos[got];
         char what[300];
         snprintf(what, sizeof what, "buffer '%.200s' (rank %u)", b->name, rank);
-        if (!pyf_tensor_get(o, m->w ? PYF_READ : PYF_WRITE, NULL, what, &ts[got])) goto out;
+        if (!pyf_tensor_get(o, tensor_access(m), NULL, what, &ts[got])) goto out;
+        if (!check_device(m, &ts[got], what)) {
+            got++;
+            goto out;
+        }
         if (!pyf_dtype_fits(ts[got].dtype, b->dtype)) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s: the tensor holds %s, the buffer %s", what, ferry_dtype_name(ts[got].dtype),
@@ -426,6 +562,7 @@ static PyObject *writer_publish(pyf_member_t *m, PyObject *arg) {
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.readers_missing));
     PyStructSequence_SET_ITEM(o, i++, PyFloat_FromDouble(info.delta_seconds));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.delta_bytes));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.device_bytes));
     if (PyErr_Occurred()) Py_CLEAR(o);
     return o;
 }
@@ -472,6 +609,7 @@ static PyObject *reader_update(pyf_member_t *m, PyObject *args, PyObject *kw) {
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.sources));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.delta_pairs));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.delta_bytes));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.device_bytes));
     if (PyErr_Occurred()) Py_CLEAR(o);
     return o;
 }
@@ -508,22 +646,28 @@ static PyObject *member_get(pyf_member_t *m, void *which) {
     case 1: return PyBool_FromLong(m->closing || !(m->w || m->r));
     case 2: return PyUnicode_FromString(m->w ? ferry_writer_service_address(m->w) : "");
     case 3: return PyLong_FromUnsignedLongLong(m->r ? ferry_reader_version(m->r) : 0);
-    default: return PyBool_FromLong(m->r && ferry_reader_torn(m->r));
+    case 4: return PyBool_FromLong(m->r && ferry_reader_torn(m->r));
+    default: {
+        char name[32];
+        pyf_device_name(m->mem, m->device, name, sizeof name);
+        return PyUnicode_FromString(name);
+    }
     }
 }
 
 #define COMMON_METHODS                                                                                              \
     {"add_buffer", (PyCFunction)(void (*)(void))member_add_buffer, METH_VARARGS | METH_KEYWORDS,                    \
      "add_buffer(name, tensor, dtype=None) -> index\n\nRegisters a tensor's storage (no copy) as a buffer. The "    \
-     "tensor must stay alive and in place (ferry keeps a reference); dtype reinterprets same-size elements "        \
-     "(uint8 storage as 'F8_E4M3')."},                                                                              \
+     "tensor must stay alive and in place (ferry keeps a reference) and be on the member's device "                 \
+     "(MismatchError otherwise); dtype reinterprets same-size elements (uint8 storage as 'F8_E4M3')."},                                                                              \
         {"add_piece", (PyCFunction)(void (*)(void))member_add_piece, METH_VARARGS | METH_KEYWORDS,                   \
          "add_piece(tensor, offset, extent, buffer, byte_offset, strides)\n\nAdds a piece on a buffer (checked as " \
          "Layout.add_piece)."},                                                                                     \
         {"add_layout", (PyCFunction)member_add_layout, METH_VARARGS,                                                \
          "add_layout(layout, rank, tensors) -> list\n\nRegisters every buffer and piece the layout gives rank: "    \
-         "tensors[i] is the rank's i-th buffer (C-contiguous, its dtype and byte size; MismatchError names the "    \
-         "buffer otherwise) or None for a ferry-allocated one, returned as a HostBuffer in its place."},            \
+         "tensors[i] is the rank's i-th buffer (C-contiguous, its dtype and byte size, on the member's device; "  \
+         "MismatchError names the buffer otherwise) or None for a ferry-allocated one, returned as a HostBuffer "  \
+         "(DeviceBuffer for a CUDA member) in its place."},            \
         {"commit", (PyCFunction)member_commit, METH_NOARGS,                                                         \
          "commit()\n\nSends this member's layout to the service (releases the GIL)."},                             \
         {"close", (PyCFunction)member_close, METH_NOARGS,                                                           \
@@ -535,8 +679,9 @@ static PyObject *member_get(pyf_member_t *m, void *which) {
 static PyMethodDef writer_methods[] = {
     COMMON_METHODS,
     {"alloc_buffer", (PyCFunction)member_alloc_buffer, METH_VARARGS,
-     "alloc_buffer(name, dtype, nbytes) -> (index, HostBuffer)\n\nA zeroed buffer peers map directly (the fast "
-     "path of shm); view it with torch.frombuffer(buf, dtype=...)."},
+     "alloc_buffer(name, dtype, nbytes) -> (index, HostBuffer or DeviceBuffer)\n\nA zeroed buffer peers map "
+     "directly (the fast path of shm), on the member's device: a HostBuffer (torch.frombuffer(buf, dtype=...)) "
+     "or, for a CUDA Writer, a DeviceBuffer (torch.from_dlpack(buf).view(dtype))."},
     {"publish", (PyCFunction)writer_publish, METH_O,
      "publish(version) -> PublishInfo\n\nPublishes version (greater than every one before). Sync mode: readers read "
      "the live tensors while this waits for their acknowledgements (up to the timeout); async: snapshots and "
@@ -558,6 +703,7 @@ static PyGetSetDef writer_getset[] = {
     {"model", (getter)member_get, NULL, "the Model", (void *)0},
     {"closed", (getter)member_get, NULL, "True after close()", (void *)1},
     {"service_address", (getter)member_get, NULL, "host:port of the service this writer runs ('' if none)", (void *)2},
+    {"device", (getter)member_get, NULL, "where this member's buffers are: 'cpu' or 'cuda:N' (device=)", (void *)5},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -566,6 +712,7 @@ static PyGetSetDef reader_getset[] = {
     {"closed", (getter)member_get, NULL, "True after close()", (void *)1},
     {"version", (getter)member_get, NULL, "the version the tensors hold, verified (0: none, or torn)", (void *)3},
     {"torn", (getter)member_get, NULL, "True when a failed update left the tensors partly written", (void *)4},
+    {"device", (getter)member_get, NULL, "where this member's buffers are: 'cpu' or 'cuda:N' (device=)", (void *)5},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -574,10 +721,11 @@ PyTypeObject pyf_WriterType = {
     .tp_basicsize = sizeof(pyf_member_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Writer(model, *, job, rank, world, meta=None, token=None, transport='shm', timeout=None, lease=None,\n"
-              "       threads=None, deltas='auto', mode='sync', slots=None, serve=None)\n\n"
+              "       threads=None, deltas='auto', device=None, mode='sync', slots=None, serve=None)\n\n"
               "A trainer rank of a sync job: registers its tensors (add_layout, add_buffer/add_piece, or\n"
               "ferry.register for a module), commits, and publishes versions. Rank 0 runs the metadata service\n"
-              "at meta (default FERRY_META) unless serve=False. timeout and lease in seconds. One thread at a time.",
+              "at meta (default FERRY_META) unless serve=False. timeout and lease in seconds. device: where every\n"
+              "buffer is (None/'cpu', 'cuda', 'cuda:N', an int N or a torch.device). One thread at a time.",
     .tp_dealloc = (destructor)member_dealloc,
     .tp_methods = writer_methods,
     .tp_getset = writer_getset,
@@ -589,22 +737,27 @@ PyTypeObject pyf_ReaderType = {
     .tp_basicsize = sizeof(pyf_member_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Reader(model, *, job, rank, world, meta=None, token=None, transport='shm', timeout=None, lease=None,\n"
-              "       threads=None, deltas='auto', staged=False, inflight=None)\n\n"
+              "       threads=None, deltas='auto', device=None, staged=False, inflight=None)\n\n"
               "An engine rank of a sync job: registers its own tensors as destinations, commits, and updates\n"
-              "them in place to published versions. One thread at a time.",
+              "them in place to published versions. device: where every buffer is (None/'cpu', 'cuda',\n"
+              "'cuda:N', an int N or a torch.device). One thread at a time.",
     .tp_dealloc = (destructor)member_dealloc,
     .tp_methods = reader_methods,
     .tp_getset = reader_getset,
     .tp_new = member_new,
 };
 
-/* ---- HostBuffer ---- */
+/* ---- HostBuffer, DeviceBuffer ---- */
+
+static bool hostbuf_open(const pyf_hostbuf_t *b) {
+    if (b->member->w || b->member->r) return true;
+    pyf_raise(FERRY_ERR_STALE, Py_TYPE(b) == &pyf_DeviceBufferType ? "DeviceBuffer: its Writer/Reader is closed"
+                                                                  : "HostBuffer: its Writer/Reader is closed");
+    return false;
+}
 
 static int hostbuf_getbuffer(pyf_hostbuf_t *b, Py_buffer *view, int flags) {
-    if (!b->member->w && !b->member->r) {
-        pyf_raise(FERRY_ERR_STALE, "HostBuffer: its Writer/Reader is closed");
-        return -1;
-    }
+    if (!hostbuf_open(b)) return -1;
     return PyBuffer_FillInfo(view, (PyObject *)b, b->ptr, b->size, 0, flags);
 }
 
@@ -616,6 +769,107 @@ static void hostbuf_dealloc(pyf_hostbuf_t *b) {
 
 static Py_ssize_t hostbuf_len(pyf_hostbuf_t *b) { return b->size; }
 
+/* DLPack export: a 1-D uint8 tensor over the buffer's bytes whose manager
+ * holds the buffer object (so the memory, and its member, live while the
+ * consumer's tensor does). */
+typedef struct dl_export {
+    DLManagedTensor mt;
+    int64_t shape[1], strides[1];
+} dl_export_t;
+
+static void dl_export_free(DLManagedTensor *mt) {
+    /* the consumer frees its tensor on any thread, with or without the GIL */
+    if (mt->manager_ctx && Py_IsInitialized()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        Py_DECREF((PyObject *)mt->manager_ctx);
+        PyGILState_Release(g);
+    }
+    PyMem_RawFree(mt);
+}
+
+static void dl_capsule_free(PyObject *cap) {
+    if (!PyCapsule_IsValid(cap, "dltensor")) return; /* consumed: the consumer calls the deleter */
+    DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+    if (mt && mt->deleter) mt->deleter(mt);
+}
+
+static void hostbuf_dl_device(const pyf_hostbuf_t *b, int *type, int *id) {
+    *type = b->mem == FERRY_MEM_CUDA ? kDLCUDA : kDLCPU;
+    *id = b->mem == FERRY_MEM_CUDA ? b->device : 0;
+}
+
+static PyObject *hostbuf_dlpack_device(pyf_hostbuf_t *b, PyObject *unused) {
+    (void)unused;
+    int type, id;
+    hostbuf_dl_device(b, &type, &id);
+    return Py_BuildValue("(ii)", type, id);
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None):
+ * the stream needs nothing (ferry's own GPU work on the memory is done
+ * before its calls return); an unversioned capsule whatever max_version
+ * asks (the protocol lets a producer answer so); no copies, no other device. */
+static PyObject *hostbuf_dlpack(pyf_hostbuf_t *b, PyObject *args, PyObject *kw) {
+    static char *kws[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kws, &stream, &max_version, &dl_device, &copy))
+        return NULL;
+    if (!hostbuf_open(b)) return NULL;
+    int type, id;
+    hostbuf_dl_device(b, &type, &id);
+    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+        PyErr_SetString(PyExc_BufferError, "ferry's buffers are exported without a copy (copy=True is not supported)");
+        return NULL;
+    }
+    if (dl_device != Py_None) {
+        PyObject *mine = Py_BuildValue("(ii)", type, id);
+        PyObject *theirs = mine ? PySequence_Tuple(dl_device) : NULL;
+        int same = theirs ? PyObject_RichCompareBool(mine, theirs, Py_EQ) : -1;
+        Py_XDECREF(mine);
+        Py_XDECREF(theirs);
+        if (same < 0) return NULL;
+        if (!same) {
+            PyErr_SetString(PyExc_BufferError, "ferry's buffers are exported on their own device only");
+            return NULL;
+        }
+    }
+    dl_export_t *e = PyMem_RawCalloc(1, sizeof *e);
+    if (!e) return PyErr_NoMemory();
+    e->shape[0] = b->size;
+    e->strides[0] = 1;
+    e->mt.dl_tensor = (DLTensor){.data = b->ptr,
+                                 .device = {.device_type = (DLDeviceType)type, .device_id = id},
+                                 .ndim = 1,
+                                 .dtype = {.code = kDLUInt, .bits = 8, .lanes = 1},
+                                 .shape = e->shape,
+                                 .strides = e->strides,
+                                 .byte_offset = 0};
+    e->mt.manager_ctx = Py_NewRef((PyObject *)b);
+    e->mt.deleter = dl_export_free;
+    PyObject *cap = PyCapsule_New(&e->mt, "dltensor", dl_capsule_free);
+    if (!cap) dl_export_free(&e->mt);
+    return cap;
+}
+
+static PyObject *hostbuf_device(pyf_hostbuf_t *b, void *unused) {
+    (void)unused;
+    char name[32];
+    pyf_device_name(b->mem, b->device, name, sizeof name);
+    return PyUnicode_FromString(name);
+}
+
+static PyMethodDef hostbuf_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))hostbuf_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> capsule of the bytes (uint8)"},
+    {"__dlpack_device__", (PyCFunction)hostbuf_dlpack_device, METH_NOARGS, "__dlpack_device__() -> (type, id)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef hostbuf_getset[] = {
+    {"device", (getter)hostbuf_device, NULL, "where the memory is: 'cpu' or 'cuda:N'", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyBufferProcs hostbuf_as_buffer = {(getbufferproc)hostbuf_getbuffer, NULL};
 static PySequenceMethods hostbuf_seq = {.sq_length = (lenfunc)hostbuf_len};
 
@@ -623,18 +877,34 @@ PyTypeObject pyf_HostBufferType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.HostBuffer",
     .tp_basicsize = sizeof(pyf_hostbuf_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Host memory ferry allocated for a Writer or Reader (bytes through the buffer protocol).\n"
-              "The memory lives while a HostBuffer (or a tensor made from one, which holds it) does, also past\n"
-              "the member's close().",
+    .tp_doc = "Host memory ferry allocated for a Writer or Reader: its bytes through the buffer protocol\n"
+              "(torch.frombuffer, numpy.frombuffer) and DLPack (torch.from_dlpack). The memory lives while a\n"
+              "HostBuffer (or a tensor made from one, which holds it) does, also past the member's close().",
     .tp_dealloc = (destructor)hostbuf_dealloc,
     .tp_as_buffer = &hostbuf_as_buffer,
     .tp_as_sequence = &hostbuf_seq,
+    .tp_methods = hostbuf_methods,
+    .tp_getset = hostbuf_getset,
+};
+
+PyTypeObject pyf_DeviceBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.DeviceBuffer",
+    .tp_basicsize = sizeof(pyf_hostbuf_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "GPU memory ferry allocated for a CUDA Writer or Reader (device=): its bytes through DLPack\n"
+              "(torch.from_dlpack(buf) is a uint8 CUDA tensor over them). The memory lives while a DeviceBuffer\n"
+              "(or a tensor made from one, which holds it) does, also past the member's close().",
+    .tp_dealloc = (destructor)hostbuf_dealloc,
+    .tp_as_sequence = &hostbuf_seq,
+    .tp_methods = hostbuf_methods,
+    .tp_getset = hostbuf_getset,
 };
 
 bool pyf_member_init(PyObject *m) {
     return PyType_Ready(&pyf_WriterType) == 0 && PyType_Ready(&pyf_ReaderType) == 0 &&
-           PyType_Ready(&pyf_HostBufferType) == 0 &&
+           PyType_Ready(&pyf_HostBufferType) == 0 && PyType_Ready(&pyf_DeviceBufferType) == 0 &&
            PyModule_AddObjectRef(m, "Writer", (PyObject *)&pyf_WriterType) == 0 &&
            PyModule_AddObjectRef(m, "Reader", (PyObject *)&pyf_ReaderType) == 0 &&
-           PyModule_AddObjectRef(m, "HostBuffer", (PyObject *)&pyf_HostBufferType) == 0;
+           PyModule_AddObjectRef(m, "HostBuffer", (PyObject *)&pyf_HostBufferType) == 0 &&
+           PyModule_AddObjectRef(m, "DeviceBuffer", (PyObject *)&pyf_DeviceBufferType) == 0;
 }

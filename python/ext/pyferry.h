@@ -72,13 +72,20 @@ typedef struct pyf_tensor {
     uint64_t numel;
     uint64_t span;      /* bytes from data to one past the last element */
     bool contiguous;    /* row-major, no gaps */
+    ferry_mem_type_t mem; /* FERRY_MEM_HOST (pinned host memory too) or FERRY_MEM_CUDA */
+    int device;         /* FERRY_MEM_CUDA: the CUDA ordinal in this process; host: -1 */
 } pyf_tensor_t;
 
-enum { PYF_READ = 0, PYF_WRITE = 1 };
+/* access: PYF_READ or PYF_WRITE, plus PYF_CUDA where the caller takes CUDA
+ * device memory (sync members); without it a CUDA tensor is refused. */
+enum { PYF_READ = 0, PYF_WRITE = 1, PYF_CUDA = 2 };
 
 /* Reads obj through __dlpack__ or the buffer protocol. dtype_override (if
  * given) reinterprets elements of the same size ("F8_E4M3" over uint8).
- * Host memory only; negative strides and empty tensors are refused. */
+ * Host memory (pinned included), and CUDA device memory with PYF_CUDA
+ * (DLPack kDLCUDA: t->mem and t->device say which GPU); managed memory and
+ * other devices are refused (UnsupportedError), as are negative strides and
+ * empty tensors. */
 bool pyf_tensor_get(PyObject *obj, int access, const ferry_dtype_t *dtype_override, const char *what,
                     pyf_tensor_t *out);
 void pyf_tensor_release(pyf_tensor_t *t);
@@ -86,6 +93,9 @@ void pyf_tensor_release(pyf_tensor_t *t);
  * the same dtype, or integer storage of the same element size (uint8
  * holding fp8, int16 holding bf16). */
 bool pyf_dtype_fits(ferry_dtype_t have, ferry_dtype_t want);
+/* "cpu" or "cuda:N" for a memory type and device (what errors and .device
+ * show). */
+void pyf_device_name(ferry_mem_type_t mem, int device, char *buf, size_t size);
 /* The storage's current address if the owner can tell (torch data_ptr):
  * used to catch a tensor whose storage was replaced after registration. */
 bool pyf_tensor_moved(const pyf_tensor_t *t, uintptr_t *now);
@@ -122,7 +132,8 @@ typedef struct pyf_refs {
 bool pyf_refs_get(PyObject *mapping, int access, const char *what, pyf_refs_t *out);
 void pyf_refs_release(pyf_refs_t *r);
 
-extern PyTypeObject pyf_ModelType, pyf_LayoutType, pyf_WriterType, pyf_ReaderType, pyf_HostBufferType;
+extern PyTypeObject pyf_ModelType, pyf_LayoutType, pyf_WriterType, pyf_ReaderType, pyf_HostBufferType,
+    pyf_DeviceBufferType;
 extern PyTypeObject pyf_TableType, pyf_ChannelType, pyf_PlanType;
 bool pyf_model_init(PyObject *module);
 bool pyf_layout_init(PyObject *module);

@@ -6,8 +6,9 @@
 
 #include "pyferry.h"
 
-/* Type codes of DLPack 1.x that the dlpack 0.6 header predates. */
+/* Type and device codes of DLPack 1.x that the dlpack 0.6 header predates. */
 enum { DL_BOOL = 6, DL_F8_E4M3FN = 10, DL_F8_E5M2 = 12 };
+enum { DL_ONEAPI = 14 };
 
 static bool dl_dtype(DLDataType t, ferry_dtype_t *out) {
     if (t.lanes != 1) return false;
@@ -57,7 +58,60 @@ static bool finish(pyf_tensor_t *t, const char *what) {
     return true;
 }
 
-static bool from_dlpack(PyObject *obj, pyf_tensor_t *t, const char *what) {
+void pyf_device_name(ferry_mem_type_t mem, int device, char *buf, size_t size) {
+    if (mem == FERRY_MEM_CUDA) snprintf(buf, size, "cuda:%d", device);
+    else
+        snprintf(buf, size, "cpu");
+}
+
+/* The DLPack device an object says it is on (__dlpack_device__), without
+ * exporting it: *type 0 when it does not say. */
+static bool dl_device_of(PyObject *obj, int *type, int *id) {
+    *type = 0, *id = 0;
+    if (!PyObject_HasAttrString(obj, "__dlpack_device__")) return true;
+    PyObject *d = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!d) return false;
+    bool ok = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2;
+    if (ok) {
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(d, 0)), i = PyLong_AsLong(PyTuple_GET_ITEM(d, 1));
+        ok = !PyErr_Occurred();
+        *type = (int)t, *id = (int)i;
+    }
+    Py_DECREF(d);
+    if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "__dlpack_device__() must return (type, id)");
+    return ok;
+}
+
+/* torch.utils.dlpack.to_dlpack if torch is loaded and obj is a torch
+ * tensor, else NULL (no error). torch's own __dlpack__ refuses a CUDA
+ * tensor of another device than the current one (its stream handshake is
+ * per current device); ferry takes no stream work from the producer
+ * (publish and update wait for the device first: ferry/__init__.py), so the
+ * plain export is what it needs. */
+static PyObject *torch_export(PyObject *obj) {
+    PyObject *name = PyUnicode_FromString("torch");
+    if (!name) return NULL;
+    PyObject *torch = PyImport_GetModule(name); /* loaded already, or NULL: never imports */
+    Py_DECREF(name);
+    if (!torch) return NULL;
+    PyObject *cls = PyObject_GetAttrString(torch, "Tensor");
+    PyObject *utils = cls ? PyObject_GetAttrString(torch, "utils") : NULL;
+    PyObject *dl = utils ? PyObject_GetAttrString(utils, "dlpack") : NULL;
+    PyObject *fn = dl ? PyObject_GetAttrString(dl, "to_dlpack") : NULL;
+    PyObject *cap = NULL;
+    int is = fn ? PyObject_IsInstance(obj, cls) : -1;
+    if (is == 1) cap = PyObject_CallOneArg(fn, obj); /* its error, if any, is the caller's */
+    else
+        PyErr_Clear(); /* not torch's, or a torch without it: the protocol's own path */
+    Py_XDECREF(fn);
+    Py_XDECREF(dl);
+    Py_XDECREF(utils);
+    Py_XDECREF(cls);
+    Py_DECREF(torch);
+    return cap;
+}
+
+static bool from_dlpack(PyObject *obj, int access, pyf_tensor_t *t, const char *what) {
     /* torch: export a detached alias (torch refuses tensors that require
      * grad) and keep it: it holds the storage even if the caller's tensor
      * is later pointed at another one. */
@@ -68,7 +122,27 @@ static bool from_dlpack(PyObject *obj, pyf_tensor_t *t, const char *what) {
         t->keep = Py_NewRef(src);
     } else
         src = Py_NewRef(obj);
-    PyObject *cap = PyObject_CallMethod(src, "__dlpack__", NULL);
+    int dev_type, dev_id;
+    if (!dl_device_of(src, &dev_type, &dev_id)) {
+        Py_DECREF(src);
+        return false;
+    }
+    PyObject *cap = NULL;
+    if (dev_type == kDLCUDA) {
+        /* ferry takes no stream work from the producer: stream=-1 (no
+         * synchronization; publish and update wait for the device first) */
+        cap = torch_export(src);
+        if (!cap && !PyErr_Occurred()) {
+            PyObject *kw = Py_BuildValue("{s:i}", "stream", -1);
+            PyObject *meth = kw ? PyObject_GetAttrString(src, "__dlpack__") : NULL;
+            PyObject *noargs = meth ? PyTuple_New(0) : NULL;
+            cap = noargs ? PyObject_Call(meth, noargs, kw) : NULL;
+            Py_XDECREF(noargs);
+            Py_XDECREF(meth);
+            Py_XDECREF(kw);
+        }
+    } else
+        cap = PyObject_CallMethod(src, "__dlpack__", NULL);
     Py_DECREF(src);
     if (!cap) return false;
     DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
@@ -78,13 +152,38 @@ static bool from_dlpack(PyObject *obj, pyf_tensor_t *t, const char *what) {
     }
     const DLTensor *dl = &mt->dl_tensor;
     bool ok = true;
-    if (dl->device.device_type != kDLCPU && dl->device.device_type != kDLCUDAHost)
-        ok = fail(what, dl->device.device_type == kDLCUDA ? "GPU tensors are not supported yet (host memory only)"
-                                                          : "the tensor is not in host memory",
+    char why[200];
+    switch ((int)dl->device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: /* pinned host memory is host memory */
+        t->mem = FERRY_MEM_HOST, t->device = -1;
+        break;
+    case kDLCUDA:
+        t->mem = FERRY_MEM_CUDA, t->device = dl->device.device_id;
+        if (!(access & PYF_CUDA)) {
+            snprintf(why, sizeof why, "the tensor is on cuda:%d; this takes host memory only (copy it with .cpu())",
+                     t->device);
+            ok = fail(what, why, FERRY_ERR_UNSUPPORTED);
+        }
+        break;
+    case kDLCUDAManaged:
+        ok = fail(what, "CUDA managed (unified) memory is not supported: use device memory (a torch 'cuda' tensor, "
+                        "cudaMalloc) or host memory",
                   FERRY_ERR_UNSUPPORTED);
-    else if (!dl_dtype(dl->dtype, &t->dtype))
+        break;
+    default:
+        snprintf(why, sizeof why, "the tensor is on DLPack device type %d (%s): ferry takes host memory and CUDA "
+                                  "device memory",
+                 (int)dl->device.device_type,
+                 dl->device.device_type == kDLROCM || dl->device.device_type == kDLROCMHost ? "ROCm"
+                 : dl->device.device_type == kDLMetal                                      ? "Metal"
+                 : (int)dl->device.device_type == DL_ONEAPI                                ? "oneAPI"
+                                                                                            : "not host or CUDA");
+        ok = fail(what, why, FERRY_ERR_UNSUPPORTED);
+    }
+    if (ok && !dl_dtype(dl->dtype, &t->dtype))
         ok = fail(what, "its dtype has no ferry equivalent", FERRY_ERR_UNSUPPORTED);
-    else if (dl->ndim < 0 || dl->ndim > FERRY_MAX_DIMS)
+    else if (ok && (dl->ndim < 0 || dl->ndim > FERRY_MAX_DIMS))
         ok = fail(what, "more dimensions than ferry's 8", FERRY_ERR_LIMIT);
     if (ok) {
         t->ndim = (uint32_t)dl->ndim;
@@ -127,7 +226,7 @@ static bool fmt_dtype(const char *fmt, Py_ssize_t itemsize, ferry_dtype_t *out) 
 }
 
 static bool from_buffer(PyObject *obj, int access, pyf_tensor_t *t, const char *what) {
-    int flags = PyBUF_RECORDS_RO | (access == PYF_WRITE ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_RECORDS_RO | ((access & PYF_WRITE) ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &t->view, flags) < 0) return false;
     t->has_view = true;
     Py_buffer *v = &t->view;
@@ -140,6 +239,7 @@ static bool from_buffer(PyObject *obj, int access, pyf_tensor_t *t, const char *
         t->strides[d] = v->strides[d] / v->itemsize;
     }
     t->data = v->buf;
+    t->mem = FERRY_MEM_HOST, t->device = -1; /* the buffer protocol is host memory */
     return true;
 }
 
@@ -147,7 +247,7 @@ bool pyf_tensor_get(PyObject *obj, int access, const ferry_dtype_t *dtype_overri
                     pyf_tensor_t *out) {
     memset(out, 0, sizeof *out);
     bool ok;
-    if (PyObject_HasAttrString(obj, "__dlpack__")) ok = from_dlpack(obj, out, what);
+    if (PyObject_HasAttrString(obj, "__dlpack__")) ok = from_dlpack(obj, access, out, what);
     else if (PyObject_CheckBuffer(obj))
         ok = from_buffer(obj, access, out, what);
     else {

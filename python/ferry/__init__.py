@@ -9,10 +9,12 @@ a Reader writes into the caller's tensors' own storage.
 import enum as _enum
 import json as _json
 import os as _os
+import sys as _sys
 
 from ferry import _ferry
 from ferry._ferry import (  # noqa: F401
-    BufferInfo, Error, HostBuffer, Piece, PublishInfo, TensorInfo, UpdateInfo, __version__, dtype_size,
+    BufferInfo, DeviceBuffer, Error, HostBuffer, Piece, PublishInfo, TensorInfo, UpdateInfo, __version__,
+    dtype_size,
     BusyError, ConfigError, CorruptError, CoverageError, InternalError, InterruptedError,
     InvalidArgumentError,
     IOFailure, LimitError, MismatchError, NoMemoryError, NotFoundError, PeerLostError, StaleError, TimeoutError,
@@ -119,12 +121,35 @@ class Layout(_ferry.Layout):
         return out
 
 
+def _wait_device(member):
+    """A CUDA member's GPU work runs on a stream of ferry's own, which is not
+    ordered after torch's: kernels still writing (an optimizer step) or
+    reading (a forward pass, a CUDA graph) the registered tensors finish
+    before ferry reads or writes them."""
+    if member.device == "cpu":
+        return
+    torch = _sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize(member.device)
+
+
 class Writer(_ferry.Writer):
     __doc__ = _ferry.Writer.__doc__
 
     def register(self, params, layout, rank, naming=None, ignore=(), adopt=False):
         """register(params, layout, rank, naming=None, ignore=(), adopt=False): see ferry.register."""
         return register(self, params, layout, rank, naming=naming, ignore=ignore, adopt=adopt)
+
+    def publish(self, version):
+        """publish(version) -> PublishInfo
+
+        Publishes version (greater than every one before). Sync mode: readers
+        read the live tensors while this waits for their acknowledgements (up
+        to the timeout); async: snapshots and returns. A CUDA writer first
+        waits for torch's work on its device (torch.cuda.synchronize). Releases
+        the GIL; Ctrl-C interrupts its waits."""
+        _wait_device(self)
+        return super().publish(version)
 
 
 class Reader(_ferry.Reader):
@@ -134,13 +159,27 @@ class Reader(_ferry.Reader):
         """register(params, layout, rank, naming=None, ignore=(), adopt=False): see ferry.register."""
         return register(self, params, layout, rank, naming=naming, ignore=ignore, adopt=adopt)
 
+    def update(self, version="latest", timeout=30.0):
+        """update(version='latest', timeout=30.0) -> UpdateInfo
+
+        Brings the registered tensors to version (a number, 'latest' or
+        'next'), in place and verified, waiting up to timeout seconds for it.
+        A CUDA reader first waits for torch's work on its device
+        (torch.cuda.synchronize), and returns once its GPU writes are done.
+        Raises TimeoutError, StaleError (gone), CorruptError (checksums kept
+        failing), PeerLostError. Releases the GIL; Ctrl-C interrupts its waits
+        (the tensors may then be torn: see .torn; the next update repairs
+        them)."""
+        _wait_device(self)
+        return super().update(version, timeout)
+
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401
 from ferry import delta  # noqa: E402,F401
 
 __all__ = [
     "__version__", "bundled_models", "dtype_size", "register", "NAMINGS", "Status",
-    "Model", "Layout", "Writer", "Reader", "HostBuffer", "TensorTable", "Channel", "Plan", "delta",
+    "Model", "Layout", "Writer", "Reader", "HostBuffer", "DeviceBuffer", "TensorTable", "Channel", "Plan", "delta",
     "TensorInfo", "BufferInfo", "Piece", "PublishInfo", "UpdateInfo", "ChannelUpdateInfo", "DeltaInfo",
     "CopyOp", "PlanBucket", "PlanPair",
     "Error", "InvalidArgumentError", "ConfigError", "UnsupportedError", "NotFoundError", "CoverageError",

@@ -102,6 +102,32 @@ def _data_ptr(t):
     return t.data_ptr() if hasattr(t, "data_ptr") else None
 
 
+def _device(t):
+    """'cpu' or 'cuda:N', as the tensor's DLPack device says (pinned host
+    memory is host memory; the buffer protocol is host memory)."""
+    dev = getattr(t, "__dlpack_device__", None)
+    if dev is None:
+        return "cpu"
+    kind, index = dev()
+    kind = int(kind)
+    if kind in (1, 3):  # kDLCPU, kDLCUDAHost
+        return "cpu"
+    return f"cuda:{index}" if kind == 2 else f"DLPack device ({kind}, {index})"
+
+
+def _check_devices(member, placed):
+    """MismatchError naming the first parameter that is not on the member's
+    device (before anything is registered)."""
+    want = member.device
+    for bname, pname, t in placed:
+        have = _device(t)
+        if have != want:
+            kind = "Writer" if hasattr(member, "alloc_buffer") else "Reader"
+            raise _fail(_ferry.FERRY_ERR_MISMATCH,
+                        f"register: parameter {pname!r} (buffer {bname!r}) is on {have}, this {kind}'s buffers are on "
+                        f"{want} (its device=): move the module there, or make the {kind} with device={have!r}")
+
+
 def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
     """register(member, params, layout, rank, naming=None, ignore=(), adopt=False) -> None
 
@@ -118,12 +144,14 @@ def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
     such as optimizer steps land there). On one host this is shm's fast
     path: readers map the memory instead of copying it through
     process_vm_readv (docs/python.md, "Where the tensors live"). The memory
-    lives as long as the parameters do, also past the member's close().
+    lives as long as the parameters do, also past the member's close(). A
+    CUDA member (device=) adopts into GPU memory it allocates on its device.
 
     Raises NotFoundError naming a parameter the layout has no place for, or
     a buffer of the rank that no parameter fills; MismatchError naming a
-    parameter whose dtype, shape or contiguity does not fit its buffer.
-    Every check runs before anything is registered.
+    parameter whose dtype, shape or contiguity does not fit its buffer, or
+    that is on another device than the member's buffers. Every check runs
+    before anything is registered.
     """
     naming = naming or _SIDE_NAMING.get(layout.side, "hf")
     if naming not in NAMINGS:
@@ -179,6 +207,8 @@ def register(member, params, layout, rank, naming=None, ignore=(), adopt=False):
         raise _fail(_ferry.FERRY_ERR_NOT_FOUND,
                     f"register: buffer {missing[0]!r} of rank {rank} (naming={naming}) has no parameter in the "
                     f"module{more}")
+    _check_devices(member, [(b, *whole[b]) for b in whole] +
+                   [(b, *e) for b, ex in parts.items() for _, e in sorted(ex.items())])
     if not parts and not adopt:
         member.add_layout(layout, rank, [whole[b.name][1] for b in buffers])  # checked in C
         return
@@ -243,8 +273,9 @@ def _register_parts(member, layout, rank, plan, adopt):
     for bi, ents in plan.items():
         for k, (name, pname, t, start, size) in enumerate(ents):
             if adopt:
-                index[(bi, k)], hb = member.alloc_buffer(name, str(t.dtype)[len("torch."):], size)
-                moves.append((t, torch.frombuffer(hb, dtype=t.dtype).view(t.shape)))
+                # a HostBuffer, or a DeviceBuffer on the member's GPU: DLPack views either
+                index[(bi, k)], buf = member.alloc_buffer(name, str(t.dtype)[len("torch."):], size)
+                moves.append((t, torch.from_dlpack(buf).view(t.dtype).view(t.shape)))
             else:
                 index[(bi, k)] = member.add_buffer(name, t)
     for p in layout.pieces(rank):

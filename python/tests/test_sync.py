@@ -97,6 +97,7 @@ def test_megatron_tp2_to_hf_and_vllm_in_place():
             randomize(shards[r], 10 * v + r) if v == 1 else [t.add_(1) for t in shards[r].values()]
         winfo, rinfo = job.step(v)
         assert [i.version for i in rinfo] == [v, v] and all(i.readers_acked == 2 for i in winfo)
+        assert all(i.device_bytes == 0 for i in winfo + rinfo)  # host members hold no GPU memory
         if v > 1:
             assert all(i.delta_pairs > 0 for i in rinfo), "readers one version behind get deltas"
         for layer in range(2):

@@ -529,8 +529,11 @@ static ferry_status_t pull_direct_fused(ferry_reader_t *r, const ferry_plan_pair
      * unless it changed back). Else a get per chunk, hashing the
      * destination. */
     const uint8_t *view = NULL;
-    if (r->shadow || ferry_xport_rmem_view(run.rmem, run.remote_offset, b->bytes, (const void **)&view) != FERRY_OK)
-        view = NULL; /* staged: the shadow is read again at once, so a cached copy is better */
+    /* staged: the shadow is read again at once, so a cached copy is better;
+     * a CUDA writer's memory: its view is a device pointer (a get copies it) */
+    if (r->shadow || ferry_xport_rmem_mem_type(run.rmem) == FERRY_MEM_CUDA ||
+        ferry_xport_rmem_view(run.rmem, run.remote_offset, b->bytes, (const void **)&view) != FERRY_OK)
+        view = NULL;
     if (view) {
         ferry_status_t st = ferry_xport_rmem_check(run.rmem); /* as a get would, before anything moves */
         if (st != FERRY_OK)
