@@ -61,7 +61,7 @@ enum {
     FERRY_SYNC_PARAM_SLOTS = 1u << 6,      /* writer, async; default: 2 */
     FERRY_SYNC_PARAM_SERVE = 1u << 7,      /* writer; default: true for rank 0 */
     FERRY_SYNC_PARAM_STAGED = 1u << 8,     /* reader; default: false (in place) */
-    FERRY_SYNC_PARAM_INFLIGHT = 1u << 9,   /* reader; default: 64 MiB */
+    FERRY_SYNC_PARAM_INFLIGHT = 1u << 9,   /* reader; default: 64 MiB (CUDA readers: 256 MiB) */
     FERRY_SYNC_PARAM_THREADS = 1u << 10,   /* transport copy threads; default: 1 */
     FERRY_SYNC_PARAM_DELTAS = 1u << 11,    /* sync mode; default: FERRY_SYNC_DELTAS_AUTO */
     FERRY_SYNC_PARAM_MEMORY = 1u << 12     /* memory and device; default: FERRY_MEM_HOST */

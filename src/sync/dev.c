@@ -1,22 +1,15 @@
 /* A member's GPU (sync/dev.h). */
 #include "sync/dev.h"
 
+#include <stdio.h>
+
 #include "common/cuda.h"
 
-/* (until the kernels land: sync/strided.cu, common/sum.cu) */
-#if !defined(FERRY_CUDA) || !__has_include("common/sum_cuda.h") || !__has_include("sync/strided_cuda.h")
-#define SYNC_DEV_NONE 1
-#endif
-
-#ifdef SYNC_DEV_NONE
+#ifndef FERRY_CUDA
 
 ferry_status_t sync_dev_create(ferry_ctx_t *ctx, int device, sync_dev_t **out, ferry_errbuf_t *err) {
     (void)ctx, (void)device, (void)out;
-#ifdef FERRY_CUDA
-    return ferry_fail(err, FERRY_ERR_UNSUPPORTED, "this build lacks the sync engine's GPU kernels");
-#else
     return ferry_cuda_init(err);
-#endif
 }
 void sync_dev_destroy(sync_dev_t *d) { (void)d; }
 int sync_dev_device(const sync_dev_t *d) {
@@ -185,7 +178,7 @@ ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n
     if (n == 0) return FERRY_OK;
     if (ferry_grow(d->ctx, (void **)&d->regions, sizeof *d->regions, &d->cap_regions, n) != 0)
         return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) d->regions[i] = (ferry_sum_region_t){.ptr = r[i].ptr, .len = r[i].len};
+    for (size_t i = 0; i < n; i++) d->regions[i] = (ferry_sum_region_t){.device_ptr = r[i].ptr, .len = r[i].len};
     int prev = sync_dev_enter(d);
     ferry_status_t st = ferry_sum_cuda_enqueue(d->sum, d->regions, n, d->stream, err);
     if (st == FERRY_OK) st = ferry_sum_cuda_collect(d->sum, out, err);

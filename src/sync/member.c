@@ -44,7 +44,9 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
     if (!(f & FERRY_SYNC_PARAM_SLOTS)) m->p.slots = 2;
     if (!(f & FERRY_SYNC_PARAM_SERVE)) m->p.serve = role == META_ROLE_WRITER && params->rank == 0;
     if (!(f & FERRY_SYNC_PARAM_STAGED)) m->p.staged = false;
-    if (!(f & FERRY_SYNC_PARAM_INFLIGHT) || !m->p.inflight_bytes) m->p.inflight_bytes = 64u << 20;
+    /* GPU readers: larger batches (each ends in a wait for the GPU's checks) */
+    if (!(f & FERRY_SYNC_PARAM_INFLIGHT) || !m->p.inflight_bytes)
+        m->p.inflight_bytes = (f & FERRY_SYNC_PARAM_MEMORY) && params->memory == FERRY_MEM_CUDA ? 256u << 20 : 64u << 20;
     if (!(f & FERRY_SYNC_PARAM_THREADS) || !m->p.threads) m->p.threads = 1;
     if (!(f & FERRY_SYNC_PARAM_DELTAS)) m->p.deltas = FERRY_SYNC_DELTAS_AUTO;
     if (m->p.deltas != FERRY_SYNC_DELTAS_AUTO && m->p.deltas != FERRY_SYNC_DELTAS_ALWAYS &&
