@@ -193,6 +193,7 @@ struct ferry_sum_cuda {
     bool pending;
     size_t pending_n;
     cudaStream_t stream;
+    cudaEvent_t done; /* the batch's sums are in h_sums (collect waits for this, not the whole stream) */
 };
 
 static ferry_status_t cuda_fail(ferry_errbuf_t *err, cudaError_t e, const char *what) {
@@ -229,6 +230,7 @@ ferry_status_t ferry_sum_cuda_create(int device, ferry_sum_cuda_t **out, ferry_e
     }
     e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_leaves, THREADS, 0);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
     leave(s, prev);
     if (e != cudaSuccess) {
         free(s);
@@ -254,8 +256,9 @@ void ferry_sum_cuda_destroy(ferry_sum_cuda_t *s) {
     int prev = 0;
     ferry_errbuf_t ignored;
     bool entered = enter(s, &prev, &ignored) == FERRY_OK;
-    if (s->pending) cudaStreamSynchronize(s->stream);
+    if (s->pending) cudaEventSynchronize(s->done);
     free_scratch(s);
+    if (s->done) cudaEventDestroy(s->done);
     if (entered) leave(s, prev);
     free(s);
 }
@@ -391,6 +394,10 @@ ferry_status_t ferry_sum_cuda_enqueue(ferry_sum_cuda_t *s, const ferry_sum_regio
         what = "cudaMemcpyAsync (sums)";
         e = cudaMemcpyAsync(s->h_sums, s->d_sums, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream);
     }
+    if (e == cudaSuccess) {
+        what = "cudaEventRecord";
+        e = cudaEventRecord(s->done, stream);
+    }
     if (e != cudaSuccess) {
         cudaStreamSynchronize(stream); /* nothing of this batch stays in flight */
         leave(s, prev);
@@ -412,9 +419,9 @@ ferry_status_t ferry_sum_cuda_collect(ferry_sum_cuda_t *s, uint64_t *out, ferry_
     int prev = 0;
     ferry_status_t st = enter(s, &prev, err);
     if (st != FERRY_OK) return st;
-    cudaError_t e = cudaStreamSynchronize(s->stream);
+    cudaError_t e = cudaEventSynchronize(s->done); /* this batch, not what the stream got since */
     leave(s, prev);
-    if (e != cudaSuccess) return cuda_fail(err, e, "ferry sum: the batch failed (cudaStreamSynchronize)");
+    if (e != cudaSuccess) return cuda_fail(err, e, "ferry sum: the batch failed (cudaEventSynchronize)");
     memcpy(out, s->h_sums, s->pending_n * sizeof(uint64_t));
     return FERRY_OK;
 }

@@ -2,6 +2,7 @@
 #include "sync/dev.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/cuda.h"
 
@@ -47,16 +48,56 @@ ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err) {
     (void)d;
     return ferry_cuda_init(err);
 }
+ferry_status_t sync_dev_copy_async(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err) {
+    (void)d, (void)dst, (void)src, (void)n;
+    return ferry_cuda_init(err);
+}
+ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err) {
+    (void)d;
+    return ferry_cuda_init(err);
+}
+ferry_status_t sync_dev_mark_compute(sync_dev_t *d, int slot, ferry_errbuf_t *err) {
+    (void)d, (void)slot;
+    return ferry_cuda_init(err);
+}
+ferry_status_t sync_dev_copy_after_mark(sync_dev_t *d, int slot, ferry_errbuf_t *err) {
+    (void)d, (void)slot;
+    return ferry_cuda_init(err);
+}
+ferry_status_t sync_dev_sums_async(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *got,
+                                   const size_t *idx, ferry_errbuf_t *err) {
+    (void)d, (void)r, (void)n, (void)got, (void)idx;
+    return ferry_cuda_init(err);
+}
+ferry_status_t sync_dev_sums_flush(sync_dev_t *d, ferry_errbuf_t *err) {
+    (void)d;
+    return ferry_cuda_init(err);
+}
 
 #else
 
 #include "common/sum_cuda.h"
 #include "sync/strided_cuda.h"
 
+#define RING 8 /* batches of checksums in flight */
+
+typedef struct ring_slot {
+    ferry_sum_cuda_t *sum;
+    bool busy;
+    size_t n, cap;
+    uint64_t *got;  /* where collected sums go: got[idx[k]] */
+    size_t *idx;
+    uint64_t *out;
+} ring_slot_t;
+
 struct sync_dev {
     ferry_ctx_t *ctx;
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream;    /* compute: kernels, in order */
+    cudaStream_t copy;      /* a reader's copies from views */
+    cudaEvent_t copied, mark[2];
+    ring_slot_t ring[RING];
+    uint32_t next;
     ferry_sum_cuda_t *sum;
     sync_cuda_boxes_t *boxes;
     ferry_sum_region_t *regions;
@@ -82,6 +123,13 @@ ferry_status_t sync_dev_create(ferry_ctx_t *ctx, int device, sync_dev_t **out, f
         st = ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaStreamCreate");
     }
     if (st == FERRY_OK) st = ferry_sum_cuda_create(device, &d->sum, err);
+    if (st == FERRY_OK) {
+        e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->copied, cudaEventDisableTiming);
+        for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&d->mark[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) st = ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaStreamCreate (copies)");
+    }
+    for (int i = 0; i < RING && st == FERRY_OK; i++) st = ferry_sum_cuda_create(device, &d->ring[i].sum, err);
     if (st == FERRY_OK) st = sync_cuda_boxes_create(ctx, device, &d->boxes, err);
     sync_dev_leave(d, prev);
     if (st) {
@@ -98,6 +146,18 @@ void sync_dev_destroy(sync_dev_t *d) {
     if (d->stream) {
         cudaStreamSynchronize(d->stream);
         cudaStreamDestroy(d->stream);
+    }
+    if (d->copy) {
+        cudaStreamSynchronize(d->copy);
+        cudaStreamDestroy(d->copy);
+    }
+    if (d->copied) cudaEventDestroy(d->copied);
+    for (int i = 0; i < 2; i++)
+        if (d->mark[i]) cudaEventDestroy(d->mark[i]);
+    for (int i = 0; i < RING; i++) {
+        ferry_sum_cuda_destroy(d->ring[i].sum);
+        ferry_free(d->ctx, d->ring[i].idx);
+        ferry_free(d->ctx, d->ring[i].out);
     }
     ferry_sum_cuda_destroy(d->sum);
     sync_cuda_boxes_destroy(d->boxes);
@@ -155,6 +215,7 @@ void sync_dev_account(sync_dev_t *d, int64_t n) {
 uint64_t sync_dev_bytes(const sync_dev_t *d) {
     if (!d) return 0;
     int64_t b = d->bytes + (int64_t)ferry_sum_cuda_device_bytes(d->sum) + (int64_t)sync_cuda_boxes_device_bytes(d->boxes);
+    for (int i = 0; i < RING; i++) b += (int64_t)ferry_sum_cuda_device_bytes(d->ring[i].sum);
     return b > 0 ? (uint64_t)b : 0;
 }
 
@@ -189,8 +250,91 @@ ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err) {
     int prev = sync_dev_enter(d);
     cudaError_t e = cudaStreamSynchronize(d->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->copy);
     sync_dev_leave(d, prev);
     return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "waiting for the GPU");
+}
+
+ferry_status_t sync_dev_copy_async(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err) {
+    if (n == 0) return FERRY_OK;
+    int prev = sync_dev_enter(d);
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, d->copy);
+    sync_dev_leave(d, prev);
+    return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaMemcpyAsync (a view)");
+}
+
+ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err) {
+    int prev = sync_dev_enter(d);
+    cudaError_t e = cudaEventRecord(d->copied, d->copy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(d->stream, d->copied, 0);
+    sync_dev_leave(d, prev);
+    return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "ordering copies before kernels");
+}
+
+ferry_status_t sync_dev_mark_compute(sync_dev_t *d, int slot, ferry_errbuf_t *err) {
+    int prev = sync_dev_enter(d);
+    cudaError_t e = cudaEventRecord(d->mark[slot & 1], d->stream);
+    sync_dev_leave(d, prev);
+    return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaEventRecord");
+}
+
+ferry_status_t sync_dev_copy_after_mark(sync_dev_t *d, int slot, ferry_errbuf_t *err) {
+    int prev = sync_dev_enter(d);
+    cudaError_t e = cudaStreamWaitEvent(d->copy, d->mark[slot & 1], 0);
+    sync_dev_leave(d, prev);
+    return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "ordering kernels before copies");
+}
+
+/* Collects a ring slot's batch into its destinations. */
+static ferry_status_t ring_collect(sync_dev_t *d, ring_slot_t *s, ferry_errbuf_t *err) {
+    if (!s->busy) return FERRY_OK;
+    s->busy = false;
+    ferry_status_t st = ferry_sum_cuda_collect(s->sum, s->out, err);
+    for (size_t k = 0; k < s->n && st == FERRY_OK; k++) s->got[s->idx[k]] = s->out[k];
+    (void)d;
+    return st;
+}
+
+ferry_status_t sync_dev_sums_async(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *got,
+                                   const size_t *idx, ferry_errbuf_t *err) {
+    if (n == 0) return FERRY_OK;
+    ring_slot_t *s = &d->ring[d->next++ % RING];
+    int prev = sync_dev_enter(d);
+    ferry_status_t st = ring_collect(d, s, err); /* its batch from RING batches ago */
+    if (st == FERRY_OK && n > s->cap) {
+        size_t *idx2 = ferry_realloc(d->ctx, s->idx, n * sizeof *idx2);
+        if (idx2) s->idx = idx2;
+        uint64_t *out2 = idx2 ? ferry_realloc(d->ctx, s->out, n * sizeof *out2) : NULL;
+        if (out2) s->out = out2;
+        if (!idx2 || !out2) st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+        else s->cap = n;
+    }
+    if (st == FERRY_OK && ferry_grow(d->ctx, (void **)&d->regions, sizeof *d->regions, &d->cap_regions, n) != 0)
+        st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    if (st == FERRY_OK) {
+        for (size_t i = 0; i < n; i++) d->regions[i] = (ferry_sum_region_t){.device_ptr = r[i].ptr, .len = r[i].len};
+        memcpy(s->idx, idx, n * sizeof *idx);
+        st = ferry_sum_cuda_enqueue(s->sum, d->regions, n, d->stream, err);
+    }
+    if (st == FERRY_OK) {
+        s->busy = true;
+        s->n = n;
+        s->got = got;
+    }
+    sync_dev_leave(d, prev);
+    return st;
+}
+
+ferry_status_t sync_dev_sums_flush(sync_dev_t *d, ferry_errbuf_t *err) {
+    int prev = sync_dev_enter(d);
+    ferry_status_t st = FERRY_OK;
+    for (int i = 0; i < RING; i++) {
+        ferry_status_t s2 = ring_collect(d, &d->ring[i], err);
+        if (st == FERRY_OK) st = s2;
+    }
+    sync_dev_leave(d, prev);
+    if (st == FERRY_OK) st = sync_dev_wait(d, err);
+    return st;
 }
 
 #endif

@@ -50,7 +50,29 @@ ferry_status_t sync_dev_boxes(sync_dev_t *d, const sync_dev_box_t *jobs, size_t 
 ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err);
 /* Checksums of n regions after everything enqueued before; waits for them. */
 ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err);
-/* Waits for everything enqueued. */
+/* Waits for everything enqueued (both streams). */
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
+
+/* A reader's copies from other processes' GPU memory (views), on a second
+ * stream of the member (the copy engines) so that they overlap the
+ * kernels; the streams are ordered on the GPU, never by waiting here:
+ *  - sync_dev_copy_async enqueues a copy on the copy stream;
+ *  - sync_dev_copies_then_compute makes compute work enqueued from now on
+ *    wait for every copy enqueued so far;
+ *  - sync_dev_mark_compute(slot) marks the compute stream's progress, and
+ *    sync_dev_copy_after_mark(slot) makes later copies wait for that mark
+ *    (a scratch area is reused only once its last reader is done). */
+ferry_status_t sync_dev_copy_async(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err);
+ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err);
+ferry_status_t sync_dev_mark_compute(sync_dev_t *d, int slot, ferry_errbuf_t *err);
+ferry_status_t sync_dev_copy_after_mark(sync_dev_t *d, int slot, ferry_errbuf_t *err);
+/* Checksums of n regions after everything enqueued before on the compute
+ * stream, without waiting: got[idx[k]] receives region k's sum by
+ * sync_dev_sums_flush (several batches stay in flight; idx is copied). */
+ferry_status_t sync_dev_sums_async(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *got,
+                                   const size_t *idx, ferry_errbuf_t *err);
+/* Waits for every batch of sync_dev_sums_async and both streams, and
+ * writes the sums. */
+ferry_status_t sync_dev_sums_flush(sync_dev_t *d, ferry_errbuf_t *err);
 
 #endif

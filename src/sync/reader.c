@@ -59,6 +59,9 @@ struct ferry_reader {
     size_t *dops;
     uint64_t *dsums;
     size_t cap_dboxes, cap_dregions, cap_dops, cap_dsums;
+    const uint8_t **dviews;      /* a batch's runs as device pointers into the writers' memory */
+    ferry_xport_rmem_t **vchecked; /* regions read through views this update (checked before and after) */
+    size_t cap_dviews, cap_vchecked, nvchecked;
 };
 
 const char *ferry_reader_error(const ferry_reader_t *r) { return r ? r->m.err.text : ""; }
@@ -231,8 +234,10 @@ static void op_text(ferry_reader_t *r, const ferry_copy_op_t *op, char *buf, siz
 
 /* A CUDA reader: the checksums of ops [i0, i1)'s destination regions into
  * r->got, on the GPU; strided regions are gathered into the gather area
- * first, as many at once as it holds. */
-static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1) {
+ * first, as many at once as it holds (the compute stream orders a gather
+ * after the checksums of the one before). async: the sums arrive at
+ * sync_dev_sums_flush; else before this returns. */
+static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1, bool async) {
     sync_member_t *m = &r->m;
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     size_t n = i1 - i0;
@@ -248,9 +253,10 @@ static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1) {
         bool strided = i < i1 && !sync_box_contiguous(&ops[i].box, ops[i].dst_strides);
         if (nr && (i == i1 || (strided && gat + ops[i].bytes > r->gather_cap))) { /* flush */
             ferry_status_t st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
-            if (st == FERRY_OK) st = sync_dev_sums(m->dev, r->dregions, nr, r->dsums, &m->err);
+            if (st == FERRY_OK && async) st = sync_dev_sums_async(m->dev, r->dregions, nr, r->got, r->dops, &m->err);
+            else if (st == FERRY_OK) st = sync_dev_sums(m->dev, r->dregions, nr, r->dsums, &m->err);
             if (st != FERRY_OK) return st;
-            for (size_t k = 0; k < nr; k++) r->got[r->dops[k]] = r->dsums[k];
+            for (size_t k = 0; k < nr && !async; k++) r->got[r->dops[k]] = r->dsums[k];
             nr = nb = 0;
             gat = 0;
         }
@@ -326,15 +332,12 @@ static ferry_status_t dev_start(ferry_reader_t *r, dev_batch_t *b) {
     return st == FERRY_OK ? FERRY_OK : read_fail(r, b->p->src_rank, st);
 }
 
-/* Waits for a batch's copies, then scatters and checksums it on the GPU. */
-static ferry_status_t dev_finish(ferry_reader_t *r, dev_batch_t *b, pull_stats_t *ps) {
+/* Enqueues the scatter of a batch's staged buckets from its scratch, then
+ * its checksums, on the compute stream. */
+static ferry_status_t dev_land(ferry_reader_t *r, const dev_batch_t *b, pull_stats_t *ps, bool async) {
     sync_member_t *m = &r->m;
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
-    ferry_status_t st = ferry_xport_req_wait(b->req, -1);
-    ferry_xport_req_free(b->req);
-    b->req = NULL;
-    if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
     size_t nb = 0, i0 = bk[b->j0].first_op, i1 = bk[b->j1 - 1].first_op + bk[b->j1 - 1].op_count;
     if (ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, i1 - i0 + 1) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
@@ -353,9 +356,74 @@ static ferry_status_t dev_finish(ferry_reader_t *r, dev_batch_t *b, pull_stats_t
         scratch_at += bk[j].bytes;
     }
     double t = ferry_mono_s();
-    st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
-    if (st == FERRY_OK) st = dev_land_sums(r, i0, i1); /* (after the scatter, on the same stream) */
+    ferry_status_t st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
+    if (st == FERRY_OK) st = dev_land_sums(r, i0, i1, async); /* (after the scatter, on the same stream) */
     ps->verify_s += ferry_mono_s() - t;
+    return st;
+}
+
+/* Waits for a batch's copies (a transport request), then scatters and
+ * checksums it on the GPU. */
+static ferry_status_t dev_finish(ferry_reader_t *r, dev_batch_t *b, pull_stats_t *ps) {
+    ferry_status_t st = ferry_xport_req_wait(b->req, -1);
+    ferry_xport_req_free(b->req);
+    b->req = NULL;
+    if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
+    return dev_land(r, b, ps, false);
+}
+
+/* Whether every run of the batch (in r->runs) is a writer's GPU memory
+ * mapped here: r->dviews gets the device pointers. */
+static bool dev_views(ferry_reader_t *r, size_t n) {
+    if (ferry_grow(r->m.ctx, (void **)&r->dviews, sizeof *r->dviews, &r->cap_dviews, n) != 0) return false;
+    for (size_t i = 0; i < n; i++) {
+        const ferry_xport_run_t *run = &r->runs[i];
+        if (ferry_xport_rmem_mem_type(run->rmem) != FERRY_MEM_CUDA ||
+            ferry_xport_rmem_view(run->rmem, run->remote_offset, run->len, (const void **)&r->dviews[i]) != FERRY_OK)
+            return false;
+    }
+    return true;
+}
+
+/* A batch read through views: the regions are checked (once per update)
+ * before any byte moves, the copies go to the copy engines, the scatter
+ * and checksums to the compute stream after them, and nothing here waits
+ * for the GPU: the streams order the work (the scratch half is rewritten
+ * only after its last reader, two batches back), and the sums arrive at
+ * sync_dev_sums_flush, after which every region is checked again. */
+static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, int half, pull_stats_t *ps) {
+    sync_member_t *m = &r->m;
+    size_t n = b->j1 - b->j0;
+    for (size_t i = 0; i < n; i++) {
+        ferry_xport_rmem_t *rm = r->runs[i].rmem;
+        bool seen = false;
+        for (size_t k = r->nvchecked; k-- > 0 && !seen;) seen = r->vchecked[k] == rm;
+        if (seen) continue;
+        if (ferry_grow(m->ctx, (void **)&r->vchecked, sizeof *r->vchecked, &r->cap_vchecked, r->nvchecked + 1) != 0)
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        r->vchecked[r->nvchecked++] = rm;
+        ferry_status_t st = ferry_xport_rmem_check(rm);
+        if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
+    }
+    ferry_status_t st = sync_dev_copy_after_mark(m->dev, half, &m->err);
+    if (!r->shadow) r->torn = true; /* live bytes may change from here on */
+    for (size_t i = 0; i < n && st == FERRY_OK; i++)
+        st = sync_dev_copy_async(m->dev, r->runs[i].local, r->dviews[i], r->runs[i].len, &m->err);
+    if (st == FERRY_OK) st = sync_dev_copies_then_compute(m->dev, &m->err);
+    if (st == FERRY_OK) st = dev_land(r, b, ps, true);
+    if (st == FERRY_OK) st = sync_dev_mark_compute(m->dev, half, &m->err);
+    return st;
+}
+
+/* After the last view batch: the sums, and every region checked again (a
+ * registration that ended, or an owner that died, during the copies). */
+static ferry_status_t dev_views_end(ferry_reader_t *r, uint32_t rank) {
+    ferry_status_t st = sync_dev_sums_flush(r->m.dev, &r->m.err);
+    for (size_t k = 0; k < r->nvchecked && st == FERRY_OK; k++) {
+        st = ferry_xport_rmem_check(r->vchecked[k]);
+        if (st != FERRY_OK) return read_fail(r, rank, st);
+    }
+    r->nvchecked = 0;
     return st;
 }
 
@@ -365,7 +433,8 @@ static ferry_status_t pull_all_dev(ferry_reader_t *r, pull_stats_t *ps) {
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     dev_batch_t prev = {0};
-    bool have_prev = false;
+    bool have_prev = false, viewed = false;
+    uint32_t last_rank = 0;
     int half = 0;
     ferry_status_t st = FERRY_OK;
     double t = ferry_mono_s(), verify0 = ps->verify_s;
@@ -388,10 +457,19 @@ static ferry_status_t pull_all_dev(ferry_reader_t *r, pull_stats_t *ps) {
                 k++;
             }
             dev_batch_t cur = {p, j, k, r->scratch + (size_t)half * (r->scratch_cap / 2), NULL};
-            if ((st = dev_start(r, &cur)) != FERRY_OK) break;
-            if (have_prev) st = dev_finish(r, &prev, ps);
-            prev = cur;
-            have_prev = true;
+            if ((st = batch_runs(r, p, j, k, cur.scratch)) != FERRY_OK) break;
+            if (dev_views(r, k - j)) { /* the writer's GPU memory is mapped here: copy it ourselves */
+                if (have_prev && (st = dev_finish(r, &prev, ps)) != FERRY_OK) break;
+                have_prev = false;
+                viewed = true;
+                last_rank = p->src_rank;
+                st = dev_view_batch(r, &cur, half, ps);
+            } else {
+                if ((st = dev_start(r, &cur)) != FERRY_OK) break;
+                if (have_prev) st = dev_finish(r, &prev, ps);
+                prev = cur;
+                have_prev = true;
+            }
             half ^= 1;
             j = k;
         }
@@ -399,6 +477,11 @@ static ferry_status_t pull_all_dev(ferry_reader_t *r, pull_stats_t *ps) {
     if (have_prev) {
         if (st == FERRY_OK) st = dev_finish(r, &prev, ps);
         else ferry_xport_req_free(prev.req); /* (waits: nothing may land later) */
+    }
+    if (viewed) { /* the view batches' sums and checks (after a failure too: nothing stays in flight) */
+        ferry_status_t vs = dev_views_end(r, last_rank);
+        if (st == FERRY_OK) st = vs;
+        r->nvchecked = 0;
     }
     ps->pull_s += ferry_mono_s() - t - (ps->verify_s - verify0);
     return st;
@@ -1011,6 +1094,8 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     ferry_free(r->m.ctx, r->dregions);
     ferry_free(r->m.ctx, r->dops);
     ferry_free(r->m.ctx, r->dsums);
+    ferry_free(r->m.ctx, r->dviews);
+    ferry_free(r->m.ctx, r->vchecked);
     sync_member_fini(&r->m);
     ferry_free(r->m.ctx, r);
 }
