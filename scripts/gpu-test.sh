@@ -10,12 +10,13 @@
 #   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies, and
 #     ferry bench sync --device cuda beside peer and same-GPU copies.
 # --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some);
-# --bench: only the benchmarks.
+# --bench: only the benchmarks; --tests: everything but the benchmarks.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
-quick=0 bench_only=0
+quick=0 bench_only=0 no_bench=0
 [ "${1:-}" = "--quick" ] && quick=1
 [ "${1:-}" = "--bench" ] && bench_only=1
+[ "${1:-}" = "--tests" ] && no_bench=1
 cd "$(dirname "$0")/.."
 root=$PWD/.gpu-root
 build=build-gpu
@@ -81,6 +82,11 @@ if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q 
         >"$build/pytest.log" 2>&1; then :; else status=1; fi
 tail -15 "$build/pytest.log"
 summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
+if [ $no_bench = 1 ]; then
+    echo "== summary"
+    printf '%s\n' "${summary[@]}" "GPU benchmarks: not run (--tests)"
+    exit $status
+fi
 echo "== GPU benchmarks"
 if scripts/gpu-bench.sh "$build" >"$build/gpu-bench.log" 2>&1; then summary+=("GPU benchmarks: ok ($build/gpu-bench.log)")
 else status=1; summary+=("GPU benchmarks: FAILED ($build/gpu-bench.log)"); fi
