@@ -17,19 +17,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.h"
-#include "common/cuda.h"
 #include "common/sum.h"
 #include "common/sum_cuda.h"
-
-#define CUDA_OK(call)                                                                                       \
-    do {                                                                                                    \
-        cudaError_t e_ = (call);                                                                            \
-        if (e_ != cudaSuccess) {                                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
-            exit(1);                                                                                        \
-        }                                                                                                   \
-    } while (0)
+#include "gpu_check.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define LEAF ((uint64_t)65536)

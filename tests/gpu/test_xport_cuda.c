@@ -14,27 +14,11 @@
 #include <unistd.h>
 
 #include "ferry/xport.h"
+#include "blob_pipe.h"
 #include "gpu_check.h"
 
 #define A_BYTES (64u << 20)
 #define W_BYTES (8u << 20)
-
-static void send_blob(int fd, const void *b, size_t n) {
-    uint32_t len = (uint32_t)n;
-    CHECK(write(fd, &len, 4) == 4 && (n == 0 || write(fd, b, n) == (ssize_t)n));
-}
-
-static size_t recv_blob(int fd, void *b, size_t cap) {
-    uint32_t len = 0;
-    CHECK(read(fd, &len, 4) == 4 && len <= cap);
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, (char *)b + got, len - got);
-        CHECK(r > 0);
-        got += (size_t)r;
-    }
-    return len;
-}
 
 static ferry_xport_t *endpoint(ferry_ctx_t **ctx) {
     CHECK_OK(ferry_ctx_create(NULL, ctx, NULL, 0), "ctx");

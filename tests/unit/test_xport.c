@@ -22,6 +22,7 @@
 
 #include <xxhash.h>
 
+#include "blob_pipe.h"
 #include "check.h"
 #include "common/copy.h"
 #include "ferry/xport.h"
@@ -40,23 +41,6 @@ static ferry_xport_t *endpoint(ferry_ctx_t *ctx, uint32_t threads) {
     ferry_xport_t *xp = NULL;
     CHECK_OK(ferry_xport_create(ctx, &p, &xp), ferry_ctx_error(ctx));
     return xp;
-}
-
-static void send_blob(int fd, const void *b, size_t n) {
-    uint32_t len = (uint32_t)n;
-    CHECK(write(fd, &len, 4) == 4 && write(fd, b, n) == (ssize_t)n);
-}
-
-static size_t recv_blob(int fd, void *b, size_t cap) {
-    uint32_t len = 0;
-    CHECK(read(fd, &len, 4) == 4 && len <= cap);
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, (char *)b + got, len - got);
-        CHECK(r > 0);
-        got += (size_t)r;
-    }
-    return len;
 }
 
 static void signal_byte(int fd) { CHECK(write(fd, "x", 1) == 1); }
