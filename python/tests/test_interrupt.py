@@ -12,7 +12,10 @@ SCRIPT = textwrap.dedent("""
     import sys, threading, time, torch, ferry
     m = ferry.Model.custom("toy"); m.add_tensor("w", "F32", (8,))
     lay = ferry.Layout.hf(m)
-    w = ferry.Writer(m, job="sigint", rank=0, world=1, meta="127.0.0.1:0", timeout=60)
+    # async: the version stays granted until its slot is needed again, so the
+    # reader, which reconnects after the interrupt dropped its connection,
+    # gets it whenever it is back (a sync publish could retire it before)
+    w = ferry.Writer(m, job="sigint", rank=0, world=1, meta="127.0.0.1:0", timeout=60, mode="async")
     src = torch.arange(8, dtype=torch.float32)
     w.add_layout(lay, 0, [src])
     r = ferry.Reader(m, job="sigint", rank=0, world=1, meta=w.service_address, timeout=60)
