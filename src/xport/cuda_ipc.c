@@ -41,10 +41,6 @@ ferry_status_t xcuda_event_wait(xcuda_event_t *ev, ferry_errbuf_t *err) {
     (void)ev;
     return ferry_cuda_init(err);
 }
-ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n) {
-    (void)stream, (void)runs, (void)n;
-    return ferry_cuda_init(err);
-}
 void xcuda_stream_destroy(xcuda_stream_t *s) { (void)s; }
 bool xcuda_is_device(const void *ptr) {
     (void)ptr;
@@ -421,12 +417,6 @@ ferry_status_t xcuda_event_wait(xcuda_event_t *ev, ferry_errbuf_t *err) {
     cudaEventDestroy(ev->e);
     free(ev);
     return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "cuda: copying");
-}
-
-ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n) {
-    xcuda_event_t *ev = NULL;
-    ferry_status_t st = xcuda_copy_start(stream, err, runs, n, &ev);
-    return st == FERRY_OK ? xcuda_event_wait(ev, err) : st;
 }
 
 void xcuda_stream_destroy(xcuda_stream_t *s) {

@@ -82,7 +82,7 @@ void xcuda_import_release(xcuda_cache_t *c, xcuda_import_t *imp);
  * memory, pinned or pageable host) on the endpoint's stream (made on first
  * use, on the calling thread's device). xcuda_copy_start returns with them
  * in flight and *ev marking their end; xcuda_event_wait waits for it and
- * frees it. xcuda_copy does both. */
+ * frees it. */
 typedef struct xcuda_copy {
     void *dst;
     const void *src;
@@ -93,7 +93,6 @@ typedef struct xcuda_event xcuda_event_t;
 ferry_status_t xcuda_copy_start(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n,
                                  xcuda_event_t **ev);
 ferry_status_t xcuda_event_wait(xcuda_event_t *ev, ferry_errbuf_t *err);
-ferry_status_t xcuda_copy(xcuda_stream_t **stream, ferry_errbuf_t *err, const xcuda_copy_t *runs, size_t n);
 void xcuda_stream_destroy(xcuda_stream_t *s);
 
 /* Whether ptr is device memory, answered without initializing CUDA: false

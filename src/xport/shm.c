@@ -828,10 +828,15 @@ static ferry_status_t copy_run(ferry_xport_t *xp, const ferry_xport_run_t *run, 
 static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put, bool *explained,
                                 xcuda_event_t **ev) {
     shm_t *s = xp->backend;
-    size_t ndev = 0;
     *explained = false;
-    for (size_t i = 0; i < n; i++)
-        if (runs[i].rmem->type == FERRY_MEM_CUDA || xcuda_is_device(runs[i].local)) ndev++;
+    uint8_t *dev = NULL; /* per run: it touches GPU memory (asked once; nothing allocated for host-only requests) */
+    size_t ndev = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (runs[i].rmem->type != FERRY_MEM_CUDA && !xcuda_is_device(runs[i].local)) continue;
+        if (!dev && !(dev = ferry_calloc(xp->ctx, n, 1))) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        dev[i] = 1;
+        ndev++;
+    }
     if (ndev == 0) return xport_copy_parallel(xp, runs, n, put, copy_run);
     xcuda_copy_t *cp = ferry_calloc(xp->ctx, ndev, sizeof *cp);
     ferry_xport_run_t *host = ferry_calloc(xp->ctx, n - ndev + 1, sizeof *host);
@@ -841,7 +846,7 @@ static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs
     for (size_t i = 0; i < n && st == FERRY_OK; i++) {
         const ferry_xport_run_t *run = &runs[i];
         ferry_xport_rmem_t *r = run->rmem;
-        if (r->type != FERRY_MEM_CUDA && !xcuda_is_device(run->local)) {
+        if (!dev[i]) {
             host[nh++] = *run;
             continue;
         }
@@ -857,6 +862,7 @@ static ferry_status_t copy_runs(ferry_xport_t *xp, const ferry_xport_run_t *runs
     if (st == FERRY_OK && nc) st = xcuda_copy_start(&s->stream, &xp->err, cp, nc, ev);
     *explained = st != FERRY_OK; /* the detail is on the endpoint */
     if (st == FERRY_OK && nh) st = xport_copy_parallel(xp, host, nh, put, copy_run);
+    ferry_free(xp->ctx, dev);
     ferry_free(xp->ctx, cp);
     ferry_free(xp->ctx, host);
     return st;
@@ -869,11 +875,8 @@ typedef struct shm_pending {
     ferry_xport_rmem_t *rmems[];
 } shm_pending_t;
 
-static ferry_status_t finish(ferry_xport_t *xp, ferry_xport_rmem_t *const *rmems, size_t n, ferry_status_t st,
-                             ferry_xport_req_t *req) {
-    /* the registration may have ended, or its owner died, during the copy */
-    for (size_t i = 0; i < n && st == FERRY_OK; i++)
-        if (i == 0 || rmems[i] != rmems[i - 1]) st = shm_rmem_check(xp, rmems[i]);
+/* A request's end: its status, with the detail of what went wrong. */
+static void finish(ferry_xport_t *xp, ferry_status_t st, ferry_xport_req_t *req) {
     if (st == FERRY_ERR_UNSUPPORTED)
         ferry_fail(&xp->err, st, "shm: process_vm_readv/writev is not permitted on the owner (ptrace policy); "
                                  "allocate with ferry_xport_mem_alloc instead");
@@ -883,37 +886,36 @@ static ferry_status_t finish(ferry_xport_t *xp, ferry_xport_rmem_t *const *rmems
         ferry_fail(&xp->err, st, "shm: the owner of the memory died during the transfer");
     req->status = st;
     req->done = true;
-    return FERRY_OK;
 }
 
 static ferry_status_t shm_transfer(ferry_xport_t *xp, const ferry_xport_run_t *runs, size_t n, bool put,
                                    ferry_xport_req_t *req) {
     bool explained = false;
     xcuda_event_t *ev = NULL;
-    shm_pending_t *pend = ferry_alloc(xp->ctx, sizeof *pend + (n + 1) * sizeof pend->rmems[0]);
-    if (!pend) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a request");
-    pend->n = n;
-    for (size_t i = 0; i < n; i++) pend->rmems[i] = runs[i].rmem;
     ferry_status_t st = copy_runs(xp, runs, n, put, &explained, &ev);
+    shm_pending_t *pend = NULL;
+    if (ev && st == FERRY_OK && !(pend = ferry_alloc(xp->ctx, sizeof *pend + n * sizeof pend->rmems[0])))
+        st = ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a request");
     if (ev && st != FERRY_OK) { /* the host part failed: the GPU part ends first */
         ferry_errbuf_t ignored;
         xcuda_event_wait(ev, &ignored);
         ev = NULL;
     }
-    if (explained || !ev) {
-        if (explained) {
-            req->status = st;
-            req->done = true;
-        } else {
-            finish(xp, pend->rmems, n, st, req);
-        }
-        ferry_free(xp->ctx, pend);
-        return FERRY_OK;
+    if (explained) {
+        req->status = st;
+        req->done = true;
+    } else if (!ev) {
+        /* the registration may have ended, or its owner died, during the copy */
+        for (size_t i = 0; i < n && st == FERRY_OK; i++)
+            if (i == 0 || runs[i].rmem != runs[i - 1].rmem) st = shm_rmem_check(xp, runs[i].rmem);
+        finish(xp, st, req);
+    } else { /* GPU copies in flight: checked in the wait, once they end */
+        pend->ev = ev;
+        pend->n = n;
+        for (size_t i = 0; i < n; i++) pend->rmems[i] = runs[i].rmem;
+        req->backend = pend;
+        req->done = false;
     }
-    /* GPU copies in flight: checked in the wait, once they end */
-    pend->ev = ev;
-    req->backend = pend;
-    req->done = false;
     return FERRY_OK;
 }
 
@@ -926,7 +928,9 @@ static ferry_status_t shm_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
         req->status = st;
         req->done = true;
     } else {
-        finish(xp, pend->rmems, pend->n, FERRY_OK, req);
+        for (size_t i = 0; i < pend->n && st == FERRY_OK; i++)
+            if (i == 0 || pend->rmems[i] != pend->rmems[i - 1]) st = shm_rmem_check(xp, pend->rmems[i]);
+        finish(xp, st, req);
     }
     ferry_free(xp->ctx, pend);
     return req->status;
