@@ -85,7 +85,8 @@ typedef struct ring_slot {
     ferry_sum_cuda_t *sum;
     bool busy;
     size_t n, cap;
-    uint64_t *got;  /* where collected sums go: got[idx[k]] */
+    uint64_t *got;  /* where collected sums go: got[idx[k]], or got[k] */
+    bool indexed;
     size_t *idx;
     uint64_t *out;
 } ring_slot_t;
@@ -98,7 +99,6 @@ struct sync_dev {
     cudaEvent_t copied, mark[2];
     ring_slot_t ring[RING];
     uint32_t next;
-    ferry_sum_cuda_t *sum;
     sync_cuda_boxes_t *boxes;
     ferry_sum_region_t *regions;
     size_t cap_regions;
@@ -122,7 +122,6 @@ ferry_status_t sync_dev_create(ferry_ctx_t *ctx, int device, sync_dev_t **out, f
         d->stream = NULL;
         st = ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaStreamCreate");
     }
-    if (st == FERRY_OK) st = ferry_sum_cuda_create(device, &d->sum, err);
     if (st == FERRY_OK) {
         e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->copied, cudaEventDisableTiming);
@@ -159,7 +158,6 @@ void sync_dev_destroy(sync_dev_t *d) {
         ferry_free(d->ctx, d->ring[i].idx);
         ferry_free(d->ctx, d->ring[i].out);
     }
-    ferry_sum_cuda_destroy(d->sum);
     sync_cuda_boxes_destroy(d->boxes);
     sync_dev_leave(d, prev);
     ferry_free(d->ctx, d->regions);
@@ -214,7 +212,7 @@ void sync_dev_account(sync_dev_t *d, int64_t n) {
 
 uint64_t sync_dev_bytes(const sync_dev_t *d) {
     if (!d) return 0;
-    int64_t b = d->bytes + (int64_t)ferry_sum_cuda_device_bytes(d->sum) + (int64_t)sync_cuda_boxes_device_bytes(d->boxes);
+    int64_t b = d->bytes + (int64_t)sync_cuda_boxes_device_bytes(d->boxes);
     for (int i = 0; i < RING; i++) b += (int64_t)ferry_sum_cuda_device_bytes(d->ring[i].sum);
     return b > 0 ? (uint64_t)b : 0;
 }
@@ -235,17 +233,6 @@ ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n
     return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaMemcpyAsync");
 }
 
-ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err) {
-    if (n == 0) return FERRY_OK;
-    if (ferry_grow(d->ctx, (void **)&d->regions, sizeof *d->regions, &d->cap_regions, n) != 0)
-        return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) d->regions[i] = (ferry_sum_region_t){.device_ptr = r[i].ptr, .len = r[i].len};
-    int prev = sync_dev_enter(d);
-    ferry_status_t st = ferry_sum_cuda_enqueue(d->sum, d->regions, n, d->stream, err);
-    if (st == FERRY_OK) st = ferry_sum_cuda_collect(d->sum, out, err);
-    sync_dev_leave(d, prev);
-    return st;
-}
 
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err) {
     int prev = sync_dev_enter(d);
@@ -290,7 +277,7 @@ static ferry_status_t ring_collect(sync_dev_t *d, ring_slot_t *s, ferry_errbuf_t
     if (!s->busy) return FERRY_OK;
     s->busy = false;
     ferry_status_t st = ferry_sum_cuda_collect(s->sum, s->out, err);
-    for (size_t k = 0; k < s->n && st == FERRY_OK; k++) s->got[s->idx[k]] = s->out[k];
+    for (size_t k = 0; k < s->n && st == FERRY_OK; k++) s->got[s->indexed ? s->idx[k] : k] = s->out[k];
     (void)d;
     return st;
 }
@@ -313,13 +300,14 @@ ferry_status_t sync_dev_sums_async(sync_dev_t *d, const sync_dev_region_t *r, si
         st = ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
     if (st == FERRY_OK) {
         for (size_t i = 0; i < n; i++) d->regions[i] = (ferry_sum_region_t){.device_ptr = r[i].ptr, .len = r[i].len};
-        memcpy(s->idx, idx, n * sizeof *idx);
+        if (idx) memcpy(s->idx, idx, n * sizeof *idx);
         st = ferry_sum_cuda_enqueue(s->sum, d->regions, n, d->stream, err);
     }
     if (st == FERRY_OK) {
         s->busy = true;
         s->n = n;
         s->got = got;
+        s->indexed = idx != NULL;
     }
     sync_dev_leave(d, prev);
     return st;
@@ -335,6 +323,11 @@ ferry_status_t sync_dev_sums_flush(sync_dev_t *d, ferry_errbuf_t *err) {
     sync_dev_leave(d, prev);
     if (st == FERRY_OK) st = sync_dev_wait(d, err);
     return st;
+}
+
+ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err) {
+    ferry_status_t st = sync_dev_sums_async(d, r, n, out, NULL, err);
+    return st == FERRY_OK ? sync_dev_sums_flush(d, err) : st;
 }
 
 #endif

@@ -57,8 +57,7 @@ struct ferry_reader {
     sync_dev_box_t *dboxes;
     sync_dev_region_t *dregions;
     size_t *dops;
-    uint64_t *dsums;
-    size_t cap_dboxes, cap_dregions, cap_dops, cap_dsums;
+    size_t cap_dboxes, cap_dregions, cap_dops;
     const uint8_t **dviews;      /* a batch's runs as device pointers into the writers' memory */
     ferry_xport_rmem_t **vchecked; /* regions read through views this update (checked before and after) */
     size_t cap_dviews, cap_vchecked, nvchecked;
@@ -235,17 +234,16 @@ static void op_text(ferry_reader_t *r, const ferry_copy_op_t *op, char *buf, siz
 /* A CUDA reader: the checksums of ops [i0, i1)'s destination regions into
  * r->got, on the GPU; strided regions are gathered into the gather area
  * first, as many at once as it holds (the compute stream orders a gather
- * after the checksums of the one before). async: the sums arrive at
- * sync_dev_sums_flush; else before this returns. */
-static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1, bool async) {
+ * after the checksums of the one before). The sums arrive at
+ * sync_dev_sums_flush. */
+static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1) {
     sync_member_t *m = &r->m;
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     size_t n = i1 - i0;
     if (n == 0) return FERRY_OK;
     if (ferry_grow(m->ctx, (void **)&r->dregions, sizeof *r->dregions, &r->cap_dregions, n) != 0 ||
         ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, n) != 0 ||
-        ferry_grow(m->ctx, (void **)&r->dops, sizeof *r->dops, &r->cap_dops, n) != 0 ||
-        ferry_grow(m->ctx, (void **)&r->dsums, sizeof *r->dsums, &r->cap_dsums, n) != 0)
+        ferry_grow(m->ctx, (void **)&r->dops, sizeof *r->dops, &r->cap_dops, n) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     size_t nr = 0, nb = 0;
     uint64_t gat = 0;
@@ -253,10 +251,8 @@ static ferry_status_t dev_land_sums(ferry_reader_t *r, size_t i0, size_t i1, boo
         bool strided = i < i1 && !sync_box_contiguous(&ops[i].box, ops[i].dst_strides);
         if (nr && (i == i1 || (strided && gat + ops[i].bytes > r->gather_cap))) { /* flush */
             ferry_status_t st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
-            if (st == FERRY_OK && async) st = sync_dev_sums_async(m->dev, r->dregions, nr, r->got, r->dops, &m->err);
-            else if (st == FERRY_OK) st = sync_dev_sums(m->dev, r->dregions, nr, r->dsums, &m->err);
+            if (st == FERRY_OK) st = sync_dev_sums_async(m->dev, r->dregions, nr, r->got, r->dops, &m->err);
             if (st != FERRY_OK) return st;
-            for (size_t k = 0; k < nr && !async; k++) r->got[r->dops[k]] = r->dsums[k];
             nr = nb = 0;
             gat = 0;
         }
@@ -334,7 +330,7 @@ static ferry_status_t dev_start(ferry_reader_t *r, dev_batch_t *b) {
 
 /* Enqueues the scatter of a batch's staged buckets from its scratch, then
  * its checksums, on the compute stream. */
-static ferry_status_t dev_land(ferry_reader_t *r, const dev_batch_t *b, pull_stats_t *ps, bool async) {
+static ferry_status_t dev_land(ferry_reader_t *r, const dev_batch_t *b, pull_stats_t *ps) {
     sync_member_t *m = &r->m;
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
@@ -357,19 +353,21 @@ static ferry_status_t dev_land(ferry_reader_t *r, const dev_batch_t *b, pull_sta
     }
     double t = ferry_mono_s();
     ferry_status_t st = sync_dev_boxes(m->dev, r->dboxes, nb, &m->err);
-    if (st == FERRY_OK) st = dev_land_sums(r, i0, i1, async); /* (after the scatter, on the same stream) */
+    if (st == FERRY_OK) st = dev_land_sums(r, i0, i1); /* (after the scatter, on the same stream) */
     ps->verify_s += ferry_mono_s() - t;
     return st;
 }
 
 /* Waits for a batch's copies (a transport request), then scatters and
- * checksums it on the GPU. */
+ * checksums it on the GPU, and waits for that too (its scratch half is
+ * the transport's to fill again next). */
 static ferry_status_t dev_finish(ferry_reader_t *r, dev_batch_t *b, pull_stats_t *ps) {
     ferry_status_t st = ferry_xport_req_wait(b->req, -1);
     ferry_xport_req_free(b->req);
     b->req = NULL;
     if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
-    return dev_land(r, b, ps, false);
+    st = dev_land(r, b, ps);
+    return st == FERRY_OK ? sync_dev_sums_flush(r->m.dev, &r->m.err) : st;
 }
 
 /* Whether every run of the batch (in r->runs) is a writer's GPU memory
@@ -410,7 +408,7 @@ static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, in
     for (size_t i = 0; i < n && st == FERRY_OK; i++)
         st = sync_dev_copy_async(m->dev, r->runs[i].local, r->dviews[i], r->runs[i].len, &m->err);
     if (st == FERRY_OK) st = sync_dev_copies_then_compute(m->dev, &m->err);
-    if (st == FERRY_OK) st = dev_land(r, b, ps, true);
+    if (st == FERRY_OK) st = dev_land(r, b, ps);
     if (st == FERRY_OK) st = sync_dev_mark_compute(m->dev, half, &m->err);
     return st;
 }
@@ -1093,7 +1091,6 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     ferry_free(r->m.ctx, r->dboxes);
     ferry_free(r->m.ctx, r->dregions);
     ferry_free(r->m.ctx, r->dops);
-    ferry_free(r->m.ctx, r->dsums);
     ferry_free(r->m.ctx, r->dviews);
     ferry_free(r->m.ctx, r->vchecked);
     sync_member_fini(&r->m);
