@@ -15,7 +15,6 @@ with DLPack producers (ctypes) that say they are on a GPU.
 import ctypes
 import gc
 import os
-import socket
 import time
 
 import numpy as np
@@ -25,6 +24,7 @@ import torch.distributed as dist
 
 import ferry
 import rl_models as rl
+from ports import free_port
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 TRAIN_DEV = "cuda:0"
@@ -35,16 +35,8 @@ VERSIONS = 3
 TRAINERS, ENGINE_TP = 2, 2
 
 
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def _meta():
-    return f"127.0.0.1:{_port()}"
+    return f"127.0.0.1:{free_port()}"
 
 
 def _spec(cfg):

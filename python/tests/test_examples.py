@@ -3,26 +3,18 @@ engine ends every version with the trainer's exact weights (on the CPU, and
 with --device on GPUs where there are any)."""
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
+from ports import free_port
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def _run(trainer_device, engine_device):
-    meta = f"127.0.0.1:{_port()}"
+    meta = f"127.0.0.1:{free_port()}"
     args = ["--job", f"examples-{os.getpid()}-{engine_device.replace(':', '')}", "--meta", meta, "--steps", "3"]
     trainer = subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "trainer.py"), *args,
                                 "--device", trainer_device],

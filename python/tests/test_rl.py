@@ -12,12 +12,12 @@ weights, unfused, are bit-identical and give those logits too; readers one
 version behind receive deltas; the engines' tensors never move.
 """
 import os
-import socket
 
 import torch
 import torch.distributed as dist
 
 import rl_models as rl
+from ports import free_port
 
 VERSIONS = 3
 JOB = "rl-e2e"
@@ -104,17 +104,9 @@ def _rank(rank, world, meta):
     return _vllm_engine(rank - TRAINERS - 1, cfg, meta)
 
 
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def test_megatron_trainers_to_hf_and_vllm_engines(tmp_path):
     os.environ.setdefault("FERRY_TOKEN_DIR", str(tmp_path))
-    meta = f"127.0.0.1:{_port()}"
+    meta = f"127.0.0.1:{free_port()}"
     res = rl.spawn_ranks(_rank, TRAINERS + 1 + ENGINE_TP, tmp_path, meta, timeout=600)
     trainer, hf, vllm = res[0], res[TRAINERS], res[TRAINERS + 1:]
     cfg = rl.tiny_config()
