@@ -379,6 +379,10 @@ def _rank_main(fn, rank, world, tmpdir, gloo, args):
                                     world_size=world)
         result = fn(rank, world, *args)
         if gloo:
+            # every rank past its last collective before any tears down: a rank
+            # closing its connections while another still finishes one makes
+            # gloo abort that one (std::terminate, seen under load)
+            dist.barrier()
             dist.destroy_process_group()
         torch.save(result, f"{tmpdir}/result.{rank}.pt")
     except BaseException:
