@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  rounds; every ratio is a ratio of medians. Seconds are per update of the same\n"
             "  bytes (those landing in engine buffers; memcpy: those bytes at its rate).\n"
             "  Defaults: the demo topology (qwen3-0.6b, tp=2,pp=2 -> tp=2,replicas=2).\n"
-            "  --device cuda|cuda:N: every buffer in GPU memory (as `ferry demo --device`), shm only;\n"
+            "  --device cuda|cuda:N: every buffer in GPU memory (as `ferry demo --device`; default --transports shm);\n"
             "  the rounds then time, instead of memcpy, files and tcp, a 1 GiB peer copy from GPU 0 to\n"
             "  GPU 1 (cudaMemcpyPeer, with two GPUs or more) and a 1 GiB copy within GPU 0 (or N), and\n"
             "  \"of limit\" is the share of the peer copy's rate (of the same-GPU copy's when colocated).\n");

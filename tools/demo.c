@@ -183,9 +183,8 @@ int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, fe
                ferry_parallel_t *ip, char *err, size_t size) {
     err[0] = '\0';
     *model = NULL;
-    if (o->device != DEMO_DEVICE_CPU && o->transport != FERRY_XPORT_SHM) {
-        snprintf(err, size, "--device cuda works with --transport shm only (CUDA IPC between the processes; %s "
-                 "with GPU memory is not built yet)", o->transport == FERRY_XPORT_UCX ? "UCX" : "the file channel");
+    if (o->device != DEMO_DEVICE_CPU && o->transport != FERRY_XPORT_SHM && o->transport != FERRY_XPORT_UCX) {
+        snprintf(err, size, "--device cuda works with --transport shm or ucx (the file channel holds host memory)");
         return CLI_USAGE;
     }
     if (o->device != DEMO_DEVICE_CPU && o->deltas == FERRY_SYNC_DELTAS_ALWAYS) {

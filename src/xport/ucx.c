@@ -20,8 +20,13 @@
  * peer-failure mode, which would keep UCX off its shared-memory transports,
  * and watch the owner through a pidfd instead.
  *
+ * GPU memory: where UCX has CUDA support, it maps and moves GPU memory
+ * itself (cuda_copy, cuda_ipc, GPUDirect RDMA); else reads go through
+ * host staging (ucx_stage.c). FERRY_UCX_CUDA=auto|native|staged.
+ *
  * Descriptor body: host(8) pid(4) addr_len(2) worker address, slot(4) gen(8) size(8)
- * remote addr(8), rkey_len(2) rkey, control addr(8), control rkey_len(2)
+ * memory(1: 0 host, 1 CUDA) remote addr(8), rkey_len(2) rkey (empty: GPU
+ * memory the owner's UCX cannot map), control addr(8), control rkey_len(2)
  * control rkey. */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,58 +38,13 @@
 #include <sys/syscall.h>
 #include <string.h>
 #include <time.h>
-#include <ucp/api/ucp.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "common/bytes.h"
-#include "xport/xport_internal.h"
-
-#define UCX_SLOTS 4096
-
-typedef struct ucx_peer_t {
-    uint64_t id;              /* xxh3 of the worker address */
-    ucp_ep_h ep;
-    int pidfd;                /* same host and network namespace: the owner's pidfd, else -1 */
-    atomic_bool lost;         /* set by UCX's error callback on the progress thread too */
-    uint32_t refs;
-    struct ucx_peer_t *next;
-} ucx_peer_t;
-
-typedef struct {
-    uint64_t host;            /* boot id and network namespace: who counts as local */
-    uint32_t pid;
-    ucp_context_h context;
-    ucp_worker_h worker;
-    ucp_address_t *address;
-    size_t address_len;
-    int efd;
-    int wake[2];
-    pthread_t thread;
-    bool running;
-    atomic_bool stop;         /* tells the progress thread to end */
-    ucp_mem_h ctl_memh;       /* the generations, UCX-allocated */
-    uint64_t *gens;
-    void *ctl_rkey;
-    size_t ctl_rkey_len;
-    pthread_mutex_t lock;
-    ucp_mem_h slot_memh[UCX_SLOTS];
-    void *slot_rkey[UCX_SLOTS];
-    size_t slot_rkey_len[UCX_SLOTS];
-    uint8_t slot_used[UCX_SLOTS];
-    ucx_peer_t *peers;
-    ucx_peer_t *closed;       /* freed at the end: UCX's progress thread may still call back */
-    ucp_mem_h *parked;        /* ended registrations, unmapped at the end: a peer's emulated */
-    size_t nparked, cap_parked; /* get may still be served from them by the progress thread */
-    uint64_t **orphans;       /* where interrupted reads of generations land, freed at the end */
-    size_t norphans, cap_orphans;
-} ucx_t;
-
-/* Backend data of a remote registration. */
-typedef struct {
-    ucp_rkey_h rkey, ctl_rkey;
-    uint64_t ctl_addr;
-} ucx_rmem_t;
+#include "common/cuda.h"
+#include "xport/cuda_ipc.h"
+#include "xport/ucx_internal.h"
 
 static ferry_status_t from_ucs(ucs_status_t s) {
     switch (s) {
@@ -101,10 +61,15 @@ static ferry_status_t from_ucs(ucs_status_t s) {
 }
 
 static void *progress_thread(void *arg) {
-    ucx_t *u = arg;
+    ferry_xport_t *xp = arg;
+    ucx_t *u = xp->backend;
     struct pollfd fds[2] = {{u->efd, POLLIN, 0}, {u->wake[0], POLLIN, 0}};
     while (!atomic_load_explicit(&u->stop, memory_order_acquire)) {
         while (ucp_worker_progress(u->worker)) {
+        }
+        if (ucx_stage_pump_owner(xp)) continue; /* copies to the host in flight: poll them */
+        char drain[64];
+        while (read(u->wake[0], drain, sizeof drain) > 0) {
         }
         ucs_status_t s = ucp_worker_arm(u->worker);
         if (s == UCS_ERR_BUSY) continue; /* more events came in */
@@ -139,6 +104,37 @@ static uint64_t host_identity(void) {
     return XXH3_64bits(buf, n);
 }
 
+/* GPU memory goes natively where this UCX has CUDA support (its memory
+ * types include CUDA: PyPI's libucx-cu13, or a UCX built with CUDA), else
+ * through ferry's host staging; FERRY_UCX_CUDA=native|staged asks for one. */
+static ferry_status_t choose_cuda_mode(ferry_xport_t *xp) {
+    ucx_t *u = xp->backend;
+    ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    bool has = ucp_context_query(u->context, &ca) == UCS_OK && (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+    const char *sh = getenv("FERRY_UCX_STAGE_HOST"); /* tests: the staging protocol without a GPU */
+    u->stage_host = sh && !strcmp(sh, "1");
+    const char *want = getenv("FERRY_UCX_CUDA");
+    if (!want || !*want || !strcmp(want, "auto")) {
+        u->cuda = has ? UCX_CUDA_NATIVE : UCX_CUDA_STAGED;
+    } else if (!strcmp(want, "staged")) {
+        u->cuda = UCX_CUDA_STAGED;
+    } else if (!strcmp(want, "native")) {
+        if (!has) {
+            unsigned major, minor, release;
+            ucp_get_version(&major, &minor, &release);
+            return ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED,
+                              "ucx: FERRY_UCX_CUDA=native, but this UCX (%u.%u.%u) has no CUDA support (no cuda "
+                              "module loaded: a UCX built without CUDA, or no GPU driver here)",
+                              major, minor, release);
+        }
+        u->cuda = UCX_CUDA_NATIVE;
+    } else {
+        return ferry_fail(&xp->err, FERRY_ERR_INVALID_CONFIG,
+                          "ucx: FERRY_UCX_CUDA=\"%s\" is none of auto, native, staged", want);
+    }
+    return FERRY_OK;
+}
+
 static ferry_status_t ucx_init(ferry_xport_t *xp) {
     ucx_t *u = ferry_calloc(xp->ctx, 1, sizeof *u);
     if (!u) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
@@ -154,11 +150,13 @@ static ferry_status_t ucx_init(ferry_xport_t *xp) {
     if (s != UCS_OK) return ferry_fail(&xp->err, FERRY_ERR_INVALID_CONFIG, "ucx: reading UCX_* settings: %s",
                                        ucs_status_string(s));
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-                           .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+                           .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
                            .mt_workers_shared = 1};
     s = ucp_init(&params, cfg, &u->context);
     ucp_config_release(cfg);
     if (s != UCS_OK) return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: ucp_init: %s", ucs_status_string(s));
+    ferry_status_t st = choose_cuda_mode(xp);
+    if (st) return st;
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = UCS_THREAD_MODE_MULTI};
     if ((s = ucp_worker_create(u->context, &wp, &u->worker)) != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: ucp_worker_create: %s", ucs_status_string(s));
@@ -180,9 +178,10 @@ static ferry_status_t ucx_init(ferry_xport_t *xp) {
     memset(u->gens, 0, UCX_SLOTS * sizeof(uint64_t));
     if ((s = ucp_rkey_pack(u->context, u->ctl_memh, &u->ctl_rkey, &u->ctl_rkey_len)) != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: control rkey: %s", ucs_status_string(s));
-    if (pipe2(u->wake, O_CLOEXEC) != 0)
+    if (pipe2(u->wake, O_CLOEXEC | O_NONBLOCK) != 0)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: wake pipe: %s", strerror(errno));
-    if (pthread_create(&u->thread, NULL, progress_thread, u) != 0)
+    if ((st = ucx_stage_init(xp)) != FERRY_OK) return st;
+    if (pthread_create(&u->thread, NULL, progress_thread, xp) != 0)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: starting the progress thread failed");
     u->running = true;
     return FERRY_OK;
@@ -227,10 +226,14 @@ static void ucx_fini(ferry_xport_t *xp) {
     }
     for (size_t i = 0; i < u->nparked; i++) ucp_mem_unmap(u->context, u->parked[i]);
     ferry_free(xp->ctx, u->parked);
+    for (size_t i = 0; i < u->nparked_cuda; i++) xcuda_free(u->parked_cuda[i]);
+    ferry_free(xp->ctx, u->parked_cuda);
+
     if (u->ctl_rkey) ucp_rkey_buffer_release(u->ctl_rkey);
     if (u->ctl_memh) ucp_mem_unmap(u->context, u->ctl_memh);
     if (u->address) ucp_worker_release_address(u->worker, u->address);
     if (u->worker) ucp_worker_destroy(u->worker);
+    ucx_stage_fini(xp); /* after the worker: no callback can reach its state now */
     if (u->context) ucp_cleanup(u->context);
     for (size_t i = 0; i < u->norphans; i++) ferry_free(xp->ctx, u->orphans[i]); /* no request is left to land */
     ferry_free(xp->ctx, u->orphans);
@@ -241,87 +244,139 @@ static void ucx_fini(ferry_xport_t *xp) {
     xp->backend = NULL;
 }
 
-static ferry_status_t map_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, bool allocate) {
+/* Registers m in a slot. Host memory and, where this UCX moves GPU memory
+ * itself, CUDA memory are mapped with UCX (the descriptor carries an rkey);
+ * CUDA memory in staged mode is only recorded, for the owner's staging to
+ * serve reads from. allocate: host memory comes from UCX (CUDA memory was
+ * allocated by the caller of this). */
+static ferry_status_t map_slot(ferry_xport_t *xp, ferry_xport_mem_t *m, bool allocate, int device) {
     ucx_t *u = xp->backend;
-    /* no remote write unless asked for. UCX 1.13 does not enforce it (it
-     * registers with full access and emulated puts write anywhere), a UCX
-     * that honours the field will */
-    unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
-    if (m->access == FERRY_XPORT_ACCESS_WRITE) prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
-    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
-                                             UCP_MEM_MAP_PARAM_FIELD_PROT,
-                               .length = m->size,
-                               .flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0,
-                               .prot = prot};
-    if (!allocate) {
-        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
-        mp.address = m->ptr;
-    }
-    ucp_mem_h memh;
-    ucs_status_t s = ucp_mem_map(u->context, &mp, &memh);
-    if (s != UCS_OK)
-        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "ucx: mapping %zu bytes: %s", m->size, ucs_status_string(s));
-    if (allocate) {
-        ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
-        ucp_mem_query(memh, &ma);
-        m->ptr = ma.address;
-        memset(m->ptr, 0, m->size);
-    }
-    void *rkey;
-    size_t rkey_len;
-    if ((s = ucp_rkey_pack(u->context, memh, &rkey, &rkey_len)) != UCS_OK) {
-        ucp_mem_unmap(u->context, memh);
-        return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: packing an rkey: %s", ucs_status_string(s));
+    ucp_mem_h memh = NULL;
+    void *rkey = NULL;
+    size_t rkey_len = 0;
+    bool cuda = m->type == FERRY_MEM_CUDA;
+    if (!cuda || u->cuda == UCX_CUDA_NATIVE) {
+        /* no remote write unless asked for. UCX 1.13 does not enforce it (it
+         * registers with full access and emulated puts write anywhere), a UCX
+         * that honours the field will */
+        unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+        if (m->access == FERRY_XPORT_ACCESS_WRITE) prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
+        ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                                                 UCP_MEM_MAP_PARAM_FIELD_PROT,
+                                   .length = m->size,
+                                   .flags = allocate && !cuda ? UCP_MEM_MAP_ALLOCATE : 0,
+                                   .prot = prot};
+        if (!allocate || cuda) {
+            mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+            mp.address = m->ptr;
+        }
+        if (cuda) {
+            mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+            mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+        }
+        ucs_status_t s = ucp_mem_map(u->context, &mp, &memh);
+        if (s != UCS_OK)
+            return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "ucx: mapping %zu bytes of %s memory: %s", m->size,
+                              cuda ? "GPU" : "host", ucs_status_string(s));
+        if (allocate && !cuda) {
+            ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+            ucp_mem_query(memh, &ma);
+            m->ptr = ma.address;
+            memset(m->ptr, 0, m->size);
+        }
+        if ((s = ucp_rkey_pack(u->context, memh, &rkey, &rkey_len)) != UCS_OK) {
+            ucp_mem_unmap(u->context, memh);
+            return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: packing an rkey: %s", ucs_status_string(s));
+        }
     }
     pthread_mutex_lock(&u->lock);
     uint32_t slot = 0;
     while (slot < UCX_SLOTS && u->slot_used[slot]) slot++;
     if (slot == UCX_SLOTS) {
         pthread_mutex_unlock(&u->lock);
-        ucp_rkey_buffer_release(rkey);
-        ucp_mem_unmap(u->context, memh);
+        if (rkey) ucp_rkey_buffer_release(rkey);
+        if (memh) ucp_mem_unmap(u->context, memh);
         return ferry_fail(&xp->err, FERRY_ERR_LIMIT, "ucx: more than %d registrations on one endpoint", UCX_SLOTS);
     }
     u->slot_used[slot] = 1;
     u->slot_memh[slot] = memh;
     u->slot_rkey[slot] = rkey;
     u->slot_rkey_len[slot] = rkey_len;
+    u->slot_ptr[slot] = m->ptr;
+    u->slot_size[slot] = m->size;
+    u->slot_device[slot] = cuda ? device : -1;
     m->slot = slot;
     m->gen = __atomic_add_fetch(&u->gens[slot], 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&u->lock);
     return FERRY_OK;
 }
 
-/* CUDA memory over UCX (ucp_mem_map with a CUDA memory type, or a
- * host-staged pipeline) is not built yet: said plainly, before anything is
- * mapped. */
-static ferry_status_t no_cuda(ferry_xport_t *xp) {
-    return ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED,
-                      "ucx: CUDA memory is not supported by ferry's UCX transport yet; use shm on one host");
+/* The GPU holding [ptr, ptr + size), which must be device memory. */
+static ferry_status_t cuda_device_of(ferry_xport_t *xp, const void *ptr, size_t size, int *device) {
+    ferry_cuda_ptr_t q;
+    ferry_status_t st = ferry_cuda_init(&xp->err);
+    if (st == FERRY_OK) st = ferry_cuda_ptr_query(ptr, size, &q, &xp->err);
+    if (st == FERRY_OK) *device = q.device;
+    return st;
 }
+
 static ferry_status_t ucx_mem_alloc(ferry_xport_t *xp, ferry_xport_mem_t *m) {
-    return m->type == FERRY_MEM_CUDA ? no_cuda(xp) : map_slot(xp, m, true);
+    if (m->type != FERRY_MEM_CUDA) return map_slot(xp, m, true, -1);
+    int device = -1;
+    ferry_status_t st = xcuda_alloc(&xp->err, m->size, &m->ptr);
+    if (st == FERRY_OK && (st = cuda_device_of(xp, m->ptr, m->size, &device)) == FERRY_OK)
+        st = map_slot(xp, m, true, device);
+    if (st && m->ptr) {
+        xcuda_free(m->ptr);
+        m->ptr = NULL;
+    }
+    return st;
 }
+
 static ferry_status_t ucx_mem_register(ferry_xport_t *xp, ferry_xport_mem_t *m) {
-    return m->type == FERRY_MEM_CUDA ? no_cuda(xp) : map_slot(xp, m, false);
+    int device = -1;
+    if (m->type == FERRY_MEM_CUDA) {
+        ferry_status_t st = cuda_device_of(xp, m->ptr, m->size, &device);
+        if (st) return st;
+    }
+    return map_slot(xp, m, false, device);
 }
 
 static void ucx_mem_deregister(ferry_xport_t *xp, ferry_xport_mem_t *m) {
     ucx_t *u = xp->backend;
     pthread_mutex_lock(&u->lock);
     __atomic_add_fetch(&u->gens[m->slot], 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&u->lock);
+    ucx_stage_slot_ended(xp, m->slot); /* staging reads no more of it */
+    pthread_mutex_lock(&u->lock);
+    if (!u->slot_memh[m->slot]) { /* GPU memory only staging read: nothing of UCX's to park */
+        if (m->allocated) xcuda_free(m->ptr);
+        u->slot_used[m->slot] = 0;
+        u->slot_ptr[m->slot] = NULL;
+        pthread_mutex_unlock(&u->lock);
+        return;
+    }
     ucp_rkey_buffer_release(u->slot_rkey[m->slot]);
     /* UCX serves emulated gets of this memory from the progress thread,
      * after the generation check, with no way to tell when the last one is
      * done: the mapping (and memory UCX allocated) lives until the endpoint
      * ends. Caller-owned memory must stay valid as long (docs/transport.md). */
-    if (u->running && ferry_grow(xp->ctx, (void **)&u->parked, sizeof *u->parked, &u->cap_parked, u->nparked + 1) == 0)
-        u->parked[u->nparked++] = u->slot_memh[m->slot];
-    else
-        ucp_mem_unmap(u->context, u->slot_memh[m->slot]);
+    bool parked = u->running &&
+                  ferry_grow(xp->ctx, (void **)&u->parked, sizeof *u->parked, &u->cap_parked, u->nparked + 1) == 0;
+    if (parked) u->parked[u->nparked++] = u->slot_memh[m->slot];
+    else ucp_mem_unmap(u->context, u->slot_memh[m->slot]);
+    if (m->allocated && m->type == FERRY_MEM_CUDA) { /* freed after its mapping, at the end if that is parked */
+        if (parked && ferry_grow(xp->ctx, (void **)&u->parked_cuda, sizeof *u->parked_cuda, &u->cap_parked_cuda,
+                                 u->nparked_cuda + 1) == 0)
+            u->parked_cuda[u->nparked_cuda++] = m->ptr;
+        else if (!parked)
+            xcuda_free(m->ptr);
+        /* else: out of memory to remember it; leaked rather than freed under a live mapping */
+    }
     u->slot_used[m->slot] = 0;
     u->slot_memh[m->slot] = NULL;
     u->slot_rkey[m->slot] = NULL;
+    u->slot_ptr[m->slot] = NULL;
     pthread_mutex_unlock(&u->lock);
 }
 
@@ -345,10 +400,11 @@ static bool w_u(wbuf_t *w, uint64_t v, int bytes) {
 static ferry_status_t ucx_mem_pack(const ferry_xport_mem_t *m, uint8_t *body, size_t cap, size_t *len) {
     ucx_t *u = m->xp->backend;
     wbuf_t w = {body, body + cap};
+    size_t rklen = u->stage_host && m->type == FERRY_MEM_HOST ? 0 : u->slot_rkey_len[m->slot];
     bool ok = w_u(&w, u->host, 8) && w_u(&w, u->pid, 4) && w_u(&w, u->address_len, 2) &&
               w_bytes(&w, u->address, u->address_len) && w_u(&w, m->slot, 4) &&
-              w_u(&w, m->gen, 8) && w_u(&w, m->size, 8) && w_u(&w, (uint64_t)(uintptr_t)m->ptr, 8) &&
-              w_u(&w, u->slot_rkey_len[m->slot], 2) && w_bytes(&w, u->slot_rkey[m->slot], u->slot_rkey_len[m->slot]) &&
+              w_u(&w, m->gen, 8) && w_u(&w, m->size, 8) && w_u(&w, m->type == FERRY_MEM_CUDA, 1) && w_u(&w, (uint64_t)(uintptr_t)m->ptr, 8) &&
+              w_u(&w, rklen, 2) && w_bytes(&w, u->slot_rkey[m->slot], rklen) &&
               w_u(&w, (uint64_t)(uintptr_t)u->gens, 8) && w_u(&w, u->ctl_rkey_len, 2) &&
               w_bytes(&w, u->ctl_rkey, u->ctl_rkey_len);
     if (!ok || u->address_len > 0xffff)
@@ -384,7 +440,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
 
 /* Whether the owner is known to be gone (UCX's error callback, or a local
  * owner's pidfd turning readable). */
-static bool peer_lost(ucx_peer_t *p) {
+bool ucx_peer_lost(ucx_peer_t *p) {
     if (atomic_load_explicit(&p->lost, memory_order_acquire)) return true;
     if (p->pidfd >= 0) {
         struct pollfd pf = {p->pidfd, POLLIN, 0};
@@ -401,7 +457,7 @@ static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t le
     ucx_t *u = xp->backend;
     uint64_t id = XXH3_64bits(addr, len);
     for (ucx_peer_t *p = u->peers; p; p = p->next) {
-        if (p->id == id && !peer_lost(p)) {
+        if (p->id == id && !ucx_peer_lost(p)) {
             *out = p;
             return FERRY_OK;
         }
@@ -457,7 +513,7 @@ static void put_peer(ferry_xport_t *xp, ucx_peer_t *p) {
 
 /* Aborts everything in flight to a peer: a force-closed endpoint completes
  * its requests with errors, and the peer is not used again. */
-static void abandon_peer(ucx_t *u, ucx_peer_t *p) {
+void ucx_peer_abandon(ucx_t *u, ucx_peer_t *p) {
     atomic_store_explicit(&p->lost, true, memory_order_release);
     if (p->ep) {
         close_ep(u, p->ep);
@@ -499,9 +555,9 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_pe
                 }
                 return FERRY_ERR_INTERRUPTED;
             }
-            if (!abandoned && (now > deadline || peer_lost(peer))) {
-                if (st == FERRY_OK) st = peer_lost(peer) ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
-                abandon_peer(u, peer); /* fails what UCX can fail */
+            if (!abandoned && (now > deadline || ucx_peer_lost(peer))) {
+                if (st == FERRY_OK) st = ucx_peer_lost(peer) ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
+                ucx_peer_abandon(u, peer); /* fails what UCX can fail */
                 abandoned = true;
                 hard = now + 1.0;
             } else if (abandoned && now > hard) {
@@ -518,7 +574,7 @@ static ferry_status_t wait_all(ferry_xport_t *xp, ucs_status_ptr_t *reqs, ucx_pe
         reqs[i] = NULL;
     }
     for (size_t i = 0; i < n && st == FERRY_OK; i++)
-        if (peer_lost(peers[i])) st = FERRY_ERR_PEER_LOST;
+        if (ucx_peer_lost(peers[i])) st = FERRY_ERR_PEER_LOST;
     return st;
 }
 
@@ -554,12 +610,13 @@ static ferry_status_t read_gen(ferry_xport_t *xp, ucx_peer_t *peer, const ucx_rm
 
 static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, size_t len, ferry_xport_rmem_t *r) {
     rbuf_t rb = {body, body + len};
-    uint64_t host, pid, alen, slot, gen, size, addr, rklen, ctl_addr, crklen;
+    uint64_t host, pid, alen, slot, gen, size, mem, addr, rklen, ctl_addr, crklen;
     const uint8_t *a = NULL, *rk = NULL, *crk = NULL;
     bool ok = r_u(&rb, 8, &host) && r_u(&rb, 4, &pid) && r_u(&rb, 2, &alen) && (a = r_bytes(&rb, (size_t)alen)) && r_u(&rb, 4, &slot) && r_u(&rb, 8, &gen) &&
-              r_u(&rb, 8, &size) && r_u(&rb, 8, &addr) && r_u(&rb, 2, &rklen) && (rk = r_bytes(&rb, (size_t)rklen)) &&
+              r_u(&rb, 8, &size) && r_u(&rb, 1, &mem) && r_u(&rb, 8, &addr) && r_u(&rb, 2, &rklen) && (rk = r_bytes(&rb, (size_t)rklen)) &&
               r_u(&rb, 8, &ctl_addr) && r_u(&rb, 2, &crklen) && (crk = r_bytes(&rb, (size_t)crklen)) && rb.p == rb.end;
-    if (!ok || alen == 0 || slot >= UCX_SLOTS || size == 0 || size > SIZE_MAX || addr + size < addr)
+    if (!ok || alen == 0 || slot >= UCX_SLOTS || size == 0 || size > SIZE_MAX || addr + size < addr || mem > 1 ||
+        crklen == 0)
         return ferry_fail(&xp->err, FERRY_ERR_CORRUPT, "ucx descriptor: malformed body (%zu bytes)", len);
     ucx_peer_t *peer = NULL;
     ucx_t *u = xp->backend;
@@ -571,7 +628,10 @@ static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, si
         put_peer(xp, peer);
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory unpacking a descriptor");
     }
-    ucs_status_t s = ucp_ep_rkey_unpack(peer->ep, rk, &b->rkey);
+    /* GPU memory is read with RMA only where both UCXs have CUDA support;
+     * otherwise through the owner's staging */
+    bool rma = rklen > 0 && (mem == 0 || u->cuda == UCX_CUDA_NATIVE);
+    ucs_status_t s = rma ? ucp_ep_rkey_unpack(peer->ep, rk, &b->rkey) : UCS_OK;
     if (s == UCS_OK) s = ucp_ep_rkey_unpack(peer->ep, crk, &b->ctl_rkey);
     if (s != UCS_OK) {
         if (b->rkey) ucp_rkey_destroy(b->rkey);
@@ -585,12 +645,13 @@ static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, si
     r->gen = gen;
     r->size = (size_t)size;
     r->remote_addr = addr;
+    r->type = mem ? FERRY_MEM_CUDA : FERRY_MEM_HOST;
     r->backend = b;
     uint64_t now = 0;
     st = read_gen(xp, peer, b, r->slot, &now);
     if (st == FERRY_OK && now != gen) st = FERRY_ERR_STALE;
     if (st) {
-        ucp_rkey_destroy(b->rkey);
+        if (b->rkey) ucp_rkey_destroy(b->rkey);
         ucp_rkey_destroy(b->ctl_rkey);
         ferry_free(xp->ctx, b);
         put_peer(xp, peer);
@@ -605,14 +666,14 @@ static ferry_status_t ucx_rmem_unpack(ferry_xport_t *xp, const uint8_t *body, si
 
 static void ucx_rmem_release(ferry_xport_t *xp, ferry_xport_rmem_t *r) {
     ucx_rmem_t *b = r->backend;
-    ucp_rkey_destroy(b->rkey);
+    if (b->rkey) ucp_rkey_destroy(b->rkey);
     ucp_rkey_destroy(b->ctl_rkey);
     ferry_free(xp->ctx, b);
     put_peer(xp, (ucx_peer_t *)r->peer);
 }
 
 static ferry_status_t ucx_rmem_check(ferry_xport_t *xp, const ferry_xport_rmem_t *r) {
-    if (peer_lost(r->peer)) return FERRY_ERR_PEER_LOST;
+    if (ucx_peer_lost(r->peer)) return FERRY_ERR_PEER_LOST;
     uint64_t now = 0;
     ferry_status_t st = read_gen(xp, (ucx_peer_t *)r->peer, (const ucx_rmem_t *)r->backend, r->slot, &now);
     if (st) return st;
@@ -626,6 +687,7 @@ typedef struct {
     ucs_status_ptr_t *reqs;
     ucx_peer_t **peers;
     ferry_xport_rmem_t **rmems;
+    ucx_sreq_t *staged;       /* the runs that go through host staging, NULL if none */
 } ucx_pending_t;
 
 static void free_pending(ferry_xport_t *xp, ucx_pending_t *pd) {
@@ -649,13 +711,42 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
         if (pd) free_pending(xp, pd);
         return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for UCX requests");
     }
+    /* runs of GPU memory that one side's UCX cannot touch go through host
+     * staging (gets only: nothing in ferry puts into GPU memory remotely) */
+    bool *staged = NULL;
+    size_t nstaged = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (runs[i].len == 0 || !ucx_stage_needed(xp, &runs[i])) continue;
+        if (put) {
+            free_pending(xp, pd);
+            ferry_free(xp->ctx, staged);
+            return ferry_fail(&xp->err, FERRY_ERR_UNSUPPORTED,
+                              "ucx: run %zu puts GPU memory that this UCX or the owner's cannot map (no CUDA "
+                              "support); staging moves gets only", i);
+        }
+        if (!staged && !(staged = ferry_calloc(xp->ctx, n, sizeof *staged))) {
+            free_pending(xp, pd);
+            return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for UCX requests");
+        }
+        staged[i] = true;
+        nstaged++;
+    }
+    if (nstaged) {
+        ferry_status_t st = ucx_stage_get(xp, runs, staged, n, &pd->staged);
+        if (st) {
+            ferry_free(xp->ctx, staged);
+            free_pending(xp, pd);
+            return st;
+        }
+    }
     pd->n = n;
     pd->put = put;
     for (size_t i = 0; i < n; i++) {
         const ferry_xport_run_t *run = &runs[i];
-        const ucx_rmem_t *b = (const ucx_rmem_t *)run->rmem->backend;
         pd->peers[i] = run->rmem->peer;
         pd->rmems[i] = run->rmem;
+        if (staged && staged[i]) continue;
+        const ucx_rmem_t *b = (const ucx_rmem_t *)run->rmem->backend;
         ucp_request_param_t p = {.op_attr_mask = 0};
         uint64_t raddr = run->rmem->remote_addr + run->remote_offset;
         ucp_ep_h ep = pd->peers[i]->ep;
@@ -667,6 +758,7 @@ static ferry_status_t ucx_transfer(ferry_xport_t *xp, const ferry_xport_run_t *r
                       : put        ? ucp_put_nbx(ep, run->local, run->len, raddr, b->rkey, &p)
                                    : ucp_get_nbx(ep, run->local, run->len, raddr, b->rkey, &p);
     }
+    ferry_free(xp->ctx, staged);
     req->backend = pd;
     req->done = false;
     return FERRY_OK;
@@ -680,6 +772,15 @@ static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
      * request handed back to UCX could still write after this returns (the
      * caller asks its hook between requests) */
     ferry_status_t st = wait_all(xp, pd->reqs, pd->peers, pd->n, NULL);
+    bool said = false; /* the error's detail is on the endpoint already */
+    if (pd->staged) { /* waited even after a failure: its buffers are ours until then */
+        ferry_status_t s2 = ucx_stage_wait(xp, pd->staged, ferry_mono_s() + xp->timeout_ms / 1e3);
+        pd->staged = NULL;
+        if (st == FERRY_OK && s2 != FERRY_OK) {
+            st = s2;
+            said = true;
+        }
+    }
     /* a put request completes when its local buffer is free again; the data
      * is in the owner's memory only after a flush of the endpoint */
     for (size_t i = 0; pd->put && st == FERRY_OK && i < pd->n; i++) {
@@ -691,10 +792,11 @@ static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
     }
     xp->timeout_ms = saved;
     for (size_t i = 0; i < pd->n && st == FERRY_OK; i++) {
-        if (peer_lost(pd->peers[i])) st = FERRY_ERR_PEER_LOST;
+        if (ucx_peer_lost(pd->peers[i])) st = FERRY_ERR_PEER_LOST;
         if (st == FERRY_OK && (i == 0 || pd->rmems[i] != pd->rmems[i - 1])) st = ucx_rmem_check(xp, pd->rmems[i]);
     }
-    if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
+    if (said) {
+    } else if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
     else if (st == FERRY_ERR_PEER_LOST) ferry_fail(&xp->err, st, "ucx: the owner of the memory is gone");
     else if (st == FERRY_ERR_TIMEOUT)
         ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %d ms",

@@ -639,6 +639,7 @@ typedef struct config {
     uint32_t rtimeout_ms;  /* readers' (0: LONG_MS); with an update's timeout it sets how long a grant lasts */
     uint32_t slots, inflight, threads;
     int cuda;              /* every member's buffers in GPU memory (CUDA builds, --gpu) */
+    const char *ucx_cuda;  /* FERRY_UCX_CUDA for the members (NULL: unset, auto) */
 } config_t;
 
 #define MAXK 16
@@ -1141,6 +1142,8 @@ static void updated_all(job_t *j, uint64_t v) {
 static void case_matrix(const config_t *cfg) {
     double t0 = now_s();
     job_t j;
+    if (cfg->ucx_cuda) setenv("FERRY_UCX_CUDA", cfg->ucx_cuda, 1); /* the members inherit it */
+    else unsetenv("FERRY_UCX_CUDA");
     job_start(&j, cfg);
     if (cfg->mode == FERRY_SYNC_MODE_SYNC) {
         /* readers pull from the live weights while publish waits for them */
@@ -1865,7 +1868,7 @@ static const config_t matrix[] = {
 
 /* --gpu: the same cases with every buffer in GPU memory (CUDA IPC between
  * the processes; writers from GPU 0 and readers from GPU 1 up, so some
- * pairs cross GPUs and some share one); shm only. */
+ * pairs cross GPUs and some share one); shm, and UCX both ways. */
 static const config_t gpu_matrix[] = {
     {.name = "gpu: tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync in place, ferry's and caller's buffers",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
@@ -1879,6 +1882,14 @@ static const config_t gpu_matrix[] = {
     {.name = "gpu: moe8 tp2,ep2,etp1,dp2 -> tp1,replicas2; async in place",
      .model = "inline:moe8", .train = "tp=2,ep=2,etp=1,dp=2", .infer = "tp=1,ep=1,replicas=2",
      .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM, .rown = 2, .slots = 2, .cuda = 1},
+    /* UCX: GPU memory natively where this UCX has CUDA support, else (and
+       with FERRY_UCX_CUDA=staged) through ferry's host staging */
+    {.name = "gpu, ucx: tiny-qwen3 tp2,pp2 -> tp4; sync in place, caller's buffers",
+     .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
+     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .wown = 1, .rown = 1, .cuda = 1},
+    {.name = "gpu, ucx staged: tiny-moe tp2,ep2,etp1 -> tp2,ep2; async staged, small batches",
+     .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1", .infer = "tp=2,ep=2", .mode = FERRY_SYNC_MODE_ASYNC,
+     .xport = FERRY_XPORT_UCX, .staged = 1, .inflight = 256, .slots = 2, .cuda = 1, .ucx_cuda = "staged"},
 };
 
 /* Whether a child process can use a GPU (the parent itself never

@@ -59,10 +59,22 @@ static ferry_status_t get1(ferry_xport_t *xp, ferry_xport_rmem_t *r, uint64_t of
     return st;
 }
 
+/* UCX with FERRY_UCX_STAGE_HOST=1: the owner serves reads through host
+ * staging (GPU memory's path, run here on host memory), which moves gets
+ * only: every put into such memory must be refused, nothing moved. */
+static bool g_staged;
+
+static ferry_status_t staged_put_refused(ferry_xport_t *xp, ferry_status_t st) {
+    CHECK(st == FERRY_ERR_UNSUPPORTED);
+    CHECK(strstr(ferry_xport_error(xp), "staging moves gets only"));
+    return FERRY_OK;
+}
+
 static ferry_status_t put1(ferry_xport_t *xp, ferry_xport_rmem_t *r, uint64_t off, const void *src, size_t len) {
     ferry_xport_run_t run = {r, off, (void *)src, len};
     ferry_xport_req_t *req = NULL;
     ferry_status_t st = ferry_xport_put(xp, &run, 1, &req);
+    if (g_staged && st != FERRY_ERR_STALE) return staged_put_refused(xp, st);
     if (st) return st;
     st = ferry_xport_req_wait(req, -1);
     ferry_xport_req_free(req);
@@ -181,9 +193,13 @@ static void reader(int rfd, int wfd) {
     CHECK_OK(put1(xp, r, 1u << 20, buf, 1u << 20), ferry_xport_error(xp));
     for (int i = 0; i < 256; i++)
         runs[i] = (ferry_xport_run_t){r, (2u << 20) + (uint64_t)i * 4096, buf + (1u << 20) + i * 4096, 4096};
-    CHECK_OK(ferry_xport_put(xp, runs, 256, &req), ferry_xport_error(xp));
-    CHECK_OK(ferry_xport_req_wait(req, -1), ferry_xport_error(xp));
-    ferry_xport_req_free(req);
+    if (g_staged) {
+        staged_put_refused(xp, ferry_xport_put(xp, runs, 256, &req));
+    } else {
+        CHECK_OK(ferry_xport_put(xp, runs, 256, &req), ferry_xport_error(xp));
+        CHECK_OK(ferry_xport_req_wait(req, -1), ferry_xport_error(xp));
+        ferry_xport_req_free(req);
+    }
     /* out of range, one byte past the end, and a batch with one bad run: nothing moves */
     CHECK(get1(xp, r, SIZE - 10, buf, 11) == FERRY_ERR_INVALID_ARGUMENT);
     CHECK(strstr(ferry_xport_error(xp), "outside the 8388608-byte registration"));
@@ -225,14 +241,14 @@ static void test_reads_and_writes(ferry_ctx_t *ctx) {
     send_blob(to_child[1], desc, dlen);
     CHECK(wait_child(pid) == 0);
     for (uint64_t k = 0; k < SIZE; k++) {
-        uint32_t seed = k >= (1u << 20) && k < (3u << 20) ? 2 : 1;
+        uint32_t seed = k >= (1u << 20) && k < (3u << 20) && !g_staged ? 2 : 1;
         if (p[k] != pattern(k, seed)) CHECK(!"the owner's memory does not hold what the peer put");
     }
     ferry_xport_mem_deregister(m);
     ferry_xport_destroy(xp);
     close(to_child[1]), close(to_parent[0]);
-    printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, 5 requests in flight, puts, range "
-           "and descriptor checks\n");
+    printf("  two processes: 300 random gets, 8 MiB threaded get, 256-run batches, 5 requests in flight, %s, range "
+           "and descriptor checks\n", g_staged ? "puts refused" : "puts");
 }
 
 static void stale_child(int in, int out) {
@@ -816,12 +832,32 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     unsetenv("UCX_TLS");
 }
 
+/* UCX's host staging (the path of GPU memory where a UCX has no CUDA), on
+ * host memory: reads in chunks through active messages, errors carried
+ * back, dead owners. */
+static void staged_suite(ferry_ctx_t *ctx, const char *ucx_tls) {
+    g_kind = FERRY_XPORT_UCX;
+    g_staged = true;
+    setenv("FERRY_TEST_XPORT_KIND", "ucx", 1);
+    setenv("FERRY_UCX_STAGE_HOST", "1", 1);
+    setenv("UCX_TLS", ucx_tls, 1);
+    printf("ucx, UCX_TLS=%s, reads through host staging:\n", ucx_tls);
+    test_reads_and_writes(ctx);
+    test_stale(ctx);
+    test_owner_killed(ctx);
+    test_owner_killed_midstream(ctx);
+    unsetenv("UCX_TLS");
+    unsetenv("FERRY_UCX_STAGE_HOST");
+    g_staged = false;
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     test_ucx_tsan_setup(argv);
     if (argc == 5 && !strcmp(argv[1], "--role")) { /* a peer process, see spawn() */
         const char *k = getenv("FERRY_TEST_XPORT_KIND");
         g_kind = k && !strcmp(k, "ucx") ? FERRY_XPORT_UCX : FERRY_XPORT_SHM;
+        g_staged = getenv("FERRY_UCX_STAGE_HOST") != NULL;
         int a = atoi(argv[3]), b = atoi(argv[4]);
         if (!strcmp(argv[2], "reader")) reader(a, b);
         if (!strcmp(argv[2], "stale")) stale_child(a, b);
@@ -845,6 +881,7 @@ int main(int argc, char **argv) {
     suite(ctx, FERRY_XPORT_UCX, "tcp");
     /* shared memory carries the RMA; TCP the keepalive that detects a dead peer */
     suite(ctx, FERRY_XPORT_UCX, "sm,self,tcp");
+    staged_suite(ctx, "tcp");
     ferry_ctx_destroy(ctx);
     printf("xport: all checks passed\n");
     return 0;
