@@ -20,17 +20,24 @@
 #     (GPU 0 -> GPU 1) with FERRY_UCX_CUDA=native and =staged, and over tcp
 #     with host memory. GPU rows need two GPUs and a UCX with CUDA support
 #     (skipped, said so, otherwise).
-# BENCH_MODEL and BENCH_STEPS override the model (qwen3-8b) and steps (6).
+# BENCH_MODEL and BENCH_STEPS override the model (qwen3-8b) and steps (6);
+# BENCH_ONLY=kernels|sync|ucx runs one part (sync: with the NCCL baseline).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build=${1:-build-gpu}
 model=${BENCH_MODEL:-qwen3-8b}
 steps=${BENCH_STEPS:-6}
 status=0
+only=${BENCH_ONLY:-}
+case $only in
+""|kernels|sync|ucx) ;;
+*) echo "scripts/gpu-bench.sh: BENCH_ONLY=$only: want kernels, sync or ucx" >&2; exit 2 ;;
+esac
+part() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "== $(date -u +%F) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu"
 for b in gpu_test_boxes gpu_test_sum; do
-    if [ -x "$build/tests/$b" ]; then
+    if part kernels && [ -x "$build/tests/$b" ]; then
         echo "== $b --bench"
         "$build/tests/$b" --bench || status=1
     fi
@@ -41,18 +48,21 @@ run() { # title, then ferry bench sync arguments
     echo "== $title: ferry bench sync $*"
     "$build/ferry" bench sync --model "$model" --steps "$steps" "$@" 2>&1 | grep -v '^ *$' || status=1
 }
-if [ "$ngpu" -ge 2 ]; then
+if ! part sync; then :
+elif [ "$ngpu" -ge 2 ]; then
     run "same layout, GPU 0 -> GPU 1" --device cuda --train tp=1 --infer tp=1
     run "resharded tp=2 -> tp=1 (writers on GPUs 0, 1; the reader on GPU 1)" --device cuda --train tp=2 --infer tp=1
     run "resharded tp=2 -> tp=2 (writers on GPUs 0, 1; readers on GPUs 1, 0)" --device cuda --train tp=2 --infer tp=2
 else
     echo "== skipped: GPU 0 -> GPU 1 and resharded runs need two GPUs (this host has $ngpu)"
 fi
-run "colocated on GPU 0 (separate processes)" --device cuda:0 --train tp=1 --infer tp=1
-if [ "$ngpu" -ge 2 ]; then
+part sync && run "colocated on GPU 0 (separate processes)" --device cuda:0 --train tp=1 --infer tp=1
+if part sync && [ "$ngpu" -ge 2 ]; then
     echo "== NCCL broadcast baseline: python bench/nccl_bcast.py --model $model"
     PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-python3}" bench/nccl_bcast.py --model "$model" || status=1
 fi
+
+part ucx || exit $status
 
 # The UCX transport beside raw UCX. The build's UCX: FERRY_UCX_PREFIX's, or
 # the one ferry loads (Debian's). ucx_perftest's client (group index 1)

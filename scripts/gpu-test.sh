@@ -14,7 +14,8 @@
 #     ferry bench sync --device cuda beside peer and same-GPU copies, and
 #     the UCX transport beside ucx_perftest.
 # --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some);
-# --bench: only the benchmarks; --tests: everything but the benchmarks.
+# --bench: only the benchmarks (BENCH_ONLY=kernels|sync|ucx: one part of them,
+# scripts/gpu-bench.sh); --tests: everything but the benchmarks.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
 quick=0 bench_only=0 no_bench=0
