@@ -55,10 +55,11 @@ function(ferry_module name)
   if(M_GENERATED_BY)
     add_dependencies(ferry_${name} ${M_GENERATED_BY})
   endif()
-  # external libraries: their include paths here, linked by the libraries
+  # external libraries: their include paths here (as system headers, as
+  # linking them would: their own warnings are not ours), linked by the libraries
   foreach(lib ${M_LIBS})
     if(TARGET ${lib})
-      target_include_directories(ferry_${name} PRIVATE $<TARGET_PROPERTY:${lib},INTERFACE_INCLUDE_DIRECTORIES>)
+      target_include_directories(ferry_${name} SYSTEM PRIVATE $<TARGET_PROPERTY:${lib},INTERFACE_INCLUDE_DIRECTORIES>)
       target_compile_options(ferry_${name} PRIVATE
         $<$<COMPILE_LANGUAGE:C>:$<TARGET_PROPERTY:${lib},INTERFACE_COMPILE_OPTIONS>>)
     endif()

@@ -2,31 +2,63 @@
 # Every GPU test and GPU benchmark, on a GPU host (CI has no GPU). Builds
 # ferry there in Release with the Python package, using the Debian packages
 # scripts/gpu-bundle.sh gathered into gpu-bundle/ (unpacked into
-# .gpu-root/, nothing installed system-wide), and runs:
+# .gpu-root/, nothing installed system-wide) and, where the bundle has it,
+# the libucx-cu13 wheel's UCX (CUDA support) instead of Debian's
+# (FERRY_UCX_PREFIX=DIR picks another UCX; the summary says which one the
+# build loads), and runs:
 #   - the C test suite (ctest), as a check of the host's build;
 #   - the Python package's pytest suite against the host's torch;
 #   - the GPU tests (ctest -L gpu: tests/gpu/, test_sync --gpu), where a skip
 #     is a failure;
-#   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies, and
-#     ferry bench sync --device cuda beside peer and same-GPU copies.
+#   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies,
+#     ferry bench sync --device cuda beside peer and same-GPU copies, and
+#     the UCX transport beside ucx_perftest.
 # --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some);
-# --bench: only the benchmarks; --tests: everything but the benchmarks.
+# --bench: only the benchmarks (BENCH_ONLY=kernels|sync|ucx: one part of them,
+# scripts/gpu-bench.sh); --tests: everything but the benchmarks.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
 quick=0 bench_only=0 no_bench=0
 [ "${1:-}" = "--quick" ] && quick=1
 [ "${1:-}" = "--bench" ] && bench_only=1
 [ "${1:-}" = "--tests" ] && no_bench=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD/.gpu-root
-build=build-gpu
+build="build-gpu"
 py=${FERRY_PYTHON:-$(command -v python3)}
 summary=()
 
+ucx_prefix=${FERRY_UCX_PREFIX:-} # the UCX the build links; empty: Debian's (the bundle's or the host's)
 if [ -d gpu-bundle ]; then
     rm -rf "$root" && mkdir -p "$root"
-    for f in gpu-bundle/*.deb; do dpkg -x "$f" "$root"; done
+    wheel=$(find gpu-bundle -maxdepth 1 -name 'libucx_cu13-*.whl' | head -1)
+    if [ -z "$ucx_prefix" ] && [ -n "$wheel" ]; then
+        scripts/ucx-cuda.sh --from "$wheel" "$root/ucx-cuda" >/dev/null || { echo "build: FAILED (unpacking $wheel)"; exit 1; }
+        ucx_prefix=$root/ucx-cuda/libucx
+    fi
+    # Which UCX runs. A build with FERRY_UCX_PREFIX has that UCX's lib folder
+    # first in each binary's DT_RUNPATH, the Python extension's included
+    # (cmake/ucx.cmake); the loader searches LD_LIBRARY_PATH before
+    # DT_RUNPATH, so Debian's libucp must not be on LD_LIBRARY_PATH: its
+    # packages (and ucx-utils) are unpacked into a root of their own,
+    # ucx-plain/, on no search path, while the other libraries' folder is on
+    # LD_LIBRARY_PATH as before. The wheel's libucp finds libuct, libucs and
+    # libucm beside itself (its DT_RPATH is $ORIGIN, which LD_LIBRARY_PATH
+    # does not override), and UCX loads its modules from UCX_MODULE_DIR: the
+    # wheel's lib/ucx (below), never another version's. A test that wants a
+    # UCX without CUDA re-runs itself with LD_LIBRARY_PATH and UCX_MODULE_DIR
+    # from FERRY_TEST_UCX_PLAIN_LIB: LD_LIBRARY_PATH then wins over the
+    # RUNPATH. Without another UCX, Debian's is unpacked with the rest.
+    plain=$root
+    [ -z "$ucx_prefix" ] || plain=$root/ucx-plain
+    for f in gpu-bundle/*.deb; do
+        case ${f##*/} in
+        libucx*|ucx-utils_*) dpkg -x "$f" "$plain" ;;
+        *) dpkg -x "$f" "$root" ;;
+        esac
+    done
     lib=$root/usr/lib/x86_64-linux-gnu
+    export FERRY_TEST_UCX_PLAIN_LIB=$plain/usr/lib/x86_64-linux-gnu # Debian's UCX 1.13: no CUDA
     export PKG_CONFIG_SYSROOT_DIR=$root
     export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig
     export PATH=$root/usr/bin:$PATH
@@ -36,13 +68,17 @@ if [ -d gpu-bundle ]; then
     export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
     export CMAKE_PREFIX_PATH=$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 fi
+if [ -n "$ucx_prefix" ]; then
+    ucx_prefix=$(cd "$ucx_prefix" && pwd) || { echo "build: FAILED (FERRY_UCX_PREFIX=$ucx_prefix: no such folder)"; exit 1; }
+    export UCX_MODULE_DIR=$ucx_prefix/lib/ucx
+fi
 
 echo "== host: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -2 | tr '\n' ';')" \
      "python $("$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1)"
 echo "== building in $build"
 log=$(mktemp)
 if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_WERROR=ON -DFERRY_PYTHON=ON "-DPython3_EXECUTABLE=$py" \
-        >"$log" 2>&1 && cmake --build "$build" -j"$(nproc)" >>"$log" 2>&1; then
+        "-DFERRY_UCX_PREFIX=$ucx_prefix" >"$log" 2>&1 && cmake --build "$build" -j"$(nproc)" >>"$log" 2>&1; then
     summary+=("build: ok")
 else
     grep -E "error|Error|warning" "$log" | head -40 || tail -40 "$log"
@@ -50,8 +86,22 @@ else
     echo "build: FAILED"
     exit 1
 fi
-rm -f "$log"
 status=0
+# The UCX the build found, and the libucp that ferry and the Python package load here.
+ucx_found=$(sed -n 's/^-- ferry: //p' "$log" | grep '^UCX' | head -1)
+rm -f "$log"
+ucp_ferry=$(ldd "$build/ferry" | awk '$1 ~ /^libucp[.]so/ {print $3}')
+ucp_py=$(cd "$build/python" && "$py" -c 'import ferry._ferry
+print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libucp.so" in l), "none"))' 2>&1 | tail -1)
+echo "== $ucx_found"
+echo "== libucp loaded by ferry: $ucp_ferry; by python: $ucp_py"
+ucp_want=${ucx_prefix:+$ucx_prefix/lib/}
+if [ -n "$ucp_want" ] && { [ "${ucp_ferry#"$ucp_want"}" = "$ucp_ferry" ] || [ "${ucp_py#"$ucp_want"}" = "$ucp_py" ]; }; then
+    summary+=("UCX: WRONG: the build's UCX is in $ucp_want, but ferry loads $ucp_ferry, python $ucp_py")
+    status=1
+else
+    summary+=("$ucx_found; ferry and python load $ucp_ferry")
+fi
 if [ $bench_only = 1 ]; then
     scripts/gpu-bench.sh "$build" || status=1
     exit $status
@@ -90,7 +140,7 @@ fi
 echo "== GPU benchmarks"
 if scripts/gpu-bench.sh "$build" >"$build/gpu-bench.log" 2>&1; then summary+=("GPU benchmarks: ok ($build/gpu-bench.log)")
 else status=1; summary+=("GPU benchmarks: FAILED ($build/gpu-bench.log)"); fi
-grep -E "^(==|  ferry|  GPU|  same|[a-z0-9 ]+:)" "$build/gpu-bench.log" | head -60
+grep -E "^(==|  ferry|  GPU|  same|  ucx_perftest|[a-z0-9 ]+:| +[0-9.]+ [KMG]iB )" "$build/gpu-bench.log" | head -80
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $status

@@ -2,7 +2,8 @@
  * against baselines measured in the same run, interleaved round by round
  * with the gets: memcpy with 1 and with the same number of threads, or a
  * plain TCP stream between the same two processes when UCX runs over TCP
- * alone. Every figure is a median with its range over the rounds. */
+ * alone; with GPU memory, a GPU copy between the same two GPUs. Every
+ * figure is a median with its range over the rounds. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -17,7 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_gpu.h"
 #include "cli.h"
+#include "demo_gpu.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -25,6 +28,7 @@ static void usage(FILE *f) {
             "       ferry bench delta --help  (sparse delta size and speed vs TRL, zstd, memcpy)\n"
             "       ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
             "                         [--memory alloc|user] [--repeat R] [--tls LIST]\n"
+            "                         [--device cpu|cuda|cuda:N]\n"
             "  Two processes: the owner registers a buffer and publishes its descriptor;\n"
             "  the reader gets it, one-sided, in R rounds per size after a warm-up. Each\n"
             "  round first times the baselines (memcpy of the same size with 1 and N\n"
@@ -39,7 +43,13 @@ static void usage(FILE *f) {
             "                  processes over loopback (one connection, 8 MiB socket buffers,\n"
             "                  TCP_NODELAY; the owner sends from the registered buffer, the\n"
             "                  reader receives into the get's buffer), timed from the request\n"
-            "                  to the last byte\n");
+            "                  to the last byte\n"
+            "  --device cuda   GPU memory (a ferry built with CUDA): the owner's on GPU 0, the\n"
+            "                  reader's on GPU 1 (on GPU 0 where there is one GPU); cuda:N: both on\n"
+            "                  GPU N. The baseline is then a copy of the same size between the same\n"
+            "                  GPUs (cudaMemcpyPeer, or cudaMemcpy within one GPU), timed in the\n"
+            "                  same rounds; the owner fills its buffer with a pattern and the\n"
+            "                  reader checks bytes of every size's last get against it\n");
 }
 
 typedef struct {
@@ -94,11 +104,33 @@ static int tcp_buffers(int fd) {
            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* "cuda" or "cuda:N", as given to --device */
+static const char *device_name(int device, char *buf, size_t size) {
+    if (device >= 0) snprintf(buf, size, "cuda:%d", device);
+    else snprintf(buf, size, "%s", device == DEMO_DEVICE_CPU ? "cpu" : "cuda");
+    return buf;
+}
+
+/* Why a process could not use its GPU, naming the --device given (once). */
+static void bench_device_error(int device, const char *who, const char *err) {
+    char name[16];
+    if (!strncmp(err, "--device", 8)) fprintf(stderr, "ferry bench: %s: %s\n", who, err);
+    else fprintf(stderr, "ferry bench: --device %s: %s: %s\n", device_name(device, name, sizeof name), who, err);
+}
+
 /* The owner: registers the buffer, publishes its descriptor, then serves
  * commands: 'C' port(2) connects to the reader over TCP (once); 'S' size(8)
  * sends size bytes of the buffer on that connection (the baseline); 'x'
  * ends. */
-static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd, int cmd_fd) {
+static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int device, int desc_fd, int cmd_fd) {
+    char err[256];
+    bool gpu = device != DEMO_DEVICE_CPU;
+    /* this process's first CUDA call: the parent made none before the fork */
+    if (gpu && demo_gpu_pick(device, true, 0, err, sizeof err) < 0) {
+        bench_device_error(device, "owner", err);
+        _exit(3);
+    }
+    ferry_mem_type_t type = gpu ? FERRY_MEM_CUDA : FERRY_MEM_HOST;
     ferry_ctx_t *ctx = cli_ctx();
     ferry_xport_t *xp = NULL;
     ferry_xport_params_t xpar = {.field_mask = FERRY_XPORT_PARAM_KIND, .kind = kind};
@@ -107,17 +139,24 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
     uint8_t *p = NULL;
     ferry_status_t st;
     if (user) {
-        p = malloc(size);
-        st = p ? ferry_xport_mem_register(xp, p, size, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m) : FERRY_ERR_NO_MEMORY;
+        p = gpu ? bench_gpu_alloc(size, err, sizeof err) : malloc(size);
+        st = p ? ferry_xport_mem_register(xp, p, size, type, FERRY_XPORT_ACCESS_READ, &m) : FERRY_ERR_NO_MEMORY;
     } else {
-        st = ferry_xport_mem_alloc(xp, size, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &m);
+        st = ferry_xport_mem_alloc(xp, size, type, FERRY_XPORT_ACCESS_READ, &m);
         if (st == FERRY_OK) p = ferry_xport_mem_ptr(m);
     }
     if (st != FERRY_OK) {
-        fprintf(stderr, "ferry bench: owner: %s\n", ferry_xport_error(xp));
+        fprintf(stderr, "ferry bench: owner: %s\n", p || !gpu ? ferry_xport_error(xp) : err);
         _exit(3);
     }
-    for (uint64_t k = 0; k < size; k += 4096) p[k] = (uint8_t)(k >> 12); /* resident pages */
+    if (gpu) {
+        if (!bench_gpu_fill(p, size, err, sizeof err)) {
+            fprintf(stderr, "ferry bench: owner: %s\n", err);
+            _exit(3);
+        }
+    } else {
+        for (uint64_t k = 0; k < size; k += 4096) p[k] = (uint8_t)(k >> 12); /* resident pages */
+    }
     uint8_t desc[FERRY_XPORT_DESC_MAX];
     size_t len = 0;
     ferry_xport_mem_pack(m, desc, sizeof desc, &len);
@@ -134,7 +173,7 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
             struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
             a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
             if (fd < 0 || tcp_buffers(fd) || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(3);
-        } else if (cmd[0] == 'S' && fd >= 0 && read(cmd_fd, cmd + 1, 8) == 8) {
+        } else if (cmd[0] == 'S' && fd >= 0 && !gpu && read(cmd_fd, cmd + 1, 8) == 8) {
             uint64_t n;
             memcpy(&n, cmd + 1, 8);
             if (n > size) _exit(3);
@@ -149,6 +188,7 @@ static void owner(ferry_xport_kind_t kind, uint64_t size, bool user, int desc_fd
     }
     if (fd >= 0) close(fd);
     ferry_xport_destroy(xp);
+    if (user && gpu) bench_gpu_free(p);
     ferry_ctx_destroy(ctx);
     _exit(0);
 }
@@ -208,11 +248,18 @@ static double timed_memcpy(uint8_t *dst, const uint8_t *src, size_t n, uint32_t 
     return cli_now_s() - t0;
 }
 
+/* Seconds for one GPU copy of the baseline's n bytes (timed by CUDA events), or -1. */
+static double timed_gpu_copy(demo_gpu_copy_bench_t *b, uint64_t n) {
+    double gbps = demo_gpu_bench_run(b);
+    return gbps > 0 ? (double)n / (gbps * 1e9) : -1;
+}
+
 static const char *const backends[] = {"shm", "ucx"}, *const memories[] = {"alloc", "user"};
 
 static int bench_xport(int argc, char **argv) {
     const char *tls = NULL;
     size_t backend = 0, memory = 0;
+    int device = DEMO_DEVICE_CPU;
     uint64_t threads = 1, repeat = 7;
     uint64_t list[16] = {64ull << 20, 1ull << 30}, max = 0;
     size_t nsizes = 2;
@@ -224,6 +271,7 @@ static int bench_xport(int argc, char **argv) {
         else if (cli_opt(argc, argv, &i, "--memory", &v)) ok = cli_word("--memory", v, memories, 2, &memory);
         else if (cli_opt(argc, argv, &i, "--tls", &v)) tls = v;
         else if (cli_opt(argc, argv, &i, "--threads", &v)) ok = cli_u64("--threads", v, 1, 64, &threads);
+        else if (cli_opt(argc, argv, &i, "--device", &v)) ok = demo_gpu_parse(v, &device);
         else if (cli_opt(argc, argv, &i, "--repeat", &v)) ok = cli_u64("--repeat", v, 1, 1000, &repeat);
         else if (!strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -244,26 +292,50 @@ static int bench_xport(int argc, char **argv) {
         }
         setenv("UCX_TLS", tls, 1); /* before the fork: both processes */
     }
+    bool gpu = device != DEMO_DEVICE_CPU;
+    char devname[16];
+    device_name(device, devname, sizeof devname);
+#ifndef FERRY_CUDA
+    if (gpu) {
+        fprintf(stderr, "ferry bench: --device %s needs a ferry built with CUDA\n", devname);
+        return CLI_USAGE;
+    }
+#endif
     const char *tls_now = getenv("UCX_TLS");
-    bool tcp_only = kind == FERRY_XPORT_UCX && tls_now && !strcmp(tls_now, "tcp");
+    /* GPU memory cannot go through the socket: the GPU copy is its baseline */
+    bool tcp_only = !gpu && kind == FERRY_XPORT_UCX && tls_now && !strcmp(tls_now, "tcp");
     bool user = memory == 1;
     for (size_t s = 0; s < nsizes; s++)
         if (list[s] > max) max = list[s];
     if (max < (4u << 20)) max = 4u << 20; /* room for the 4 KiB runs */
+    /* the reader's last word to the owner ('x') finds it gone when it failed
+     * (no GPU, say): an error from write, not a SIGPIPE that kills the bench */
+    signal(SIGPIPE, SIG_IGN);
     int dp[2], fp[2];
     if (pipe2(dp, O_CLOEXEC) != 0 || pipe2(fp, O_CLOEXEC) != 0) return CLI_FAIL;
     pid_t pid = fork();
     if (pid < 0) return CLI_FAIL;
     if (pid == 0) { /* each side keeps only its ends, so either sees the other leave */
         close(dp[0]), close(fp[1]);
-        owner(kind, max, user, dp[1], fp[0]);
+        owner(kind, max, user, device, dp[1], fp[0]);
     }
     close(dp[1]), close(fp[0]);
     int rc = CLI_FAIL, tcp_fd = -1;
-    ferry_ctx_t *ctx = cli_ctx();
+    ferry_ctx_t *ctx = NULL;
     ferry_xport_t *xp = NULL;
     ferry_xport_rmem_t *r = NULL;
     uint8_t *local = NULL, *src = NULL;
+    demo_gpu_copy_bench_t *copy = NULL;
+    char err[256];
+    /* the GPUs: the owner's as it picks it (GPU 0, or N), the reader's its
+     * own pick, this process's first CUDA call (after the fork) */
+    int odev = device >= 0 ? device : 0, rdev = -1;
+    if (gpu && (rdev = demo_gpu_pick(device, false, 0, err, sizeof err)) < 0) {
+        bench_device_error(device, "reader", err);
+        rc = CLI_USAGE;
+        goto out;
+    }
+    ctx = cli_ctx();
     ferry_xport_params_t xpar = {.field_mask = FERRY_XPORT_PARAM_THREADS | FERRY_XPORT_PARAM_KIND,
                                  .threads = (uint32_t)threads, .kind = kind};
     uint32_t l32 = 0;
@@ -280,24 +352,45 @@ static int bench_xport(int argc, char **argv) {
         fprintf(stderr, "ferry bench: %s\n", ferry_xport_error(xp));
         goto out;
     }
-    local = malloc(max);
-    src = malloc(max);
-    if (!local || !src) goto out;
-    memset(local, 1, max); /* resident, so page faults do not count */
-    memset(src, 2, max);
+    if (gpu) {
+        if (!(local = bench_gpu_alloc(max, err, sizeof err))) {
+            fprintf(stderr, "ferry bench: reader: %s\n", err);
+            goto out;
+        }
+    } else {
+        local = malloc(max);
+        src = malloc(max);
+        if (!local || !src) goto out;
+        memset(local, 1, max); /* resident, so page faults do not count */
+        memset(src, 2, max);
+    }
     if (tcp_only && (tcp_fd = tcp_connect_owner(fp[1])) < 0) {
         fprintf(stderr, "ferry bench: the TCP baseline could not connect\n");
         goto out;
     }
-    printf("ferry bench xport: backend %s%s%s, memory %s, %llu thread(s)\n", backend_name,
+    const char *ucx_cuda = getenv("FERRY_UCX_CUDA");
+    printf("ferry bench xport: backend %s%s%s%s%s, memory %s, %llu thread(s)\n", backend_name,
            kind == FERRY_XPORT_UCX ? ", UCX_TLS=" : "", kind == FERRY_XPORT_UCX ? (tls_now ? tls_now : "(all)") : "",
+           kind == FERRY_XPORT_UCX && gpu ? ", FERRY_UCX_CUDA=" : "",
+           kind == FERRY_XPORT_UCX && gpu ? (ucx_cuda ? ucx_cuda : "(auto)") : "",
            user ? "user-registered" : "allocated by the transport", (unsigned long long)threads);
-    printf("%llu rounds per size after a warm-up, each: memcpy 1t, %s, then the get (interleaved).\n"
-           "GB/s as median [min-max] over the rounds; %s is median get / median %s.\n",
-           (unsigned long long)repeat, tcp_only ? "a TCP stream of the same bytes" : "memcpy Nt",
-           tcp_only ? "get/TCP" : "get/memcpy", tcp_only ? "TCP stream" : "memcpy Nt");
-    printf("%10s %22s %22s %22s %11s\n", "size", "get", "memcpy 1t", tcp_only ? "TCP stream" : "memcpy Nt",
-           tcp_only ? "get/TCP" : "get/memcpy");
+    if (gpu) {
+        char copy_name[64];
+        snprintf(copy_name, sizeof copy_name, odev == rdev ? "a copy within GPU %d" : "cudaMemcpyPeer GPU %d -> %d",
+                 odev, rdev);
+        printf("GPU memory: the owner's on GPU %d, the reader's on GPU %d.\n"
+               "%llu rounds per size after a warm-up, each: %s of the same size, then the get\n"
+               "(interleaved). GB/s as median [min-max] over the rounds; get/copy is median get / median copy.\n",
+               odev, rdev, (unsigned long long)repeat, copy_name);
+        printf("%10s %22s %22s %11s\n", "size", "get", odev == rdev ? "GPU copy" : "peer copy", "get/copy");
+    } else {
+        printf("%llu rounds per size after a warm-up, each: memcpy 1t, %s, then the get (interleaved).\n"
+               "GB/s as median [min-max] over the rounds; %s is median get / median %s.\n",
+               (unsigned long long)repeat, tcp_only ? "a TCP stream of the same bytes" : "memcpy Nt",
+               tcp_only ? "get/TCP" : "get/memcpy", tcp_only ? "TCP stream" : "memcpy Nt");
+        printf("%10s %22s %22s %22s %11s\n", "size", "get", "memcpy 1t", tcp_only ? "TCP stream" : "memcpy Nt",
+               tcp_only ? "get/TCP" : "get/memcpy");
+    }
     double *t = calloc(3 * repeat, sizeof *t);
     if (!t) goto out;
     double *tm1 = t, *tb = t + repeat, *tg = t + 2 * repeat;
@@ -305,23 +398,42 @@ static int bench_xport(int argc, char **argv) {
         uint64_t n = list[s];
         ferry_xport_run_t run = {r, 0, local, n};
         bool ok = true;
+        /* the GPU copy's own buffers of this size, on the same two GPUs (it leaves the reader's current) */
+        if (gpu && !(copy = demo_gpu_bench_create(odev, rdev, n, err, sizeof err))) {
+            fprintf(stderr, "ferry bench: %s\n", err);
+            free(t);
+            goto out;
+        }
         for (uint64_t i = 0; i <= repeat && ok; i++) { /* round 0 is a warm-up */
-            double m1 = timed_memcpy(local, src, n, 1);
-            double b = tcp_only ? tcp_stream(fp[1], tcp_fd, local, n) : timed_memcpy(local, src, n, (uint32_t)threads);
+            double m1 = gpu ? 0 : timed_memcpy(local, src, n, 1);
+            double b = gpu        ? timed_gpu_copy(copy, n)
+                       : tcp_only ? tcp_stream(fp[1], tcp_fd, local, n)
+                                  : timed_memcpy(local, src, n, (uint32_t)threads);
             double g = timed_get(xp, &run, 1);
-            if (b < 0 && g >= 0) fprintf(stderr, "ferry bench: the TCP baseline failed\n");
+            if (b < 0 && g >= 0) fprintf(stderr, "ferry bench: the %s baseline failed\n", gpu ? "GPU copy" : "TCP");
             ok = b >= 0 && g >= 0;
             if (i) tm1[i - 1] = m1, tb[i - 1] = b, tg[i - 1] = g;
+        }
+        demo_gpu_bench_destroy(copy);
+        copy = NULL;
+        if (ok && gpu && !bench_gpu_check(local, n, err, sizeof err)) {
+            fprintf(stderr, "ferry bench: the get of %llu bytes read wrong bytes: %s\n", (unsigned long long)n, err);
+            ok = false;
         }
         if (!ok) {
             free(t);
             goto out;
         }
-        rate_t get = rate_of(tg, repeat, (double)n), m1 = rate_of(tm1, repeat, (double)n),
-               base = rate_of(tb, repeat, (double)n);
+        rate_t get = rate_of(tg, repeat, (double)n), base = rate_of(tb, repeat, (double)n);
         char sz[32], c1[48], c2[48], c3[48];
-        printf("%10s %22s %22s %22s %11.2f\n", cli_bytes(n, sz, sizeof sz), rate_str(get, 1e-9, 2, c1, sizeof c1),
-               rate_str(m1, 1e-9, 2, c2, sizeof c2), rate_str(base, 1e-9, 2, c3, sizeof c3), get.med / base.med);
+        if (gpu) {
+            printf("%10s %22s %22s %11.2f\n", cli_bytes(n, sz, sizeof sz), rate_str(get, 1e-9, 2, c1, sizeof c1),
+                   rate_str(base, 1e-9, 2, c3, sizeof c3), get.med / base.med);
+        } else {
+            rate_t m1 = rate_of(tm1, repeat, (double)n);
+            printf("%10s %22s %22s %22s %11.2f\n", cli_bytes(n, sz, sizeof sz), rate_str(get, 1e-9, 2, c1, sizeof c1),
+                   rate_str(m1, 1e-9, 2, c2, sizeof c2), rate_str(base, 1e-9, 2, c3, sizeof c3), get.med / base.med);
+        }
     }
     /* many small runs: 4 KiB at scattered offsets */
     enum { RUNS = 1024 };
@@ -353,10 +465,12 @@ out:
     if (write(fp[1], "x", 1) != 1) kill(pid, SIGKILL);
     int ws;
     waitpid(pid, &ws, 0);
-    free(local);
+    demo_gpu_bench_destroy(copy);
     free(src);
     ferry_xport_rmem_release(r);
-    ferry_xport_destroy(xp);
+    ferry_xport_destroy(xp); /* before freeing local: the transport may hold it registered */
+    if (gpu) bench_gpu_free(local);
+    else free(local);
     ferry_ctx_destroy(ctx);
     close(dp[0]), close(fp[1]);
     return rc;

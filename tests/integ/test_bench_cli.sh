@@ -14,6 +14,18 @@ expect 2 "--backend \"rdma\": not a choice; want shm or ucx" -- bench xport --ba
 expect 2 "--tls applies to --backend ucx" -- bench xport --tls tcp
 expect 2 "--size \"lots\": item \"lots\": not a number" -- bench xport --size lots
 expect 2 "--memory \"gpu\": not a choice; want alloc or user" -- bench xport --memory gpu
+expect 2 "--device: \"gpu\" is none of cpu, cuda, cuda:N" -- bench xport --device gpu
+expect 0 "get/memcpy" -- bench xport --device cpu --size 4M --repeat 1
+# GPU memory: read and checked where there is a GPU; elsewhere refused at
+# once, naming the device (a build without CUDA: "needs a ferry built with
+# CUDA"; with CUDA: "no usable GPU"), from both processes, neither waiting
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    expect 0 "get/copy" -- bench xport --device cuda --size 4M --repeat 2
+    expect 0 "get/copy" -- bench xport --device cuda:0 --size 4M --repeat 2 --memory user
+else
+    expect 2 "--device cuda" -- bench xport --device cuda --size 4M --repeat 1
+    expect 2 "--device cuda:1" -- bench xport --backend ucx --device cuda:1 --size 4M --repeat 1
+fi
 expect 0 "every applied delta matched" -- bench delta --elems 3M --repeat 1 --steps 2 --lr 1e-6,1e-5
 expect 0 "TRL" -- bench delta --elems 100K --repeat 1 --steps 1 --threads 1
 expect 2 "--elems \"0\": out of range; want from 1 to 4294967296" -- bench delta --elems 0
