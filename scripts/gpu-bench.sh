@@ -94,7 +94,7 @@ perftest() { # label, UCX lib folder, UCX_TLS ("": UCX's default), ucx_perftest 
     for _ in 1 2 3; do # a port another process holds: the server exits, try another
         port=$((20000 + RANDOM % 20000))
         listening "$port" && continue
-        env -u UCX_TLS "${envs[@]}" timeout 600 "$pt" -p "$port" >/dev/null 2>&1 &
+        env -u UCX_TLS "${envs[@]}" timeout 150 "$pt" -p "$port" >/dev/null 2>&1 &
         srv=$!
         for _ in $(seq 300); do
             listening "$port" && break
@@ -102,7 +102,7 @@ perftest() { # label, UCX lib folder, UCX_TLS ("": UCX's default), ucx_perftest 
             sleep 0.1
         done
         listening "$port" || { kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; continue; }
-        out=$(env -u UCX_TLS "${envs[@]}" timeout 600 "$pt" 127.0.0.1 -p "$port" -f "$@" 2>&1)
+        out=$(env -u UCX_TLS "${envs[@]}" timeout 120 "$pt" 127.0.0.1 -p "$port" -f "$@" 2>&1)
         rc=$?
         for _ in $(seq 100); do kill -0 "$srv" 2>/dev/null || break; sleep 0.1; done
         kill "$srv" 2>/dev/null
@@ -129,17 +129,17 @@ echo "== raw UCX: ucx_perftest of UCX $(sed -n 's/^Version: *//p' "$ucx_lib/pkgc
      "(CUDA support: $ucx_cuda), two processes on this host, 1 GiB messages"
 if [ "$ngpu" -ge 2 ] && [ $ucx_cuda = yes ]; then
     for tls in "" tcp,cuda_copy; do
-        perftest "ucp_get    GPU 0 -> GPU 1, UCX_TLS=${tls:-(default)}" "$ucx_lib" "$tls" -t ucp_get -m cuda -s $gib -n 20 -w 4
-        perftest "ucp_put_bw GPU 1 -> GPU 0, UCX_TLS=${tls:-(default)}" "$ucx_lib" "$tls" -t ucp_put_bw -m cuda -s $gib -n 20 -w 4
+        perftest "ucp_get    GPU 0 -> GPU 1, UCX_TLS=${tls:-(default)}" "$ucx_lib" "$tls" -t ucp_get -m cuda -s $gib -n 10 -w 2
+        perftest "ucp_put_bw GPU 1 -> GPU 0, UCX_TLS=${tls:-(default)}" "$ucx_lib" "$tls" -t ucp_put_bw -m cuda -s $gib -n 10 -w 2
     done
 else
     echo "== skipped: GPU memory rows need two GPUs (this host has $ngpu) and a UCX with CUDA support (this one: $ucx_cuda)"
 fi
-perftest "ucp_get    host -> host, UCX_TLS=tcp" "$ucx_lib" tcp -t ucp_get -m host -s $gib -n 20 -w 4
-perftest "ucp_put_bw host -> host, UCX_TLS=tcp" "$ucx_lib" tcp -t ucp_put_bw -m host -s $gib -n 20 -w 4
+perftest "ucp_get    host -> host, UCX_TLS=tcp" "$ucx_lib" tcp -t ucp_get -m host -s $gib -n 6 -w 1
+perftest "ucp_put_bw host -> host, UCX_TLS=tcp" "$ucx_lib" tcp -t ucp_put_bw -m host -s $gib -n 6 -w 1
 plain=${FERRY_TEST_UCX_PLAIN_LIB:-}
 if [ -n "$plain" ] && [ "$plain" != "$ucx_lib" ] && perftest_of "$plain" >/dev/null; then
-    perftest "ucp_get    host -> host, UCX_TLS=tcp, Debian's UCX" "$plain" tcp -t ucp_get -m host -s $gib -n 20 -w 4
+    perftest "ucp_get    host -> host, UCX_TLS=tcp, Debian's UCX" "$plain" tcp -t ucp_get -m host -s $gib -n 6 -w 1
 fi
 if [ "$ngpu" -ge 2 ]; then
     modes=(staged)
