@@ -71,6 +71,8 @@ fi
 if [ -n "$ucx_prefix" ]; then
     ucx_prefix=$(cd "$ucx_prefix" && pwd) || { echo "build: FAILED (FERRY_UCX_PREFIX=$ucx_prefix: no such folder)"; exit 1; }
     export UCX_MODULE_DIR=$ucx_prefix/lib/ucx
+    # gpu_test_xport_ucx must then run natively, not call it skipped
+    [ -e "$ucx_prefix/lib/ucx/libuct_cuda.so" ] && export FERRY_TEST_REQUIRE_UCX_CUDA=1
 fi
 
 echo "== host: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -2 | tr '\n' ';')" \

@@ -3,7 +3,9 @@
  *  - native: this UCX has CUDA support (FERRY_UCX_CUDA=native; skipped,
  *    said so, where it has none);
  *  - staged: ferry's host staging (FERRY_UCX_CUDA=staged), the path of a
- *    UCX without CUDA.
+ *    UCX without CUDA;
+ *  - auto against a UCX without CUDA (FERRY_TEST_UCX_PLAIN_LIB: the program
+ *    runs itself again with that UCX loaded), where auto means staged.
  * Gets of cudaMalloc'd and transport-allocated GPU memory into device and
  * host memory: whole, random ranges at any alignment, batches of small and
  * large runs, requests in flight together; a range outside the
@@ -201,7 +203,7 @@ static int reader(int sock, const char *mode) {
 
 /* Owner and reader in processes of their own (no CUDA before a fork). */
 static int run_mode(const char *mode) {
-    setenv("FERRY_UCX_CUDA", mode, 1);
+    if (strcmp(mode, "auto") != 0) setenv("FERRY_UCX_CUDA", mode, 1);
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     pid_t o = fork();
@@ -228,9 +230,39 @@ static int run_mode(const char *mode) {
     return rc;
 }
 
-int main(void) {
+/* FERRY_TEST_UCX_PLAIN_LIB (scripts/gpu-test.sh): a UCX without CUDA. This
+ * program runs again against it (LD_LIBRARY_PATH wins over the build's
+ * RUNPATH), where the default way must be staging. */
+static int run_plain(const char *self, const char *plain) {
+    char ld[4096], mod[4096];
+    const char *old = getenv("LD_LIBRARY_PATH");
+    snprintf(ld, sizeof ld, "%s%s%s", plain, old ? ":" : "", old ? old : "");
+    snprintf(mod, sizeof mod, "%s/ucx", plain);
+    pid_t p = fork();
+    CHECK(p >= 0);
+    if (p == 0) {
+        setenv("LD_LIBRARY_PATH", ld, 1);
+        setenv("UCX_MODULE_DIR", mod, 1);
+        unsetenv("FERRY_TEST_UCX_PLAIN_LIB");
+        execl(self, self, "--auto", (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    CHECK(waitpid(p, &ws, 0) == p);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--auto")) { /* the default way of whatever UCX is loaded */
+        unsetenv("FERRY_UCX_CUDA");
+        int rc = run_mode("auto");
+        return rc;
+    }
     int staged = run_mode("staged");
     int native = run_mode("native");
+    const char *plain = getenv("FERRY_TEST_UCX_PLAIN_LIB");
+    int autorc = plain && *plain ? run_plain("/proc/self/exe", plain) : 0;
+    if (autorc != 0 && autorc != 77) return autorc;
     if (staged != 0 && staged != 77) return staged;
     if (native != 0 && native != 77) return native;
     if (staged == 77) return 77; /* no GPU */
