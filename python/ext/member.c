@@ -126,10 +126,10 @@ static bool current_cuda_device(int *out) {
     return true;
 }
 
-/* device=: None or 'cpu' (host), 'cuda' (the current device), 'cuda:N', an
+/* device= (pyferry.h): None or 'cpu' (host), 'cuda' (the current device), 'cuda:N', an
  * int N, or an object with .type and .index (a torch.device, read without
  * torch). *given false for None (the library's default, host). */
-static bool device_arg(PyObject *o, ferry_mem_type_t *mem, int *device, bool *given) {
+bool pyf_device_arg(PyObject *o, ferry_mem_type_t *mem, int *device, bool *given) {
     *mem = FERRY_MEM_HOST, *device = -1, *given = o != Py_None;
     if (o == Py_None) return true;
     char type[16] = "";
@@ -248,7 +248,7 @@ static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
         p.field_mask |= FERRY_SYNC_PARAM_INFLIGHT;
     }
     bool dev_given;
-    if (!device_arg(device, &p.memory, &p.device, &dev_given)) return NULL;
+    if (!pyf_device_arg(device, &p.memory, &p.device, &dev_given)) return NULL;
     if (dev_given) p.field_mask |= FERRY_SYNC_PARAM_MEMORY;
 
     pyf_member_t *m = (pyf_member_t *)cls->tp_alloc(cls, 0);

@@ -96,6 +96,9 @@ bool pyf_dtype_fits(ferry_dtype_t have, ferry_dtype_t want);
 /* "cpu" or "cuda:N" for a memory type and device (what errors and .device
  * show). */
 void pyf_device_name(ferry_mem_type_t mem, int device, char *buf, size_t size);
+/* device=: None/'cpu' (host), 'cuda', 'cuda:N', an int N or a torch.device;
+ * *given says whether one was passed. False with an exception set. */
+bool pyf_device_arg(PyObject *o, ferry_mem_type_t *mem, int *device, bool *given);
 /* The storage's current address if the owner can tell (torch data_ptr):
  * used to catch a tensor whose storage was replaced after registration. */
 bool pyf_tensor_moved(const pyf_tensor_t *t, uintptr_t *now);

@@ -13,6 +13,8 @@ typedef struct pyf_table {
     uint32_t rank, world;
     PyObject *job;
     int busy;
+    ferry_mem_type_t mem; /* where every put's and get's tensor lives (device=) */
+    int device;           /* FERRY_MEM_CUDA: the CUDA ordinal; host: -1 */
 } pyf_table_t;
 
 static bool check_open(pyf_table_t *t) {
@@ -37,13 +39,14 @@ static void table_dealloc(pyf_table_t *t) {
 }
 
 static PyObject *table_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
-    static char *kws[] = {"job", "rank", "world", "meta", "token", "transport", "timeout", "lease", "serve", NULL};
+    static char *kws[] = {"job", "rank", "world", "meta", "token", "transport", "timeout", "lease", "serve", "device",
+                          NULL};
     const char *job = NULL, *meta = NULL, *token = NULL, *transport = NULL;
     unsigned int rank = UINT32_MAX, world = UINT32_MAX;
-    PyObject *timeout = Py_None, *lease = Py_None;
+    PyObject *timeout = Py_None, *lease = Py_None, *device = Py_None;
     int serve = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$sIIzzzOOp:TensorTable", kws, &job, &rank, &world, &meta, &token,
-                                     &transport, &timeout, &lease, &serve))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$sIIzzzOOpO:TensorTable", kws, &job, &rank, &world, &meta, &token,
+                                     &transport, &timeout, &lease, &serve, &device))
         return NULL;
     if (!job || rank == UINT32_MAX || world == UINT32_MAX)
         return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "TensorTable: job=, rank= and world= are required");
@@ -69,8 +72,13 @@ static PyObject *table_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
         if (!pyf_timeout_ms(lease, 0, &p.lease_ms)) return NULL;
         p.field_mask |= FERRY_SYNC_PARAM_LEASE_MS;
     }
+    bool dev_given;
+    if (!pyf_device_arg(device, &p.memory, &p.device, &dev_given)) return NULL;
+    if (dev_given) p.field_mask |= FERRY_SYNC_PARAM_MEMORY;
     pyf_table_t *t = (pyf_table_t *)cls->tp_alloc(cls, 0);
     if (!t) return NULL;
+    t->mem = p.memory;
+    t->device = p.memory == FERRY_MEM_CUDA ? p.device : -1;
     t->timeout_ms = gets_ms;
     t->rank = rank, t->world = world;
     if (!(t->job = PyUnicode_FromString(job)) || !(t->ctx = pyf_ctx_create())) {
@@ -169,10 +177,24 @@ static bool dims_arg(PyObject *o, const char *what, const pyf_tensor_t *t, int64
     return true;
 }
 
+/* A tensor on another device than the table's: MismatchError naming both. */
+static bool check_device(const pyf_table_t *tab, const pyf_tensor_t *t, const char *what) {
+    if (t->mem == tab->mem && (t->mem != FERRY_MEM_CUDA || t->device == tab->device)) return true;
+    char have[32], want[32], msg[600];
+    pyf_device_name(t->mem, t->device, have, sizeof have);
+    pyf_device_name(tab->mem, tab->device, want, sizeof want);
+    snprintf(msg, sizeof msg,
+             "%s: the tensor is on %s, this TensorTable's tensors are on %s (its device=): move the tensor there, or "
+             "make the TensorTable with device='%s'",
+             what, have, want, have);
+    pyf_raise(FERRY_ERR_MISMATCH, msg);
+    return false;
+}
+
 /* A put entry: the tensor is the box, at global_offset of a tensor of
  * global_shape (defaults: the tensor's shape, zeros). */
-static bool put_entry(PyObject *name, PyObject *tensor, PyObject *gshape, PyObject *goff, PyObject *dtype_obj,
-                      entry_t *en) {
+static bool put_entry(const pyf_table_t *tab, PyObject *name, PyObject *tensor, PyObject *gshape, PyObject *goff,
+                      PyObject *dtype_obj, entry_t *en) {
     const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     if (!s) {
         if (!PyErr_Occurred()) pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "put: the name must be a str");
@@ -183,8 +205,15 @@ static bool put_entry(PyObject *name, PyObject *tensor, PyObject *gshape, PyObje
     if (!pyf_dtype_arg(dtype_obj, &dt, &given)) return false;
     char what[300];
     snprintf(what, sizeof what, "put '%.200s'", s);
-    if (!pyf_tensor_get(tensor, PYF_READ, given ? &dt : NULL, what, &en->ten)) return false;
+    if (!pyf_tensor_get(tensor, PYF_READ | PYF_CUDA, given ? &dt : NULL, what, &en->ten)) return false;
     const pyf_tensor_t *t = &en->ten;
+    if (!check_device(tab, t, what)) return false;
+    if (t->mem == FERRY_MEM_CUDA && !t->contiguous) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s: a CUDA tensor put must be C-contiguous (pass tensor.contiguous())", what);
+        pyf_raise(FERRY_ERR_INVALID_ARGUMENT, msg);
+        return false;
+    }
     ferry_box_t *b = &en->e.box;
     b->ndim = t->ndim;
     memcpy(b->extent, t->shape, sizeof(int64_t) * t->ndim);
@@ -209,7 +238,8 @@ static bool put_entry(PyObject *name, PyObject *tensor, PyObject *gshape, PyObje
 }
 
 /* A get entry: out (C-contiguous, written) is the box at global_offset. */
-static bool get_entry(PyObject *name, PyObject *out, PyObject *goff, PyObject *dtype_obj, entry_t *en) {
+static bool get_entry(const pyf_table_t *tab, PyObject *name, PyObject *out, PyObject *goff, PyObject *dtype_obj,
+                      entry_t *en) {
     const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     if (!s) {
         if (!PyErr_Occurred()) pyf_raise(FERRY_ERR_INVALID_ARGUMENT, "get: the name must be a str");
@@ -220,8 +250,9 @@ static bool get_entry(PyObject *name, PyObject *out, PyObject *goff, PyObject *d
     if (!pyf_dtype_arg(dtype_obj, &dt, &given)) return false;
     char what[300];
     snprintf(what, sizeof what, "get '%.200s': out", s);
-    if (!pyf_tensor_get(out, PYF_WRITE, given ? &dt : NULL, what, &en->ten)) return false;
+    if (!pyf_tensor_get(out, PYF_WRITE | PYF_CUDA, given ? &dt : NULL, what, &en->ten)) return false;
     const pyf_tensor_t *t = &en->ten;
+    if (!check_device(tab, t, what)) return false;
     if (!t->contiguous) {
         char msg[400];
         snprintf(msg, sizeof msg, "%s is not C-contiguous: get writes row-major (pass a contiguous tensor and copy)",
@@ -242,7 +273,7 @@ static bool get_entry(PyObject *name, PyObject *out, PyObject *goff, PyObject *d
 }
 
 /* Entries of multi_put/multi_get: tuples (name, tensor, ...) or dicts. */
-static bool entries_from(PyObject *seq_obj, bool put, entries_t *es) {
+static bool entries_from(const pyf_table_t *tab, PyObject *seq_obj, bool put, entries_t *es) {
     PyObject *seq =
         PySequence_Fast(seq_obj, put ? "multi_put: entries must be a list" : "multi_get: entries must be a list");
     if (!seq) return false;
@@ -305,7 +336,7 @@ static bool entries_from(PyObject *seq_obj, bool put, entries_t *es) {
             ok = false;
             break;
         }
-        ok = put ? put_entry(name, tensor, a, b, dtype, &es->v[i]) : get_entry(name, tensor, b, dtype, &es->v[i]);
+        ok = put ? put_entry(tab, name, tensor, a, b, dtype, &es->v[i]) : get_entry(tab, name, tensor, b, dtype, &es->v[i]);
     }
     Py_DECREF(seq);
     if (!ok) entries_release(es);
@@ -354,7 +385,7 @@ static PyObject *table_put(pyf_table_t *t, PyObject *args, PyObject *kw) {
     uint64_t seq;
     entries_t es;
     if (!check_open(t) || !seq_arg(seq_o, &seq) || !entries_alloc(&es, 1)) return NULL;
-    if (!put_entry(name, tensor, gshape, goff, dtype, &es.v[0])) {
+    if (!put_entry(t, name, tensor, gshape, goff, dtype, &es.v[0])) {
         entries_release(&es);
         return NULL;
     }
@@ -367,7 +398,7 @@ static PyObject *table_multi_put(pyf_table_t *t, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:multi_put", kws, &seq_o, &list)) return NULL;
     uint64_t seq;
     entries_t es;
-    if (!check_open(t) || !seq_arg(seq_o, &seq) || !entries_from(list, true, &es)) return NULL;
+    if (!check_open(t) || !seq_arg(seq_o, &seq) || !entries_from(t, list, true, &es)) return NULL;
     return do_put(t, seq, &es, "multi_put: another thread is using this TensorTable");
 }
 
@@ -406,7 +437,7 @@ static PyObject *table_get(pyf_table_t *t, PyObject *args, PyObject *kw) {
     uint64_t seq;
     entries_t es;
     if (!check_open(t) || !seq_arg(seq_o, &seq) || !entries_alloc(&es, 1)) return NULL;
-    if (!get_entry(name, out, goff, dtype, &es.v[0])) {
+    if (!get_entry(t, name, out, goff, dtype, &es.v[0])) {
         entries_release(&es);
         return NULL;
     }
@@ -419,7 +450,7 @@ static PyObject *table_multi_get(pyf_table_t *t, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:multi_get", kws, &seq_o, &list, &timeout)) return NULL;
     uint64_t seq;
     entries_t es;
-    if (!check_open(t) || !seq_arg(seq_o, &seq) || !entries_from(list, false, &es)) return NULL;
+    if (!check_open(t) || !seq_arg(seq_o, &seq) || !entries_from(t, list, false, &es)) return NULL;
     return do_get(t, seq, &es, timeout, "multi_get: another thread is using this TensorTable");
 }
 
@@ -466,6 +497,11 @@ static PyObject *table_get_attr(pyf_table_t *t, void *which) {
     case 0: return Py_NewRef(t->job);
     case 1: return PyLong_FromUnsignedLong(t->rank);
     case 2: return PyLong_FromUnsignedLong(t->world);
+    case 4: {
+        char name[32];
+        pyf_device_name(t->mem, t->device, name, sizeof name);
+        return PyUnicode_FromString(name);
+    }
     default: return PyBool_FromLong(t->t == NULL);
     }
 }
@@ -525,6 +561,7 @@ static PyGetSetDef table_getset[] = {
     {"rank", (getter)table_get_attr, NULL, "this member's rank", (void *)1},
     {"world", (getter)table_get_attr, NULL, "members of the table", (void *)2},
     {"closed", (getter)table_get_attr, NULL, "True after close()", (void *)3},
+    {"device", (getter)table_get_attr, NULL, "where the table's tensors are: 'cpu' or 'cuda:N' (device=)", (void *)4},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -533,7 +570,7 @@ PyTypeObject pyf_TableType = {
     .tp_basicsize = sizeof(pyf_table_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "TensorTable(*, job, rank, world, meta=None, token=None, transport=None, timeout=None, lease=None,\n"
-              "            serve=False)\n\n"
+              "            serve=False, device=None)\n\n"
               "A table of arbitrary tensors shared by `world` members (this one is `rank`): members put boxes of\n"
               "named tensors under a sequence id and complete it; once every member completed a sequence id, any\n"
               "member gets any box of any of its tensors, cut from whichever puts cover it and verified. An entry\n"
@@ -542,7 +579,10 @@ PyTypeObject pyf_TableType = {
               "listening at meta (one member serves, or a Writer of the same job does). token: default\n"
               "FERRY_TOKEN, else FERRY_TOKEN_FILE, else the token a serving member on this host wrote into\n"
               "FERRY_TOKEN_DIR. transport: 'shm' (default) or 'ucx'. timeout (service round trips, transfers,\n"
-              "and gets without their own) and lease in seconds. Connecting releases the GIL.\n"
+              "and gets without their own) and lease in seconds. device: where the tensors put and got are: None or\n"
+              "'cpu', 'cuda', 'cuda:N', an int or a torch.device; a CUDA table's puts and gets go through host\n"
+              "memory (a copy each way), and a tensor on another device raises MismatchError. Connecting releases\n"
+              "the GIL.\n"
               "Thread-safety: one thread at a time (a second thread gets BusyError); use a TensorTable per\n"
               "thread to work in parallel. A context manager: `with ferry.TensorTable(...) as t:` closes it.",
     .tp_dealloc = (destructor)table_dealloc,

@@ -21,7 +21,7 @@ from ferry._ferry import (  # noqa: F401
     UnsupportedError,
 )
 from ferry._ferry import (  # noqa: F401
-    Channel, ChannelUpdateInfo, CopyOp, DeltaInfo, Plan, PlanBucket, PlanPair, TensorTable,
+    Channel, ChannelUpdateInfo, CopyOp, DeltaInfo, Plan, PlanBucket, PlanPair,
 )
 
 Status = _enum.IntEnum("Status", {k[len("FERRY_ERR_"):]: v for k, v in vars(_ferry).items()
@@ -172,6 +172,33 @@ class Reader(_ferry.Reader):
         them)."""
         _wait_device(self)
         return super().update(version, timeout)
+
+
+class TensorTable(_ferry.TensorTable):
+    __doc__ = _ferry.TensorTable.__doc__
+
+    # A CUDA table copies puts off the GPU and gets onto it on a stream of
+    # ferry's own: torch's work on those tensors finishes first.
+    def put(self, *args, **kw):
+        _wait_device(self)
+        return super().put(*args, **kw)
+
+    def multi_put(self, *args, **kw):
+        _wait_device(self)
+        return super().multi_put(*args, **kw)
+
+    def get(self, *args, **kw):
+        _wait_device(self)
+        return super().get(*args, **kw)
+
+    def multi_get(self, *args, **kw):
+        _wait_device(self)
+        return super().multi_get(*args, **kw)
+
+    put.__doc__ = _ferry.TensorTable.put.__doc__
+    multi_put.__doc__ = _ferry.TensorTable.multi_put.__doc__
+    get.__doc__ = _ferry.TensorTable.get.__doc__
+    multi_get.__doc__ = _ferry.TensorTable.multi_get.__doc__
 
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401

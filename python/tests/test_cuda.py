@@ -583,3 +583,68 @@ def test_adopt_into_gpu_memory(tmp_path):
     _check_pair(w, r)
     assert all(v["acked"] == 1 for v in w["versions"])
     assert not torch.equal(w["versions"][0]["state"]["lm_head.weight"], w["versions"][2]["state"]["lm_head.weight"])
+
+
+def _tables(tmp_path, monkeypatch, dev0, dev1):
+    """Two members of one table (rank 0 serves), on the given devices."""
+    tokdir = tmp_path / "tokens"
+    tokdir.mkdir(mode=0o700)
+    monkeypatch.setenv("FERRY_TOKEN_DIR", str(tokdir))
+    monkeypatch.delenv("FERRY_TOKEN", raising=False)
+    monkeypatch.delenv("FERRY_TOKEN_FILE", raising=False)
+    meta = _meta()
+    t0 = ferry.TensorTable(job="gputable", rank=0, world=2, meta=meta, serve=True, timeout=120.0, device=dev0)
+    t1 = ferry.TensorTable(job="gputable", rank=1, world=2, meta=meta, timeout=120.0, device=dev1)
+    return t0, t1
+
+
+def test_host_table_refuses_gpu_tensors(tmp_path, monkeypatch):
+    t0, t1 = _tables(tmp_path, monkeypatch, None, "cpu")
+    assert t0.device == "cpu" and t1.device == "cpu"
+    with pytest.raises(ferry.MismatchError) as e:
+        t0.put(1, "w", FakeDL(2, 0, n=64))
+    msg = str(e.value)
+    assert "put 'w'" in msg and "cuda:0" in msg and "TensorTable's tensors are on cpu" in msg, msg
+    with pytest.raises(ferry.MismatchError, match="get 'w': out.*cuda:1"):
+        t1.get(1, "w", FakeDL(2, 1, n=64))
+    t1.close()
+    t0.close()
+
+
+@pytest.mark.skipif(GPUS > 0, reason="CUDA is usable here: a CUDA table is made, not refused")
+def test_cuda_table_without_cuda_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(ferry.UnsupportedError, match="CUDA device 0"):
+        _tables(tmp_path, monkeypatch, "cuda:0", "cuda:0")
+
+
+@needs_gpu
+def test_cuda_table_puts_and_gets_across_gpus(tmp_path, monkeypatch):
+    t0, t1 = _tables(tmp_path, monkeypatch, TRAIN_DEV, ENGINE_DEV)
+    assert t0.device == TRAIN_DEV and t1.device == ENGINE_DEV
+    torch.manual_seed(3)
+    w = torch.randn(300, 1100, device=TRAIN_DEV).to(torch.bfloat16)
+    v = torch.randn(10000, device=ENGINE_DEV)
+    t0.put(1, "w", w[:170], global_shape=w.shape)
+    t1.put(1, "w", w[170:].to(ENGINE_DEV), global_shape=w.shape, global_offset=(170, 0))
+    t1.multi_put(1, [("v", v[:6000], (10000,)), {"name": "v", "tensor": v[6000:], "global_shape": (10000,),
+                                                  "global_offset": (6000,)}])
+    with pytest.raises(ferry.InvalidArgumentError, match="C-contiguous"):
+        t0.put(1, "wt", w.t())
+    with pytest.raises(ferry.MismatchError, match=f"put 'x'.*cpu.*{TRAIN_DEV}"):
+        t0.put(1, "x", torch.zeros(4))
+    t0.complete(1)
+    t1.complete(1)
+    for t, dev in ((t0, TRAIN_DEV), (t1, ENGINE_DEV)):
+        whole = torch.zeros(300, 1100, dtype=torch.bfloat16, device=dev)
+        t.get(1, "w", whole)
+        assert torch.equal(whole.view(torch.int16).cpu(), w.view(torch.int16).cpu())
+        box = torch.zeros(100, 333, dtype=torch.bfloat16, device=dev)
+        t.get(1, "w", box, global_offset=(120, 500))
+        assert torch.equal(box.view(torch.int16).cpu(), w[120:220, 500:833].view(torch.int16).cpu())
+        vv = torch.zeros(5000, device=dev)
+        t.multi_get(1, [("v", vv, (3000,))])
+        assert torch.equal(vv.cpu(), v[3000:8000].cpu())
+    with pytest.raises(ferry.MismatchError, match="get 'w': out"):
+        t1.get(1, "w", torch.zeros(300, 1100, dtype=torch.bfloat16))
+    t1.close()
+    t0.close()

@@ -61,8 +61,6 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
     if (m->mem != FERRY_MEM_HOST && m->mem != FERRY_MEM_CUDA)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: memory %d is neither FERRY_MEM_HOST nor FERRY_MEM_CUDA",
                           who, (int)m->mem);
-    if (m->mem == FERRY_MEM_CUDA && role == META_ROLE_TABLE)
-        return ferry_fail(err, FERRY_ERR_UNSUPPORTED, "%s: tables hold host memory only", who);
     ferry_status_t st = FERRY_OK;
     if (m->mem == FERRY_MEM_CUDA && (st = sync_dev_create(ctx, m->p.device, &m->dev, err)) != FERRY_OK) {
         char why[FERRY_ERR_TEXT];
@@ -138,6 +136,20 @@ void sync_member_fini(sync_member_t *m) {
     ferry_meta_service_destroy(m->svc); /* last: members of other processes lose it now */
 }
 
+ferry_status_t sync_check_device(sync_member_t *m, const char *what, const char *name, const void *ptr, uint64_t size) {
+    ferry_cuda_ptr_t pi;
+    ferry_errbuf_t why;
+    ferry_status_t cs = ferry_cuda_ptr_query(ptr, size, &pi, &why);
+    if (cs != FERRY_OK)
+        return ferry_fail(&m->err, cs, "%s %s: %.400s (this member's memory is CUDA device %d)", what, name, why.text,
+                          sync_dev_device(m->dev));
+    if (pi.device != sync_dev_device(m->dev))
+        return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT,
+                          "%s %s is on CUDA device %d, this member's memory is on device %d", what, name, pi.device,
+                          sync_dev_device(m->dev));
+    return FERRY_OK;
+}
+
 ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t dtype, void *ptr, uint64_t size,
                                bool owned, uint32_t *index) {
     if (m->blob) return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT, "buffers cannot be added after commit");
@@ -146,17 +158,9 @@ ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t
                           name ? name : "(null)");
     if (ferry_grow(m->ctx, (void **)&m->bufs, sizeof *m->bufs, &m->cap_bufs, m->nbufs + 1) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory adding buffer %s", name);
-    if (m->dev) { /* device memory of the member's GPU, all of it */
-        ferry_cuda_ptr_t pi;
-        ferry_errbuf_t why;
-        ferry_status_t cs = ferry_cuda_ptr_query(ptr, size, &pi, &why);
-        if (cs != FERRY_OK)
-            return ferry_fail(&m->err, cs, "buffer %s: %.400s (this member's memory is CUDA device %d)", name, why.text,
-                              sync_dev_device(m->dev));
-        if (pi.device != sync_dev_device(m->dev))
-            return ferry_fail(&m->err, FERRY_ERR_INVALID_ARGUMENT,
-                              "buffer %s is on CUDA device %d, this member's buffers are on device %d", name, pi.device,
-                              sync_dev_device(m->dev));
+    if (m->dev) {
+        ferry_status_t cs = sync_check_device(m, "buffer", name, ptr, size);
+        if (cs != FERRY_OK) return cs;
     }
     uint32_t idx;
     ferry_status_t st = ferry_layout_add_buffer(m->local, m->p.rank, name, dtype, size, &idx);

@@ -85,6 +85,9 @@ void sync_member_fini(sync_member_t *m);
 ferry_status_t sync_member_connect(sync_member_t *m, meta_replay_fn replay, void *opaque);
 ferry_status_t sync_add_buffer(sync_member_t *m, const char *name, ferry_dtype_t dtype, void *ptr, uint64_t size,
                                bool owned, uint32_t *index);
+/* For a member in GPU memory: [ptr, ptr + size) must be device memory of
+ * its GPU; the error names `what name`. */
+ferry_status_t sync_check_device(sync_member_t *m, const char *what, const char *name, const void *ptr, uint64_t size);
 ferry_status_t sync_add_piece(sync_member_t *m, const ferry_piece_t *piece);
 ferry_status_t sync_add_layout(sync_member_t *m, const ferry_layout_t *layout, uint32_t rank, void **ptrs,
                                size_t nptrs, void *(*alloc)(sync_member_t *, const ferry_buffer_info_t *, uint32_t *,

@@ -184,8 +184,19 @@ static ferry_status_t check_entry(ferry_table_t *t, const ferry_table_entry_t *e
     return FERRY_OK;
 }
 
+/* Bytes of an entry's box in its dtype. */
+static uint64_t entry_bytes(const ferry_table_entry_t *e, ferry_dtype_t dtype) {
+    return (uint64_t)ferry_box_numel(&e->box) * ferry_dtype_size(dtype);
+}
+
 ferry_status_t ferry_table_multi_put(ferry_table_t *t, uint64_t seq_id, const ferry_table_entry_t *entries, size_t n) {
     if (!t || (!entries && n)) return FERRY_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n && t->m.dev; i++) { /* GPU memory: all of it checked before anything is put */
+        ferry_status_t st = check_entry(t, &entries[i], true);
+        uint64_t bytes = st == FERRY_OK ? entry_bytes(&entries[i], entries[i].dtype) : 0;
+        if (st == FERRY_OK && bytes) st = sync_check_device(&t->m, "table entry", entries[i].name, entries[i].data, bytes);
+        if (st != FERRY_OK) return st;
+    }
     for (size_t i = 0; i < n; i++) {
         ferry_status_t st = check_entry(t, &entries[i], true);
         if (st != FERRY_OK) return st;
@@ -214,7 +225,16 @@ ferry_status_t ferry_table_multi_put(ferry_table_t *t, uint64_t seq_id, const fe
             free(p->data);
             return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory copying %s", e->name);
         }
-        memcpy(p->data, e->data, p->bytes);
+        ferry_status_t cs = FERRY_OK;
+        if (!t->m.dev) memcpy(p->data, e->data, p->bytes);
+        else if (p->bytes) /* held in host memory like every put: the copy leaves the GPU now */
+            if ((cs = sync_dev_copy(t->m.dev, p->data, e->data, p->bytes, &t->m.err)) == FERRY_OK)
+                cs = sync_dev_wait(t->m.dev, &t->m.err);
+        if (cs != FERRY_OK) {
+            ferry_free(t->m.ctx, p->name);
+            free(p->data);
+            return cs;
+        }
         p->dtype = e->dtype;
         p->ndim = e->ndim;
         copy_dims(p->shape, e->shape, e->ndim);
@@ -593,6 +613,40 @@ static ferry_status_t verify_tiles(ferry_table_t *t, const tget_t *g, ferry_tabl
     return FERRY_OK;
 }
 
+/* Bytes of a wanted entry, in the dtype its tensor was put with. */
+static uint64_t staged_bytes(const tget_t *g, const ferry_table_entry_t *e) {
+    uint32_t tensor;
+    ferry_tensor_info_t ti;
+    if (!ferry_model_find(g->model, e->name, &tensor) || !ferry_model_tensor(g->model, tensor, &ti)) return 0;
+    return entry_bytes(e, ti.dtype);
+}
+
+/* Host copies of GPU entries to get into (each checked to be device
+ * memory of the member's GPU first). */
+static ferry_status_t stage_gets(ferry_table_t *t, const tget_t *g, const ferry_table_entry_t *entries, size_t n,
+                                 ferry_table_entry_t **out) {
+    ferry_table_entry_t *w = ferry_calloc(t->m.ctx, n ? n : 1, sizeof *w);
+    if (!w) return ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    ferry_status_t st = FERRY_OK;
+    for (size_t i = 0; i < n; i++) {
+        w[i] = entries[i];
+        w[i].data = NULL;
+    }
+    for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+        uint64_t bytes = staged_bytes(g, &entries[i]);
+        st = sync_check_device(&t->m, "table entry", entries[i].name, entries[i].data, bytes ? bytes : 1);
+        if (st == FERRY_OK && !(w[i].data = malloc(bytes ? bytes : 1)))
+            st = ferry_fail(&t->m.err, FERRY_ERR_NO_MEMORY, "out of memory staging %s", entries[i].name);
+    }
+    if (st != FERRY_OK) {
+        for (size_t i = 0; i < n; i++) free(w[i].data);
+        ferry_free(t->m.ctx, w);
+        return st;
+    }
+    *out = w;
+    return FERRY_OK;
+}
+
 ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_table_entry_t *entries, size_t n,
                                      uint32_t timeout_ms) {
     if (!t || (!entries && n)) return FERRY_ERR_INVALID_ARGUMENT;
@@ -613,8 +667,21 @@ ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_ta
         if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table get from sequence %llu: %s", (unsigned long long)seq_id,
                                             ferry_ctx_error(t->m.ctx));
     }
-    if (st == FERRY_OK) st = pull_ops(t, plan, &g, entries);
-    if (st == FERRY_OK) st = verify_tiles(t, &g, entries, n);
+    /* GPU destinations: the get lands and is verified in host copies, which
+       go to the GPU only once every tile checked out */
+    ferry_table_entry_t *work = entries;
+    if (st == FERRY_OK && t->m.dev) st = stage_gets(t, &g, entries, n, &work);
+    if (st == FERRY_OK) st = pull_ops(t, plan, &g, work);
+    if (st == FERRY_OK) st = verify_tiles(t, &g, work, n);
+    if (work != entries) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t bytes = st == FERRY_OK ? staged_bytes(&g, &work[i]) : 0;
+            if (bytes && st == FERRY_OK) st = sync_dev_copy(t->m.dev, entries[i].data, work[i].data, bytes, &t->m.err);
+        }
+        if (st == FERRY_OK) st = sync_dev_wait(t->m.dev, &t->m.err);
+        for (size_t i = 0; i < n; i++) free(work[i].data);
+        ferry_free(t->m.ctx, work);
+    }
     ferry_plan_destroy(plan);
     ferry_free(t->m.ctx, g.src_base);
     ferry_layout_destroy(g.src);
