@@ -795,15 +795,16 @@ static ferry_status_t ucx_req_wait(ferry_xport_t *xp, ferry_xport_req_t *req, in
         if (ucx_peer_lost(pd->peers[i])) st = FERRY_ERR_PEER_LOST;
         if (st == FERRY_OK && (i == 0 || pd->rmems[i] != pd->rmems[i - 1])) st = ucx_rmem_check(xp, pd->rmems[i]);
     }
-    if (said) {
-    } else if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
-    else if (st == FERRY_ERR_PEER_LOST) ferry_fail(&xp->err, st, "ucx: the owner of the memory is gone");
-    else if (st == FERRY_ERR_TIMEOUT)
-        ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %d ms",
-                   timeout_ms >= 0 ? timeout_ms : (int)xp->timeout_ms);
-    else if (st == FERRY_ERR_INTERRUPTED)
-        ferry_fail(&xp->err, st, "ucx: interrupted while checking the registration after the transfer");
-    else if (st) ferry_fail(&xp->err, st, "ucx: the transfer failed");
+    if (st != FERRY_OK && !said) { /* staging said what failed already */
+        if (st == FERRY_ERR_STALE) ferry_fail(&xp->err, st, "ucx: a registration ended during the transfer");
+        else if (st == FERRY_ERR_PEER_LOST) ferry_fail(&xp->err, st, "ucx: the owner of the memory is gone");
+        else if (st == FERRY_ERR_TIMEOUT)
+            ferry_fail(&xp->err, st, "ucx: the transfer did not finish within %d ms",
+                       timeout_ms >= 0 ? timeout_ms : (int)xp->timeout_ms);
+        else if (st == FERRY_ERR_INTERRUPTED)
+            ferry_fail(&xp->err, st, "ucx: interrupted while checking the registration after the transfer");
+        else ferry_fail(&xp->err, st, "ucx: the transfer failed");
+    }
     free_pending(xp, pd);
     req->backend = NULL;
     req->status = st;
