@@ -73,6 +73,8 @@ static void load(void) {
         {"cuGetErrorString", (void **)&drv.GetErrorString, 6000},
         {"cuMemCreate", (void **)&drv.MemCreate, 10020},
         {"cuMemGetAllocationGranularity", (void **)&drv.MemGetAllocationGranularity, 10020},
+        {"cuCtxGetCurrent", (void **)&drv.CtxGetCurrent, 4000},
+        {"cuCtxSetCurrent", (void **)&drv.CtxSetCurrent, 4000},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;

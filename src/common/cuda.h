@@ -72,6 +72,9 @@ typedef struct ferry_cuda_driver {
                           unsigned long long flags);
     CUresult (*MemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop,
                                             CUmemAllocationGranularity_flags option);
+    /* the calling thread's context, as it was (none included), around work on another device */
+    CUresult (*CtxGetCurrent)(CUcontext *ctx);
+    CUresult (*CtxSetCurrent)(CUcontext ctx);
 } ferry_cuda_driver_t;
 
 const ferry_cuda_driver_t *ferry_cuda_driver(void);

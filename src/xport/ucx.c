@@ -65,12 +65,12 @@ static void *progress_thread(void *arg) {
     ucx_t *u = xp->backend;
     struct pollfd fds[2] = {{u->efd, POLLIN, 0}, {u->wake[0], POLLIN, 0}};
     while (!atomic_load_explicit(&u->stop, memory_order_acquire)) {
+        char drain[64]; /* first: a wake-up written from here on is seen by the next poll */
+        while (read(u->wake[0], drain, sizeof drain) > 0) {
+        }
         while (ucp_worker_progress(u->worker)) {
         }
         if (ucx_stage_pump_owner(xp)) continue; /* copies to the host in flight: poll them */
-        char drain[64];
-        while (read(u->wake[0], drain, sizeof drain) > 0) {
-        }
         ucs_status_t s = ucp_worker_arm(u->worker);
         if (s == UCS_ERR_BUSY) continue; /* more events came in */
         poll(fds, 2, 100);
@@ -212,6 +212,7 @@ static void ucx_fini(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     if (!u) return;
     ucx_quiesce(xp);
+    ucx_stage_close(xp);
     while (u->peers) {
         ucx_peer_t *p = u->peers;
         u->peers = p->next;
@@ -385,6 +386,7 @@ typedef struct {
 } wbuf_t;
 
 static bool w_bytes(wbuf_t *w, const void *b, size_t n) {
+    if (n == 0) return true; /* b may be NULL (no rkey) */
     if ((size_t)(w->end - w->p) < n) return false;
     memcpy(w->p, b, n);
     w->p += n;

@@ -86,7 +86,10 @@ void ucx_peer_abandon(ucx_t *u, ucx_peer_t *p);
 /* Creates the staging state and installs the active-message handlers
  * (both roles: every endpoint may own and read). */
 ferry_status_t ucx_stage_init(ferry_xport_t *xp);
-/* After the progress thread stopped: frees everything. */
+/* With the progress thread stopped, before the worker ends: closes the
+ * owner's endpoints to readers. */
+void ucx_stage_close(ferry_xport_t *xp);
+/* After the worker ended: frees everything. */
 void ucx_stage_fini(ferry_xport_t *xp);
 /* The owner's work, from the progress thread: returns true while copies
  * are in flight (the thread then polls instead of sleeping). */

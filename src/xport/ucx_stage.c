@@ -2,27 +2,43 @@
  *
  * Used where one side's UCX cannot touch GPU memory (no CUDA support in it,
  * or FERRY_UCX_CUDA=staged): a reader asks the owner for each run with an
- * active message (REQ); the owner's progress thread checks it against the
- * registration (slot, generation, range), copies the range to the host in
- * chunks of STAGE_CHUNK bytes through STAGE_BUFS pinned buffers and sends
- * every chunk back (DATA, rendezvous) as soon as its copy has landed; the
- * reader receives a host destination in place, and a GPU destination into
- * one of its STAGE_BUFS pinned bounce buffers followed by a copy to the GPU.
- * So the owner's copy of chunk k+1, the wire's chunk k and the reader's copy
- * of chunk k-1 overlap. An error (a registration that ended, a range outside
- * it) comes back as a DATA message carrying the status and no bytes.
+ * active message (REQ, carrying the reader's worker address); the owner's
+ * progress thread checks the run against the registration (slot,
+ * generation, range), copies it to the host in chunks of STAGE_CHUNK bytes
+ * through STAGE_BUFS pinned buffers and sends every chunk back (DATA,
+ * rendezvous) on an endpoint of its own to that reader, as soon as its copy
+ * has landed. The reader receives every chunk into one of its STAGE_BUFS
+ * bounce buffers, then copies it to its destination (to the GPU on a stream
+ * of its own). So the owner's copy of chunk k+1, the wire's chunk k and the
+ * reader's copy of chunk k-1 overlap. An error (a registration that ended,
+ * a range outside it) comes back as a DATA message with the status and no
+ * bytes.
+ *
+ * Bytes reach the caller's memory only from the bounce buffers, in
+ * ucx_stage_wait: once a wait has returned, nothing of its request lands
+ * (receives still in flight land in bounce buffers and are dropped).
+ *
+ * The owner's endpoints to readers belong to ferry (not UCX's reply
+ * endpoints, which UCX may destroy under us): a reader that dies or fails a
+ * send is marked lost, its queued work dropped and its chunks reclaimed.
  *
  * Threads: UCX callbacks (on the progress thread or a waiting caller) only
  * record what happened, under the stage lock. CUDA work runs under that
  * lock; UCX calls never do (a callback may need the lock while UCX holds
  * its worker's). The owner's work runs on the progress thread, the reader's
- * in ucx_stage_wait.
+ * in ucx_stage_wait. A thread's CUDA context is put back as it was (none
+ * included) after work on another device.
  *
- * Memory: each endpoint pins STAGE_BUFS x STAGE_CHUNK bytes of host memory
- * for each role it stages in, on first use, until it ends. */
+ * Memory: each endpoint takes STAGE_BUFS x STAGE_CHUNK bytes of pinned host
+ * memory (plain memory without CUDA) for each role it stages in, on first
+ * use, until it ends. */
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "common/bytes.h"
 #include "common/cuda.h"
@@ -32,8 +48,10 @@
 #define STAGE_CHUNK (8u << 20)
 #define STAGE_BUFS 4
 #define STAGE_MAX_DEVICES 64
+#define STAGE_MAX_JOBS 65536   /* queued runs of all readers; more are dropped (their readers time out) */
+#define STAGE_ADDR_MAX 4096    /* a reader's worker address */
 enum { AM_STAGE_REQ = 7, AM_STAGE_DATA = 8 };
-#define REQ_HDR 40  /* req_id(8) run(4) slot(4) gen(8) offset(8) len(8) */
+#define REQ_HDR 40  /* req_id(8) run(4) slot(4) gen(8) offset(8) len(8); data: host(8) pid(4) worker address */
 #define DATA_HDR 32 /* req_id(8) run(4) status(4) off(8) len(8) */
 
 #ifndef FERRY_CUDA
@@ -41,32 +59,51 @@ typedef void *cudaEvent_t;
 typedef void *cudaStream_t;
 #endif
 
-/* ---- owner ---------------------------------------------------------------- */
+/* ---- state ---------------------------------------------------------------- */
+
+/* The owner's connection to a reader (progress thread only). */
+typedef struct reader {
+    uint64_t id;              /* xxh3 of the worker address */
+    ucp_ep_h ep;
+    int pidfd;                /* a reader on this host: its pidfd, else -1 */
+    bool local;               /* no peer-failure mode: UCX cannot force-close it */
+    atomic_bool lost;         /* a failed send, UCX's error callback, or its pidfd */
+    struct reader *next;
+} reader_t;
 
 typedef struct job {
-    ucp_ep_h ep;              /* the reader's, to reply on */
+    reader_t *r;              /* NULL until the progress thread connects */
+    uint64_t addr_id;
+    uint64_t host;
+    uint32_t pid;
     uint64_t req_id, gen, off, len, done;
     uint32_t run, slot;
     int32_t status;           /* not FERRY_OK: replied with no bytes */
+    size_t addr_len;
     struct job *next;
+    uint8_t addr[];           /* the reader's worker address */
 } job_t;
 
 typedef enum { OC_FREE, OC_D2H, OC_READY, OC_SEND } oc_state_t;
 
 typedef struct {
-    struct ucx_stage *st;
     oc_state_t state;
+    uint64_t seq;             /* bumped per use: a late completion of a reclaimed send is ignored */
     uint8_t *buf;             /* pinned */
     const void *data;         /* what goes out: buf, or host memory of the registration */
     size_t len;
     uint32_t slot;
-    ucp_ep_h ep;
+    reader_t *r;
     cudaEvent_t ev;           /* made on the device of the copy it marks */
     int ev_device;
     uint8_t hdr[DATA_HDR];    /* lives until the send completes */
 } ochunk_t;
 
-/* ---- reader --------------------------------------------------------------- */
+typedef struct {
+    struct ucx_stage *st;
+    int idx;
+    uint64_t seq;
+} send_tok_t;
 
 typedef struct {
     bool staged;
@@ -74,6 +111,7 @@ typedef struct {
     size_t len, landed;
     int device;               /* of local, -1: host memory */
     ucx_peer_t *peer;
+    uint8_t *seen;            /* a bit per chunk: each lands once */
     uint8_t hdr[REQ_HDR];
 } srun_t;
 
@@ -82,13 +120,18 @@ struct ucx_sreq {
     uint64_t id;
     size_t n;
     srun_t *runs;
+    uint8_t *who;             /* this endpoint's identity, the REQs' data */
+    size_t who_len;
     ferry_status_t status;
     uint32_t busy;            /* UCX operations and landings still to come */
-    bool abandoned;           /* its wait returned: freed once nothing is busy */
+    bool abandoned;           /* its wait returned: nothing more lands; freed once nothing is busy */
     struct ucx_sreq *next;
 };
 
-typedef enum { RX_WAIT, RX_RECV, RX_BOUNCED, RX_H2D, RX_TEMP, RX_DONE } rx_state_t;
+/* RX_ORPHAN: a receive in flight when its request was forced to end (a
+ * lost or silent owner); it keeps its bounce buffer, which UCX may still
+ * write, until the endpoint's end. */
+typedef enum { RX_WAIT, RX_RECV, RX_BOUNCED, RX_H2D, RX_TEMP, RX_DONE, RX_ORPHAN } rx_state_t;
 
 typedef struct rx {
     struct ucx_stage *st;
@@ -97,9 +140,9 @@ typedef struct rx {
     uint64_t off;
     size_t len;
     void *desc;               /* UCX's data descriptor (RX_WAIT) */
-    void *req;                /* UCX's receive in flight (RX_RECV), to cancel */
     void *temp;               /* eager bytes copied out (RX_TEMP) */
     int bounce;               /* bounce buffer index, -1: none */
+    uint8_t *orphan_buf;      /* RX_ORPHAN: the bounce buffer it took along */
     rx_state_t state;
     struct rx *next;
 } rx_t;
@@ -116,12 +159,15 @@ struct ucx_stage {
     pthread_mutex_t lock;
     uint64_t next_id;
     job_t *jobs, *jobs_tail;
+    size_t njobs;
+    reader_t *readers;        /* progress thread only */
     ochunk_t oc[STAGE_BUFS];
-    bool oc_pinned;
+    bool oc_ready, oc_pinned;
     bounce_t bounce[STAGE_BUFS];
-    bool bounce_pinned;
+    bool bounce_ready, bounce_pinned;
     ucx_sreq_t *reqs;
     rx_t *rxs;
+    rx_t *orphans;
     cudaStream_t ostream[STAGE_MAX_DEVICES], rstream[STAGE_MAX_DEVICES];
 };
 
@@ -134,24 +180,44 @@ static void wake(ucx_t *u) {
     (void)w;
 }
 
-/* ---- CUDA pieces (none without CUDA: no GPU memory is ever registered or
- * recognized there, so these are never reached) ---------------------------- */
+/* ---- CUDA pieces (without CUDA no GPU memory is ever registered or
+ * recognized, so only the host fallbacks are reached) ---------------------- */
 
 #ifdef FERRY_CUDA
-/* Pins STAGE_BUFS buffers of STAGE_CHUNK bytes (bufs[i * stride]). */
-static bool pin_all(uint8_t **bufs, size_t stride) {
-    for (int i = 0; i < STAGE_BUFS; i++) {
-        uint8_t **b = (uint8_t **)((char *)bufs + i * stride);
-        if (cudaHostAlloc((void **)b, STAGE_CHUNK, cudaHostAllocPortable) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-    }
-    return true;
+typedef CUcontext saved_ctx_t;
+static saved_ctx_t ctx_save(void) {
+    CUcontext c = NULL;
+    if (ferry_cuda_loaded()) ferry_cuda_driver()->CtxGetCurrent(&c);
+    return c;
+}
+static void ctx_restore(saved_ctx_t c) {
+    if (ferry_cuda_loaded()) ferry_cuda_driver()->CtxSetCurrent(c);
 }
 
-static void unpin(uint8_t *buf, cudaEvent_t ev) {
-    if (buf) cudaFreeHost(buf);
+/* Allocates STAGE_BUFS buffers of STAGE_CHUNK bytes (bufs[i * stride]),
+ * pinned on device's context where CUDA is loaded (device < 0: the first
+ * one), else plain. Buffers allocated by an earlier, partly failed call are
+ * kept. */
+static bool alloc_bufs(uint8_t **bufs, size_t stride, int device, bool *pinned) {
+    bool cuda = ferry_cuda_loaded();
+    saved_ctx_t prev = ctx_save();
+    if (cuda && cudaSetDevice(device >= 0 ? device : 0) != cudaSuccess) cuda = false;
+    bool ok = true;
+    for (int i = 0; i < STAGE_BUFS && ok; i++) {
+        uint8_t **b = (uint8_t **)((char *)bufs + i * stride);
+        if (*b) continue;
+        if (cuda) ok = cudaHostAlloc((void **)b, STAGE_CHUNK, cudaHostAllocPortable) == cudaSuccess;
+        else ok = posix_memalign((void **)b, 4096, STAGE_CHUNK) == 0;
+    }
+    if (!ok) cudaGetLastError();
+    ctx_restore(prev);
+    *pinned = cuda;
+    return ok;
+}
+
+static void free_buf(uint8_t *buf, bool pinned, cudaEvent_t ev) {
+    if (buf && pinned) cudaFreeHost(buf);
+    else free(buf);
     if (ev) cudaEventDestroy(ev);
 }
 
@@ -163,11 +229,10 @@ static cudaStream_t stream_of(cudaStream_t *streams, int device) {
 
 /* Enqueues a copy on device's stream and marks its end with *ev (remade on
  * that device when it was made on another: an event records only on its
- * own device's streams), the calling thread's device left as it was. */
+ * own device's streams). */
 static bool copy_async(cudaStream_t *streams, int device, void *dst, const void *src, size_t len, bool to_host,
                        cudaEvent_t *ev, int *ev_device) {
-    int prev = -1;
-    cudaGetDevice(&prev);
+    saved_ctx_t prev = ctx_save();
     bool ok = cudaSetDevice(device) == cudaSuccess;
     if (ok && (!*ev || *ev_device != device)) {
         if (*ev) cudaEventDestroy(*ev);
@@ -179,8 +244,8 @@ static bool copy_async(cudaStream_t *streams, int device, void *dst, const void 
     ok = s && cudaMemcpyAsync(dst, src, len, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s) ==
                   cudaSuccess &&
          cudaEventRecord(*ev, s) == cudaSuccess;
-    if (prev >= 0) cudaSetDevice(prev);
     if (!ok) cudaGetLastError();
+    ctx_restore(prev);
     return ok;
 }
 
@@ -198,11 +263,10 @@ static void event_sync(cudaEvent_t ev) {
 }
 
 static bool copy_sync_to_device(int device, void *dst, const void *src, size_t len) {
-    int prev = -1;
-    cudaGetDevice(&prev);
+    saved_ctx_t prev = ctx_save();
     bool ok = cudaSetDevice(device) == cudaSuccess && cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice) == cudaSuccess;
-    if (prev >= 0) cudaSetDevice(prev);
     if (!ok) cudaGetLastError();
+    ctx_restore(prev);
     return ok;
 }
 
@@ -220,11 +284,19 @@ static void streams_destroy(cudaStream_t *streams) {
         if (streams[i]) cudaStreamDestroy(streams[i]);
 }
 #else
-static bool pin_all(uint8_t **bufs, size_t stride) {
-    (void)bufs, (void)stride;
-    return false;
+static bool alloc_bufs(uint8_t **bufs, size_t stride, int device, bool *pinned) {
+    (void)device;
+    *pinned = false;
+    for (int i = 0; i < STAGE_BUFS; i++) {
+        uint8_t **b = (uint8_t **)((char *)bufs + i * stride);
+        if (!*b && posix_memalign((void **)b, 4096, STAGE_CHUNK) != 0) return false;
+    }
+    return true;
 }
-static void unpin(uint8_t *buf, cudaEvent_t ev) { (void)buf, (void)ev; }
+static void free_buf(uint8_t *buf, bool pinned, cudaEvent_t ev) {
+    (void)pinned, (void)ev;
+    free(buf);
+}
 static bool copy_async(cudaStream_t *streams, int device, void *dst, const void *src, size_t len, bool to_host,
                        cudaEvent_t *ev, int *ev_device) {
     (void)streams, (void)device, (void)dst, (void)src, (void)len, (void)to_host, (void)ev, (void)ev_device;
@@ -252,22 +324,27 @@ static void streams_destroy(cudaStream_t *streams) { (void)streams; }
  * checked against the registration before a byte is read. */
 static ucs_status_t on_req(void *arg, const void *header, size_t hlen, void *data, size_t len,
                            const ucp_am_recv_param_t *param) {
-    (void)data, (void)len;
     ferry_xport_t *xp = arg;
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
-    if (hlen != REQ_HDR || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || !param->reply_ep)
-        return UCS_OK; /* not ours to answer: dropped */
-    const uint8_t *h = header;
-    job_t *j = ferry_calloc(xp->ctx, 1, sizeof *j);
+    if (hlen != REQ_HDR || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || len < 14) return UCS_OK; /* dropped */
+    const uint8_t *d = data;
+    size_t alen = (size_t)get_u(d + 12, 2);
+    if (alen == 0 || alen > STAGE_ADDR_MAX || 14 + alen != len) return UCS_OK;
+    job_t *j = ferry_calloc(xp->ctx, 1, sizeof *j + alen);
     if (!j) return UCS_OK; /* the reader times out */
-    j->ep = param->reply_ep;
+    const uint8_t *h = header;
     j->req_id = get_u(h, 8);
     j->run = (uint32_t)get_u(h + 8, 4);
     j->slot = (uint32_t)get_u(h + 12, 4);
     j->gen = get_u(h + 16, 8);
     j->off = get_u(h + 24, 8);
     j->len = get_u(h + 32, 8);
+    j->host = get_u(d, 8);
+    j->pid = (uint32_t)get_u(d + 8, 4);
+    j->addr_len = alen;
+    memcpy(j->addr, d + 14, alen);
+    j->addr_id = XXH3_64bits(j->addr, alen);
     j->status = FERRY_OK;
     pthread_mutex_lock(&u->lock);
     if (j->slot >= UCX_SLOTS || !u->slot_used[j->slot] ||
@@ -277,42 +354,106 @@ static ucs_status_t on_req(void *arg, const void *header, size_t hlen, void *dat
         j->status = FERRY_ERR_INVALID_ARGUMENT;
     pthread_mutex_unlock(&u->lock);
     pthread_mutex_lock(&st->lock);
-    if (st->jobs_tail) st->jobs_tail->next = j;
-    else st->jobs = j;
-    st->jobs_tail = j;
+    bool full = st->njobs >= STAGE_MAX_JOBS;
+    if (!full) {
+        if (st->jobs_tail) st->jobs_tail->next = j;
+        else st->jobs = j;
+        st->jobs_tail = j;
+        st->njobs++;
+    }
     pthread_mutex_unlock(&st->lock);
+    if (full) ferry_free(xp->ctx, j);
     wake(u);
     return UCS_OK;
 }
 
-static void on_chunk_sent(void *request, ucs_status_t status, void *user_data) {
-    (void)status; /* a reader that is gone has timed out, or sees the owner's end */
-    ochunk_t *c = user_data;
-    pthread_mutex_lock(&c->st->lock);
-    c->state = OC_FREE;
-    pthread_mutex_unlock(&c->st->lock);
-    ucp_request_free(request);
-    wake(c->st->u); /* the next piece, from the progress thread */
+static void on_reader_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+    (void)ep, (void)status;
+    reader_t *r = arg;
+    atomic_store_explicit(&r->lost, true, memory_order_release);
 }
 
-/* Fills chunk c with the next piece of the head job (or its error), under
- * the lock. */
-static void next_piece(ferry_xport_t *xp, ucx_stage_t *st, ochunk_t *c) {
+static bool reader_lost(reader_t *r) {
+    if (atomic_load_explicit(&r->lost, memory_order_acquire)) return true;
+    if (r->pidfd >= 0) {
+        struct pollfd pf = {r->pidfd, POLLIN, 0};
+        if (poll(&pf, 1, 0) > 0) atomic_store_explicit(&r->lost, true, memory_order_release);
+    }
+    return atomic_load_explicit(&r->lost, memory_order_acquire);
+}
+
+/* The owner's endpoint to the reader a job came from (progress thread,
+ * outside callbacks); NULL if it cannot connect. */
+static reader_t *reader_of(ferry_xport_t *xp, const job_t *j) {
     ucx_t *u = xp->backend;
-    job_t *j = st->jobs;
+    ucx_stage_t *st = u->stage;
+    for (reader_t *r = st->readers; r; r = r->next)
+        if (r->id == j->addr_id && !reader_lost(r)) return r;
+    reader_t *r = ferry_calloc(xp->ctx, 1, sizeof *r);
+    if (!r) return NULL;
+    r->id = j->addr_id;
+    r->local = j->host == u->host;
+    r->pidfd = r->local ? (int)syscall(SYS_pidfd_open, (pid_t)j->pid, 0) : -1;
+    atomic_init(&r->lost, r->local && r->pidfd < 0);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .address = (const ucp_address_t *)j->addr,
+                          .err_mode = r->local ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = on_reader_error, .arg = r}};
+    if (atomic_load(&r->lost) || ucp_ep_create(u->worker, &ep, &r->ep) != UCS_OK) {
+        if (r->pidfd >= 0) close(r->pidfd);
+        ferry_free(xp->ctx, r);
+        return NULL;
+    }
+    r->next = st->readers;
+    st->readers = r;
+    return r;
+}
+
+static void on_chunk_sent(void *request, ucs_status_t status, void *user_data) {
+    send_tok_t *t = user_data;
+    ucx_stage_t *st = t->st;
+    pthread_mutex_lock(&st->lock);
+    ochunk_t *c = &st->oc[t->idx];
+    if (c->seq == t->seq) { /* else reclaimed already (its reader was lost) */
+        if (status != UCS_OK && c->r) atomic_store_explicit(&c->r->lost, true, memory_order_release);
+        c->state = OC_FREE;
+        c->r = NULL;
+    }
+    pthread_mutex_unlock(&st->lock);
+    ucp_request_free(request);
+    wake(st->u); /* the next piece, from the progress thread */
+    free(t);
+}
+
+static void pop_job(ferry_xport_t *xp, ucx_stage_t *st, job_t *prev, job_t *j) {
+    if (prev) prev->next = j->next;
+    else st->jobs = j->next;
+    if (st->jobs_tail == j) st->jobs_tail = prev;
+    st->njobs--;
+    ferry_free(xp->ctx, j);
+}
+
+/* Fills chunk c with the next piece of job j (or its error), under the lock. */
+static void next_piece(ferry_xport_t *xp, ucx_stage_t *st, ochunk_t *c, job_t *j) {
+    ucx_t *u = xp->backend;
     if (j->status == FERRY_OK && __atomic_load_n(&u->gens[j->slot], __ATOMIC_ACQUIRE) != j->gen)
         j->status = FERRY_ERR_STALE; /* ended since: its memory may be gone */
     size_t piece = 0;
+    c->seq++;
     if (j->status == FERRY_OK) {
         piece = j->len - j->done < STAGE_CHUNK ? (size_t)(j->len - j->done) : STAGE_CHUNK;
         const uint8_t *src = u->slot_ptr[j->slot] + j->off + j->done;
         int device = u->slot_device[j->slot];
+        bool pinned = false;
         if (device < 0) { /* host memory: sent from where it is */
             c->data = src;
             c->state = OC_READY;
-        } else if (!st->oc_pinned && !(st->oc_pinned = pin_all(&st->oc[0].buf, sizeof st->oc[0]))) {
+        } else if (!st->oc_ready && !(st->oc_ready = alloc_bufs(&st->oc[0].buf, sizeof st->oc[0], device, &pinned))) {
             j->status = FERRY_ERR_NO_MEMORY;
-        } else if (!copy_async(st->ostream, device, c->buf, src, piece, true, &c->ev, &c->ev_device)) {
+            st->oc_pinned |= pinned;
+        } else if (st->oc_pinned |= pinned, !copy_async(st->ostream, device, c->buf, src, piece, true, &c->ev,
+                                                        &c->ev_device)) {
             j->status = FERRY_ERR_IO;
         } else {
             c->data = c->buf;
@@ -327,7 +468,7 @@ static void next_piece(ferry_xport_t *xp, ucx_stage_t *st, ochunk_t *c) {
     put_u(c->hdr + 24, piece, 8);
     c->len = piece;
     c->slot = j->slot;
-    c->ep = j->ep;
+    c->r = j->r;
     if (j->status != FERRY_OK) {
         c->data = NULL;
         c->state = OC_READY;
@@ -335,21 +476,50 @@ static void next_piece(ferry_xport_t *xp, ucx_stage_t *st, ochunk_t *c) {
     } else {
         j->done += piece;
     }
-    if (j->done == j->len) {
-        st->jobs = j->next;
-        if (!st->jobs) st->jobs_tail = NULL;
-        ferry_free(xp->ctx, j);
-    }
 }
 
 bool ucx_stage_pump_owner(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     if (!st) return false;
+    /* connect to the readers of new jobs (UCX calls: not under the lock) */
+    pthread_mutex_lock(&st->lock);
+    job_t *fresh = NULL;
+    for (job_t *j = st->jobs; j && !fresh; j = j->next)
+        if (!j->r) fresh = j;
+    pthread_mutex_unlock(&st->lock);
+    while (fresh) { /* only this thread sets r or removes jobs: fresh stays valid */
+        reader_t *r = reader_of(xp, fresh);
+        pthread_mutex_lock(&st->lock);
+        fresh->r = r;
+        if (!r) fresh->status = FERRY_ERR_PEER_LOST; /* nobody to answer */
+        job_t *next = NULL;
+        for (job_t *j = fresh->next; j && !next; j = j->next)
+            if (!j->r) next = j;
+        for (job_t *j = fresh->next; j; j = j->next) /* same reader: same endpoint */
+            if (!j->r && j->addr_id == fresh->addr_id && r) j->r = r;
+        pthread_mutex_unlock(&st->lock);
+        fresh = next;
+    }
     ochunk_t *send[STAGE_BUFS];
+    send_tok_t *toks[STAGE_BUFS];
     int ns = 0;
     bool busy = false;
     pthread_mutex_lock(&st->lock);
+    /* work for readers that are gone is dropped, their chunks reclaimed */
+    for (job_t *j = st->jobs, *prev = NULL, *next; j; j = next) {
+        next = j->next;
+        if ((j->status == FERRY_ERR_PEER_LOST && !j->r) || (j->r && reader_lost(j->r))) pop_job(xp, st, prev, j);
+        else prev = j;
+    }
+    for (int i = 0; i < STAGE_BUFS; i++) {
+        ochunk_t *c = &st->oc[i];
+        if (c->state == OC_SEND && c->r && reader_lost(c->r)) {
+            c->seq++; /* its send may never complete (UCX keeps the request) */
+            c->state = OC_FREE;
+            c->r = NULL;
+        }
+    }
     for (int i = 0; i < STAGE_BUFS; i++) {
         ochunk_t *c = &st->oc[i];
         if (c->state == OC_D2H) {
@@ -362,12 +532,24 @@ bool ucx_stage_pump_owner(ferry_xport_t *xp) {
             }
             if (d != 0) c->state = OC_READY;
         }
-        if (c->state == OC_FREE && st->jobs) next_piece(xp, st, c);
+        job_t *j = st->jobs, *jprev = NULL;
+        while (j && !j->r) jprev = j, j = j->next; /* readers not connected yet: the next pump */
+        if (c->state == OC_FREE && j) {
+            next_piece(xp, st, c, j);
+            if (j->done == j->len) pop_job(xp, st, jprev, j);
+        }
         if (c->state == OC_READY) {
+            send_tok_t *t = malloc(sizeof *t);
+            if (!t) { /* retried on the next pump */
+                busy = true;
+                continue;
+            }
+            *t = (send_tok_t){st, i, c->seq};
             c->state = OC_SEND;
+            toks[ns] = t;
             send[ns++] = c;
         }
-        busy |= c->state == OC_D2H || (c->state == OC_FREE && st->jobs); /* to poll; sends complete by wake-up */
+        busy |= c->state == OC_D2H || (c->state == OC_FREE && j); /* to poll; sends complete by wake-up */
     }
     pthread_mutex_unlock(&st->lock);
     for (int i = 0; i < ns; i++) {
@@ -375,14 +557,18 @@ bool ucx_stage_pump_owner(ferry_xport_t *xp) {
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                                                  UCP_OP_ATTR_FIELD_FLAGS,
                                  .cb.send = on_chunk_sent,
-                                 .user_data = c,
+                                 .user_data = toks[i],
                                  .flags = c->len ? UCP_AM_SEND_FLAG_RNDV : 0};
-        ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, AM_STAGE_DATA, c->hdr, DATA_HDR, c->data, c->len, &p);
-        if (!UCS_PTR_IS_PTR(r)) { /* done already, or failed (the reader times out) */
-            pthread_mutex_lock(&st->lock);
+        ucs_status_ptr_t r = ucp_am_send_nbx(c->r->ep, AM_STAGE_DATA, c->hdr, DATA_HDR, c->data, c->len, &p);
+        if (UCS_PTR_IS_PTR(r)) continue;
+        pthread_mutex_lock(&st->lock); /* done already, or failed */
+        if (c->seq == toks[i]->seq) {
+            if (UCS_PTR_IS_ERR(r)) atomic_store_explicit(&c->r->lost, true, memory_order_release);
             c->state = OC_FREE;
-            pthread_mutex_unlock(&st->lock);
+            c->r = NULL;
         }
+        pthread_mutex_unlock(&st->lock);
+        free(toks[i]);
     }
     return busy || ns > 0; /* a send that completed at once freed its chunk */
 }
@@ -419,6 +605,16 @@ static void rx_finish(rx_t *x, bool landed) {
     x->sr->busy--;
 }
 
+/* Whether a DATA chunk is one the request asked for and has not had. */
+static bool chunk_expected(srun_t *r, uint64_t off, uint64_t n) {
+    if (!r->staged || off % STAGE_CHUNK != 0 || off >= r->len) return false;
+    uint64_t want = r->len - off < STAGE_CHUNK ? r->len - off : STAGE_CHUNK;
+    uint64_t k = off / STAGE_CHUNK;
+    if (n != want || (r->seen[k / 8] >> (k % 8) & 1)) return false;
+    r->seen[k / 8] |= (uint8_t)(1u << (k % 8));
+    return true;
+}
+
 static ucs_status_t on_data(void *arg, const void *header, size_t hlen, void *data, size_t len,
                             const ucp_am_recv_param_t *param) {
     ferry_xport_t *xp = arg;
@@ -428,6 +624,7 @@ static ucs_status_t on_data(void *arg, const void *header, size_t hlen, void *da
     uint64_t id = get_u(h, 8), off = get_u(h + 16, 8), n = get_u(h + 24, 8);
     uint32_t run = (uint32_t)get_u(h + 8, 4);
     int32_t status = (int32_t)get_u(h + 12, 4);
+    bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
     ucs_status_t keep = UCS_OK;
     pthread_mutex_lock(&st->lock);
     ucx_sreq_t *sr = find_req(st, id);
@@ -439,29 +636,24 @@ static ucs_status_t on_data(void *arg, const void *header, size_t hlen, void *da
                          : FERRY_ERR_CORRUPT);
         goto out;
     }
-    if (run >= sr->n || !sr->runs[run].staged || n != len || n == 0 || off > sr->runs[run].len ||
-        n > sr->runs[run].len - off) {
+    if (run >= sr->n || n != len || !chunk_expected(&sr->runs[run], off, n)) {
         fail_req(sr, FERRY_ERR_CORRUPT); /* not what was asked for */
         goto out;
     }
     rx_t *x = ferry_calloc(xp->ctx, 1, sizeof *x);
     void *temp = NULL;
-    bool persistent = param->recv_attr & (UCP_AM_RECV_ATTR_FLAG_RNDV | UCP_AM_RECV_ATTR_FLAG_DATA);
-    if (!x || (!persistent && sr->runs[run].device >= 0 && !(temp = ferry_alloc(xp->ctx, n)))) {
+    if (!x || (!rndv && !(temp = ferry_alloc(xp->ctx, n)))) {
         ferry_free(xp->ctx, x);
         fail_req(sr, FERRY_ERR_NO_MEMORY);
         goto out;
     }
     *x = (rx_t){.st = st, .sr = sr, .run = run, .off = off, .len = (size_t)n, .bounce = -1};
     sr->busy++;
-    if (persistent) { /* received later, from ucx_stage_wait (no UCX call in a callback) */
+    if (rndv) { /* received later, from ucx_stage_wait (no UCX call in a callback) */
         x->desc = data;
         x->state = RX_WAIT;
         keep = UCS_INPROGRESS;
-    } else if (!temp) { /* eager bytes for host memory */
-        memcpy(sr->runs[run].local + off, data, (size_t)n);
-        rx_finish(x, true);
-    } else {
+    } else { /* eager: valid only during this call */
         memcpy(temp, data, (size_t)n);
         x->temp = temp;
         x->state = RX_TEMP;
@@ -485,34 +677,39 @@ static void on_req_sent(void *request, ucs_status_t status, void *user_data) {
 static void on_recv_done(void *request, ucs_status_t status, size_t length, void *user_data) {
     rx_t *x = user_data;
     pthread_mutex_lock(&x->st->lock);
-    x->req = NULL;
-    if (status != UCS_OK || length != x->len) {
+    if (x->state == RX_ORPHAN) { /* its request is gone */
+    } else if (status != UCS_OK || length != x->len) {
         fail_req(x->sr, status == UCS_OK ? FERRY_ERR_CORRUPT : FERRY_ERR_PEER_LOST);
         rx_finish(x, false);
-    } else if (x->bounce >= 0) {
-        x->state = RX_BOUNCED; /* copied to the GPU by the next pump */
     } else {
-        rx_finish(x, true);
+        x->state = RX_BOUNCED; /* copied out by the next pump */
     }
     pthread_mutex_unlock(&x->st->lock);
     ucp_request_free(request);
 }
 
 /* The reader's work, from ucx_stage_wait: copies landed bounces to their
- * GPUs, retires finished copies, starts the receives that can start. */
+ * destinations (nothing of a request whose wait returned), retires
+ * finished copies, starts the receives that have a bounce buffer. */
 static void pump_reader(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
-    rx_t *start[STAGE_BUFS * 4];
+    rx_t *start[STAGE_BUFS];
     int ns = 0;
     pthread_mutex_lock(&st->lock);
     for (rx_t **pp = &st->rxs; *pp;) {
         rx_t *x = *pp;
         srun_t *r = x->state == RX_DONE ? NULL : &x->sr->runs[x->run];
+        bool dead = r && (x->sr->abandoned || x->sr->status != FERRY_OK);
         if (x->state == RX_H2D) {
             int d = event_done(st->bounce[x->bounce].ev);
             if (d < 0) fail_req(x->sr, FERRY_ERR_IO);
             if (d != 0) rx_finish(x, d > 0);
+        } else if (x->state == RX_BOUNCED && dead) {
+            rx_finish(x, false);
+        } else if (x->state == RX_BOUNCED && r->device < 0) {
+            memcpy(r->local + x->off, st->bounce[x->bounce].buf, x->len);
+            rx_finish(x, true);
         } else if (x->state == RX_BOUNCED) {
             bounce_t *b = &st->bounce[x->bounce];
             if (copy_async(st->rstream, r->device, r->local + x->off, b->buf, x->len, false, &b->ev, &b->ev_device)) {
@@ -522,24 +719,27 @@ static void pump_reader(ferry_xport_t *xp) {
                 rx_finish(x, false);
             }
         } else if (x->state == RX_TEMP) {
-            bool ok = copy_sync_to_device(r->device, r->local + x->off, x->temp, x->len);
-            if (!ok) fail_req(x->sr, FERRY_ERR_IO);
+            bool ok = dead;
+            if (!dead && r->device < 0) memcpy(r->local + x->off, x->temp, x->len), ok = true;
+            else if (!dead && !(ok = copy_sync_to_device(r->device, r->local + x->off, x->temp, x->len)))
+                fail_req(x->sr, FERRY_ERR_IO);
             ferry_free(xp->ctx, x->temp);
             x->temp = NULL;
-            rx_finish(x, ok);
-        } else if (x->state == RX_WAIT && ns < (int)(sizeof start / sizeof *start)) {
-            bool direct = r->device < 0 || u->cuda == UCX_CUDA_NATIVE;
-            if (!direct && !st->bounce_pinned &&
-                !(st->bounce_pinned = pin_all(&st->bounce[0].buf, sizeof st->bounce[0]))) {
+            rx_finish(x, ok && !dead);
+        } else if (x->state == RX_WAIT && !dead && ns < STAGE_BUFS) {
+            bool pinned = false;
+            if (!st->bounce_ready &&
+                !(st->bounce_ready = alloc_bufs(&st->bounce[0].buf, sizeof st->bounce[0], r->device, &pinned))) {
                 fail_req(x->sr, FERRY_ERR_NO_MEMORY);
-            } else if (!direct) {
+            } else {
+                if (pinned) st->bounce_pinned = true;
                 for (int b = 0; b < STAGE_BUFS && x->bounce < 0; b++) {
                     if (st->bounce[b].used) continue;
                     st->bounce[b].used = true;
                     x->bounce = b;
                 }
             }
-            if (direct || x->bounce >= 0) {
+            if (x->bounce >= 0) {
                 x->state = RX_RECV;
                 start[ns++] = x;
             }
@@ -554,25 +754,18 @@ static void pump_reader(ferry_xport_t *xp) {
     pthread_mutex_unlock(&st->lock);
     for (int i = 0; i < ns; i++) {
         rx_t *x = start[i];
-        void *dst = x->bounce >= 0 ? (void *)st->bounce[x->bounce].buf : (void *)(x->sr->runs[x->run].local + x->off);
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
                                  .cb.recv_am = on_recv_done,
                                  .user_data = x};
-        /* a failed request has its data dropped all the same: UCX owns the descriptor from here */
-        ucs_status_ptr_t r = ucp_am_recv_data_nbx(u->worker, x->desc, dst, x->len, &p);
+        /* UCX owns the descriptor from here, even when this fails */
+        ucs_status_ptr_t r = ucp_am_recv_data_nbx(u->worker, x->desc, st->bounce[x->bounce].buf, x->len, &p);
+        if (UCS_PTR_IS_PTR(r)) continue;
         pthread_mutex_lock(&st->lock);
-        if (UCS_PTR_IS_PTR(r)) {
-            if (x->state == RX_RECV) x->req = r; /* else finished already (only this thread frees x) */
-            pthread_mutex_unlock(&st->lock);
-            continue;
-        }
         if (UCS_PTR_IS_ERR(r)) {
             fail_req(x->sr, FERRY_ERR_PEER_LOST);
             rx_finish(x, false);
-        } else if (x->bounce >= 0) {
-            x->state = RX_BOUNCED;
         } else {
-            rx_finish(x, true);
+            x->state = RX_BOUNCED;
         }
         pthread_mutex_unlock(&st->lock);
     }
@@ -585,22 +778,31 @@ bool ucx_stage_needed(ferry_xport_t *xp, const ferry_xport_run_t *run) {
     return u->cuda == UCX_CUDA_STAGED && xcuda_is_device(run->local);
 }
 
+static void free_req(ferry_xport_t *xp, ucx_stage_t *st, ucx_sreq_t *sr) {
+    for (ucx_sreq_t **pp = &st->reqs; *pp; pp = &(*pp)->next) {
+        if (*pp == sr) {
+            *pp = sr->next;
+            break;
+        }
+    }
+    for (size_t i = 0; i < sr->n; i++) ferry_free(xp->ctx, sr->runs[i].seen);
+    ferry_free(xp->ctx, sr->runs);
+    ferry_free(xp->ctx, sr->who);
+    ferry_free(xp->ctx, sr);
+}
+
 ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, const bool *staged, size_t n,
                              ucx_sreq_t **out) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     ucx_sreq_t *sr = ferry_calloc(xp->ctx, 1, sizeof *sr);
-    if (sr && !(sr->runs = ferry_calloc(xp->ctx, n, sizeof *sr->runs))) {
-        ferry_free(xp->ctx, sr);
-        sr = NULL;
-    }
-    if (!sr) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a staged UCX request");
-    sr->st = st;
-    sr->n = n;
-    for (size_t i = 0; i < n; i++) {
+    bool ok = sr && (sr->runs = ferry_calloc(xp->ctx, n, sizeof *sr->runs)) &&
+              (sr->who = ferry_alloc(xp->ctx, 14 + u->address_len));
+    for (size_t i = 0; ok && i < n; i++) {
         if (!staged[i]) continue;
         srun_t *r = &sr->runs[i];
         r->staged = true;
+        ok = (r->seen = ferry_calloc(xp->ctx, (runs[i].len / STAGE_CHUNK + 1) / 8 + 1, 1)) != NULL;
         r->local = runs[i].local;
         r->len = runs[i].len;
         r->peer = runs[i].rmem->peer;
@@ -611,6 +813,18 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
         put_u(r->hdr + 24, runs[i].remote_offset, 8);
         put_u(r->hdr + 32, runs[i].len, 8);
     }
+    if (!ok) {
+        if (sr && sr->runs) sr->n = n;
+        if (sr) free_req(xp, st, sr);
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory for a staged UCX request");
+    }
+    sr->st = st;
+    sr->n = n;
+    sr->who_len = 14 + u->address_len;
+    put_u(sr->who, u->host, 8);
+    put_u(sr->who + 8, u->pid, 4);
+    put_u(sr->who + 12, u->address_len, 2);
+    memcpy(sr->who + 14, u->address, u->address_len);
     pthread_mutex_lock(&st->lock);
     sr->id = ++st->next_id;
     sr->next = st->reqs;
@@ -627,8 +841,9 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
                                                  UCP_OP_ATTR_FIELD_FLAGS,
                                  .cb.send = on_req_sent,
                                  .user_data = sr,
-                                 .flags = UCP_AM_SEND_FLAG_REPLY};
-        ucs_status_ptr_t q = r->peer->ep ? ucp_am_send_nbx(r->peer->ep, AM_STAGE_REQ, r->hdr, REQ_HDR, NULL, 0, &p)
+                                 .flags = UCP_AM_SEND_FLAG_EAGER};
+        ucs_status_ptr_t q = r->peer->ep ? ucp_am_send_nbx(r->peer->ep, AM_STAGE_REQ, r->hdr, REQ_HDR, sr->who,
+                                                           sr->who_len, &p)
                                          : UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
         if (UCS_PTR_IS_PTR(q)) continue;
         pthread_mutex_lock(&st->lock);
@@ -640,17 +855,6 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
     return FERRY_OK;
 }
 
-static void free_req(ferry_xport_t *xp, ucx_stage_t *st, ucx_sreq_t *sr) {
-    for (ucx_sreq_t **pp = &st->reqs; *pp; pp = &(*pp)->next) {
-        if (*pp == sr) {
-            *pp = sr->next;
-            break;
-        }
-    }
-    ferry_free(xp->ctx, sr->runs);
-    ferry_free(xp->ctx, sr);
-}
-
 /* Frees the abandoned requests nothing refers to any more (under the lock). */
 static void sweep_abandoned(ferry_xport_t *xp, ucx_stage_t *st) {
     for (ucx_sreq_t *r = st->reqs, *next; r; r = next) {
@@ -659,11 +863,56 @@ static void sweep_abandoned(ferry_xport_t *xp, ucx_stage_t *st) {
     }
 }
 
+/* Ends what of sr has not started: waiting descriptors go back to UCX (in
+ * batches, outside the lock), copies to the GPU are waited for, eager
+ * copies dropped. Receives in flight land in bounce buffers later. */
+static void quiesce_req(ferry_xport_t *xp, ucx_sreq_t *sr, bool forced) {
+    ucx_t *u = xp->backend;
+    ucx_stage_t *st = u->stage;
+    if (forced) { /* receives that may never complete (or late): they keep their bounce buffers */
+        pthread_mutex_lock(&st->lock);
+        for (rx_t **pp = &st->rxs; *pp;) {
+            rx_t *x = *pp;
+            if (x->sr != sr || x->state != RX_RECV) {
+                pp = &x->next;
+                continue;
+            }
+            *pp = x->next;
+            x->orphan_buf = st->bounce[x->bounce].buf;
+            st->bounce[x->bounce].buf = NULL; /* refilled on next use */
+            st->bounce[x->bounce].used = false;
+            st->bounce_ready = false;
+            x->bounce = -1;
+            x->state = RX_ORPHAN;
+            sr->busy--;
+            x->sr = NULL;
+            x->next = st->orphans;
+            st->orphans = x;
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    for (;;) {
+        void *drop[64];
+        size_t ndrop = 0;
+        pthread_mutex_lock(&st->lock);
+        for (rx_t *x = st->rxs; x && ndrop < sizeof drop / sizeof *drop; x = x->next) {
+            if (x->sr != sr || x->state == RX_DONE || x->state == RX_RECV) continue;
+            if (x->state == RX_WAIT) drop[ndrop++] = x->desc;
+            if (x->state == RX_H2D) event_sync(st->bounce[x->bounce].ev); /* nothing lands after this returns */
+            ferry_free(xp->ctx, x->temp);
+            x->temp = NULL;
+            rx_finish(x, false);
+        }
+        pthread_mutex_unlock(&st->lock);
+        for (size_t i = 0; i < ndrop; i++) ucp_am_data_release(u->worker, drop[i]);
+        if (ndrop < sizeof drop / sizeof *drop) return;
+    }
+}
+
 ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     ferry_status_t status = FERRY_OK;
-    bool forced = false;
     for (;;) {
         ucp_worker_progress(u->worker);
         pump_reader(xp);
@@ -674,49 +923,27 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
         status = sr->status;
         uint32_t busy = sr->busy;
         pthread_mutex_unlock(&st->lock);
-        if (busy == 0 && (complete || status != FERRY_OK)) break;
+        if (busy == 0 && complete) break;
+        if (status != FERRY_OK) break; /* what is still in flight is dropped where it lands */
         bool lost = false;
         for (size_t i = 0; i < sr->n && !lost; i++) lost = sr->runs[i].staged && ucx_peer_lost(sr->runs[i].peer);
-        if (!forced && (lost || ferry_mono_s() > deadline)) {
+        if (lost || ferry_mono_s() > deadline) {
+            status = lost ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
             pthread_mutex_lock(&st->lock);
-            fail_req(sr, lost ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT);
+            fail_req(sr, status);
             pthread_mutex_unlock(&st->lock);
-            /* fail what UCX still has in flight to these owners, then stop
-             * waiting: anything left belongs to the abandoned request */
-            for (size_t i = 0; i < sr->n; i++)
-                if (sr->runs[i].staged) ucx_peer_abandon(u, sr->runs[i].peer);
-            void *cancel[64];
-            size_t nc = 0;
-            pthread_mutex_lock(&st->lock);
-            for (rx_t *x = st->rxs; x && nc < sizeof cancel / sizeof *cancel; x = x->next)
-                if (x->sr == sr && x->state == RX_RECV && x->req) cancel[nc++] = x->req;
-            pthread_mutex_unlock(&st->lock);
-            for (size_t i = 0; i < nc; i++) ucp_request_cancel(u->worker, cancel[i]); /* their callbacks finish them */
-            forced = true;
-            deadline = ferry_mono_s() + 0.2; /* with its endpoint closed nothing more comes from that owner */
-        } else if (forced && ferry_mono_s() > deadline) {
-            pthread_mutex_lock(&st->lock);
-            status = sr->status;
-            pthread_mutex_unlock(&st->lock);
+            quiesce_req(xp, sr, true);
+            if (!lost) /* a live owner that did not answer: its connection is not used again */
+                for (size_t i = 0; i < sr->n; i++)
+                    if (sr->runs[i].staged) ucx_peer_abandon(u, sr->runs[i].peer);
             break;
         }
     }
-    void *drop[64];
-    size_t ndrop = 0;
+    quiesce_req(xp, sr, false);
     pthread_mutex_lock(&st->lock);
-    for (rx_t *x = st->rxs; x && ndrop < sizeof drop / sizeof *drop; x = x->next) {
-        if (x->sr != sr || x->state == RX_DONE || x->state == RX_RECV) continue;
-        if (x->state == RX_WAIT) drop[ndrop++] = x->desc; /* never received: handed back to UCX below */
-        if (x->state == RX_H2D) event_sync(st->bounce[x->bounce].ev); /* nothing lands after this returns */
-        ferry_free(xp->ctx, x->temp);
-        x->temp = NULL;
-        rx_finish(x, false);
-    }
-    if (sr->busy) sr->abandoned = true; /* late callbacks still refer to it */
-    else free_req(xp, st, sr);
+    sr->abandoned = true; /* late callbacks still refer to it until nothing is busy */
     sweep_abandoned(xp, st);
     pthread_mutex_unlock(&st->lock);
-    for (size_t i = 0; i < ndrop; i++) ucp_am_data_release(u->worker, drop[i]);
     if (status == FERRY_ERR_STALE) return ferry_fail(&xp->err, status, "ucx: a registration ended during the transfer");
     if (status == FERRY_ERR_INVALID_ARGUMENT)
         return ferry_fail(&xp->err, status, "ucx: the owner refused a staged read outside its registration");
@@ -726,6 +953,9 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
         return ferry_fail(&xp->err, status, "ucx: a copy between GPU and host memory for staging failed");
     if (status == FERRY_ERR_CORRUPT)
         return ferry_fail(&xp->err, status, "ucx: a staged reply did not match its request");
+    if (status == FERRY_ERR_PEER_LOST) return ferry_fail(&xp->err, status, "ucx: the owner of the memory is gone");
+    if (status == FERRY_ERR_TIMEOUT)
+        return ferry_fail(&xp->err, status, "ucx: the owner did not answer a staged read within the timeout");
     return status;
 }
 
@@ -737,10 +967,6 @@ ferry_status_t ucx_stage_init(ferry_xport_t *xp) {
     if (!st) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
     st->u = u;
     pthread_mutex_init(&st->lock, NULL);
-    for (int i = 0; i < STAGE_BUFS; i++) {
-        st->oc[i].st = st;
-        st->oc[i].state = OC_FREE;
-    }
     u->stage = st;
     ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                                                UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
@@ -751,13 +977,31 @@ ferry_status_t ucx_stage_init(ferry_xport_t *xp) {
     ucs_status_t s = ucp_worker_set_am_recv_handler(u->worker, &hp);
     if (s == UCS_OK) {
         hp.id = AM_STAGE_DATA;
-        hp.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
         hp.cb = on_data;
         s = ucp_worker_set_am_recv_handler(u->worker, &hp);
     }
     if (s != UCS_OK)
         return ferry_fail(&xp->err, FERRY_ERR_IO, "ucx: installing the staging handlers: %s", ucs_status_string(s));
     return FERRY_OK;
+}
+
+/* Before the worker ends, with the progress thread stopped: the owner's
+ * endpoints to readers are closed. */
+void ucx_stage_close(ferry_xport_t *xp) {
+    ucx_t *u = xp->backend;
+    ucx_stage_t *st = u->stage;
+    if (!st) return;
+    for (reader_t *r = st->readers; r; r = r->next) {
+        if (!r->ep || reader_lost(r)) continue; /* a dead reader's endpoint goes with the worker */
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = r->local ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t q = ucp_ep_close_nbx(r->ep, &p);
+        double until = ferry_mono_s() + 1.0; /* a dead reader's flush never completes */
+        while (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) == UCS_INPROGRESS && ferry_mono_s() < until)
+            ucp_worker_progress(u->worker);
+        if (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) != UCS_INPROGRESS) ucp_request_free(q);
+        r->ep = NULL;
+    }
 }
 
 void ucx_stage_fini(ferry_xport_t *xp) {
@@ -767,8 +1011,8 @@ void ucx_stage_fini(ferry_xport_t *xp) {
     for (int i = 0; i < STAGE_BUFS; i++) {
         if (st->oc[i].state == OC_D2H) event_sync(st->oc[i].ev);
         if (st->bounce[i].used) event_sync(st->bounce[i].ev);
-        unpin(st->oc[i].buf, st->oc[i].ev);
-        unpin(st->bounce[i].buf, st->bounce[i].ev);
+        free_buf(st->oc[i].buf, st->oc_pinned, st->oc[i].ev);
+        free_buf(st->bounce[i].buf, st->bounce_pinned, st->bounce[i].ev);
     }
     streams_destroy(st->ostream);
     streams_destroy(st->rstream);
@@ -777,10 +1021,22 @@ void ucx_stage_fini(ferry_xport_t *xp) {
         st->jobs = j->next;
         ferry_free(xp->ctx, j);
     }
+    while (st->readers) {
+        reader_t *r = st->readers;
+        st->readers = r->next;
+        if (r->pidfd >= 0) close(r->pidfd);
+        ferry_free(xp->ctx, r);
+    }
     while (st->rxs) {
         rx_t *x = st->rxs;
         st->rxs = x->next;
         ferry_free(xp->ctx, x->temp);
+        ferry_free(xp->ctx, x);
+    }
+    while (st->orphans) {
+        rx_t *x = st->orphans;
+        st->orphans = x->next;
+        free_buf(x->orphan_buf, st->bounce_pinned, NULL);
         ferry_free(xp->ctx, x);
     }
     while (st->reqs) free_req(xp, st, st->reqs);
