@@ -122,7 +122,9 @@ xport() { # FERRY_UCX_CUDA ("": unset), then ferry bench xport arguments
     local -a envs=()
     [ -z "$mode" ] || envs=(FERRY_UCX_CUDA="$mode")
     echo "== ferry bench xport $*${mode:+ (FERRY_UCX_CUDA=$mode)}"
-    env "${envs[@]}" "$build/ferry" bench xport "$@" 2>&1 | grep -v '^ *$' || status=1
+    env "${envs[@]}" "$build/ferry" bench xport "$@" 2>&1 | grep -v '^ *$'
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || { echo "  ferry bench xport FAILED (exit $rc)"; status=1; }
 }
 gib=$((1 << 30))
 echo "== raw UCX: ucx_perftest of UCX $(sed -n 's/^Version: *//p' "$ucx_lib/pkgconfig/ucx.pc" 2>/dev/null) in $ucx_lib" \

@@ -771,11 +771,22 @@ static void pump_reader(ferry_xport_t *xp) {
     }
 }
 
+/* Whether p is GPU memory. A process that has not used CUDA through ferry
+ * may still pass GPU memory it allocated itself: CUDA is loaded here once
+ * (where there is a driver) to tell. */
+static bool is_device(const void *p) {
+    if (!ferry_cuda_loaded()) {
+        ferry_errbuf_t e;
+        if (ferry_cuda_init(&e) != FERRY_OK) return false; /* no CUDA: no GPU memory either */
+    }
+    return xcuda_is_device(p);
+}
+
 bool ucx_stage_needed(ferry_xport_t *xp, const ferry_xport_run_t *run) {
     ucx_t *u = xp->backend;
     const ucx_rmem_t *b = run->rmem->backend;
     if (!b->rkey) return true; /* GPU memory UCX cannot reach on one side */
-    return u->cuda == UCX_CUDA_STAGED && xcuda_is_device(run->local);
+    return u->cuda == UCX_CUDA_STAGED && is_device(run->local);
 }
 
 static void free_req(ferry_xport_t *xp, ucx_stage_t *st, ucx_sreq_t *sr) {
@@ -806,7 +817,7 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
         r->local = runs[i].local;
         r->len = runs[i].len;
         r->peer = runs[i].rmem->peer;
-        r->device = xcuda_is_device(runs[i].local) ? device_of(runs[i].local) : -1;
+        r->device = is_device(runs[i].local) ? device_of(runs[i].local) : -1;
         put_u(r->hdr + 8, (uint32_t)i, 4);
         put_u(r->hdr + 12, runs[i].rmem->slot, 4);
         put_u(r->hdr + 16, runs[i].rmem->gen, 8);
