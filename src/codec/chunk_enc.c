@@ -2,7 +2,6 @@
  * then per class one bit stream: Rice-coded gaps, sign bits, and the rare
  * changes of more than one ulp as a sparse stream of their own.
  * Falls back to the raw next contents when that is not larger. */
-#include <math.h>
 
 #include "codec/codec_internal.h"
 #include "common/hash.h"
@@ -28,9 +27,17 @@ static void write_header(uint8_t *rec, uint32_t mode, uint32_t width, uint32_t c
 
 static void seal(uint8_t *rec, size_t len) { put_u64(rec + 32, delta_record_sum(rec, len)); }
 
-/* Rice parameter near the optimum for geometric gaps of this mean; the
- * caller then tries it and its two neighbours on the real gaps. */
-static int rice_guess(double mean) { return mean > 1 ? (int)floor(log2(mean * 0.69314718)) : 0; }
+/* Rice parameter near the optimum for geometric gaps of mean num / den:
+ * floor(log2(mean * ln 2)), 0 for a mean up to 1; the caller then tries it
+ * and its two neighbours on the real gaps. Integers only (ln 2 as
+ * 69314718 / 10^8), so it is the same on every machine. */
+static int rice_guess(uint64_t num, uint64_t den) {
+    if (den == 0 || num <= den) return 0;
+    unsigned __int128 a = (unsigned __int128)num * 69314718u, b = (unsigned __int128)den * 100000000u;
+    int e = 0;
+    while ((b << (e + 1)) <= a) e++;
+    return a >= b ? e : 0;
+}
 
 static uint64_t expg_len(uint64_t v, uint32_t k) {
     uint32_t len = 64u - (uint32_t)__builtin_clzll(v + (1ull << k));
@@ -237,7 +244,7 @@ DELTA_HOT_BODY size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uin
     /* three Rice parameters around the geometric optimum for the gaps and
        for the runs between non-unit changes, five exp-Golomb orders for
        their magnitudes */
-    int g0 = rice_guess((double)(count - mk) / (double)mk), n0 = nu ? rice_guess((double)(mk - nu) / nu) : 0;
+    int g0 = rice_guess(count - mk, mk), n0 = nu ? rice_guess(mk - nu, nu) : 0;
     if (g0 < 1) g0 = 1;
     if (n0 < 1) n0 = 1;
     uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0};
@@ -347,13 +354,13 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
                             uint32_t elems, size_t m, uint32_t stride, uint32_t sample[4][256], uint8_t *dst,
                             size_t room) {
     /* classes from the changed elements' magnitudes and the sample of all */
-    double hist_all[256], hist_chg[256];
+    uint64_t hist_all[256], hist_chg[256];
     uint32_t cnt[4][256], shift = delta_bucket_shift(w);
     for (uint32_t b = 0; b < 256; b++)
-        hist_all[b] = (double)stride * (double)(sample[0][b] + sample[1][b] + sample[2][b] + sample[3][b]);
+        hist_all[b] = (uint64_t)stride * ((uint64_t)sample[0][b] + sample[1][b] + sample[2][b] + sample[3][b]);
     memset(cnt, 0, sizeof cnt);
     for (size_t i = 0; i < m; i++) cnt[i & 3][c->cls[i]]++; /* four counters: no chain through one */
-    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = (double)(cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b]);
+    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = (uint64_t)cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b];
     uint32_t lower[FERRY_DELTA_CLASSES_MAX];
     uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
     /* classes are runs of whole buckets: a bucket's class by table */

@@ -5,30 +5,47 @@
  * each class with its own gap statistics. The classes are contiguous ranges
  * of magnitude buckets (the exponent field, roughly), chosen per chunk by a
  * small dynamic program that minimizes the positions' entropy plus each
- * class's header cost. */
-#include <math.h>
-
+ * class's header cost, in integer fixed point (the same on every machine). */
 #include "codec/codec_internal.h"
 
 #define BUCKETS 256
 #define GROUPS_MAX 48
-#define CLASS_COST_BITS (8.0 * (CLASS_ENTRY + 6)) /* table entry + stream tails */
+#define FRAC DELTA_LOG2_FRAC /* costs are bits in fixed point: 2^-16 of a bit */
+#define CLASS_COST ((uint64_t)(8 * (CLASS_ENTRY + 6)) << FRAC) /* table entry + stream tails */
 
-/* n * H(m / n) in bits: the entropy of m changes among n elements. */
-static double pos_bits(double n, double m) {
-    if (m <= 0 || n <= 0) return 0;
-    if (m >= n) return 0;
-    double p = m / n;
-    return -n * (p * log2(p) + (1 - p) * log2(1 - p));
+uint64_t delta_log2_fixed(uint64_t x) {
+    uint32_t e = 63u - (uint32_t)__builtin_clzll(x);
+    uint64_t y = e >= 62 ? x >> (e - 62) : x << (62 - e); /* [2^62, 2^63): 1.y in Q62 */
+    uint64_t r = (uint64_t)e << FRAC;
+    for (uint32_t bit = 1u << (FRAC - 1); bit; bit >>= 1) {
+        unsigned __int128 sq = (unsigned __int128)y * y; /* Q124 */
+        y = (uint64_t)(sq >> 62);                        /* back to Q62, in [2^62, 2^64) */
+        if (y >= (1ull << 63)) {
+            y >>= 1;
+            r |= bit;
+        }
+    }
+    return r;
 }
 
-uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, uint32_t max_classes,
+/* x * log2(x) in fixed point (0 for x = 0). */
+static uint64_t xlog2x(uint64_t x) { return x ? x * delta_log2_fixed(x) : 0; }
+
+/* n * H(m / n) in fixed-point bits: the entropy of m changes among n
+ * elements, as n log n - m log m - (n - m) log (n - m). */
+static uint64_t pos_bits(uint64_t n, uint64_t m) {
+    if (m == 0 || m >= n) return 0;
+    uint64_t a = xlog2x(n), b = xlog2x(m) + xlog2x(n - m);
+    return a > b ? a - b : 0;
+}
+
+uint32_t delta_classes_choose(const uint64_t *hist_all, const uint64_t *hist_chg, uint32_t max_classes,
                               uint32_t bucket_shift, uint32_t *lower) {
     /* the non-empty buckets, merged pairwise until few enough for the DP */
-    double n[BUCKETS], m[BUCKETS];
+    uint64_t n[BUCKETS], m[BUCKETS];
     uint32_t first[BUCKETS], g = 0;
     for (uint32_t b = 0; b < BUCKETS; b++) {
-        if (hist_all[b] <= 0 && hist_chg[b] <= 0) continue;
+        if (hist_all[b] == 0 && hist_chg[b] == 0) continue;
         n[g] = hist_all[b] > hist_chg[b] ? hist_all[b] : hist_chg[b];
         m[g] = hist_chg[b];
         first[g] = b;
@@ -46,7 +63,7 @@ uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, ui
         }
         g = h;
     }
-    double cn[GROUPS_MAX + 1] = {0}, cm[GROUPS_MAX + 1] = {0};
+    uint64_t cn[GROUPS_MAX + 1] = {0}, cm[GROUPS_MAX + 1] = {0};
     for (uint32_t i = 0; i < g; i++) {
         cn[i + 1] = cn[i] + n[i];
         cm[i + 1] = cm[i] + m[i];
@@ -54,20 +71,20 @@ uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, ui
     uint32_t K = max_classes < g ? max_classes : g;
     /* cost[j][i]: groups [j, i) as one class, computed once for every k
        (the logarithms were most of the DP's time) */
-    double cost[GROUPS_MAX][GROUPS_MAX + 1];
+    uint64_t cost[GROUPS_MAX][GROUPS_MAX + 1];
     for (uint32_t j = 0; j < g; j++)
-        for (uint32_t i = j + 1; i <= g; i++) cost[j][i] = pos_bits(cn[i] - cn[j], cm[i] - cm[j]) + CLASS_COST_BITS;
+        for (uint32_t i = j + 1; i <= g; i++) cost[j][i] = pos_bits(cn[i] - cn[j], cm[i] - cm[j]) + CLASS_COST;
     /* best[k][i]: cheapest split of groups [0, i) into k classes */
-    double best[FERRY_DELTA_CLASSES_MAX + 1][GROUPS_MAX + 1];
+    uint64_t best[FERRY_DELTA_CLASSES_MAX + 1][GROUPS_MAX + 1];
     uint32_t from[FERRY_DELTA_CLASSES_MAX + 1][GROUPS_MAX + 1];
     for (uint32_t k = 0; k <= K; k++)
-        for (uint32_t i = 0; i <= g; i++) best[k][i] = INFINITY;
+        for (uint32_t i = 0; i <= g; i++) best[k][i] = UINT64_MAX;
     best[0][0] = 0;
     for (uint32_t k = 1; k <= K; k++)
         for (uint32_t i = k; i <= g; i++)
             for (uint32_t j = k - 1; j < i; j++) {
-                if (!isfinite(best[k - 1][j])) continue;
-                double c = best[k - 1][j] + cost[j][i];
+                if (best[k - 1][j] == UINT64_MAX) continue;
+                uint64_t c = best[k - 1][j] + cost[j][i];
                 if (c < best[k][i]) {
                     best[k][i] = c;
                     from[k][i] = j;

@@ -361,8 +361,13 @@ static inline uint64_t bitr_expg(bitr_t *r, uint32_t k) {
 /* Chooses up to max_classes classes (thresholds lower[1..], lower[0] = 0) for
  * positions, from a histogram of all elements (hist_all) and of changed ones
  * (hist_chg) over 256 magnitude buckets; returns the class count. */
-uint32_t delta_classes_choose(const double *hist_all, const double *hist_chg, uint32_t max_classes,
+uint32_t delta_classes_choose(const uint64_t *hist_all, const uint64_t *hist_chg, uint32_t max_classes,
                               uint32_t bucket_shift, uint32_t *lower);
+/* log2(x) for x >= 1 in fixed point (DELTA_LOG2_FRAC fractional bits,
+ * truncated), with integers only: the class choice it prices comes out the
+ * same on every machine, as a GPU encoder must reproduce it bit for bit. */
+#define DELTA_LOG2_FRAC 16
+uint64_t delta_log2_fixed(uint64_t x);
 /* Bucket of a magnitude for class choice: the exponent field, roughly. */
 static inline uint32_t delta_bucket_shift(uint32_t width) { return width == 1 ? 0 : width == 2 ? 7 : 23; }
 
