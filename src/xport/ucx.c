@@ -217,8 +217,7 @@ static void ucx_fini(ferry_xport_t *xp) {
         ucx_peer_t *p = u->peers;
         u->peers = p->next;
         close_ep(u, p->ep);
-        if (p->pidfd >= 0) close(p->pidfd);
-        ferry_free(xp->ctx, p);
+        ucx_peer_free(xp->ctx, p);
     }
     while (u->closed) { /* the progress thread is gone: no callback can come now */
         ucx_peer_t *p = u->closed;
@@ -451,9 +450,50 @@ bool ucx_peer_lost(ucx_peer_t *p) {
     return atomic_load_explicit(&p->lost, memory_order_acquire);
 }
 
-/* local_pid: the owner's pid when it shares our host and network namespace
- * (0 otherwise). Local peers skip UCX's peer-failure mode, which would keep
- * UCX off its shared-memory transports, and are watched through a pidfd. */
+ferry_status_t ucx_peer_connect(ucx_t *u, ferry_ctx_t *ctx, const uint8_t *addr, size_t len, uint32_t local_pid,
+                                ucx_peer_t **out, const char **why) {
+    *why = "";
+    int pidfd = -1;
+    if (local_pid) {
+        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)local_pid, 0);
+        if (pidfd < 0 && errno == ESRCH) {
+            *why = "the process is gone";
+            return FERRY_ERR_PEER_LOST;
+        }
+    }
+    ucx_peer_t *p = ferry_calloc(ctx, 1, sizeof *p);
+    if (!p) {
+        if (pidfd >= 0) close(pidfd);
+        *why = "out of memory";
+        return FERRY_ERR_NO_MEMORY;
+    }
+    p->pidfd = pidfd;
+    p->local = local_pid != 0;
+    atomic_init(&p->lost, false);
+    /* the mode follows from the host identity alone, which both ends of a
+       pair see alike: UCX refuses a pair whose endpoints differ in it */
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .address = (const ucp_address_t *)addr,
+                          .err_mode = p->local ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = on_ep_error, .arg = p}};
+    ucs_status_t s = ucp_ep_create(u->worker, &ep, &p->ep);
+    if (s != UCS_OK) {
+        ucx_peer_free(ctx, p);
+        *why = ucs_status_string(s);
+        return FERRY_ERR_PEER_LOST;
+    }
+    p->id = XXH3_64bits(addr, len);
+    *out = p;
+    return FERRY_OK;
+}
+
+void ucx_peer_free(ferry_ctx_t *ctx, ucx_peer_t *p) {
+    if (p->pidfd >= 0) close(p->pidfd);
+    ferry_free(ctx, p);
+}
+
+/* The connection to an owner, made once and shared by its descriptors. */
 static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t len, uint32_t local_pid,
                                ucx_peer_t **out) {
     ucx_t *u = xp->backend;
@@ -464,34 +504,12 @@ static ferry_status_t get_peer(ferry_xport_t *xp, const uint8_t *addr, size_t le
             return FERRY_OK;
         }
     }
-    int pidfd = -1;
-    if (local_pid) {
-        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)local_pid, 0);
-        if (pidfd < 0 && errno == ESRCH)
-            return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST, "ucx: the owner (pid %u) is gone", local_pid);
-    }
-    ucx_peer_t *p = ferry_calloc(xp->ctx, 1, sizeof *p);
-    if (!p) {
-        if (pidfd >= 0) close(pidfd);
-        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory connecting");
-    }
-    p->pidfd = pidfd;
-    atomic_init(&p->lost, false);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                          .address = (const ucp_address_t *)addr,
-                          .err_mode = pidfd >= 0 ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
-                          .err_handler = {.cb = on_ep_error, .arg = p}};
-    ucs_status_t s = ucp_ep_create(u->worker, &ep, &p->ep);
-    if (s != UCS_OK) {
-        if (pidfd >= 0) close(pidfd);
-        ferry_free(xp->ctx, p);
-        return ferry_fail(&xp->err, FERRY_ERR_PEER_LOST, "ucx: connecting: %s", ucs_status_string(s));
-    }
-    p->id = id;
-    p->next = u->peers;
-    u->peers = p;
-    *out = p;
+    const char *why;
+    ferry_status_t st = ucx_peer_connect(u, xp->ctx, addr, len, local_pid, out, &why);
+    if (st && local_pid) return ferry_fail(&xp->err, st, "ucx: connecting to the owner (pid %u): %s", local_pid, why);
+    if (st) return ferry_fail(&xp->err, st, "ucx: connecting to the owner: %s", why);
+    (*out)->next = u->peers;
+    u->peers = *out;
     return FERRY_OK;
 }
 

@@ -15,7 +15,8 @@
 typedef struct ucx_peer_t {
     uint64_t id;              /* xxh3 of the worker address */
     ucp_ep_h ep;
-    int pidfd;                /* same host and network namespace: the owner's pidfd, else -1 */
+    int pidfd;                /* same host and network namespace: the other process's pidfd, else -1 */
+    bool local;               /* same host and network namespace: no peer-failure mode */
     atomic_bool lost;         /* set by UCX's error callback on the progress thread too */
     uint32_t refs;
     struct ucx_peer_t *next;
@@ -70,6 +71,15 @@ typedef struct {
 } ucx_rmem_t;
 
 bool ucx_peer_lost(ucx_peer_t *p);
+/* A new connection (in no list) to the worker at addr; local_pid: the other
+ * process's pid when it shares this host and network namespace, else 0.
+ * Local peers skip UCX's peer-failure mode, which would keep UCX off its
+ * shared-memory transports, and are watched through a pidfd. Errors
+ * (FERRY_ERR_PEER_LOST, FERRY_ERR_NO_MEMORY) come with *why. */
+ferry_status_t ucx_peer_connect(ucx_t *u, ferry_ctx_t *ctx, const uint8_t *addr, size_t len, uint32_t local_pid,
+                                ucx_peer_t **out, const char **why);
+/* Frees a peer whose endpoint is closed or left to the worker. */
+void ucx_peer_free(ferry_ctx_t *ctx, ucx_peer_t *p);
 /* Fails everything in flight to a peer (its endpoint force-closed) and
  * never uses it again. */
 void ucx_peer_abandon(ucx_t *u, ucx_peer_t *p);

@@ -32,11 +32,8 @@
  * Memory: each endpoint takes STAGE_BUFS x STAGE_CHUNK bytes of pinned host
  * memory (plain memory without CUDA) for each role it stages in, on first
  * use, until it ends. */
-#include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -61,18 +58,8 @@ typedef void *cudaStream_t;
 
 /* ---- state ---------------------------------------------------------------- */
 
-/* The owner's connection to a reader (progress thread only). */
-typedef struct reader {
-    uint64_t id;              /* xxh3 of the worker address */
-    ucp_ep_h ep;
-    int pidfd;                /* a reader on this host: its pidfd, else -1 */
-    bool local;               /* no peer-failure mode: UCX cannot force-close it */
-    atomic_bool lost;         /* a failed send, UCX's error callback, or its pidfd */
-    struct reader *next;
-} reader_t;
-
 typedef struct job {
-    reader_t *r;              /* NULL until the progress thread connects */
+    ucx_peer_t *r;            /* the reader; NULL until the progress thread connects */
     uint64_t addr_id;
     uint64_t host;
     uint32_t pid;
@@ -93,7 +80,7 @@ typedef struct {
     const void *data;         /* what goes out: buf, or host memory of the registration */
     size_t len;
     uint32_t slot;
-    reader_t *r;
+    ucx_peer_t *r;
     cudaEvent_t ev;           /* made on the device of the copy it marks */
     int ev_device;
     uint8_t hdr[DATA_HDR];    /* lives until the send completes */
@@ -120,8 +107,6 @@ struct ucx_sreq {
     uint64_t id;
     size_t n;
     srun_t *runs;
-    uint8_t *who;             /* this endpoint's identity, the REQs' data */
-    size_t who_len;
     ferry_status_t status;
     uint32_t busy;            /* UCX operations and landings still to come */
     bool abandoned;           /* its wait returned: nothing more lands; freed once nothing is busy */
@@ -160,7 +145,7 @@ struct ucx_stage {
     uint64_t next_id;
     job_t *jobs, *jobs_tail;
     size_t njobs;
-    reader_t *readers;        /* progress thread only */
+    ucx_peer_t *readers;      /* the owner's connections to readers: progress thread only */
     ochunk_t oc[STAGE_BUFS];
     bool oc_ready, oc_pinned;
     bounce_t bounce[STAGE_BUFS];
@@ -168,6 +153,8 @@ struct ucx_stage {
     ucx_sreq_t *reqs;
     rx_t *rxs;
     rx_t *orphans;
+    uint8_t *who;             /* this endpoint's identity (host, pid, worker address): every REQ's data */
+    size_t who_len;
     cudaStream_t ostream[STAGE_MAX_DEVICES], rstream[STAGE_MAX_DEVICES];
 };
 
@@ -367,44 +354,17 @@ static ucs_status_t on_req(void *arg, const void *header, size_t hlen, void *dat
     return UCS_OK;
 }
 
-static void on_reader_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
-    (void)ep, (void)status;
-    reader_t *r = arg;
-    atomic_store_explicit(&r->lost, true, memory_order_release);
-}
-
-static bool reader_lost(reader_t *r) {
-    if (atomic_load_explicit(&r->lost, memory_order_acquire)) return true;
-    if (r->pidfd >= 0) {
-        struct pollfd pf = {r->pidfd, POLLIN, 0};
-        if (poll(&pf, 1, 0) > 0) atomic_store_explicit(&r->lost, true, memory_order_release);
-    }
-    return atomic_load_explicit(&r->lost, memory_order_acquire);
-}
-
 /* The owner's endpoint to the reader a job came from (progress thread,
  * outside callbacks); NULL if it cannot connect. */
-static reader_t *reader_of(ferry_xport_t *xp, const job_t *j) {
+static ucx_peer_t *reader_of(ferry_xport_t *xp, const job_t *j) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
-    for (reader_t *r = st->readers; r; r = r->next)
-        if (r->id == j->addr_id && !reader_lost(r)) return r;
-    reader_t *r = ferry_calloc(xp->ctx, 1, sizeof *r);
-    if (!r) return NULL;
-    r->id = j->addr_id;
-    r->local = j->host == u->host;
-    r->pidfd = r->local ? (int)syscall(SYS_pidfd_open, (pid_t)j->pid, 0) : -1;
-    atomic_init(&r->lost, r->local && r->pidfd < 0);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                          .address = (const ucp_address_t *)j->addr,
-                          .err_mode = r->local ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
-                          .err_handler = {.cb = on_reader_error, .arg = r}};
-    if (atomic_load(&r->lost) || ucp_ep_create(u->worker, &ep, &r->ep) != UCS_OK) {
-        if (r->pidfd >= 0) close(r->pidfd);
-        ferry_free(xp->ctx, r);
+    for (ucx_peer_t *r = st->readers; r; r = r->next)
+        if (r->id == j->addr_id && !ucx_peer_lost(r)) return r;
+    ucx_peer_t *r = NULL;
+    const char *why;
+    if (ucx_peer_connect(u, xp->ctx, j->addr, j->addr_len, j->host == u->host ? j->pid : 0, &r, &why) != FERRY_OK)
         return NULL;
-    }
     r->next = st->readers;
     st->readers = r;
     return r;
@@ -489,7 +449,7 @@ bool ucx_stage_pump_owner(ferry_xport_t *xp) {
         if (!j->r) fresh = j;
     pthread_mutex_unlock(&st->lock);
     while (fresh) { /* only this thread sets r or removes jobs: fresh stays valid */
-        reader_t *r = reader_of(xp, fresh);
+        ucx_peer_t *r = reader_of(xp, fresh);
         pthread_mutex_lock(&st->lock);
         fresh->r = r;
         if (!r) fresh->status = FERRY_ERR_PEER_LOST; /* nobody to answer */
@@ -509,12 +469,12 @@ bool ucx_stage_pump_owner(ferry_xport_t *xp) {
     /* work for readers that are gone is dropped, their chunks reclaimed */
     for (job_t *j = st->jobs, *prev = NULL, *next; j; j = next) {
         next = j->next;
-        if ((j->status == FERRY_ERR_PEER_LOST && !j->r) || (j->r && reader_lost(j->r))) pop_job(xp, st, prev, j);
+        if ((j->status == FERRY_ERR_PEER_LOST && !j->r) || (j->r && ucx_peer_lost(j->r))) pop_job(xp, st, prev, j);
         else prev = j;
     }
     for (int i = 0; i < STAGE_BUFS; i++) {
         ochunk_t *c = &st->oc[i];
-        if (c->state == OC_SEND && c->r && reader_lost(c->r)) {
+        if (c->state == OC_SEND && c->r && ucx_peer_lost(c->r)) {
             c->seq++; /* its send may never complete (UCX keeps the request) */
             c->state = OC_FREE;
             c->r = NULL;
@@ -798,7 +758,6 @@ static void free_req(ferry_xport_t *xp, ucx_stage_t *st, ucx_sreq_t *sr) {
     }
     for (size_t i = 0; i < sr->n; i++) ferry_free(xp->ctx, sr->runs[i].seen);
     ferry_free(xp->ctx, sr->runs);
-    ferry_free(xp->ctx, sr->who);
     ferry_free(xp->ctx, sr);
 }
 
@@ -807,8 +766,7 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     ucx_sreq_t *sr = ferry_calloc(xp->ctx, 1, sizeof *sr);
-    bool ok = sr && (sr->runs = ferry_calloc(xp->ctx, n, sizeof *sr->runs)) &&
-              (sr->who = ferry_alloc(xp->ctx, 14 + u->address_len));
+    bool ok = sr && (sr->runs = ferry_calloc(xp->ctx, n, sizeof *sr->runs));
     for (size_t i = 0; ok && i < n; i++) {
         if (!staged[i]) continue;
         srun_t *r = &sr->runs[i];
@@ -831,11 +789,6 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
     }
     sr->st = st;
     sr->n = n;
-    sr->who_len = 14 + u->address_len;
-    put_u(sr->who, u->host, 8);
-    put_u(sr->who + 8, u->pid, 4);
-    put_u(sr->who + 12, u->address_len, 2);
-    memcpy(sr->who + 14, u->address, u->address_len);
     pthread_mutex_lock(&st->lock);
     sr->id = ++st->next_id;
     sr->next = st->reqs;
@@ -853,8 +806,8 @@ ferry_status_t ucx_stage_get(ferry_xport_t *xp, const ferry_xport_run_t *runs, c
                                  .cb.send = on_req_sent,
                                  .user_data = sr,
                                  .flags = UCP_AM_SEND_FLAG_EAGER};
-        ucs_status_ptr_t q = r->peer->ep ? ucp_am_send_nbx(r->peer->ep, AM_STAGE_REQ, r->hdr, REQ_HDR, sr->who,
-                                                           sr->who_len, &p)
+        ucs_status_ptr_t q = r->peer->ep ? ucp_am_send_nbx(r->peer->ep, AM_STAGE_REQ, r->hdr, REQ_HDR, st->who,
+                                                           st->who_len, &p)
                                          : UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
         if (UCS_PTR_IS_PTR(q)) continue;
         pthread_mutex_lock(&st->lock);
@@ -979,6 +932,13 @@ ferry_status_t ucx_stage_init(ferry_xport_t *xp) {
     st->u = u;
     pthread_mutex_init(&st->lock, NULL);
     u->stage = st;
+    st->who_len = 14 + u->address_len;
+    if (!(st->who = ferry_alloc(xp->ctx, st->who_len)))
+        return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
+    put_u(st->who, u->host, 8);
+    put_u(st->who + 8, u->pid, 4);
+    put_u(st->who + 12, u->address_len, 2);
+    memcpy(st->who + 14, u->address, u->address_len);
     ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                                                UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
                                  .id = AM_STAGE_REQ,
@@ -1002,8 +962,8 @@ void ucx_stage_close(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     if (!st) return;
-    for (reader_t *r = st->readers; r; r = r->next) {
-        if (!r->ep || reader_lost(r)) continue; /* a dead reader's endpoint goes with the worker */
+    for (ucx_peer_t *r = st->readers; r; r = r->next) {
+        if (!r->ep || ucx_peer_lost(r)) continue; /* a dead reader's endpoint goes with the worker */
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = r->local ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
         ucs_status_ptr_t q = ucp_ep_close_nbx(r->ep, &p);
@@ -1033,10 +993,9 @@ void ucx_stage_fini(ferry_xport_t *xp) {
         ferry_free(xp->ctx, j);
     }
     while (st->readers) {
-        reader_t *r = st->readers;
+        ucx_peer_t *r = st->readers;
         st->readers = r->next;
-        if (r->pidfd >= 0) close(r->pidfd);
-        ferry_free(xp->ctx, r);
+        ucx_peer_free(xp->ctx, r);
     }
     while (st->rxs) {
         rx_t *x = st->rxs;
@@ -1051,6 +1010,7 @@ void ucx_stage_fini(ferry_xport_t *xp) {
         ferry_free(xp->ctx, x);
     }
     while (st->reqs) free_req(xp, st, st->reqs);
+    ferry_free(xp->ctx, st->who);
     pthread_mutex_destroy(&st->lock);
     ferry_free(xp->ctx, st);
     u->stage = NULL;
