@@ -44,7 +44,9 @@ static void usage(FILE *f) {
             "--device: where every process's buffers live. cuda: on the GPUs, writers from GPU 0\n"
             "up and readers from GPU 1 up (with two GPUs, trainer and engine ranks of the same\n"
             "number sit on different GPUs); cuda:N: all on GPU N (colocated). Needs a ferry built\n"
-            "with CUDA and --transport shm (CUDA IPC). The steps and checks run on host copies.\n"
+            "with CUDA; shm moves GPU memory through CUDA IPC, ucx natively where UCX has CUDA\n"
+            "support and through ferry's host staging where not (docs/transport.md). The steps and\n"
+            "checks run on host copies.\n"
             "--verbose: each process's pid and events on stderr.\n"
             "\n%s",
             legend);

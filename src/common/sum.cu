@@ -175,7 +175,8 @@ __global__ void __launch_bounds__(THREADS) sum_regions(const sum_rgn_t *rgns, ui
 
 struct ferry_sum_cuda {
     int device;
-    unsigned grid_max; /* blocks that fit on the device at once */
+    unsigned grid_full; /* blocks that fit on the device at once */
+    unsigned grid_max;  /* blocks a launch takes at most */
     /* device scratch, grow-only */
     sum_leaf_t *d_leaves;
     uint64_t *d_hashes;
@@ -236,7 +237,7 @@ ferry_status_t ferry_sum_cuda_create(int device, ferry_sum_cuda_t **out, ferry_e
         free(s);
         return cuda_fail(err, e, "ferry sum: asking the GPU's size");
     }
-    s->grid_max = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(per_sm > 0 ? per_sm : 1);
+    s->grid_full = s->grid_max = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(per_sm > 0 ? per_sm : 1);
     *out = s;
     return FERRY_OK;
 }
@@ -326,6 +327,10 @@ static ferry_status_t grow(ferry_sum_cuda_t *s, size_t nleaves, size_t n, ferry_
         s->hcap_rgns = cap;
     }
     return FERRY_OK;
+}
+
+void ferry_sum_cuda_limit_blocks(ferry_sum_cuda_t *s, unsigned blocks) {
+    if (s) s->grid_max = blocks && blocks < s->grid_full ? blocks : s->grid_full;
 }
 
 static unsigned grid_for(const ferry_sum_cuda_t *s, uint64_t warps) {

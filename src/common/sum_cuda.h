@@ -61,6 +61,12 @@ ferry_status_t ferry_sum_cuda_enqueue(ferry_sum_cuda_t *s, const ferry_sum_regio
  * dropped). */
 ferry_status_t ferry_sum_cuda_collect(ferry_sum_cuda_t *s, uint64_t *out, ferry_errbuf_t *err);
 
+/* Runs later batches on at most `blocks` thread blocks (0: as many as the
+ * device holds at once, the default). Fewer blocks leave HBM bandwidth to
+ * other work on the device, copy engines included, at a lower rate for the
+ * sums. Not thread-safe with enqueue on the same object. */
+void ferry_sum_cuda_limit_blocks(ferry_sum_cuda_t *s, unsigned blocks);
+
 /* Device memory the object holds (scratch for the leaf table, leaf hashes
  * and sums), in bytes. */
 size_t ferry_sum_cuda_device_bytes(const ferry_sum_cuda_t *s);

@@ -97,6 +97,10 @@ struct sync_dev {
     cudaStream_t stream;    /* compute: kernels, in order */
     cudaStream_t copy;      /* a reader's copies from views */
     cudaEvent_t copied, mark[2];
+    /* the copies queued for the next sync_dev_copies_then_compute */
+    void **qdst;
+    const void **qsrc;
+    size_t *qlen, nq, cap_qdst, cap_qsrc, cap_qlen;
     ring_slot_t ring[RING];
     uint32_t next;
     sync_cuda_boxes_t *boxes;
@@ -128,7 +132,18 @@ ferry_status_t sync_dev_create(ferry_ctx_t *ctx, int device, sync_dev_t **out, f
         for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&d->mark[i], cudaEventDisableTiming);
         if (e != cudaSuccess) st = ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaStreamCreate (copies)");
     }
-    for (int i = 0; i < RING && st == FERRY_OK; i++) st = ferry_sum_cuda_create(device, &d->ring[i].sum, err);
+    /* A member's checksums run beside transfers that read or write the same
+     * HBM (a writer's while readers pull, a reader's while its next batch
+     * lands): one block per SM leaves the copy engines their bandwidth and
+     * still sums faster than NVLink moves bytes. Qwen3-8B GPU 0 -> GPU 1:
+     * 0.0438 s per update against 0.0460 s with every block the GPU holds
+     * (docs/benchmarks.md). */
+    int sms = 0;
+    if (st == FERRY_OK && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) sms = 0;
+    for (int i = 0; i < RING && st == FERRY_OK; i++) {
+        st = ferry_sum_cuda_create(device, &d->ring[i].sum, err);
+        if (st == FERRY_OK) ferry_sum_cuda_limit_blocks(d->ring[i].sum, (unsigned)(sms > 0 ? sms : 0));
+    }
     if (st == FERRY_OK) st = sync_cuda_boxes_create(ctx, device, &d->boxes, err);
     sync_dev_leave(d, prev);
     if (st) {
@@ -151,6 +166,9 @@ void sync_dev_destroy(sync_dev_t *d) {
         cudaStreamDestroy(d->copy);
     }
     if (d->copied) cudaEventDestroy(d->copied);
+    ferry_free(d->ctx, d->qdst);
+    ferry_free(d->ctx, d->qsrc);
+    ferry_free(d->ctx, d->qlen);
     for (int i = 0; i < 2; i++)
         if (d->mark[i]) cudaEventDestroy(d->mark[i]);
     for (int i = 0; i < RING; i++) {
@@ -244,15 +262,42 @@ ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err) {
 
 ferry_status_t sync_dev_copy_async(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err) {
     if (n == 0) return FERRY_OK;
-    int prev = sync_dev_enter(d);
-    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, d->copy);
-    sync_dev_leave(d, prev);
-    return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaMemcpyAsync (a view)");
+    if (ferry_grow(d->ctx, (void **)&d->qdst, sizeof *d->qdst, &d->cap_qdst, d->nq + 1) != 0 ||
+        ferry_grow(d->ctx, (void **)&d->qsrc, sizeof *d->qsrc, &d->cap_qsrc, d->nq + 1) != 0 ||
+        ferry_grow(d->ctx, (void **)&d->qlen, sizeof *d->qlen, &d->cap_qlen, d->nq + 1) != 0)
+        return d->nq = 0, ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory"); /* (the batch fails whole) */
+    d->qdst[d->nq] = dst;
+    d->qsrc[d->nq] = src;
+    d->qlen[d->nq++] = n;
+    return FERRY_OK;
+}
+
+/* The queued copies as one cudaMemcpyBatchAsync: the driver spreads a
+ * batch over the copy engines, where one cudaMemcpyAsync per run leaves
+ * them idle between runs (a resharded layer is runs of 1-4 MiB, each a few
+ * microseconds on NVLink: 0.0492 s against 0.0462 s per Qwen3-8B update,
+ * docs/benchmarks.md). Destinations never overlap, so the copies' order
+ * within the batch does not matter. */
+static cudaError_t copy_queued(sync_dev_t *d) {
+    if (d->nq == 0) return cudaSuccess;
+    struct cudaMemcpyAttributes a;
+    memset(&a, 0, sizeof a);
+    a.srcAccessOrder = cudaMemcpySrcAccessOrderStream; /* sources stay put until the stream gets there */
+    size_t first = 0;
+    cudaError_t e = cudaMemcpyBatchAsync((void *const *)d->qdst, (const void *const *)d->qsrc, d->qlen, d->nq, &a,
+                                         &first, 1, d->copy);
+    d->nq = 0;
+    return e;
 }
 
 ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err) {
     int prev = sync_dev_enter(d);
-    cudaError_t e = cudaEventRecord(d->copied, d->copy);
+    cudaError_t e = copy_queued(d);
+    if (e != cudaSuccess) {
+        sync_dev_leave(d, prev);
+        return ferry_cuda_fail(err, FERRY_ERR_IO, e, "cudaMemcpyBatchAsync (copies from views)");
+    }
+    e = cudaEventRecord(d->copied, d->copy);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(d->stream, d->copied, 0);
     sync_dev_leave(d, prev);
     return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_IO, e, "ordering copies before kernels");

@@ -57,9 +57,11 @@ ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
 /* A reader's copies from other processes' GPU memory (views), on a second
  * stream of the member (the copy engines) so that they overlap the
  * kernels; the streams are ordered on the GPU, never by waiting here:
- *  - sync_dev_copy_async enqueues a copy on the copy stream;
- *  - sync_dev_copies_then_compute makes compute work enqueued from now on
- *    wait for every copy enqueued so far;
+ *  - sync_dev_copy_async queues a copy (nothing moves yet; a failure
+ *    drops the copies queued since the last ordering);
+ *  - sync_dev_copies_then_compute puts the queued copies on the copy
+ *    stream as one batch and makes compute work enqueued from now on wait
+ *    for every copy so far;
  *  - sync_dev_mark_compute(slot) marks the compute stream's progress, and
  *    sync_dev_copy_after_mark(slot) makes later copies wait for that mark
  *    (a scratch area is reused only once its last reader is done). */
