@@ -7,7 +7,9 @@
 #   - ferry bench sync --device cuda on Qwen3-8B: GPU 0 -> GPU 1 with the same
 #     layout (tp=1 -> tp=1), resharded (Megatron tp=2 -> vLLM tp=1 and tp=2),
 #     beside a GPU 0 -> GPU 1 peer copy; and colocated on GPU 0 beside a
-#     same-GPU copy. Configurations needing two GPUs are skipped (said so)
+#     same-GPU copy; a column split (tp=1 -> tp=2) with the writer's pack
+#     area unbounded and bounded by --pack-limit, with the GPU memory ferry
+#     held. Configurations needing two GPUs are skipped (said so)
 #     on a one-GPU host;
 #   - the NCCL baseline (bench/nccl_bcast.py): a bucketed broadcast of the
 #     same model GPU 0 -> GPU 1 with copies into parameters, as verl does;
@@ -53,6 +55,10 @@ elif [ "$ngpu" -ge 2 ]; then
     run "same layout, GPU 0 -> GPU 1" --device cuda --train tp=1 --infer tp=1
     run "resharded tp=2 -> tp=1 (writers on GPUs 0, 1; the reader on GPU 1)" --device cuda --train tp=2 --infer tp=1
     run "resharded tp=2 -> tp=2 (writers on GPUs 0, 1; readers on GPUs 1, 0)" --device cuda --train tp=2 --infer tp=2
+    # a column split: the writer packs every strided half (its pack area on
+    # GPU 0), unless --pack-limit bounds it and readers read them run by run
+    run "column split tp=1 -> tp=2 (the writer on GPU 0; readers on GPUs 1, 0)" --device cuda --train tp=1 --infer tp=2
+    run "column split tp=1 -> tp=2, --pack-limit 64M" --device cuda --train tp=1 --infer tp=2 --pack-limit 64M
 else
     echo "== skipped: GPU 0 -> GPU 1 and resharded runs need two GPUs (this host has $ngpu)"
 fi

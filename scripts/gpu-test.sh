@@ -142,7 +142,7 @@ fi
 echo "== GPU benchmarks"
 if scripts/gpu-bench.sh "$build" >"$build/gpu-bench.log" 2>&1; then summary+=("GPU benchmarks: ok ($build/gpu-bench.log)")
 else status=1; summary+=("GPU benchmarks: FAILED ($build/gpu-bench.log)"); fi
-grep -E "^(==|  ferry|  GPU|  same|  ucx_perftest|[a-z0-9 ]+:| +[0-9.]+ [KMG]iB )" "$build/gpu-bench.log" | head -80
+grep -E "^(==|  ferry|  GPU|GPU memory|  same|  ucx_perftest|[a-z0-9 ]+:| +[0-9.]+ [KMG]iB )" "$build/gpu-bench.log" | head -80
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $status

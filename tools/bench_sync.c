@@ -37,6 +37,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench sync [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                        [--transports shm,ucx] [--dir PATH] [--no-baselines]\n"
+            "                        [--device cpu|cuda|cuda:N] [--pack-limit BYTES]\n"
             "  N ferry updates through each transport (2..1000, default 6); the first, which\n"
             "  connects and plans, is not counted. Before each later one, while every ferry\n"
             "  process is idle, one round: a memcpy of 256 MiB with 1 and with all cores, one\n"
@@ -49,7 +50,8 @@ static void usage(FILE *f) {
             "  --device cuda|cuda:N: every buffer in GPU memory (as `ferry demo --device`; default --transports shm);\n"
             "  the rounds then time, instead of memcpy, files and tcp, a 1 GiB peer copy from GPU 0 to\n"
             "  GPU 1 (cudaMemcpyPeer, with two GPUs or more) and a 1 GiB copy within GPU 0 (or N), and\n"
-            "  \"of limit\" is the share of the peer copy's rate (of the same-GPU copy's when colocated).\n");
+            "  \"of limit\" is the share of the peer copy's rate (of the same-GPU copy's when colocated).\n"
+            "  --pack-limit: as `ferry demo --pack-limit` (the trainer ranks' pack areas, at most).\n");
 }
 
 /* ---- the full model, as a trainer would gather it --------------------------------- */
@@ -538,6 +540,12 @@ static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
     char b[32];
     printf("\ntransport %s: %u rounds, %s landing in engine buffers per update\n", name, n,
            cli_bytes((uint64_t)bytes, b, sizeof b));
+    if (r->gpu) {
+        char w[32], rd[32];
+        printf("GPU memory ferry held beside the buffers: %s per writer, %s per reader at most%s\n",
+               cli_bytes(res.writer_device_max, w, sizeof w), cli_bytes(res.reader_device_max, rd, sizeof rd),
+               o.pack_limit ? " (--pack-limit)" : "");
+    }
     int limit = !r->gpu ? M_MEMN : r->peer ? M_PEER : M_SAME;
     printf("  %-22s %9s %21s %8s %10s %10s\n", "method", "median s", "(min - max) s", "GB/s",
            r->gpu ? "of limit" : "of memcpy", "ferry is");

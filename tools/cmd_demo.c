@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_gpu.h"
 
 /* What the table's columns and the summary mean: printed above the table and by --help. */
 static const char legend[] =
@@ -26,7 +27,7 @@ static void usage(FILE *f) {
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
             "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off]\n"
-            "                  [--device cpu|cuda|cuda:N] [--no-verify] [--verbose]\n"
+            "                  [--device cpu|cuda|cuda:N] [--pack-limit BYTES] [--no-verify] [--verbose]\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
             "from RL-like Adam steps on fp32 masters cast to bf16) and R engine processes\n"
@@ -47,6 +48,9 @@ static void usage(FILE *f) {
             "with CUDA; shm moves GPU memory through CUDA IPC, ucx natively where UCX has CUDA\n"
             "support and through ferry's host staging where not (docs/transport.md). The steps and\n"
             "checks run on host copies.\n"
+            "--pack-limit: most bytes of a trainer rank's pack area (where it gathers strided\n"
+            "sources for readers; on its GPU with --device cuda); past it readers read them run by\n"
+            "run. Default 0: no limit.\n"
             "--verbose: each process's pid and events on stderr.\n"
             "\n%s",
             legend);
@@ -169,6 +173,11 @@ int cmd_demo(int argc, char **argv) {
     uint32_t du = 0;
     for (uint32_t v = 0; v < o.steps; v++) du += steps[v].delta_updates;
     if (du) printf("; %u reader updates applied sparse deltas", du);
+    if (o.device != DEMO_DEVICE_CPU) {
+        char w[32], r[32];
+        printf("; GPU memory ferry held: %s per writer, %s per reader at most", cli_bytes(res.writer_device_max, w, sizeof w),
+               cli_bytes(res.reader_device_max, r, sizeof r));
+    }
     printf("; run %.1f s; %s\n", res.total_seconds,
            res.ok ? (o.verify ? "every reader verified every version bit-exactly" : "verification off") : res.error);
     free(steps);

@@ -12,7 +12,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry plan --model M --train SPEC --infer SPEC [--rank R] [--writer S]\n"
-            "                  [--ranks-per-host N] [--bucket BYTES] [--pack-below BYTES]\n"
+            "                  [--ranks-per-host N] [--bucket BYTES] [--pack-below BYTES] [--pack-limit BYTES]\n"
             "                  [--locals N] [--repeat R] [--mtp] [--json]\n"
             "  M      a config.json path or a bundled name (see ferry layout --help)\n"
             "  SPEC   parallel configurations as for ferry layout --parallel\n"
@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "                      trainer and engine hosts are distinct machines\n"
             "  --bucket BYTES      largest grouped transfer (default 4M = 4194304)\n"
             "  --pack-below BYTES  pack ops smaller than this (default 64K = 65536)\n"
+            "  --pack-limit BYTES  most bytes one source rank's pack area holds (default 0: no\n"
+            "                      limit); strided sources past it are read run by run (gathered)\n"
             "                      (BYTES: digits with an optional K, M, G or T, powers of 1024)\n"
             "  --locals N          also time the local plans of N destination and N source ranks\n"
             "  --repeat R          build the global plan R times (1..1000) and report the median time\n"
@@ -172,7 +174,7 @@ static void print_pairs(const ferry_plan_t *p, bool writer, uint32_t rank) {
 
 int cmd_plan(int argc, char **argv) {
     const char *model_arg = NULL, *train_arg = NULL, *infer_arg = NULL, *rank_arg = NULL,
-               *writer_arg = NULL, *rph_arg = NULL, *bucket_arg = NULL, *pack_arg = NULL,
+               *writer_arg = NULL, *rph_arg = NULL, *bucket_arg = NULL, *pack_arg = NULL, *limit_arg = NULL,
                *locals_arg = NULL, *repeat_arg = NULL;
     bool json = false, mtp = false;
     for (int i = 1; i < argc; i++) {
@@ -185,6 +187,7 @@ int cmd_plan(int argc, char **argv) {
         else if (cli_opt(argc, argv, &i, "--ranks-per-host", &v)) rph_arg = v;
         else if (cli_opt(argc, argv, &i, "--bucket", &v)) bucket_arg = v;
         else if (cli_opt(argc, argv, &i, "--pack-below", &v)) pack_arg = v;
+        else if (cli_opt(argc, argv, &i, "--pack-limit", &v)) limit_arg = v;
         else if (cli_opt(argc, argv, &i, "--locals", &v)) locals_arg = v;
         else if (cli_opt(argc, argv, &i, "--repeat", &v)) repeat_arg = v;
         else if (!strcmp(argv[i], "--json")) {
@@ -216,7 +219,8 @@ int cmd_plan(int argc, char **argv) {
         (rank_arg && !cli_u64("--rank", rank_arg, 0, ranks - 1, &rank)) ||
         (writer_arg && !cli_u64("--writer", writer_arg, 0, ranks - 1, &writer)) ||
         (bucket_arg && !cli_size("--bucket", bucket_arg, 1, 1ull << 40, &params.bucket_bytes)) ||
-        (pack_arg && !cli_size("--pack-below", pack_arg, 0, 1ull << 40, &params.pack_below)))
+        (pack_arg && !cli_size("--pack-below", pack_arg, 0, 1ull << 40, &params.pack_below)) ||
+        (limit_arg && !cli_size("--pack-limit", limit_arg, 0, 1ull << 50, &params.pack_limit)))
         return CLI_USAGE;
     if (rank_arg && writer_arg) {
         fprintf(stderr, "ferry plan: give --rank or --writer, not both\n");
@@ -224,6 +228,7 @@ int cmd_plan(int argc, char **argv) {
     }
     if (bucket_arg) params.field_mask |= FERRY_PLAN_PARAM_BUCKET_BYTES;
     if (pack_arg) params.field_mask |= FERRY_PLAN_PARAM_PACK_BELOW;
+    if (limit_arg) params.field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT;
 
     meter_t meter = {0, 0};
     ferry_ctx_params_t cp = {.field_mask = FERRY_CTX_PARAM_ALLOCATOR,
@@ -357,7 +362,7 @@ int cmd_plan(int argc, char **argv) {
                                       (json_int_t)sdst.median, "max", (json_int_t)sdst.max));
         json_object_set_new(jout, "ops",
                             json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "ops", (json_int_t)s.ops, "runs",
-                                      (json_int_t)s.runs, "packed", (json_int_t)s.packed_ops, "pack_bytes",
+                                      (json_int_t)s.runs, "packed", (json_int_t)s.packed_ops, "gathered", (json_int_t)s.gather_ops, "pack_bytes",
                                       (json_int_t)s.pack_bytes, "buckets", (json_int_t)s.buckets, "pairs",
                                       (json_int_t)s.pairs));
         json_object_set_new(jout, "verified", json_boolean(vst == FERRY_OK));
@@ -392,10 +397,12 @@ int cmd_plan(int argc, char **argv) {
     printf("receivers  min %s, median %s, max %s; max/mean %.3f\n", cli_bytes(sdst.min, b1, sizeof b1),
            cli_bytes(sdst.median, b2, sizeof b2), cli_bytes(sdst.max, b3, sizeof b3),
            sdst.mean > 0 ? (double)sdst.max / sdst.mean : 0);
+    char gathered[64] = "";
+    if (s.gather_ops) snprintf(gathered, sizeof gathered, " (%llu strided ops read run by run)", (unsigned long long)s.gather_ops);
     printf("ops        %llu ops (%llu contiguous runs before packing), %llu packed into %s of pack "
-           "areas, %llu transfers in %llu pairs\n",
+           "areas%s, %llu transfers in %llu pairs\n",
            (unsigned long long)s.ops, (unsigned long long)s.runs, (unsigned long long)s.packed_ops,
-           cli_bytes(s.pack_bytes, b1, sizeof b1), (unsigned long long)s.buckets,
+           cli_bytes(s.pack_bytes, b1, sizeof b1), gathered, (unsigned long long)s.buckets,
            (unsigned long long)s.pairs);
     if (vst == FERRY_OK)
         printf("verified   every byte of the %zu destination pieces is written exactly once, from a "

@@ -51,13 +51,15 @@ int demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o, uint32_t step
     else if (cli_opt(argc, argv, i, "--infer", &v)) o->infer = v;
     else if (cli_opt(argc, argv, i, "--steps", &v)) return cli_u32("--steps", v, steps_lo, steps_hi, &o->steps) ? 1 : -1;
     else if (cli_opt(argc, argv, i, "--device", &v)) return v && demo_gpu_parse(v, &o->device) ? 1 : -1;
+    else if (cli_opt(argc, argv, i, "--pack-limit", &v))
+        return v && cli_size("--pack-limit", v, 0, 1ull << 50, &o->pack_limit) ? 1 : -1;
     else return 0;
     return v ? 1 : -1;
 }
 
 static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int report_fd, int stdin_fd) {
     char a_rank[16], a_steps[16], a_mode[8], a_tr[8], a_staged[4], a_verify[4], a_lr[32], a_seed[32], a_to[16],
-        a_slots[8], a_deltas[8], a_dev[16];
+        a_slots[8], a_deltas[8], a_dev[16], a_pack[24];
     snprintf(a_rank, sizeof a_rank, "%u", rank);
     snprintf(a_steps, sizeof a_steps, "%u", o->steps);
     snprintf(a_mode, sizeof a_mode, "%d", (int)o->mode);
@@ -69,11 +71,12 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     snprintf(a_to, sizeof a_to, "%u", o->timeout_ms);
     snprintf(a_slots, sizeof a_slots, "%u", o->slots);
     snprintf(a_deltas, sizeof a_deltas, "%d", (int)o->deltas);
+    snprintf(a_pack, sizeof a_pack, "%llu", (unsigned long long)o->pack_limit);
     if (o->device >= 0) snprintf(a_dev, sizeof a_dev, "cuda:%d", o->device);
     else snprintf(a_dev, sizeof a_dev, "%s", o->device == DEMO_DEVICE_CPU ? "cpu" : "cuda");
     char *argv[] = {"ferry", "_sync-worker", writer ? "writer" : "reader", a_rank, (char *)o->model,
                     (char *)o->train, (char *)o->infer, a_steps, a_mode, a_tr, a_staged, a_verify, a_lr, a_seed,
-                    a_to, a_slots, a_deltas, a_dev, NULL};
+                    a_to, a_slots, a_deltas, a_dev, a_pack, NULL};
     const int map[] = {stdin_fd, 0, report_fd, 3};
     return cli_spawn(argv, map, 2);
 }
@@ -127,11 +130,17 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
             kids[rank].progress = cli_now_s();
         }
     } else if (kind == 'W') {
-        uint64_t served;
+        uint64_t served, dev;
         double pk, hs, sn;
-        ok = ok && nf == 8 && report_f64(f[2], &t0) && report_f64(f[3], &t1) && report_u64(f[4], &served) &&
-             report_f64(f[5], &pk) && report_f64(f[6], &hs) && report_f64(f[7], &sn);
+        ok = ok && nf == 9 && report_f64(f[2], &t0) && report_f64(f[3], &t1) && report_u64(f[4], &served) &&
+             report_f64(f[5], &pk) && report_f64(f[6], &hs) && report_f64(f[7], &sn) && report_u64(f[8], &dev);
         if (ok) {
+            if (dev > res->writer_device_max) res->writer_device_max = dev;
+            char gpu[48] = "";
+            if (dev) {
+                char b[32];
+                snprintf(gpu, sizeof gpu, "; %s of GPU memory", cli_bytes(dev, b, sizeof b));
+            }
             demo_step_t *s = &steps[v - 1];
             if (first_pub[v - 1] == 0 || t0 < first_pub[v - 1]) first_pub[v - 1] = t0;
             s->writers++;
@@ -139,18 +148,20 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
             if (v > kids[rank].version) kids[rank].version = v;
             kids[rank].progress = cli_now_s();
             if (o->verbose)
-                fprintf(stderr, "  writer %llu published %llu in %.3f s (pack %.3f, checksums %.3f, snapshot %.3f)\n",
-                        (unsigned long long)rank, (unsigned long long)v, t1 - t0, pk, hs, sn);
+                fprintf(stderr, "  writer %llu published %llu in %.3f s (pack %.3f, checksums %.3f, snapshot %.3f%s)\n",
+                        (unsigned long long)rank, (unsigned long long)v, t1 - t0, pk, hs, sn,
+                        gpu);
         }
     } else if (kind == 'R') {
-        uint64_t bytes, good, bad, changed, elements, deltas;
+        uint64_t bytes, good, bad, changed, elements, deltas, dev;
         double ws, ps, vs;
-        ok = ok && nf == 13 && report_f64(f[2], &t0) && report_f64(f[3], &t1) && report_u64(f[4], &bytes) &&
+        ok = ok && nf == 14 && report_u64(f[13], &dev) && report_f64(f[2], &t0) && report_f64(f[3], &t1) && report_u64(f[4], &bytes) &&
              report_u64(f[5], &good) && good <= 1 && report_u64(f[6], &bad) && report_u64(f[7], &changed) &&
              report_u64(f[8], &elements) && report_f64(f[9], &ws) && report_f64(f[10], &ps) &&
              report_f64(f[11], &vs) && report_u64(f[12], &deltas);
         if (ok) {
             demo_step_t *s = &steps[v - 1];
+            if (dev > res->reader_device_max) res->reader_device_max = dev;
             s->version = v;
             s->bytes += bytes;
             s->readers++;
@@ -185,6 +196,10 @@ int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, fe
     *model = NULL;
     if (o->device != DEMO_DEVICE_CPU && o->transport != FERRY_XPORT_SHM && o->transport != FERRY_XPORT_UCX) {
         snprintf(err, size, "--device cuda works with --transport shm or ucx (the file channel holds host memory)");
+        return CLI_USAGE;
+    }
+    if (o->pack_limit && o->transport == (ferry_xport_kind_t)DEMO_TRANSPORT_FILE) {
+        snprintf(err, size, "--pack-limit bounds a writer's pack area; the file channel has none (use --transport shm or ucx)");
         return CLI_USAGE;
     }
     if (o->device != DEMO_DEVICE_CPU && o->deltas == FERRY_SYNC_DELTAS_ALWAYS) {

@@ -28,6 +28,7 @@ typedef struct demo_opts {
     ferry_sync_deltas_t deltas;
     bool verbose;         /* per-process lines on stderr */
     int device;           /* DEMO_DEVICE_CPU, DEMO_DEVICE_SPREAD, or every worker on GPU N (demo_gpu.h) */
+    uint64_t pack_limit;  /* every member's (ferry_sync_params_t); 0: none */
 } demo_opts_t;
 
 typedef struct demo_step {
@@ -53,6 +54,7 @@ typedef struct demo_result {
     uint64_t model_bytes;
     double total_seconds;
     bool ok;              /* every process succeeded and every step verified */
+    uint64_t writer_device_max, reader_device_max; /* GPU memory ferry held for one writer / reader, at most */
     char error[512];
 } demo_result_t;
 

@@ -89,7 +89,12 @@ uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, u
 
 /* --device cuda: the member's buffers are on the worker's GPU (ferry
  * allocates them there); the demo computes and checks host copies. */
-static void gpu_params(const worker_t *w, ferry_sync_params_t *sp) {
+/* What writers and readers set alike: the pack limit, and where buffers are. */
+static void member_params(const worker_t *w, ferry_sync_params_t *sp) {
+    if (w->o.pack_limit) {
+        sp->field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
+        sp->pack_limit = w->o.pack_limit;
+    }
     if (w->gpu < 0) return;
     sp->field_mask |= FERRY_SYNC_PARAM_MEMORY;
     sp->memory = FERRY_MEM_CUDA;
@@ -138,7 +143,7 @@ static int run_writer(worker_t *w, uint32_t world) {
                               .timeout_ms = w->o.timeout_ms,
                               .serve = false,
                               .slots = w->o.slots};
-    gpu_params(w, &sp);
+    member_params(w, &sp);
     ferry_writer_t *wr;
     if (ferry_writer_create(w->ctx, w->model, &sp, &wr) != FERRY_OK) return demo_fail(w, "create", ferry_ctx_error(w->ctx));
     int rc = CLI_OK;
@@ -179,8 +184,9 @@ static int run_writer(worker_t *w, uint32_t world) {
             rc = demo_fail(w, "publish", ferry_writer_error(wr));
             goto out;
         }
-        demo_report("W %u %llu %.6f %.6f %llu %.6f %.6f %.6f", w->rank, (unsigned long long)v, t0, t1,
-               (unsigned long long)info.bytes_served, info.pack_seconds, info.hash_seconds, info.snapshot_seconds);
+        demo_report("W %u %llu %.6f %.6f %llu %.6f %.6f %.6f %llu", w->rank, (unsigned long long)v, t0, t1,
+                    (unsigned long long)info.bytes_served, info.pack_seconds, info.hash_seconds, info.snapshot_seconds,
+                    (unsigned long long)info.device_bytes);
     }
     /* stay (serving the last versions) until the parent says every reader is done */
     for (;;) {
@@ -203,7 +209,7 @@ static int run_reader(worker_t *w, uint32_t world) {
                               .transport = w->o.transport,
                               .timeout_ms = w->o.timeout_ms,
                               .staged = w->o.staged};
-    gpu_params(w, &sp);
+    member_params(w, &sp);
     ferry_reader_t *rd;
     if (ferry_reader_create(w->ctx, w->model, &sp, &rd) != FERRY_OK) return demo_fail(w, "create", ferry_ctx_error(w->ctx));
     int rc = CLI_OK;
@@ -245,10 +251,11 @@ static int run_reader(worker_t *w, uint32_t world) {
         if (w->o.verify) bad = demo_weights_pass(w, held, false, count_changes && held > 1 ? prev : NULL, &changed, &elements);
         if (count_changes) /* the base the next version's changes are counted against, taken before reporting */
             for (size_t b = 0; b < w->nbufs; b++) memcpy(prev[b], w->bufs[b], w->sizes[b]);
-        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f %u", w->rank, (unsigned long long)held, t0,
+        demo_report("R %u %llu %.6f %.6f %llu %d %llu %llu %llu %.6f %.6f %.6f %u %llu", w->rank, (unsigned long long)held, t0,
                     t1, (unsigned long long)info.bytes, w->o.verify && bad == 0, (unsigned long long)bad,
                     (unsigned long long)(count_changes ? changed : 0), (unsigned long long)(count_changes ? elements : 0),
-                    info.wait_seconds, info.pull_seconds, info.verify_seconds, info.delta_pairs);
+                    info.wait_seconds, info.pull_seconds, info.verify_seconds, info.delta_pairs,
+                    (unsigned long long)info.device_bytes);
         if (bad) rc = CLI_FAIL;
     }
 out:
@@ -263,7 +270,7 @@ out:
 /* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS DELTAS
  * DEVICE */
 int demo_worker_main(int argc, char **argv) {
-    if (argc != 17) {
+    if (argc != 18) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`), %d arguments\n", argc);
         return CLI_USAGE;
     }
@@ -285,7 +292,7 @@ int demo_worker_main(int argc, char **argv) {
         !cli_u32("TIMEOUT", argv[13], 1, UINT32_MAX, &w.o.timeout_ms) ||
         !cli_u32("SLOTS", argv[14], 1, UINT32_MAX, &w.o.slots) ||
         !cli_u32("DELTAS", argv[15], FERRY_SYNC_DELTAS_AUTO, FERRY_SYNC_DELTAS_OFF, &deltas) ||
-        !demo_gpu_parse(argv[16], &w.o.device) ||
+        !demo_gpu_parse(argv[16], &w.o.device) || !cli_u64("PACK_LIMIT", argv[17], 0, UINT64_MAX, &w.o.pack_limit) ||
         (transport != FERRY_XPORT_SHM && transport != FERRY_XPORT_UCX && transport != DEMO_TRANSPORT_FILE)) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`): bad arguments\n");
         return CLI_USAGE;

@@ -50,7 +50,8 @@ enum {
     FERRY_PLAN_PARAM_DST_HOSTS = 1u << 1,    /* default: no destination shares a source's host */
     FERRY_PLAN_PARAM_BUCKET_BYTES = 1u << 2, /* default: 4 MiB */
     FERRY_PLAN_PARAM_PACK_BELOW = 1u << 3,   /* default: 64 KiB */
-    FERRY_PLAN_PARAM_ONLY = 1u << 4          /* default: the global plan */
+    FERRY_PLAN_PARAM_ONLY = 1u << 4,         /* default: the global plan */
+    FERRY_PLAN_PARAM_PACK_LIMIT = 1u << 5    /* default: 0, no limit */
 };
 
 #define FERRY_PLAN_DEFAULT_BUCKET_BYTES (4u << 20)
@@ -70,6 +71,15 @@ typedef struct ferry_plan_params {
     /* Ops smaller than this are packed even when their source is contiguous,
      * so that they travel in buckets; 0 packs only non-contiguous sources. */
     uint64_t pack_below;
+    /* Most bytes one source rank's pack area holds; 0: no limit. The pack
+     * area is memory the source rank takes beside its buffers (on its GPU,
+     * for a GPU member), as large as the strided data it serves when not
+     * limited (a column split of row-parallel weights: a third of a model).
+     * Fragments are packed in the plan's order until the next would pass
+     * the limit; one that is not packed travels alone: a contiguous one as
+     * one read, a strided one as FERRY_OP_GATHER (its reader reads it run
+     * by run). A nonzero limit is part of the plan's digest. */
+    uint64_t pack_limit;
     /* Process-local plan: only the ops whose source rank (FERRY_SIDE_TRAIN)
      * or destination rank (FERRY_SIDE_INFER) is only_rank. */
     ferry_side_t only_side;
@@ -80,7 +90,9 @@ typedef struct ferry_plan_params {
 
 enum {
     FERRY_OP_PACK = 1u << 0,   /* the source rank gathers the box into its pack area */
-    FERRY_OP_SCATTER = 1u << 1 /* the destination box is not one contiguous run */
+    FERRY_OP_SCATTER = 1u << 1, /* the destination box is not one contiguous run */
+    FERRY_OP_GATHER = 1u << 2   /* the source box is not one contiguous run and not packed (pack_limit):
+                                   its reader reads it run by run, row-major */
 };
 
 typedef struct ferry_copy_op {
@@ -105,7 +117,9 @@ typedef struct ferry_copy_op {
 
 enum {
     FERRY_BUCKET_PACKED = 1u << 0, /* read from the source's pack area at src_offset */
-    FERRY_BUCKET_DIRECT = 1u << 1  /* lands as is at dst_buffer/dst_offset (else: staged, then scattered) */
+    FERRY_BUCKET_DIRECT = 1u << 1, /* lands as is at dst_buffer/dst_offset (else: staged, then scattered) */
+    FERRY_BUCKET_GATHER = 1u << 2  /* one FERRY_OP_GATHER op, read run by run from src_offset under its
+                                      src_strides: bytes is its row-major size, not one contiguous read */
 };
 
 typedef struct ferry_plan_bucket {
@@ -141,6 +155,7 @@ typedef struct ferry_plan_stats {
     uint64_t ops;
     uint64_t runs;           /* contiguous runs before packing, summed over ops */
     uint64_t packed_ops;
+    uint64_t gather_ops;     /* FERRY_OP_GATHER: strided and not packed (pack_limit) */
     uint64_t buckets;        /* transfers */
     uint64_t pairs;
     uint64_t op_bytes;       /* bytes of these ops */

@@ -64,7 +64,8 @@ enum {
     FERRY_SYNC_PARAM_INFLIGHT = 1u << 9,   /* reader; default: 64 MiB (CUDA readers: 256 MiB) */
     FERRY_SYNC_PARAM_THREADS = 1u << 10,   /* transport copy threads; default: 1 */
     FERRY_SYNC_PARAM_DELTAS = 1u << 11,    /* sync mode; default: FERRY_SYNC_DELTAS_AUTO */
-    FERRY_SYNC_PARAM_MEMORY = 1u << 12     /* memory and device; default: FERRY_MEM_HOST */
+    FERRY_SYNC_PARAM_MEMORY = 1u << 12,    /* memory and device; default: FERRY_MEM_HOST */
+    FERRY_SYNC_PARAM_PACK_LIMIT = 1u << 13 /* every member alike; default: 0, no limit */
 };
 
 /* Sparse deltas in sync mode (docs/sync.md, "Deltas"): writers encode each
@@ -104,6 +105,13 @@ typedef struct ferry_sync_params {
      * docs/sync.md lists what it is. Needs a ferry built with CUDA. */
     ferry_mem_type_t memory;
     int device;
+    /* The plan's pack_limit (ferry/plan.h): most bytes of the pack area a
+     * writer keeps beside its buffers for strided sources (on its GPU, for
+     * a CUDA writer); strided sources past it are read by their readers run
+     * by run. Every member of a job must give the same value: members that
+     * plan differently are refused (FERRY_ERR_MISMATCH, naming the plans'
+     * digests). docs/sync.md, "Memory". */
+    uint64_t pack_limit;
 } ferry_sync_params_t;
 
 /* Pseudo-versions for ferry_reader_update. */

@@ -65,11 +65,11 @@ static bool hosts_arg(PyObject *o, const char *what, uint32_t world, uint32_t **
 
 static PyObject *plan_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
     static char *kws[] = {"src_layout", "dst_layout", "bucket_bytes", "pack_below", "src_hosts", "dst_hosts",
-                          "src_rank", "dst_rank", NULL};
+                          "src_rank", "dst_rank", "pack_limit", NULL};
     PyObject *src, *dst, *bucket = Py_None, *pack = Py_None, *src_hosts_o = Py_None, *dst_hosts_o = Py_None,
-                         *src_rank = Py_None, *dst_rank = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$OOOOOO:Plan", kws, &pyf_LayoutType, &src, &pyf_LayoutType, &dst,
-                                     &bucket, &pack, &src_hosts_o, &dst_hosts_o, &src_rank, &dst_rank))
+                         *src_rank = Py_None, *dst_rank = Py_None, *limit = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$OOOOOOO:Plan", kws, &pyf_LayoutType, &src, &pyf_LayoutType, &dst,
+                                     &bucket, &pack, &src_hosts_o, &dst_hosts_o, &src_rank, &dst_rank, &limit))
         return NULL;
     ferry_plan_params_t pp = {.field_mask = 0};
     if (src_rank != Py_None && dst_rank != Py_None)
@@ -96,6 +96,10 @@ static PyObject *plan_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
     if (pack != Py_None) {
         if (!pyf_u64_arg(pack, "pack_below", &pp.pack_below)) return NULL;
         pp.field_mask |= FERRY_PLAN_PARAM_PACK_BELOW;
+    }
+    if (limit != Py_None) {
+        if (!pyf_u64_arg(limit, "pack_limit", &pp.pack_limit)) return NULL;
+        pp.field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT;
     }
     uint32_t *sh = NULL, *dh = NULL;
     if (!hosts_arg(src_hosts_o, "src_hosts", ferry_layout_world_size(lay(src)), &sh) ||
@@ -155,6 +159,7 @@ static PyObject *op_obj(pyf_plan_t *p, const ferry_copy_op_t *op) {
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(op->run_bytes));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(op->runs));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(op->pack_offset));
+    PyStructSequence_SET_ITEM(o, i++, PyBool_FromLong(op->flags & FERRY_OP_GATHER));
     if (PyErr_Occurred()) Py_CLEAR(o);
     return o;
 }
@@ -286,13 +291,13 @@ static PyObject *plan_get(pyf_plan_t *p, void *which) {
     case 0: {
         ferry_plan_stats_t s;
         ferry_plan_stats(p->plan, &s);
-        return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes",
+        return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes",
                              (unsigned long long)s.bytes, "fragments", (unsigned long long)s.fragments, "routes",
                              (unsigned long long)s.routes, "pack_bytes", (unsigned long long)s.pack_bytes, "src_max",
                              (unsigned long long)s.src_max, "src_lower_bound", (unsigned long long)s.src_lower_bound,
                              "src_host_max", (unsigned long long)s.src_host_max, "src_serving", s.src_serving, "ops",
                              (unsigned long long)s.ops, "runs", (unsigned long long)s.runs, "packed_ops",
-                             (unsigned long long)s.packed_ops, "buckets", (unsigned long long)s.buckets, "pairs",
+                             (unsigned long long)s.packed_ops, "gather_ops", (unsigned long long)s.gather_ops, "buckets", (unsigned long long)s.buckets, "pairs",
                              (unsigned long long)s.pairs, "op_bytes", (unsigned long long)s.op_bytes);
     }
     case 1: {
@@ -321,9 +326,10 @@ static PyMethodDef plan_methods[] = {
      "ops(start=0, count=None) -> list of CopyOp\n\n"
      "The copies, ordered by pair (see pairs()): CopyOp(tensor, offset, extent, pack, scatter, src_rank,\n"
      "src_buffer, src_piece, src_offset, src_strides, dst_rank, dst_buffer, dst_piece, dst_offset, dst_strides,\n"
-     "bytes, run_bytes, runs, pack_offset). tensor is the name; pieces and buffers are indices of the source and\n"
+     "bytes, run_bytes, runs, pack_offset, gather). tensor is the name; pieces and buffers are indices of the source and\n"
      "destination layouts; offsets in bytes, strides in elements; pack: the source gathers the box into its\n"
-     "pack area (at pack_offset); scatter: the destination box is not one contiguous run."},
+     "pack area (at pack_offset); scatter: the destination box is not one contiguous run; gather: a strided\n"
+     "source past the plan's pack_limit, which its reader reads run by run."},
     {"buckets", (PyCFunction)(void (*)(void))plan_buckets, METH_VARARGS | METH_KEYWORDS,
      "buckets(start=0, count=None) -> list of PlanBucket\n\n"
      "The transfers: PlanBucket(first_op, op_count, packed, direct, src_buffer, src_offset, bytes, dst_buffer,\n"
@@ -370,12 +376,14 @@ PyTypeObject pyf_PlanType = {
     .tp_basicsize = sizeof(pyf_plan_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Plan(src_layout, dst_layout, *, bucket_bytes=None, pack_below=None, src_hosts=None, dst_hosts=None,\n"
-              "     src_rank=None, dst_rank=None)\n\n"
+              "     src_rank=None, dst_rank=None, pack_limit=None)\n\n"
               "The resharding plan from where a trainer holds the weights (src_layout) to where engine ranks want\n"
               "them (dst_layout): every element of every destination piece written exactly once, from a source\n"
               "rank that holds it, balanced over source ranks and hosts. Tensors are matched by name (same dtype\n"
               "and shape). bucket_bytes: largest transfer grouping several ops (default 4 MiB); pack_below: ops\n"
-              "smaller than this are packed (default 64 KiB; 0: only strided sources); src_hosts/dst_hosts: a host\n"
+              "smaller than this are packed (default 64 KiB; 0: only strided sources); pack_limit: most bytes one\n"
+              "source rank's pack area holds (default None: no limit; strided sources past it are read run by\n"
+              "run, stats' gather_ops); src_hosts/dst_hosts: a host\n"
               "label per rank (equal labels: one machine). dst_rank (or src_rank): a local plan holding only that\n"
               "destination's (source's) ops, as each rank computes its own; the global figures (stats' bytes,\n"
               "src_bytes, ..., digest) are the global plan's. Pure and deterministic: equal inputs, equal plans.\n"
@@ -398,7 +406,8 @@ static PyStructSequence_Field op_fields[] = {
     {"dst_buffer", "buffer index in the destination layout"}, {"dst_piece", "piece index in the destination layout"},
     {"dst_offset", "bytes"}, {"dst_strides", "elements per box dimension"}, {"bytes", NULL},
     {"run_bytes", "longest run contiguous on both sides"}, {"runs", "bytes / run_bytes"},
-    {"pack_offset", "in the source's pack area (pack only)"}, {NULL, NULL},
+    {"pack_offset", "in the source's pack area (pack only)"},
+    {"gather", "a strided source past the pack limit, read run by run"}, {NULL, NULL},
 };
 static PyStructSequence_Field bucket_fields[] = {
     {"first_op", NULL}, {"op_count", NULL}, {"packed", "read from the source's pack area"},

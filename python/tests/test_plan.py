@@ -96,3 +96,21 @@ def test_refused_layouts():
     plan.verify()
     with pytest.raises(TypeError):
         ferry.Plan(full, "not a layout")
+
+
+def test_pack_limit_bounds_the_pack_area(model):
+    """tp=1 -> tp=2 splits row-parallel weights by column: every half is
+    strided in the trainer's tensor and packed, unless pack_limit stops it;
+    past the limit the halves are read run by run (gather ops)."""
+    src, dst = ferry.Layout.train(model, "tp=1"), ferry.Layout.infer(model, "tp=2")
+    free = ferry.Plan(src, dst)
+    assert free.stats["gather_ops"] == 0 and free.pack_bytes(0) > 100 << 20
+    assert not any(op.gather for op in free.ops())
+    limited = ferry.Plan(src, dst, pack_limit=1 << 20)
+    s = limited.stats
+    assert limited.pack_bytes(0) <= 1 << 20 and s["gather_ops"] > 0
+    gathered = [op for op in limited.ops() if op.gather]
+    assert len(gathered) == s["gather_ops"] and not any(op.pack for op in gathered)
+    assert s["bytes"] == free.stats["bytes"] and s["op_bytes"] == free.stats["op_bytes"]
+    assert limited.digest != free.digest and ferry.Plan(src, dst, pack_limit=0).digest == free.digest
+    limited.verify()

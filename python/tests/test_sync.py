@@ -116,6 +116,42 @@ def test_megatron_tp2_to_hf_and_vllm_in_place():
     job.close()
 
 
+def test_pack_limit_strided_sources_read_run_by_run():
+    """A trainer tp=1 -> engine tp=2: the row-parallel halves are strided in
+    the trainer's tensors; with no room to pack them (pack_limit=1) readers
+    read them run by run, in place, every version exact."""
+    m = ferry.Model.from_config(TINY)
+    train, eng = ferry.Layout.train(m, "tp=1"), ferry.Layout.infer(m, "tp=2")
+    assert ferry.Plan(train, eng, pack_limit=1).stats["gather_ops"] > 0
+    src = zeros_for(train, 0)
+    dst = [zeros_for(eng, r) for r in range(2)]
+    job = Job(m, "pack-limit", 1, 2, wargs={"pack_limit": 1}, rargs={"pack_limit": 1})
+    job.writers[0].register(src, train, 0)
+    for r in range(2):
+        job.readers[r].register(dst[r], eng, r)
+    job.commit()
+    for v in (1, 2):
+        randomize(src, v)
+        job.step(v)
+        for layer in range(2):
+            down = src[f"decoder.layers.{layer}.mlp.linear_fc2.weight"]
+            o = src[f"decoder.layers.{layer}.self_attention.linear_proj.weight"]
+            for r in range(2):
+                p = f"model.layers.{layer}."
+                assert torch.equal(dst[r][p + "mlp.down_proj.weight"], down.chunk(2, dim=1)[r])
+                assert torch.equal(dst[r][p + "self_attn.o_proj.weight"], o.chunk(2, dim=1)[r])
+    job.close()
+    # members must agree on the limit: the plans differ, and the service says so
+    job = Job(m, "pack-limit-mismatch", 1, 1, wargs={"pack_limit": 1, "mode": "async"})
+    job.writers[0].register(zeros_for(train, 0), train, 0)
+    job.readers[0].register(zeros_for(ferry.Layout.infer(m, "tp=1"), 0), ferry.Layout.infer(m, "tp=1"), 0)
+    job.commit()
+    job.writers[0].publish(1)
+    with pytest.raises(ferry.MismatchError, match="pack_limit"):
+        job.readers[0].update(1, timeout=10)
+    job.close()
+
+
 def test_megatron_pipeline_local_layer_numbers():
     """pp=2: every stage's module numbers its layers from 0; register maps
     them to the global layers the layout gives the stage."""

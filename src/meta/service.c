@@ -545,7 +545,7 @@ static bool try_read_begin(ferry_meta_service_t *s, svc_conn_t *c, bool expired,
         return true;
     }
     if (s->plan_digest && rb->plan_digest != s->plan_digest) { /* set while this request waited */
-        send_error(s, c, FERRY_ERR_MISMATCH, "reader %u planned digest %016llx, the writers %016llx", c->rank,
+        send_error(s, c, FERRY_ERR_MISMATCH, "reader %u planned digest %016llx, the writers %016llx (members plan alike from the same layouts and pack_limit)", c->rank,
                    (unsigned long long)rb->plan_digest, (unsigned long long)s->plan_digest);
         return true;
     }
@@ -796,7 +796,7 @@ static void handle_publish(ferry_meta_service_t *s, svc_conn_t *c, svc_member_t 
         return;
     }
     if (p->plan_digest != s->plan_digest && s->plan_digest) {
-        send_error(s, c, FERRY_ERR_MISMATCH, "writer %u planned digest %016llx, the job's members %016llx", c->rank,
+        send_error(s, c, FERRY_ERR_MISMATCH, "writer %u planned digest %016llx, the job's members %016llx (members plan alike from the same layouts and pack_limit)", c->rank,
                    (unsigned long long)p->plan_digest, (unsigned long long)s->plan_digest);
         return;
     }
@@ -992,7 +992,7 @@ static void handle_frame(ferry_meta_service_t *s, svc_conn_t *c, uint8_t type, c
     case META_READ_BEGIN:
         if (!reader) send_error(s, c, FERRY_ERR_INVALID_ARGUMENT, "only readers read");
         else if (s->plan_digest && ((FerryMeta__ReadBegin *)msg)->plan_digest != s->plan_digest)
-            send_error(s, c, FERRY_ERR_MISMATCH, "reader %u planned digest %016llx, the writers %016llx", c->rank,
+            send_error(s, c, FERRY_ERR_MISMATCH, "reader %u planned digest %016llx, the writers %016llx (members plan alike from the same layouts and pack_limit)", c->rank,
                        (unsigned long long)((FerryMeta__ReadBegin *)msg)->plan_digest,
                        (unsigned long long)s->plan_digest);
         else park(s, c, type, &msg, ((FerryMeta__ReadBegin *)msg)->wait_ms, now);

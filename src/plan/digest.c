@@ -45,6 +45,10 @@ void plan_digest(ferry_plan_t *p) {
     h_u64(s, 0x66657272792d706cull); /* format tag: bump when the plan's meaning changes */
     h_u64(s, p->bucket_bytes);
     h_u64(s, p->pack_below);
+    if (p->pack_limit) { /* (plans without a limit keep their digests) */
+        h_u64(s, 0x7061636b6c696d74ull);
+        h_u64(s, p->pack_limit);
+    }
     h_bytes(s, p->src_host, p->src.world * sizeof *p->src_host);
     h_bytes(s, p->dst_host, p->dst.world * sizeof *p->dst_host);
     uint32_t nt = ferry_model_tensor_count(p->dst_model);

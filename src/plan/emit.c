@@ -38,11 +38,14 @@ static int push_op(ferry_plan_t *p, const plan_frag_t *fr, uint32_t f, uint32_t 
     if (slot != UINT64_MAX) {
         op->flags |= FERRY_OP_PACK;
         op->pack_offset = slot;
+    } else if (plan_run_elems(&op->box, op->src_strides, NULL) != numel) { /* past the pack limit */
+        op->flags |= FERRY_OP_GATHER;
     }
     return 0;
 }
 
 static bool source_adjacent(const ferry_copy_op_t *prev, const ferry_copy_op_t *op) {
+    if ((prev->flags | op->flags) & FERRY_OP_GATHER) return false; /* a gather travels alone */
     bool pp = prev->flags & FERRY_OP_PACK, po = op->flags & FERRY_OP_PACK;
     if (pp != po) return false;
     if (pp) return op->pack_offset == prev->pack_offset + prev->bytes;
@@ -110,6 +113,7 @@ static ferry_status_t make_pairs(ferry_plan_t *p, size_t start) {
                 b->src_offset = op->src_offset;
             }
             if (!(op->flags & FERRY_OP_SCATTER)) b->flags |= FERRY_BUCKET_DIRECT;
+            if (op->flags & FERRY_OP_GATHER) b->flags |= FERRY_BUCKET_GATHER;
             b->dst_buffer = op->dst_buffer;
             b->dst_offset = op->dst_offset;
         }
@@ -257,6 +261,7 @@ ferry_status_t plan_emit(ferry_plan_t *p) {
         s->runs += p->ops[i].runs;
         s->op_bytes += p->ops[i].bytes;
         if (p->ops[i].flags & FERRY_OP_PACK) s->packed_ops++;
+        if (p->ops[i].flags & FERRY_OP_GATHER) s->gather_ops++;
     }
     return FERRY_OK;
 }

@@ -5,7 +5,9 @@
  * fragment, with no padding, so the fragments one reader takes from one
  * source form one contiguous span, and all readers assigned to the same
  * holder read the same slot (packing cost does not grow with replicas).
- * Computed for all sources: a reader needs the offsets of its sources. */
+ * Computed for all sources: a reader needs the offsets of its sources.
+ * With a pack_limit, a fragment that would take a rank's area past it is
+ * not packed there (emit makes it a direct read or a FERRY_OP_GATHER). */
 #include <string.h>
 
 #include "plan/plan_internal.h"
@@ -83,6 +85,7 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
                 if (contiguous) continue;
             }
             uint32_t rank = p->src.holder_rank[cell->first_holder + h];
+            if (p->pack_limit && fr->bytes > p->pack_limit - p->pack_size[rank]) continue;
             *slot = p->pack_size[rank];
             p->pack_size[rank] += fr->bytes;
         }

@@ -63,7 +63,7 @@ void ferry_plan_destroy(ferry_plan_t *p) {
 static ferry_status_t read_params(ferry_plan_t *p, const ferry_plan_params_t *pp) {
     uint64_t known = FERRY_PLAN_PARAM_SRC_HOSTS | FERRY_PLAN_PARAM_DST_HOSTS |
                      FERRY_PLAN_PARAM_BUCKET_BYTES | FERRY_PLAN_PARAM_PACK_BELOW |
-                     FERRY_PLAN_PARAM_ONLY;
+                     FERRY_PLAN_PARAM_ONLY | FERRY_PLAN_PARAM_PACK_LIMIT;
     p->bucket_bytes = FERRY_PLAN_DEFAULT_BUCKET_BYTES;
     p->pack_below = FERRY_PLAN_DEFAULT_PACK_BELOW;
     if (!pp) return FERRY_OK;
@@ -86,6 +86,7 @@ static ferry_status_t read_params(ferry_plan_t *p, const ferry_plan_params_t *pp
         p->bucket_bytes = pp->bucket_bytes;
     }
     if (pp->field_mask & FERRY_PLAN_PARAM_PACK_BELOW) p->pack_below = pp->pack_below;
+    if (pp->field_mask & FERRY_PLAN_PARAM_PACK_LIMIT) p->pack_limit = pp->pack_limit;
     if (pp->field_mask & FERRY_PLAN_PARAM_ONLY) {
         if (pp->only_side != FERRY_SIDE_TRAIN && pp->only_side != FERRY_SIDE_INFER)
             return ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,

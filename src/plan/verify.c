@@ -55,7 +55,19 @@ ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, con
         ferry_status_t st = check_side(p, src, op, i, true, ti.name, ti.dtype);
         if (st == FERRY_OK) st = check_side(p, dst, op, i, false, ti.name, ti.dtype);
         if (st) return st;
+        /* a strided source is packed or read run by run (FERRY_OP_GATHER), never one read */
+        bool strided = plan_run_elems(&op->box, op->src_strides, NULL) != ferry_box_numel(&op->box);
+        bool gather = op->flags & FERRY_OP_GATHER, packed = op->flags & FERRY_OP_PACK;
+        if (gather != (strided && !packed) || (gather && packed))
+            return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s): %s source %s", i, ti.name,
+                              strided ? "a strided" : "a contiguous",
+                              gather ? (packed ? "both packed and gathered" : "marked as gathered")
+                                     : "neither packed nor gathered");
     }
+    for (uint32_t r = 0; p->pack_limit && r < p->src.world; r++)
+        if (p->pack_size[r] > p->pack_limit)
+            return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "source rank %u: a pack area of %llu bytes, past the limit of %llu",
+                              r, (unsigned long long)p->pack_size[r], (unsigned long long)p->pack_limit);
     if (p->only && p->only_side == FERRY_SIDE_TRAIN) return FERRY_OK; /* a writer sees part of each piece */
     /* the ops of each destination piece must tile it: sizes add up, no two overlap */
     size_t *first = ferry_calloc(p->ctx, nd + 1, sizeof *first);

@@ -40,10 +40,6 @@ ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n
     (void)d, (void)dst, (void)src, (void)n;
     return ferry_cuda_init(err);
 }
-ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err) {
-    (void)d, (void)r, (void)n, (void)out;
-    return ferry_cuda_init(err);
-}
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err) {
     (void)d;
     return ferry_cuda_init(err);
@@ -370,9 +366,5 @@ ferry_status_t sync_dev_sums_flush(sync_dev_t *d, ferry_errbuf_t *err) {
     return st;
 }
 
-ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err) {
-    ferry_status_t st = sync_dev_sums_async(d, r, n, out, NULL, err);
-    return st == FERRY_OK ? sync_dev_sums_flush(d, err) : st;
-}
 
 #endif

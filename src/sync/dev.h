@@ -48,9 +48,6 @@ uint64_t sync_dev_bytes(const sync_dev_t *d);
 /* Enqueue on the member's stream, in order. */
 ferry_status_t sync_dev_boxes(sync_dev_t *d, const sync_dev_box_t *jobs, size_t n, ferry_errbuf_t *err);
 ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err);
-/* Checksums of n regions after everything enqueued before; waits for them
- * (and for every batch of sync_dev_sums_async: it flushes). */
-ferry_status_t sync_dev_sums(sync_dev_t *d, const sync_dev_region_t *r, size_t n, uint64_t *out, ferry_errbuf_t *err);
 /* Waits for everything enqueued (both streams). */
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
 

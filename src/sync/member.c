@@ -48,6 +48,7 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
     if (!(f & FERRY_SYNC_PARAM_INFLIGHT) || !m->p.inflight_bytes)
         m->p.inflight_bytes = (f & FERRY_SYNC_PARAM_MEMORY) && params->memory == FERRY_MEM_CUDA ? 256u << 20 : 64u << 20;
     if (!(f & FERRY_SYNC_PARAM_THREADS) || !m->p.threads) m->p.threads = 1;
+    if (!(f & FERRY_SYNC_PARAM_PACK_LIMIT)) m->p.pack_limit = 0;
     if (!(f & FERRY_SYNC_PARAM_DELTAS)) m->p.deltas = FERRY_SYNC_DELTAS_AUTO;
     if (m->p.deltas != FERRY_SYNC_DELTAS_AUTO && m->p.deltas != FERRY_SYNC_DELTAS_ALWAYS &&
         m->p.deltas != FERRY_SYNC_DELTAS_OFF)
@@ -329,7 +330,8 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
     }
     if (st == FERRY_OK) {
         ferry_plan_params_t pp = {.field_mask = FERRY_PLAN_PARAM_SRC_HOSTS | FERRY_PLAN_PARAM_DST_HOSTS |
-                                                FERRY_PLAN_PARAM_ONLY,
+                                                FERRY_PLAN_PARAM_ONLY | FERRY_PLAN_PARAM_PACK_LIMIT,
+                                  .pack_limit = m->p.pack_limit,
                                   .src_hosts = m->side[0].hosts,
                                   .dst_hosts = m->side[1].hosts,
                                   .only_side = m->role == META_ROLE_WRITER ? FERRY_SIDE_TRAIN : FERRY_SIDE_INFER,

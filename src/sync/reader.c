@@ -41,8 +41,8 @@ struct ferry_reader {
     size_t scratch_cap;
     uint8_t *gather;             /* row-major copy of a scattered region, for its checksum */
     size_t gather_cap;
-    ferry_xport_run_t *runs;
-    size_t cap_runs;
+    ferry_xport_run_t *runs;     /* a batch's reads: one per bucket, one per source run of a GATHER bucket */
+    size_t nruns, cap_runs;
     uint64_t *got;               /* per op: ferry sum of its destination region after landing */
     bool source_hashed;          /* this attempt hashed some ops from the writer's bytes (views) */
     uint64_t pulling;            /* the version this attempt reads (for errors) */
@@ -275,21 +275,47 @@ typedef struct pull_stats {
     uint64_t bytes;
 } pull_stats_t;
 
-/* Transfers buckets [j0, j1) of pair p in one request, lands them, checks them. */
-/* The runs of buckets [j0, j1) of pair p: DIRECT ones into the
- * destination, the others one after another into `scratch`. */
+/* Appends a GATHER bucket's reads to r->runs: its op's runs contiguous in
+ * the writer's buffer, row-major, each landing after the one before. */
+typedef struct gather_runs {
+    ferry_xport_run_t *run;
+    ferry_xport_rmem_t *rmem;
+    uint64_t remote;
+    uint8_t *local;
+} gather_runs_t;
+
+static void gather_run(void *arg, uint64_t strided, uint64_t packed, size_t n) {
+    gather_runs_t *g = arg;
+    *g->run++ = (ferry_xport_run_t){.rmem = g->rmem, .remote_offset = g->remote + strided, .len = n,
+                                    .local = g->local + packed};
+}
+
+/* The reads of buckets [j0, j1) of pair p into r->runs (r->nruns of them):
+ * DIRECT ones into the destination, the others one after another into
+ * `scratch`; a GATHER bucket is one read per source run. */
 static ferry_status_t batch_runs(ferry_reader_t *r, const ferry_plan_pair_t *p, size_t j0, size_t j1,
                                  uint8_t *scratch) {
     sync_member_t *m = &r->m;
     const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     reader_src_t *s = &r->src[p->src_rank];
     const meta_slot_map_t *map = &s->grant->map;
-    if (ferry_grow(m->ctx, (void **)&r->runs, sizeof *r->runs, &r->cap_runs, j1 - j0) != 0)
+    size_t n = 0;
+    for (size_t j = j0; j < j1; j++) {
+        if (!(bk[j].flags & FERRY_BUCKET_GATHER)) {
+            n++;
+            continue;
+        }
+        uint32_t outer;
+        const ferry_copy_op_t *op = &ops[bk[j].first_op];
+        n += (size_t)(op->bytes / ((uint64_t)sync_box_run(&op->box, op->src_strides, NULL, &outer) * sync_op_esz(m, op)));
+    }
+    if (ferry_grow(m->ctx, (void **)&r->runs, sizeof *r->runs, &r->cap_runs, n) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     size_t scratch_at = 0;
+    ferry_xport_run_t *run = r->runs;
     for (size_t j = j0; j < j1; j++) {
         const ferry_plan_bucket_t *b = &bk[j];
-        ferry_xport_run_t *run = &r->runs[j - j0];
         if (b->flags & FERRY_BUCKET_PACKED) {
             if (!map->has_pack) return ferry_fail(&m->err, FERRY_ERR_MISMATCH, "writer %u has no pack area", p->src_rank);
             run->rmem = s->regions.cur[map->pack_region];
@@ -306,7 +332,16 @@ static ferry_status_t batch_runs(ferry_reader_t *r, const ferry_plan_pair_t *p, 
             run->local = scratch + scratch_at;
             scratch_at += b->bytes;
         }
+        if (b->flags & FERRY_BUCKET_GATHER) { /* (its destination, if DIRECT, is one run: row-major) */
+            const ferry_copy_op_t *op = &ops[b->first_op];
+            gather_runs_t g = {run, run->rmem, run->remote_offset, run->local};
+            sync_box_runs(&op->box, op->src_strides, NULL, sync_op_esz(m, op), gather_run, &g);
+            run = g.run;
+        } else {
+            run++;
+        }
     }
+    r->nruns = (size_t)(run - r->runs);
     return FERRY_OK;
 }
 
@@ -324,7 +359,7 @@ static ferry_status_t dev_start(ferry_reader_t *r, dev_batch_t *b) {
     ferry_status_t st = batch_runs(r, b->p, b->j0, b->j1, b->scratch);
     if (st != FERRY_OK) return st;
     if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
-    st = ferry_xport_get(r->m.xp, r->runs, b->j1 - b->j0, &b->req);
+    st = ferry_xport_get(r->m.xp, r->runs, r->nruns, &b->req);
     return st == FERRY_OK ? FERRY_OK : read_fail(r, b->p->src_rank, st);
 }
 
@@ -391,7 +426,7 @@ static bool dev_views(ferry_reader_t *r, size_t n) {
  * sync_dev_sums_flush, after which every region is checked again. */
 static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, int half, pull_stats_t *ps) {
     sync_member_t *m = &r->m;
-    size_t n = b->j1 - b->j0;
+    size_t n = r->nruns;
     for (size_t i = 0; i < n; i++) {
         ferry_xport_rmem_t *rm = r->runs[i].rmem;
         bool seen = false;
@@ -403,11 +438,35 @@ static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, in
         ferry_status_t st = ferry_xport_rmem_check(rm);
         if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
     }
+    /* A GATHER bucket is one box kernel job reading the writer's strided
+     * bytes through the view (one copy-engine copy per run of a few KiB
+     * would leave the engines idle between runs); the others are copies. */
+    const ferry_plan_bucket_t *bk = ferry_plan_buckets(m->plan);
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    if (ferry_grow(m->ctx, (void **)&r->dboxes, sizeof *r->dboxes, &r->cap_dboxes, b->j1 - b->j0) != 0)
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     ferry_status_t st = sync_dev_copy_after_mark(m->dev, half, &m->err);
     if (!r->shadow) r->torn = true; /* live bytes may change from here on */
-    for (size_t i = 0; i < n && st == FERRY_OK; i++)
-        st = sync_dev_copy_async(m->dev, r->runs[i].local, r->dviews[i], r->runs[i].len, &m->err);
+    size_t k = 0, ng = 0;
+    for (size_t j = b->j0; j < b->j1 && st == FERRY_OK; j++) {
+        if (!(bk[j].flags & FERRY_BUCKET_GATHER)) {
+            st = sync_dev_copy_async(m->dev, r->runs[k].local, r->dviews[k], r->runs[k].len, &m->err);
+            k++;
+            continue;
+        }
+        const ferry_copy_op_t *op = &ops[bk[j].first_op];
+        size_t esz = sync_op_esz(m, op);
+        uint32_t outer;
+        const void *src = NULL;
+        st = ferry_xport_rmem_view(r->runs[k].rmem, r->runs[k].remote_offset, sync_box_span(op->src_strides, &op->box, esz),
+                                   &src);
+        if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
+        r->dboxes[ng++] = (sync_dev_box_t){.dst = r->runs[k].local, .src = src, .src_strides = op->src_strides,
+                                            .box = op->box, .esz = (uint32_t)esz};
+        k += (size_t)(op->bytes / ((uint64_t)sync_box_run(&op->box, op->src_strides, NULL, &outer) * esz));
+    }
     if (st == FERRY_OK) st = sync_dev_copies_then_compute(m->dev, &m->err);
+    if (st == FERRY_OK) st = sync_dev_boxes(m->dev, r->dboxes, ng, &m->err); /* (before the scatter, same stream) */
     if (st == FERRY_OK) st = dev_land(r, b, ps);
     if (st == FERRY_OK) st = sync_dev_mark_compute(m->dev, half, &m->err);
     return st;
@@ -456,7 +515,7 @@ static ferry_status_t pull_all_dev(ferry_reader_t *r, pull_stats_t *ps) {
             }
             dev_batch_t cur = {p, j, k, r->scratch + (size_t)half * (r->scratch_cap / 2), NULL};
             if ((st = batch_runs(r, p, j, k, cur.scratch)) != FERRY_OK) break;
-            if (dev_views(r, k - j)) { /* the writer's GPU memory is mapped here: copy it ourselves */
+            if (dev_views(r, r->nruns)) { /* the writer's GPU memory is mapped here: copy it ourselves */
                 if (have_prev && (st = dev_finish(r, &prev, ps)) != FERRY_OK) break;
                 have_prev = false;
                 viewed = true;
@@ -496,7 +555,7 @@ static ferry_status_t pull_batch(ferry_reader_t *r, const ferry_plan_pair_t *p, 
     if (st != FERRY_OK) return st;
     ferry_xport_req_t *req = NULL;
     if (!r->shadow) r->torn = true; /* live bytes may change from here on, even if the get fails */
-    st = ferry_xport_get(m->xp, r->runs, j1 - j0, &req);
+    st = ferry_xport_get(m->xp, r->runs, r->nruns, &req);
     if (st == FERRY_OK) st = ferry_xport_req_wait(req, -1);
     ferry_xport_req_free(req);
     if (st != FERRY_OK) return read_fail(r, p->src_rank, st);
@@ -691,7 +750,7 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
         while (j < end) {
             ferry_status_t tst = pull_tick(r, p->src_rank);
             if (tst != FERRY_OK) return tst;
-            if (fuse && (bk[j].flags & FERRY_BUCKET_DIRECT)) {
+            if (fuse && (bk[j].flags & (FERRY_BUCKET_DIRECT | FERRY_BUCKET_GATHER)) == FERRY_BUCKET_DIRECT) {
                 ferry_status_t st = pull_direct_fused(r, p, j, ps);
                 if (st != FERRY_OK) return st;
                 j++;
@@ -700,7 +759,7 @@ static ferry_status_t pull_all(ferry_reader_t *r, pull_stats_t *ps) {
             /* a batch: buckets up to inflight bytes whose staged parts fit the scratch */
             size_t k = j;
             uint64_t bytes = 0, staged = 0;
-            while (k < end && !(fuse && (bk[k].flags & FERRY_BUCKET_DIRECT))) {
+            while (k < end && !(fuse && (bk[k].flags & (FERRY_BUCKET_DIRECT | FERRY_BUCKET_GATHER)) == FERRY_BUCKET_DIRECT)) {
                 uint64_t sb = (bk[k].flags & FERRY_BUCKET_DIRECT) ? 0 : bk[k].bytes;
                 if (k > j && (bytes + bk[k].bytes > m->p.inflight_bytes || staged + sb > r->scratch_cap)) break;
                 bytes += bk[k].bytes;

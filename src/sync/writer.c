@@ -39,6 +39,9 @@ struct ferry_writer {
     size_t *pack_ops;          /* ops that fill a pack slot (one per pack offset) */
     size_t npack_ops;
     size_t *hash_order;        /* ops sorted by the bytes they read (equal reads hash once) */
+    uint8_t *gscratch;         /* a FERRY_OP_GATHER op's bytes, gathered to be hashed or encoded (on a
+                                  CUDA writer's GPU), as large as the largest such op */
+    uint64_t gscratch_cap;
     meta_pair_sums_t *pair_sums; /* per reader: its checksums in the slot being published */
     size_t npairs;
     /* deltas (sync mode): the served bytes as of base_version, grouped by
@@ -95,6 +98,10 @@ static void epoch_free(ferry_writer_t *w) {
     ferry_free(w->m.ctx, w->slot_offset);
     ferry_free(w->m.ctx, w->pack_ops);
     ferry_free(w->m.ctx, w->hash_order);
+    if (w->m.dev) sync_dev_free(w->m.dev, w->gscratch, w->gscratch_cap);
+    else ferry_free(w->m.ctx, w->gscratch);
+    w->gscratch = NULL;
+    w->gscratch_cap = 0;
     ferry_free(w->m.ctx, w->pair_sums);
     w->slots = NULL;
     w->nslots = 0;
@@ -169,6 +176,16 @@ static inline uint64_t op_key_region(const ferry_writer_t *w, const ferry_copy_o
 }
 static inline uint64_t op_key_offset(const ferry_copy_op_t *op) {
     return (op->flags & FERRY_OP_PACK) ? op->pack_offset : op->src_offset;
+}
+
+/* Whether two ops that start at the same source byte and move as many
+ * bytes read the same bytes: yes unless one is a FERRY_OP_GATHER, whose
+ * box and strides must then match too. */
+static bool same_gather(const ferry_copy_op_t *a, const ferry_copy_op_t *b) {
+    if (!((a->flags | b->flags) & FERRY_OP_GATHER)) return true;
+    if ((a->flags ^ b->flags) & FERRY_OP_GATHER || a->box.ndim != b->box.ndim) return false;
+    return memcmp(a->box.extent, b->box.extent, a->box.ndim * sizeof *a->box.extent) == 0 &&
+           memcmp(a->src_strides, b->src_strides, a->box.ndim * sizeof *a->src_strides) == 0;
 }
 
 /* Orders ops by the bytes they read (qsort_r: writers in several threads
@@ -272,9 +289,26 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
     for (size_t k = 0; k < nops; k++) {
         const ferry_copy_op_t *op = &ops[w->hash_order[k]], *prev = k ? &ops[w->hash_order[k - 1]] : NULL;
         if (!prev || op_key_region(w, op) != op_key_region(w, prev) || op_key_offset(op) != op_key_offset(prev) ||
-            op->bytes != prev->bytes)
+            op->bytes != prev->bytes || !same_gather(op, prev))
             w->group_op[w->ngroups++] = w->hash_order[k];
         w->op_group[w->hash_order[k]] = w->ngroups - 1;
+    }
+    uint64_t gather = 0; /* the largest op read run by run: the scratch its bytes are gathered into */
+    for (size_t i = 0; i < nops; i++)
+        if ((ops[i].flags & FERRY_OP_GATHER) && ops[i].bytes > gather) gather = ops[i].bytes;
+    if (gather) {
+        w->gscratch_cap = gather;
+        if (m->dev) {
+            ferry_status_t ds = sync_dev_alloc(m->dev, gather, (void **)&w->gscratch, &m->err);
+            if (ds != FERRY_OK) {
+                w->gscratch_cap = 0;
+                return ds;
+            }
+        } else if (!(w->gscratch = ferry_alloc(ctx, gather))) {
+            w->gscratch_cap = 0;
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for %llu bytes of gather scratch",
+                              (unsigned long long)gather);
+        }
     }
     for (size_t k = 0; k < nops; k++) {
         size_t i = w->hash_order[k];
@@ -402,27 +436,64 @@ static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const 
                : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
 }
 
+/* A host writer's op's bytes, contiguous: where they are, or for a
+ * FERRY_OP_GATHER gathered (row-major) into the scratch, valid until the
+ * next call. */
+static const uint8_t *op_read(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op) {
+    if (!(op->flags & FERRY_OP_GATHER)) return op_bytes(w, s, op);
+    uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
+    sync_gather(w->gscratch, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box, sync_op_esz(&w->m, op));
+    return w->gscratch;
+}
+
+/* A CUDA writer's sums of every group into gs: the contiguous reads in one
+ * batch, then each gathered read, gathered into the scratch by the box
+ * kernel and summed there (the stream orders each gather after the sum of
+ * the one before). */
+static ferry_status_t hash_dev(ferry_writer_t *w, writer_slot_t *s, uint64_t *gs) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
+    sync_dev_region_t *rg = ferry_calloc(w->m.ctx, w->ngroups + 1, sizeof *rg);
+    size_t *idx = ferry_calloc(w->m.ctx, w->ngroups + 1, sizeof *idx), n = 0;
+    ferry_status_t st = rg && idx ? FERRY_OK : ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t g = 0; g < w->ngroups && st == FERRY_OK; g++) {
+        const ferry_copy_op_t *op = &ops[w->group_op[g]];
+        if (op->flags & FERRY_OP_GATHER) continue;
+        idx[n] = g;
+        rg[n++] = (sync_dev_region_t){op_bytes(w, s, op), op->bytes};
+    }
+    if (st == FERRY_OK) st = sync_dev_sums_async(w->m.dev, rg, n, gs, idx, &w->m.err);
+    for (size_t g = 0; g < w->ngroups && st == FERRY_OK; g++) {
+        const ferry_copy_op_t *op = &ops[w->group_op[g]];
+        if (!(op->flags & FERRY_OP_GATHER)) continue;
+        uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
+        sync_dev_box_t job = {.dst = w->gscratch, .src = buf_bytes(w, s, b) + op->src_offset,
+                              .src_strides = op->src_strides, .box = op->box, .esz = (uint32_t)sync_op_esz(&w->m, op)};
+        sync_dev_region_t one = {w->gscratch, op->bytes};
+        st = sync_dev_boxes(w->m.dev, &job, 1, &w->m.err);
+        if (st == FERRY_OK) st = sync_dev_sums_async(w->m.dev, &one, 1, gs, &g, &w->m.err);
+    }
+    ferry_status_t fs = sync_dev_sums_flush(w->m.dev, &w->m.err); /* (after a failure too: nothing stays queued) */
+    ferry_free(w->m.ctx, rg);
+    ferry_free(w->m.ctx, idx);
+    return st != FERRY_OK ? st : fs;
+}
+
 /* One ferry sum per distinct read, given to every op that reads it (on the
- * GPU for a CUDA writer: one batch of every group). */
+ * GPU for a CUDA writer). */
 static ferry_status_t hash_slot(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     size_t nops = ferry_plan_op_count(w->m.plan);
     if (w->m.dev) {
-        sync_dev_region_t *rg = ferry_calloc(w->m.ctx, w->ngroups + 1, sizeof *rg);
         uint64_t *gs = ferry_calloc(w->m.ctx, w->ngroups + 1, sizeof *gs);
-        ferry_status_t st = rg && gs ? FERRY_OK : ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
-        for (size_t g = 0; g < w->ngroups && st == FERRY_OK; g++)
-            rg[g] = (sync_dev_region_t){op_bytes(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes};
-        if (st == FERRY_OK) st = sync_dev_sums(w->m.dev, rg, w->ngroups, gs, &w->m.err);
+        ferry_status_t st = gs ? hash_dev(w, s, gs) : ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
         for (size_t i = 0; i < nops && st == FERRY_OK; i++) s->sums[i] = gs[w->op_group[i]];
-        ferry_free(w->m.ctx, rg);
         ferry_free(w->m.ctx, gs);
         return st;
     }
     uint64_t sum = 0;
     for (size_t k = 0; k < nops; k++) {
         size_t i = w->hash_order[k], g = w->op_group[i];
-        if (k == 0 || g != w->op_group[w->hash_order[k - 1]]) sum = ferry_sum(op_bytes(w, s, &ops[i]), ops[i].bytes);
+        if (k == 0 || g != w->op_group[w->hash_order[k - 1]]) sum = ferry_sum(op_read(w, s, &ops[i]), ops[i].bytes);
         s->sums[i] = sum;
     }
     return FERRY_OK;
@@ -481,7 +552,7 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
                     dp.base_chunk_sums = gs;
                 }
                 size_t l = 0;
-                ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], op_bytes(w, s, &ops[i]), elems,
+                ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], op_read(w, s, &ops[i]), elems,
                                         a + at, w->delta_cap - at, &l) == FERRY_OK;
                 w->sum_ver[g] = ok ? v : 0;
                 w->sum_dt[g] = dt;
@@ -502,7 +573,7 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     }
     /* the base moves on */
     for (size_t g = 0; g < w->ngroups; g++)
-        memcpy(w->base + w->group_base[g], op_bytes(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes);
+        memcpy(w->base + w->group_base[g], op_read(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes);
     w->base_version = v;
     sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? at : 0;

@@ -26,6 +26,13 @@ expect 0 "reader updates applied sparse deltas" -- demo --model $golden/tiny-qwe
 expect 0 "$ok" -- demo $moe --infer tp=2,ep=2 --steps 3 --deltas always --staged
 expect 2 "--deltas \"sometimes\": not a choice; want auto, always or off" -- demo --deltas sometimes
 # the file channel: trainer ranks publish snapshots and deltas into directories, engine ranks follow them
+# no pack areas: strided sources read run by run, over shm and ucx, deltas included
+expect 0 "$ok" -- demo --model $golden/tiny-mla.json --train tp=2,ep=2,experts=grouped_t,buffers=flat \
+    --infer tp=2,ep=1,replicas=2 --steps 3 --pack-limit 1
+expect 0 "$ok" -- demo --model $golden/tiny-mla.json --train tp=2,ep=2,experts=grouped_t,buffers=flat \
+    --infer tp=2,ep=1,replicas=2 --steps 3 --pack-limit 1 --transport ucx --deltas always
+expect 2 "the file channel has none" -- demo --transport file --pack-limit 1M
+expect 2 "--pack-limit \"lots\"" -- demo --pack-limit lots
 expect 0 "$ok" -- demo $moe --infer tp=2,ep=2,replicas=2 --steps 4 --transport file
 expect 0 "$ok" -- demo --model $golden/tiny-qwen3.json --train tp=2,pp=2 --infer tp=1,replicas=2 --steps 3 --transport file
 expect 0 "verification off" -- demo $moe --infer tp=2 --steps 2 --no-verify

@@ -16,6 +16,8 @@ expect 0 "$agree" -- plan --model qwen3-30b-a3b --train tp=2,ep=4,etp=2,dp=4,exp
 expect 0 "$agree" -- plan --model deepseek-v3 --train tp=8,pp=8,ep=32,dp=4,pp_first=7,pp_last=6 --infer tp=8,ep=8,replicas=4 --locals 2
 expect 0 "$ok" -- plan --model kimi-k2 --train tp=8,pp=4,ep=64,dp=8,pp_first=16,pp_last=15 --infer tp=16,ep=16,replicas=8
 expect 0 "$ok" -- plan --model deepseek-v3 --mtp --train tp=4,pp=4,ep=16,dp=4,pp_first=16,pp_last=15 --infer tp=8,ep=8,replicas=2
+# a column split with a bounded pack area: the rest is read run by run, local plans agree
+expect 0 "strided ops read run by run" -- plan --model qwen3-8b --train tp=1 --infer tp=2 --pack-limit 64M --locals 2
 # the local plan of one reader and one writer
 expect 0 "its sources in reading order" -- plan --model qwen3-8b --train tp=8,dp=4 --infer tp=2,replicas=16 --rank 5
 expect 0 "pack area" -- plan --model qwen3-8b --train tp=2,dp=2 --infer tp=8,replicas=2 --writer 1

@@ -681,13 +681,21 @@ static inline void pe_check_op(const ferry_copy_op_t *op, size_t i, const ferry_
     PE_CHECK(op->run_bytes == (uint64_t)run * esz && op->runs * op->run_bytes == op->bytes,
              "op %zu %s: run_bytes %llu runs %llu, want run_bytes %llu", i, d, (unsigned long long)op->run_bytes,
              (unsigned long long)op->runs, (unsigned long long)((uint64_t)run * esz));
-    PE_CHECK((op->flags & ~(uint32_t)(FERRY_OP_PACK | FERRY_OP_SCATTER)) == 0, "op %zu %s", i, d);
+    PE_CHECK((op->flags & ~(uint32_t)(FERRY_OP_PACK | FERRY_OP_SCATTER | FERRY_OP_GATHER)) == 0, "op %zu %s", i, d);
     bool scatter = !pe_contig(&op->box, op->dst_strides);
     PE_CHECK(!!(op->flags & FERRY_OP_SCATTER) == scatter, "op %zu %s: SCATTER flag, dst contiguous=%d", i, d,
              !scatter);
-    bool pack = !pe_contig(&op->box, op->src_strides) || op->bytes < pe_pack_below(params);
-    PE_CHECK(!!(op->flags & FERRY_OP_PACK) == pack, "op %zu %s: PACK flag, src contiguous=%d pack_below=%llu", i, d,
-             pe_contig(&op->box, op->src_strides), (unsigned long long)pe_pack_below(params));
+    bool contig = pe_contig(&op->box, op->src_strides), pack = !contig || op->bytes < pe_pack_below(params);
+    bool limited = params && (params->field_mask & FERRY_PLAN_PARAM_PACK_LIMIT) && params->pack_limit;
+    if (limited) /* the pack area may be full: what is not packed is read whole, or run by run if strided */
+        PE_CHECK((!(op->flags & FERRY_OP_PACK) || pack) &&
+                     !!(op->flags & FERRY_OP_GATHER) == (!contig && !(op->flags & FERRY_OP_PACK)),
+                 "op %zu %s: PACK/GATHER flags, src contiguous=%d pack_below=%llu pack_limit %llu", i, d, contig,
+                 (unsigned long long)pe_pack_below(params), (unsigned long long)params->pack_limit);
+    else
+        PE_CHECK(!!(op->flags & FERRY_OP_PACK) == pack && !(op->flags & FERRY_OP_GATHER),
+                 "op %zu %s: PACK flag, src contiguous=%d pack_below=%llu", i, d, contig,
+                 (unsigned long long)pe_pack_below(params));
 }
 
 /* Runs every op element by element (the reference a strided copy engine
@@ -763,7 +771,14 @@ static inline void pe_check_structure(const ferry_plan_t *plan, const ferry_plan
             PE_CHECK(b->first_op == next && b->op_count > 0 && b->first_op + b->op_count <= q->first_op + q->op_count,
                      "bucket %zu of pair %zu does not continue its ops", j, p);
             next += b->op_count;
-            PE_CHECK((b->flags & ~(uint32_t)(FERRY_BUCKET_PACKED | FERRY_BUCKET_DIRECT)) == 0, "bucket %zu", j);
+            PE_CHECK((b->flags & ~(uint32_t)(FERRY_BUCKET_PACKED | FERRY_BUCKET_DIRECT | FERRY_BUCKET_GATHER)) == 0,
+                     "bucket %zu", j);
+            if (b->flags & FERRY_BUCKET_GATHER) /* one strided op past the pack limit, alone */
+                PE_CHECK(b->op_count == 1 && (ops[b->first_op].flags & FERRY_OP_GATHER) && !(b->flags & FERRY_BUCKET_PACKED),
+                         "bucket %zu: GATHER with %zu ops, op flags %u", j, b->op_count, ops[b->first_op].flags);
+            else
+                for (size_t i = b->first_op; i < b->first_op + b->op_count; i++)
+                    PE_CHECK(!(ops[i].flags & FERRY_OP_GATHER), "bucket %zu: op %zu is GATHER, the bucket is not", j, i);
             uint64_t cursor = 0;
             for (size_t i = b->first_op; i < b->first_op + b->op_count; i++) {
                 const ferry_copy_op_t *op = &ops[i];
@@ -932,7 +947,21 @@ static inline void pe_run_buckets(const ferry_plan_t *plan, const ferry_layout_t
                          "bucket %zu: source buffer %u +%llu", j, b->src_buffer, (unsigned long long)b->src_offset);
                 from = smem->tag[b->src_buffer] + b->src_offset;
             }
-            memcpy(stage, from, b->bytes * sizeof *stage);
+            if (b->flags & FERRY_BUCKET_GATHER) { /* run by run under the op's source strides */
+                const ferry_copy_op_t *op = &ops[b->first_op];
+                size_t esz = ferry_dtype_size(pe_tensor(dm, op->tensor).dtype);
+                ferry_buffer_info_t bi;
+                ferry_layout_buffer(src, b->src_buffer, &bi);
+                int64_t idx[FERRY_MAX_DIMS] = {0};
+                uint64_t at = 0;
+                do {
+                    uint64_t sa = pe_addr(b->src_offset, op->src_strides, idx, NULL, op->box.ndim, esz);
+                    PE_CHECK(sa + esz <= bi.size, "bucket %zu: gathers past its source buffer", j);
+                    for (size_t k = 0; k < esz; k++) stage[at++] = from[sa - b->src_offset + k];
+                } while (pe_next(idx, &op->box));
+            } else {
+                memcpy(stage, from, b->bytes * sizeof *stage);
+            }
             uint64_t cursor = 0;
             for (size_t i = b->first_op; i < b->first_op + b->op_count; i++) {
                 const ferry_copy_op_t *op = &ops[i];
@@ -975,15 +1004,16 @@ static inline void pe_check_local_stats(const ferry_plan_t *plan) {
     ferry_plan_stats_t st;
     ferry_plan_stats(plan, &st);
     const ferry_copy_op_t *ops = ferry_plan_ops(plan);
-    uint64_t runs = 0, packed = 0, bytes = 0;
+    uint64_t runs = 0, packed = 0, bytes = 0, gathered = 0;
     for (size_t i = 0; i < ferry_plan_op_count(plan); i++) {
         runs += ops[i].runs;
         packed += !!(ops[i].flags & FERRY_OP_PACK);
+        gathered += !!(ops[i].flags & FERRY_OP_GATHER);
         bytes += ops[i].bytes;
     }
     PE_CHECK(st.ops == ferry_plan_op_count(plan) && st.runs == runs && st.packed_ops == packed &&
                  st.buckets == ferry_plan_bucket_count(plan) && st.pairs == ferry_plan_pair_count(plan) &&
-                 st.op_bytes == bytes,
+                 st.op_bytes == bytes && st.gather_ops == gathered,
              "ops %llu runs %llu packed %llu buckets %llu pairs %llu op_bytes %llu", (unsigned long long)st.ops,
              (unsigned long long)st.runs, (unsigned long long)st.packed_ops, (unsigned long long)st.buckets,
              (unsigned long long)st.pairs, (unsigned long long)st.op_bytes);
@@ -1025,6 +1055,9 @@ static inline void pe_check_global_stats(const ferry_plan_t *plan, const ferry_l
         PE_CHECK(pb >= pack_end[r], "pack_bytes(%u) = %llu < end of a region %llu", r, (unsigned long long)pb,
                  (unsigned long long)pack_end[r]);
         PE_CHECK(pb == 0 || pack_end[r] > 0, "pack_bytes(%u) = %llu but nothing is packed", r, (unsigned long long)pb);
+        if (params && (params->field_mask & FERRY_PLAN_PARAM_PACK_LIMIT) && params->pack_limit)
+            PE_CHECK(pb <= params->pack_limit, "pack_bytes(%u) = %llu over pack_limit %llu", r, (unsigned long long)pb,
+                     (unsigned long long)params->pack_limit);
         sum_s += b;
         sum_pack += pb;
         serving += b > 0;
@@ -1203,6 +1236,10 @@ static inline void pe_random_params(pe_params_t *pp, uint32_t nsrc, uint32_t nds
         for (uint32_t r = 0; r < ndst; r++) pp->dst_hosts[r] = 100 + (uint32_t)pe_rnd(hosts + 1);
         p->dst_hosts = pp->dst_hosts;
     }
+    if (pe_rnd(3) == 0) { /* a pack area too small for some strided sources: they are gathered */
+        p->field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT;
+        p->pack_limit = (uint64_t)PE_PICK(0, 1, 1 + (int64_t)pe_rnd(512), 1 + (int64_t)pe_rnd(4096));
+    }
 }
 
 static inline void pe_params_desc(const ferry_plan_params_t *p, char *buf, size_t size) {
@@ -1210,8 +1247,8 @@ static inline void pe_params_desc(const ferry_plan_params_t *p, char *buf, size_
         snprintf(buf, size, "params NULL");
         return;
     }
-    snprintf(buf, size, "mask %llx bucket_bytes %llu pack_below %llu", (unsigned long long)p->field_mask,
-             (unsigned long long)p->bucket_bytes, (unsigned long long)p->pack_below);
+    snprintf(buf, size, "mask %llx bucket_bytes %llu pack_below %llu pack_limit %llu", (unsigned long long)p->field_mask,
+             (unsigned long long)p->bucket_bytes, (unsigned long long)p->pack_below, (unsigned long long)p->pack_limit);
 }
 
 #endif

@@ -243,6 +243,11 @@ static void check_pair(const ferry_layout_t *src, const ferry_layout_t *dst) {
                              .src_hosts = sh, .dst_hosts = dh, .bucket_bytes = 256, .pack_below = 32};
     check_locals(src, dst, NULL);
     check_locals(src, dst, &p);
+    /* a pack area of 48 bytes: most strided sources are read run by run */
+    ferry_plan_params_t lim = p;
+    lim.field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT;
+    lim.pack_limit = 48;
+    check_locals(src, dst, &lim);
     /* the digest covers the global decisions: plans that differ have different digests */
     ferry_plan_t *a = plan(src, dst, NULL), *b = plan(src, dst, &p);
     if (plans_differ(a, b))
@@ -477,6 +482,45 @@ static void digest_strides(void) {
     ferry_model_destroy(m);
 }
 
+/* pack_limit: a column split (tp=1 -> tp=2 of row-parallel weights) packs
+ * every strided half without a limit; with one, each source rank's pack
+ * area stays within it, the rest is FERRY_OP_GATHER, the digest changes
+ * only when a limit is set, and executing the plan still lands every byte
+ * (check_locals). */
+static void pack_limit(void) {
+    snprintf(pe_case, sizeof pe_case, "pack_limit: tiny dense tp=1 -> tp=2");
+    ferry_model_t *m = model(tiny_dense);
+    ferry_layout_t *src = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=1"), *dst = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2");
+    ferry_plan_params_t none = {.field_mask = FERRY_PLAN_PARAM_PACK_LIMIT, .pack_limit = 0};
+    ferry_plan_t *a = plan(src, dst, NULL), *z = plan(src, dst, &none);
+    ferry_plan_stats_t sa, sl;
+    ferry_plan_stats(a, &sa);
+    PE_CHECK(sa.pack_bytes > 0 && sa.gather_ops == 0, "no limit: pack %llu, gathered %llu",
+             (unsigned long long)sa.pack_bytes, (unsigned long long)sa.gather_ops);
+    PE_CHECK(ferry_plan_digest(z) == ferry_plan_digest(a), "pack_limit 0 changed the digest");
+    uint64_t limits[] = {1, 64, sa.pack_bytes / 2, sa.pack_bytes};
+    for (size_t k = 0; k < sizeof limits / sizeof *limits; k++) {
+        ferry_plan_params_t lp = {.field_mask = FERRY_PLAN_PARAM_PACK_LIMIT, .pack_limit = limits[k]};
+        ferry_plan_t *l = plan(src, dst, &lp);
+        ferry_plan_stats(l, &sl);
+        PE_CHECK(ferry_plan_pack_bytes(l, 0) <= limits[k], "limit %llu: pack area %llu", (unsigned long long)limits[k],
+                 (unsigned long long)ferry_plan_pack_bytes(l, 0));
+        if (limits[k] < sa.pack_bytes)
+            PE_CHECK(sl.gather_ops > 0 && ferry_plan_digest(l) != ferry_plan_digest(a),
+                     "limit %llu: %llu gathered, digest %llx", (unsigned long long)limits[k],
+                     (unsigned long long)sl.gather_ops, (unsigned long long)ferry_plan_digest(l));
+        else
+            PE_CHECK(sl.gather_ops == 0 && sl.pack_bytes == sa.pack_bytes, "limit %llu", (unsigned long long)limits[k]);
+        ferry_plan_destroy(l);
+        check_locals(src, dst, &lp);
+    }
+    ferry_plan_destroy(a);
+    ferry_plan_destroy(z);
+    ferry_layout_destroy(src);
+    ferry_layout_destroy(dst);
+    ferry_model_destroy(m);
+}
+
 /* A source rank holding rows of w twice (the whole tensor in buffer "whole",
  * rows 0:4 in buffer "rows"): which of its pieces serves must follow the
  * content (buffer, offset), not the order the pieces were added in, and the
@@ -577,9 +621,10 @@ int main(void) {
     host_affinity();
     digest_strides();
     holder_choice_and_dtype();
-    printf("plan local: %d layout pairs x 2 parameter sets, %lu local plans: unions of source- and reader-local "
+    pack_limit();
+    printf("plan local: %d layout pairs x 3 parameter sets, %lu local plans: unions of source- and reader-local "
            "plans equal the global plan, pairs and buckets identical, same digest and figures, distributed execution "
-           "exact, deterministic, independent of piece order; balanced (src_max/lower bound/mean: %s) with staggered "
+           "exact, deterministic, independent of piece order; pack areas within pack_limit; balanced (src_max/lower bound/mean: %s) with staggered "
            "readers, same-host sources preferred\n",
            pairs, local_plans, balance_text);
     ferry_ctx_destroy(ctx);

@@ -14,7 +14,7 @@
 #include "plan_exec.h"
 
 static ferry_ctx_t *ctx;
-static unsigned long plans, ops, buckets, packed, refused;
+static unsigned long plans, ops, buckets, packed, gathered, refused;
 
 /* Plans src -> dst with NULL params and with two random parameter sets. */
 static void plan_and_check(const ferry_layout_t *src, const ferry_layout_t *dst) {
@@ -53,6 +53,7 @@ static void plan_and_check(const ferry_layout_t *src, const ferry_layout_t *dst)
         ops += s.ops;
         buckets += s.buckets;
         packed += s.packed_ops;
+        gathered += s.gather_ops;
         ferry_plan_destroy(plan);
     }
     memcpy(pe_case, base, sizeof base);
@@ -155,9 +156,9 @@ int main(void) {
         }
     }
     printf("plan reference: %d built + %d hand-made layout pairs (%lu refused: overlapping destination boxes), "
-           "%lu plans (%lu ops, %lu packed, %lu buckets) "
+           "%lu plans (%lu ops, %lu packed, %lu gathered past a pack_limit, %lu buckets) "
            "executed op by op and through pack areas and buckets, every destination byte checked\n",
-           built, hand, refused, plans, ops, packed, buckets);
+           built, hand, refused, plans, ops, packed, gathered, buckets);
     ferry_ctx_destroy(ctx);
     return 0;
 }

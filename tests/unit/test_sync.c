@@ -527,6 +527,8 @@ static int child_main(int argc, char **argv) {
         sp.memory = FERRY_MEM_CUDA;
         sp.device = w.device;
     }
+    sp.pack_limit = arg_u(argc, argv, "pack_limit", 0);
+    if (sp.pack_limit) sp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
     const char *token = arg(argc, argv, "token", NULL); /* absent: FERRY_TOKEN */
     if (token) {
         sp.field_mask |= FERRY_SYNC_PARAM_TOKEN;
@@ -640,6 +642,7 @@ typedef struct config {
     uint32_t slots, inflight, threads;
     int cuda;              /* every member's buffers in GPU memory (CUDA builds, --gpu) */
     const char *ucx_cuda;  /* FERRY_UCX_CUDA for the members (NULL: unset, auto) */
+    uint32_t pack_limit;   /* every member's (0: none): strided sources past it are read run by run */
 } config_t;
 
 #define MAXK 16
@@ -700,7 +703,8 @@ static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_en
     snprintf(a[n++], sizeof a[0], "inflight=%u", c->inflight);
     snprintf(a[n++], sizeof a[0], "threads=%u", c->threads ? c->threads : 1);
     snprintf(a[n++], sizeof a[0], "cuda=%d", c->cuda);
-    char *argv[28];
+    snprintf(a[n++], sizeof a[0], "pack_limit=%u", c->pack_limit);
+    char *argv[29];
     int k = 0;
     argv[k++] = "test_sync";
     argv[k++] = "--role";
@@ -1845,19 +1849,19 @@ static void case_token(void) {
 /* ---- driver ---------------------------------------------------------------- */
 
 static const config_t matrix[] = {
-    {.name = "tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync shm in place",
+    {.name = "tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync shm in place, 64-byte pack areas",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
-     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2},
+     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2, .pack_limit = 64},
     {.name = "wide tp4 -> tp1,transpose=*proj*; async shm staged",
      .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_ASYNC,
      .xport = FERRY_XPORT_SHM, .staged = 1, .wown = 1, .slots = 2},
     {.name = "tiny-moe tp2,ep2,etp1,pp2 -> tp2,ep2,transpose=*w2*; sync ucx",
      .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1,pp=2", .infer = "tp=2,ep=2,transpose=*w2*",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .staged = 2, .rown = 1, .inflight = 256},
-    {.name = "tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; async ucx",
+    {.name = "tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; async ucx, no pack areas",
      .model = "golden:tiny-mla", .train = "tp=2,ep=2,experts=grouped_t,buffers=flat",
      .infer = "tp=2,ep=1,replicas=2", .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_UCX, .staged = 2,
-     .slots = 3},
+     .slots = 3, .pack_limit = 1},
     {.name = "wide tp4,dp2 -> tp2,replicas2,flat; sync shm staged",
      .model = "inline:wide", .train = "tp=4,dp=2", .infer = "tp=2,replicas=2,buffers=flat",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .staged = 1, .wown = 2, .threads = 2},
@@ -1873,6 +1877,10 @@ static const config_t gpu_matrix[] = {
     {.name = "gpu: tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync in place, ferry's and caller's buffers",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2, .rown = 3, .cuda = 1},
+    {.name = "gpu: tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; sync, 64-byte pack areas",
+     .model = "golden:tiny-mla", .train = "tp=2,ep=2,experts=grouped_t,buffers=flat",
+     .infer = "tp=2,ep=1,replicas=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .staged = 2,
+     .cuda = 1, .pack_limit = 64},
     {.name = "gpu: wide tp4 -> tp1,transpose=*proj*; async staged",
      .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_ASYNC,
      .xport = FERRY_XPORT_SHM, .staged = 1, .wown = 1, .slots = 2, .cuda = 1},
@@ -1884,9 +1892,9 @@ static const config_t gpu_matrix[] = {
      .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM, .rown = 2, .slots = 2, .cuda = 1},
     /* UCX: GPU memory natively where this UCX has CUDA support, else (and
        with FERRY_UCX_CUDA=staged) through ferry's host staging */
-    {.name = "gpu, ucx: tiny-qwen3 tp2,pp2 -> tp4; sync in place, caller's buffers",
+    {.name = "gpu, ucx: tiny-qwen3 tp2,pp2 -> tp4; sync in place, caller's buffers, no pack areas",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
-     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .wown = 1, .rown = 1, .cuda = 1},
+     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .wown = 1, .rown = 1, .cuda = 1, .pack_limit = 1},
     {.name = "gpu, ucx staged: tiny-moe tp2,ep2,etp1 -> tp2,ep2; async staged, small batches",
      .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1", .infer = "tp=2,ep=2", .mode = FERRY_SYNC_MODE_ASYNC,
      .xport = FERRY_XPORT_UCX, .staged = 1, .inflight = 256, .slots = 2, .cuda = 1, .ucx_cuda = "staged"},

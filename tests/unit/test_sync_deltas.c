@@ -3,7 +3,9 @@
  * writer's deltas in place (delta_pairs 1, a small fraction of the bytes),
  * and its buffers equal the writer's byte for byte. A reader whose buffers
  * were changed behind ferry's back falls back to pulling whole and still
- * ends exact; with deltas off it always pulls whole. */
+ * ends exact; with deltas off it always pulls whole. Again with the
+ * trainer holding every matrix column-major and no pack area (pack_limit
+ * 1): its strided sources are read run by run, and encoded from gathers. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +59,31 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-static void run(ferry_sync_deltas_t reader_deltas) {
+/* One buffer per tensor, 2-D tensors stored column-major. */
+static ferry_layout_t *column_major(ferry_ctx_t *ctx, const ferry_model_t *m) {
+    ferry_layout_t *l;
+    CHECK_OK(ferry_layout_create(ctx, m, 1, &l), ferry_ctx_error(ctx));
+    for (uint32_t t = 0; t < ferry_model_tensor_count(m); t++) {
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(m, t, &ti);
+        ferry_piece_t pc;
+        memset(&pc, 0, sizeof pc);
+        pc.tensor = t;
+        pc.box = ferry_box_of_shape(ti.ndim, ti.shape);
+        int64_t n = ferry_box_numel(&pc.box), at = 1;
+        for (int d = (int)ti.ndim - 1; d >= 0; d--) {
+            pc.strides[d] = at;
+            at *= ti.shape[d];
+        }
+        if (ti.ndim == 2) pc.strides[0] = 1, pc.strides[1] = ti.shape[0];
+        CHECK_OK(ferry_layout_add_buffer(l, 0, ti.name, ti.dtype, (uint64_t)n * ferry_dtype_size(ti.dtype), &pc.buffer),
+                 ferry_layout_error(l));
+        CHECK_OK(ferry_layout_add_piece(l, &pc), ferry_layout_error(l));
+    }
+    return l;
+}
+
+static void run(ferry_sync_deltas_t reader_deltas, bool col_major, uint64_t pack_limit) {
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     ferry_model_t *model;
@@ -66,26 +92,38 @@ static void run(ferry_sync_deltas_t reader_deltas) {
                       "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,\"vocab_size\":2048,"
                       "\"intermediate_size\":512,\"tie_word_embeddings\":true}";
     CHECK_OK(ferry_model_from_hf_config(ctx, "small-qwen3", cfg, strlen(cfg), NULL, &model), ferry_ctx_error(ctx));
-    ferry_layout_t *src = build_layout(ctx, model, FERRY_SIDE_TRAIN, "tp=1"), *dst = build_layout(ctx, model, FERRY_SIDE_INFER, "tp=1");
+    ferry_layout_t *src = (col_major ? column_major(ctx, model) : build_layout(ctx, model, FERRY_SIDE_TRAIN, "tp=1")), *dst = build_layout(ctx, model, FERRY_SIDE_INFER, "tp=1");
+    if (pack_limit) { /* the case is what it says: strided sources past the pack limit */
+        ferry_plan_params_t pp = {.field_mask = FERRY_PLAN_PARAM_PACK_LIMIT, .pack_limit = pack_limit};
+        ferry_plan_t *plan;
+        ferry_plan_stats_t st;
+        CHECK_OK(ferry_plan_build(ctx, src, dst, &pp, &plan), ferry_ctx_error(ctx));
+        ferry_plan_stats(plan, &st);
+        CHECK(st.gather_ops > 0 && st.pack_bytes <= pack_limit);
+        ferry_plan_destroy(plan);
+    }
     ferry_sync_params_t wp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
                               .job = "deltas", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
-                              .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS};
+                              .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS, .pack_limit = pack_limit};
+    if (pack_limit) wp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
     shared_t s = {0};
     CHECK_OK(ferry_writer_create(ctx, model, &wp, &s.w), ferry_ctx_error(ctx));
     ferry_sync_params_t rp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
                                             FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
                               .job = "deltas", .rank = 0, .world = 1, .meta = ferry_writer_service_address(s.w),
-                              .token = "t", .timeout_ms = 60000, .deltas = reader_deltas};
+                              .token = "t", .timeout_ms = 60000, .deltas = reader_deltas, .pack_limit = pack_limit};
+    if (pack_limit) rp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
     ferry_reader_t *r;
     CHECK_OK(ferry_reader_create(ctx, model, &rp, &r), ferry_ctx_error(ctx));
     s.nb = ferry_layout_buffer_count(src);
     s.wb = calloc(s.nb, sizeof *s.wb);
-    void **rb = calloc(s.nb, sizeof *rb);
+    uint32_t nd = ferry_layout_buffer_count(dst);
+    void **rb = calloc(nd, sizeof *rb);
     s.size = calloc(s.nb, sizeof *s.size);
     CHECK(s.wb && rb && s.size);
     CHECK_OK(ferry_writer_add_layout(s.w, src, 0, s.wb, s.nb), ferry_writer_error(s.w));
-    CHECK_OK(ferry_reader_add_layout(r, dst, 0, rb, s.nb), ferry_reader_error(r));
+    CHECK_OK(ferry_reader_add_layout(r, dst, 0, rb, nd), ferry_reader_error(r));
     uint64_t total = 0;
     for (uint32_t b = 0; b < s.nb; b++) {
         ferry_buffer_info_t bi;
@@ -132,7 +170,9 @@ static void run(ferry_sync_deltas_t reader_deltas) {
 }
 
 int main(void) {
-    run(FERRY_SYNC_DELTAS_ALWAYS);
-    run(FERRY_SYNC_DELTAS_OFF);
+    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0);
+    run(FERRY_SYNC_DELTAS_OFF, false, 0);
+    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1);
+    run(FERRY_SYNC_DELTAS_OFF, true, 1);
     return 0;
 }
