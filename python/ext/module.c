@@ -1,5 +1,6 @@
 /* ferry._ferry: module init, the exception hierarchy, contexts with a
  * Ctrl-C hook, and argument helpers shared by the object files. */
+#include <ctype.h>
 #include <string.h>
 
 #include "pyferry.h"
@@ -141,6 +142,12 @@ bool pyf_dtype_arg(PyObject *o, ferry_dtype_t *out, bool *given) {
     if (ok) {
         if (strncmp(name, "torch.", 6) == 0) name += 6;
         ok = ferry_dtype_parse(name, out);
+        char upper[64];
+        size_t n = strlen(name);
+        if (!ok && n < sizeof upper) { /* "bf16" as "BF16": safetensors names in any case */
+            for (size_t i = 0; i <= n; i++) upper[i] = (char)toupper((unsigned char)name[i]);
+            ok = ferry_dtype_parse(upper, out);
+        }
         if (!ok) {
             char msg[160];
             snprintf(msg, sizeof msg, "dtype '%.60s' is not one ferry knows (BF16, F16, F32, F8_E4M3, U8, ...)", name);

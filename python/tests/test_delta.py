@@ -109,6 +109,9 @@ def test_encode_arguments(pair):
         delta.encode(base.view(torch.int16), nxt.view(torch.int16))
     # int16 storage taken as bf16 when told
     d = delta.encode(base.view(torch.int16), nxt.view(torch.int16), dtype="BF16")
+    assert delta.encode(base.view(torch.int16), nxt.view(torch.int16), dtype="bf16") == d  # any case
+    with pytest.raises(ferry.InvalidArgumentError, match="'bf17' is not one ferry knows"):
+        delta.encode(base.view(torch.int16), nxt.view(torch.int16), dtype="bf17")
     region = base.clone()
     delta.apply(d, region)
     assert torch.equal(bits(region), bits(nxt))
