@@ -361,7 +361,7 @@ int cmd_plan(int argc, char **argv) {
                             json_pack("{s:I, s:I, s:I}", "min", (json_int_t)sdst.min, "median",
                                       (json_int_t)sdst.median, "max", (json_int_t)sdst.max));
         json_object_set_new(jout, "ops",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "ops", (json_int_t)s.ops, "runs",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "ops", (json_int_t)s.ops, "runs",
                                       (json_int_t)s.runs, "packed", (json_int_t)s.packed_ops, "gathered", (json_int_t)s.gather_ops, "pack_bytes",
                                       (json_int_t)s.pack_bytes, "buckets", (json_int_t)s.buckets, "pairs",
                                       (json_int_t)s.pairs));

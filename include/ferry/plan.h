@@ -51,11 +51,17 @@ enum {
     FERRY_PLAN_PARAM_BUCKET_BYTES = 1u << 2, /* default: 4 MiB */
     FERRY_PLAN_PARAM_PACK_BELOW = 1u << 3,   /* default: 64 KiB */
     FERRY_PLAN_PARAM_ONLY = 1u << 4,         /* default: the global plan */
-    FERRY_PLAN_PARAM_PACK_LIMIT = 1u << 5    /* default: 0, no limit */
+    FERRY_PLAN_PARAM_PACK_LIMIT = 1u << 5,   /* default: 0, no limit */
+    FERRY_PLAN_PARAM_GATHER_MIN_RUN = 1u << 6 /* default: FERRY_PLAN_GATHER_MIN_RUN */
 };
 
 #define FERRY_PLAN_DEFAULT_BUCKET_BYTES (4u << 20)
 #define FERRY_PLAN_DEFAULT_PACK_BELOW (64u << 10)
+/* With a pack_limit, a strided source whose contiguous runs are shorter than
+ * this (gather_min_run's default) is packed even past the limit: read run by run it would cost a
+ * transfer descriptor (and, across hosts, a network read) per few elements
+ * (a transposed weight: one per element). */
+#define FERRY_PLAN_GATHER_MIN_RUN 64u
 
 typedef struct ferry_plan_params {
     uint64_t field_mask;
@@ -75,11 +81,18 @@ typedef struct ferry_plan_params {
      * area is memory the source rank takes beside its buffers (on its GPU,
      * for a GPU member), as large as the strided data it serves when not
      * limited (a column split of row-parallel weights: a third of a model).
-     * Fragments are packed in the plan's order until the next would pass
-     * the limit; one that is not packed travels alone: a contiguous one as
-     * one read, a strided one as FERRY_OP_GATHER (its reader reads it run
-     * by run). A nonzero limit is part of the plan's digest. */
+     * Fragments are packed in the plan's order while they fit; one that
+     * does not is left in place: a contiguous one is read directly (and may
+     * share a bucket with source-adjacent direct ops), a strided one becomes
+     * a FERRY_OP_GATHER (its reader reads it run by run). Exception: a
+     * strided source whose runs are shorter than gather_min_run is packed
+     * anyway, past the limit (ferry_plan_pack_bytes tells the
+     * area's size). A nonzero limit is part of the plan's digest. */
     uint64_t pack_limit;
+    /* With a pack_limit: the shortest source run (bytes) a strided fragment
+     * may be read in; shorter ones are packed past the limit (0 or 1: any
+     * run). Part of the digest when pack_limit is. */
+    uint64_t gather_min_run;
     /* Process-local plan: only the ops whose source rank (FERRY_SIDE_TRAIN)
      * or destination rank (FERRY_SIDE_INFER) is only_rank. */
     ferry_side_t only_side;

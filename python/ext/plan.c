@@ -177,6 +177,7 @@ static PyObject *bucket_obj(const ferry_plan_bucket_t *b) {
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(b->bytes));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(b->dst_buffer));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(b->dst_offset));
+    PyStructSequence_SET_ITEM(o, i++, PyBool_FromLong(b->flags & FERRY_BUCKET_GATHER));
     if (PyErr_Occurred()) Py_CLEAR(o);
     return o;
 }
@@ -412,8 +413,9 @@ static PyStructSequence_Field op_fields[] = {
 static PyStructSequence_Field bucket_fields[] = {
     {"first_op", NULL}, {"op_count", NULL}, {"packed", "read from the source's pack area"},
     {"direct", "lands as is at dst_buffer/dst_offset"}, {"src_buffer", "unless packed"},
-    {"src_offset", "in src_buffer or the pack area"}, {"bytes", "one contiguous read"},
-    {"dst_buffer", "if direct"}, {"dst_offset", "if direct"}, {NULL, NULL},
+    {"src_offset", "in src_buffer or the pack area"}, {"bytes", "one contiguous read, unless gather"},
+    {"dst_buffer", "if direct"}, {"dst_offset", "if direct"},
+    {"gather", "one strided op read run by run from src_offset (its op's src_strides)"}, {NULL, NULL},
 };
 static PyStructSequence_Field pair_fields[] = {
     {"src_rank", NULL}, {"dst_rank", NULL}, {"first_op", NULL}, {"op_count", NULL},

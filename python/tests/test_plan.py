@@ -111,6 +111,7 @@ def test_pack_limit_bounds_the_pack_area(model):
     assert limited.pack_bytes(0) <= 1 << 20 and s["gather_ops"] > 0
     gathered = [op for op in limited.ops() if op.gather]
     assert len(gathered) == s["gather_ops"] and not any(op.pack for op in gathered)
+    assert sum(b.gather for b in limited.buckets()) == s["gather_ops"]  # one bucket each
     assert s["bytes"] == free.stats["bytes"] and s["op_bytes"] == free.stats["op_bytes"]
     assert limited.digest != free.digest and ferry.Plan(src, dst, pack_limit=0).digest == free.digest
     limited.verify()

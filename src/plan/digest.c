@@ -48,6 +48,7 @@ void plan_digest(ferry_plan_t *p) {
     if (p->pack_limit) { /* (plans without a limit keep their digests) */
         h_u64(s, 0x7061636b6c696d74ull);
         h_u64(s, p->pack_limit);
+        h_u64(s, p->gather_min_run);
     }
     h_bytes(s, p->src_host, p->src.world * sizeof *p->src_host);
     h_bytes(s, p->dst_host, p->dst.world * sizeof *p->dst_host);

@@ -7,10 +7,23 @@
  * holder read the same slot (packing cost does not grow with replicas).
  * Computed for all sources: a reader needs the offsets of its sources.
  * With a pack_limit, a fragment that would take a rank's area past it is
- * not packed there (emit makes it a direct read or a FERRY_OP_GATHER). */
+ * not packed there (emit makes it a direct read or a FERRY_OP_GATHER),
+ * unless its source runs are too short to read one by one: such fragments
+ * are packed past the limit. */
 #include <string.h>
 
 #include "plan/plan_internal.h"
+
+/* Whether the fragment, not packed, can be read from source piece `piece`
+ * well: in one read, or run by run with runs of gather_min_run bytes or
+ * more. */
+static bool readable_unpacked(const ferry_plan_t *p, const plan_frag_t *fr, const plan_box_t *cell, uint32_t piece) {
+    ferry_box_t box;
+    plan_box_intersect(cell->box, p->dst.boxes[fr->dbox].box, &box);
+    int64_t numel = ferry_box_numel(&box), run = plan_run_elems(&box, p->src.pieces[piece].strides, NULL);
+    if (numel <= 0 || run == numel) return true;
+    return (uint64_t)run * (fr->bytes / (uint64_t)numel) >= p->gather_min_run;
+}
 
 ferry_status_t plan_pack(ferry_plan_t *p) {
     size_t nf = p->nfrags;
@@ -85,7 +98,8 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
                 if (contiguous) continue;
             }
             uint32_t rank = p->src.holder_rank[cell->first_holder + h];
-            if (p->pack_limit && fr->bytes > p->pack_limit - p->pack_size[rank]) continue;
+            bool fits = p->pack_size[rank] <= p->pack_limit && fr->bytes <= p->pack_limit - p->pack_size[rank];
+            if (p->pack_limit && !fits && readable_unpacked(p, fr, cell, piece)) continue;
             *slot = p->pack_size[rank];
             p->pack_size[rank] += fr->bytes;
         }

@@ -63,9 +63,10 @@ void ferry_plan_destroy(ferry_plan_t *p) {
 static ferry_status_t read_params(ferry_plan_t *p, const ferry_plan_params_t *pp) {
     uint64_t known = FERRY_PLAN_PARAM_SRC_HOSTS | FERRY_PLAN_PARAM_DST_HOSTS |
                      FERRY_PLAN_PARAM_BUCKET_BYTES | FERRY_PLAN_PARAM_PACK_BELOW |
-                     FERRY_PLAN_PARAM_ONLY | FERRY_PLAN_PARAM_PACK_LIMIT;
+                     FERRY_PLAN_PARAM_ONLY | FERRY_PLAN_PARAM_PACK_LIMIT | FERRY_PLAN_PARAM_GATHER_MIN_RUN;
     p->bucket_bytes = FERRY_PLAN_DEFAULT_BUCKET_BYTES;
     p->pack_below = FERRY_PLAN_DEFAULT_PACK_BELOW;
+    p->gather_min_run = FERRY_PLAN_GATHER_MIN_RUN;
     if (!pp) return FERRY_OK;
     if (pp->field_mask & ~known)
         return ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,
@@ -87,6 +88,7 @@ static ferry_status_t read_params(ferry_plan_t *p, const ferry_plan_params_t *pp
     }
     if (pp->field_mask & FERRY_PLAN_PARAM_PACK_BELOW) p->pack_below = pp->pack_below;
     if (pp->field_mask & FERRY_PLAN_PARAM_PACK_LIMIT) p->pack_limit = pp->pack_limit;
+    if (pp->field_mask & FERRY_PLAN_PARAM_GATHER_MIN_RUN) p->gather_min_run = pp->gather_min_run;
     if (pp->field_mask & FERRY_PLAN_PARAM_ONLY) {
         if (pp->only_side != FERRY_SIDE_TRAIN && pp->only_side != FERRY_SIDE_INFER)
             return ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT,

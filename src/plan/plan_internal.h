@@ -90,7 +90,7 @@ struct ferry_plan {
     ferry_ctx_t *ctx;
     ferry_errbuf_t err;
     /* params in force */
-    uint64_t bucket_bytes, pack_below, pack_limit;
+    uint64_t bucket_bytes, pack_below, pack_limit, gather_min_run;
     bool only;
     ferry_side_t only_side;
     uint32_t only_rank;

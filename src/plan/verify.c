@@ -63,11 +63,11 @@ ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, con
                               strided ? "a strided" : "a contiguous",
                               gather ? (packed ? "both packed and gathered" : "marked as gathered")
                                      : "neither packed nor gathered");
+        uint64_t esz = op->bytes / (uint64_t)ferry_box_numel(&op->box);
+        if (gather && (uint64_t)plan_run_elems(&op->box, op->src_strides, NULL) * esz < p->gather_min_run)
+            return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu (%s): gathered in runs shorter than %llu bytes", i,
+                              ti.name, (unsigned long long)p->gather_min_run);
     }
-    for (uint32_t r = 0; p->pack_limit && r < p->src.world; r++)
-        if (p->pack_size[r] > p->pack_limit)
-            return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "source rank %u: a pack area of %llu bytes, past the limit of %llu",
-                              r, (unsigned long long)p->pack_size[r], (unsigned long long)p->pack_limit);
     if (p->only && p->only_side == FERRY_SIDE_TRAIN) return FERRY_OK; /* a writer sees part of each piece */
     /* the ops of each destination piece must tile it: sizes add up, no two overlap */
     size_t *first = ferry_calloc(p->ctx, nd + 1, sizeof *first);

@@ -48,6 +48,7 @@ ferry_status_t sync_dev_copy_async(sync_dev_t *d, void *dst, const void *src, si
     (void)d, (void)dst, (void)src, (void)n;
     return ferry_cuda_init(err);
 }
+void sync_dev_copies_drop(sync_dev_t *d) { (void)d; }
 ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err) {
     (void)d;
     return ferry_cuda_init(err);
@@ -280,11 +281,20 @@ static cudaError_t copy_queued(sync_dev_t *d) {
     memset(&a, 0, sizeof a);
     a.srcAccessOrder = cudaMemcpySrcAccessOrderStream; /* sources stay put until the stream gets there */
     size_t first = 0;
+#if CUDART_VERSION >= 13000
     cudaError_t e = cudaMemcpyBatchAsync((void *const *)d->qdst, (const void *const *)d->qsrc, d->qlen, d->nq, &a,
                                          &first, 1, d->copy);
+#else /* (12.8's call has another signature; before it, none) */
+    (void)a, (void)first;
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < d->nq && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(d->qdst[i], d->qsrc[i], d->qlen[i], cudaMemcpyDefault, d->copy);
+#endif
     d->nq = 0;
     return e;
 }
+
+void sync_dev_copies_drop(sync_dev_t *d) { d->nq = 0; }
 
 ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err) {
     int prev = sync_dev_enter(d);

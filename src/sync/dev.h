@@ -56,6 +56,7 @@ ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
  * kernels; the streams are ordered on the GPU, never by waiting here:
  *  - sync_dev_copy_async queues a copy (nothing moves yet; a failure
  *    drops the copies queued since the last ordering);
+ *  - sync_dev_copies_drop forgets the queued copies (a batch that failed);
  *  - sync_dev_copies_then_compute puts the queued copies on the copy
  *    stream as one batch and makes compute work enqueued from now on wait
  *    for every copy so far;
@@ -63,6 +64,7 @@ ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
  *    sync_dev_copy_after_mark(slot) makes later copies wait for that mark
  *    (a scratch area is reused only once its last reader is done). */
 ferry_status_t sync_dev_copy_async(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err);
+void sync_dev_copies_drop(sync_dev_t *d);
 ferry_status_t sync_dev_copies_then_compute(sync_dev_t *d, ferry_errbuf_t *err);
 ferry_status_t sync_dev_mark_compute(sync_dev_t *d, int slot, ferry_errbuf_t *err);
 ferry_status_t sync_dev_copy_after_mark(sync_dev_t *d, int slot, ferry_errbuf_t *err);

@@ -452,7 +452,7 @@ static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, in
         if (!(bk[j].flags & FERRY_BUCKET_GATHER)) {
             st = sync_dev_copy_async(m->dev, r->runs[k].local, r->dviews[k], r->runs[k].len, &m->err);
             k++;
-            continue;
+            continue; /* (a failure drops the batch's queued copies) */
         }
         const ferry_copy_op_t *op = &ops[bk[j].first_op];
         size_t esz = sync_op_esz(m, op);
@@ -460,7 +460,10 @@ static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, in
         const void *src = NULL;
         st = ferry_xport_rmem_view(r->runs[k].rmem, r->runs[k].remote_offset, sync_box_span(op->src_strides, &op->box, esz),
                                    &src);
-        if (st != FERRY_OK) return read_fail(r, b->p->src_rank, st);
+        if (st != FERRY_OK) {
+            sync_dev_copies_drop(m->dev); /* the copies queued so far belong to this batch */
+            return read_fail(r, b->p->src_rank, st);
+        }
         r->dboxes[ng++] = (sync_dev_box_t){.dst = r->runs[k].local, .src = src, .src_strides = op->src_strides,
                                             .box = op->box, .esz = (uint32_t)esz};
         k += (size_t)(op->bytes / ((uint64_t)sync_box_run(&op->box, op->src_strides, NULL, &outer) * esz));

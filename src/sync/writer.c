@@ -552,8 +552,11 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
                     dp.base_chunk_sums = gs;
                 }
                 size_t l = 0;
-                ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], op_read(w, s, &ops[i]), elems,
-                                        a + at, w->delta_cap - at, &l) == FERRY_OK;
+                const uint8_t *next = op_read(w, s, &ops[i]);
+                ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], next, elems, a + at,
+                                        w->delta_cap - at, &l) == FERRY_OK;
+                if (ops[i].flags & FERRY_OP_GATHER) /* its base moves on now, from this gather (see below) */
+                    memcpy(w->base + w->group_base[g], next, ops[i].bytes);
                 w->sum_ver[g] = ok ? v : 0;
                 w->sum_dt[g] = dt;
                 len = l;
@@ -572,8 +575,11 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
         sync_delta_entry_put(a, entries++, &e);
     }
     /* the base moves on */
-    for (size_t g = 0; g < w->ngroups; g++)
-        memcpy(w->base + w->group_base[g], op_read(w, s, &ops[w->group_op[g]]), ops[w->group_op[g]].bytes);
+    for (size_t g = 0; g < w->ngroups; g++) {
+        const ferry_copy_op_t *op = &ops[w->group_op[g]];
+        if ((op->flags & FERRY_OP_GATHER) && have_base && w->frame_ver[g] == v) continue; /* moved on when encoded */
+        memcpy(w->base + w->group_base[g], op_read(w, s, op), op->bytes);
+    }
     w->base_version = v;
     sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? at : 0;

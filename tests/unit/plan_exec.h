@@ -123,6 +123,9 @@ static inline const char *pe_box_str(const ferry_box_t *b, char *buf, size_t siz
 static inline uint64_t pe_pack_below(const ferry_plan_params_t *p) {
     return p && (p->field_mask & FERRY_PLAN_PARAM_PACK_BELOW) ? p->pack_below : FERRY_PLAN_DEFAULT_PACK_BELOW;
 }
+static inline uint64_t pe_gather_min_run(const ferry_plan_params_t *p) {
+    return p && (p->field_mask & FERRY_PLAN_PARAM_GATHER_MIN_RUN) ? p->gather_min_run : FERRY_PLAN_GATHER_MIN_RUN;
+}
 static inline uint64_t pe_bucket_bytes(const ferry_plan_params_t *p) {
     return p && (p->field_mask & FERRY_PLAN_PARAM_BUCKET_BYTES) ? p->bucket_bytes
                                                                  : FERRY_PLAN_DEFAULT_BUCKET_BYTES;
@@ -687,9 +690,12 @@ static inline void pe_check_op(const ferry_copy_op_t *op, size_t i, const ferry_
              !scatter);
     bool contig = pe_contig(&op->box, op->src_strides), pack = !contig || op->bytes < pe_pack_below(params);
     bool limited = params && (params->field_mask & FERRY_PLAN_PARAM_PACK_LIMIT) && params->pack_limit;
-    if (limited) /* the pack area may be full: what is not packed is read whole, or run by run if strided */
+    if (limited) /* the pack area may be full: what is not packed is read whole, or run by run if strided
+                    in runs of FERRY_PLAN_GATHER_MIN_RUN bytes or more */
         PE_CHECK((!(op->flags & FERRY_OP_PACK) || pack) &&
-                     !!(op->flags & FERRY_OP_GATHER) == (!contig && !(op->flags & FERRY_OP_PACK)),
+                     !!(op->flags & FERRY_OP_GATHER) == (!contig && !(op->flags & FERRY_OP_PACK)) &&
+                     (!(op->flags & FERRY_OP_GATHER) ||
+                      (uint64_t)pe_run_elems(&op->box, op->src_strides, op->src_strides) * esz >= pe_gather_min_run(params)),
                  "op %zu %s: PACK/GATHER flags, src contiguous=%d pack_below=%llu pack_limit %llu", i, d, contig,
                  (unsigned long long)pe_pack_below(params), (unsigned long long)params->pack_limit);
     else
@@ -1037,6 +1043,27 @@ static inline void pe_check_global_stats(const ferry_plan_t *plan, const ferry_l
         if ((ops[i].flags & FERRY_OP_PACK) && ops[i].pack_offset + ops[i].bytes > pack_end[ops[i].src_rank])
             pack_end[ops[i].src_rank] = ops[i].pack_offset + ops[i].bytes;
     }
+    /* per source rank: bytes of distinct pack regions of strided sources with
+       runs too short to gather (packed past a pack_limit) */
+    uint64_t *short_packed = calloc(ns, sizeof *short_packed);
+    size_t *shorts = calloc(ferry_plan_op_count(plan) + 1, sizeof *shorts), nshort = 0;
+    CHECK(short_packed && shorts);
+    for (size_t i = 0; i < ferry_plan_op_count(plan); i++) {
+        const ferry_copy_op_t *op = &ops[i];
+        uint64_t esz = op->bytes / (uint64_t)ferry_box_numel(&op->box);
+        int64_t run = pe_run_elems(&op->box, op->src_strides, op->src_strides);
+        if ((op->flags & FERRY_OP_PACK) && run != ferry_box_numel(&op->box) &&
+            (uint64_t)run * esz < pe_gather_min_run(params)) {
+            bool seen = false;
+            for (size_t k = 0; k < nshort && !seen; k++)
+                seen = ops[shorts[k]].src_rank == op->src_rank && ops[shorts[k]].pack_offset == op->pack_offset;
+            if (!seen) {
+                shorts[nshort++] = i;
+                short_packed[op->src_rank] += op->bytes;
+            }
+        }
+    }
+    free(shorts);
     const ferry_model_t *dm = ferry_layout_model(dst);
     uint64_t piece_bytes = 0;
     for (size_t i = 0; i < ferry_layout_piece_count(dst); i++) {
@@ -1056,8 +1083,10 @@ static inline void pe_check_global_stats(const ferry_plan_t *plan, const ferry_l
                  (unsigned long long)pack_end[r]);
         PE_CHECK(pb == 0 || pack_end[r] > 0, "pack_bytes(%u) = %llu but nothing is packed", r, (unsigned long long)pb);
         if (params && (params->field_mask & FERRY_PLAN_PARAM_PACK_LIMIT) && params->pack_limit)
-            PE_CHECK(pb <= params->pack_limit, "pack_bytes(%u) = %llu over pack_limit %llu", r, (unsigned long long)pb,
-                     (unsigned long long)params->pack_limit);
+            PE_CHECK(pb <= params->pack_limit + short_packed[r],
+                     "pack_bytes(%u) = %llu over pack_limit %llu (+ %llu of short-run sources, packed anyway)", r,
+                     (unsigned long long)pb, (unsigned long long)params->pack_limit,
+                     (unsigned long long)short_packed[r]);
         sum_s += b;
         sum_pack += pb;
         serving += b > 0;
@@ -1103,6 +1132,7 @@ static inline void pe_check_global_stats(const ferry_plan_t *plan, const ferry_l
     free(db);
     free(want_db);
     free(pack_end);
+    free(short_packed);
 }
 
 /* The first tensor (name) that some destination rank holds as two
@@ -1239,6 +1269,10 @@ static inline void pe_random_params(pe_params_t *pp, uint32_t nsrc, uint32_t nds
     if (pe_rnd(3) == 0) { /* a pack area too small for some strided sources: they are gathered */
         p->field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT;
         p->pack_limit = (uint64_t)PE_PICK(0, 1, 1 + (int64_t)pe_rnd(512), 1 + (int64_t)pe_rnd(4096));
+        if (pe_rnd(4)) { /* tiny models have short rows: gather them too, mostly */
+            p->field_mask |= FERRY_PLAN_PARAM_GATHER_MIN_RUN;
+            p->gather_min_run = (uint64_t)PE_PICK(0, 1, 4, 16);
+        }
     }
 }
 
@@ -1247,8 +1281,9 @@ static inline void pe_params_desc(const ferry_plan_params_t *p, char *buf, size_
         snprintf(buf, size, "params NULL");
         return;
     }
-    snprintf(buf, size, "mask %llx bucket_bytes %llu pack_below %llu pack_limit %llu", (unsigned long long)p->field_mask,
-             (unsigned long long)p->bucket_bytes, (unsigned long long)p->pack_below, (unsigned long long)p->pack_limit);
+    snprintf(buf, size, "mask %llx bucket_bytes %llu pack_below %llu pack_limit %llu gather_min_run %llu",
+             (unsigned long long)p->field_mask, (unsigned long long)p->bucket_bytes, (unsigned long long)p->pack_below,
+             (unsigned long long)p->pack_limit, (unsigned long long)p->gather_min_run);
 }
 
 #endif

@@ -245,8 +245,9 @@ static void check_pair(const ferry_layout_t *src, const ferry_layout_t *dst) {
     check_locals(src, dst, &p);
     /* a pack area of 48 bytes: most strided sources are read run by run */
     ferry_plan_params_t lim = p;
-    lim.field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT;
+    lim.field_mask |= FERRY_PLAN_PARAM_PACK_LIMIT | FERRY_PLAN_PARAM_GATHER_MIN_RUN;
     lim.pack_limit = 48;
+    lim.gather_min_run = 1; /* tiny rows: gather whatever does not fit */
     check_locals(src, dst, &lim);
     /* the digest covers the global decisions: plans that differ have different digests */
     ferry_plan_t *a = plan(src, dst, NULL), *b = plan(src, dst, &p);
@@ -486,10 +487,17 @@ static void digest_strides(void) {
  * every strided half without a limit; with one, each source rank's pack
  * area stays within it, the rest is FERRY_OP_GATHER, the digest changes
  * only when a limit is set, and executing the plan still lands every byte
- * (check_locals). */
-static void pack_limit(void) {
-    snprintf(pe_case, sizeof pe_case, "pack_limit: tiny dense tp=1 -> tp=2");
-    ferry_model_t *m = model(tiny_dense);
+ * (check_locals). Rows shorter than gather_min_run are packed past the
+ * limit instead. */
+static const char *rows_dense =
+    "{\"model_type\":\"qwen3\",\"hidden_size\":128,\"num_hidden_layers\":1,\"num_attention_heads\":4,"
+    "\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":64,\"intermediate_size\":256,"
+    "\"tie_word_embeddings\":false}";
+
+static void pack_limit_case(const char *json, uint64_t min_run, bool short_rows) {
+    snprintf(pe_case, sizeof pe_case, "pack_limit: tp=1 -> tp=2, gather_min_run %llu, %s", (unsigned long long)min_run,
+             json);
+    ferry_model_t *m = model(json);
     ferry_layout_t *src = test_layout(ctx, m, FERRY_SIDE_TRAIN, "tp=1"), *dst = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2");
     ferry_plan_params_t none = {.field_mask = FERRY_PLAN_PARAM_PACK_LIMIT, .pack_limit = 0};
     ferry_plan_t *a = plan(src, dst, NULL), *z = plan(src, dst, &none);
@@ -501,16 +509,23 @@ static void pack_limit(void) {
     uint64_t limits[] = {1, 64, sa.pack_bytes / 2, sa.pack_bytes};
     for (size_t k = 0; k < sizeof limits / sizeof *limits; k++) {
         ferry_plan_params_t lp = {.field_mask = FERRY_PLAN_PARAM_PACK_LIMIT, .pack_limit = limits[k]};
+        if (min_run != FERRY_PLAN_GATHER_MIN_RUN) {
+            lp.field_mask |= FERRY_PLAN_PARAM_GATHER_MIN_RUN;
+            lp.gather_min_run = min_run;
+        }
         ferry_plan_t *l = plan(src, dst, &lp);
         ferry_plan_stats(l, &sl);
-        PE_CHECK(ferry_plan_pack_bytes(l, 0) <= limits[k], "limit %llu: pack area %llu", (unsigned long long)limits[k],
-                 (unsigned long long)ferry_plan_pack_bytes(l, 0));
-        if (limits[k] < sa.pack_bytes)
-            PE_CHECK(sl.gather_ops > 0 && ferry_plan_digest(l) != ferry_plan_digest(a),
-                     "limit %llu: %llu gathered, digest %llx", (unsigned long long)limits[k],
-                     (unsigned long long)sl.gather_ops, (unsigned long long)ferry_plan_digest(l));
+        uint64_t area = ferry_plan_pack_bytes(l, 0);
+        if (short_rows) /* nothing can be gathered: strided sources stay packed, past the limit */
+            PE_CHECK(sl.gather_ops == 0 && area > 0 && area <= sa.pack_bytes, "limit %llu: %llu gathered, area %llu",
+                     (unsigned long long)limits[k], (unsigned long long)sl.gather_ops, (unsigned long long)area);
         else
-            PE_CHECK(sl.gather_ops == 0 && sl.pack_bytes == sa.pack_bytes, "limit %llu", (unsigned long long)limits[k]);
+            PE_CHECK(area <= limits[k], "limit %llu: pack area %llu", (unsigned long long)limits[k],
+                     (unsigned long long)area);
+        if (!short_rows && limits[k] < sa.pack_bytes)
+            PE_CHECK(sl.gather_ops > 0, "limit %llu: nothing gathered", (unsigned long long)limits[k]);
+        PE_CHECK(ferry_plan_digest(l) != ferry_plan_digest(a), "limit %llu: the digest of no limit",
+                 (unsigned long long)limits[k]);
         ferry_plan_destroy(l);
         check_locals(src, dst, &lp);
     }
@@ -519,6 +534,12 @@ static void pack_limit(void) {
     ferry_layout_destroy(src);
     ferry_layout_destroy(dst);
     ferry_model_destroy(m);
+}
+
+static void pack_limit(void) {
+    pack_limit_case(rows_dense, FERRY_PLAN_GATHER_MIN_RUN, false); /* halves of 64+ bf16 per row */
+    pack_limit_case(tiny_dense, FERRY_PLAN_GATHER_MIN_RUN, true);  /* halves of 8 bf16: 16-byte rows */
+    pack_limit_case(tiny_dense, 1, false);
 }
 
 /* A source rank holding rows of w twice (the whole tensor in buffer "whole",

@@ -92,6 +92,9 @@ static const struct {
     {"wide", "{\"model_type\":\"qwen3\",\"hidden_size\":8,\"num_hidden_layers\":2,\"num_attention_heads\":8,"
              "\"num_key_value_heads\":4,\"head_dim\":2,\"vocab_size\":20,\"intermediate_size\":8,"
              "\"tie_word_embeddings\":false}"},
+    {"rows", "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+             "\"num_key_value_heads\":2,\"head_dim\":16,\"vocab_size\":32,\"intermediate_size\":128,"
+             "\"tie_word_embeddings\":false}"}, /* tp=1 -> tp=2: column halves of 64 bytes and more per row */
     {"moe8", "{\"model_type\":\"qwen3_moe\",\"hidden_size\":8,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
              "\"num_key_value_heads\":2,\"head_dim\":2,\"vocab_size\":24,\"intermediate_size\":8,\"num_experts\":4,"
              "\"num_experts_per_tok\":2,\"moe_intermediate_size\":4,\"mlp_only_layers\":[0]}"},
@@ -1849,7 +1852,7 @@ static void case_token(void) {
 /* ---- driver ---------------------------------------------------------------- */
 
 static const config_t matrix[] = {
-    {.name = "tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync shm in place, 64-byte pack areas",
+    {.name = "tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync shm in place, 64-byte pack areas (short rows: packed anyway)",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2, .pack_limit = 64},
     {.name = "wide tp4 -> tp1,transpose=*proj*; async shm staged",
@@ -1858,7 +1861,7 @@ static const config_t matrix[] = {
     {.name = "tiny-moe tp2,ep2,etp1,pp2 -> tp2,ep2,transpose=*w2*; sync ucx",
      .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1,pp=2", .infer = "tp=2,ep=2,transpose=*w2*",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .staged = 2, .rown = 1, .inflight = 256},
-    {.name = "tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; async ucx, no pack areas",
+    {.name = "tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; async ucx, pack_limit 1 (short rows: packed anyway)",
      .model = "golden:tiny-mla", .train = "tp=2,ep=2,experts=grouped_t,buffers=flat",
      .infer = "tp=2,ep=1,replicas=2", .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_UCX, .staged = 2,
      .slots = 3, .pack_limit = 1},
@@ -1868,6 +1871,12 @@ static const config_t matrix[] = {
     {.name = "moe8 tp2,ep2,etp1,dp2 -> tp1,replicas2; async shm in place",
      .model = "inline:moe8", .train = "tp=2,ep=2,etp=1,dp=2", .infer = "tp=1,ep=1,replicas=2",
      .mode = FERRY_SYNC_MODE_ASYNC, .xport = FERRY_XPORT_SHM, .rown = 2, .slots = 2},
+    {.name = "rows tp1 -> tp2; sync shm in place, no pack areas (column halves read row by row)",
+     .model = "inline:rows", .train = "tp=1", .infer = "tp=2", .mode = FERRY_SYNC_MODE_SYNC,
+     .xport = FERRY_XPORT_SHM, .wown = 1, .pack_limit = 1},
+    {.name = "rows tp1,dp2 -> tp2,replicas2; async ucx, staged odd readers, 256-byte pack areas",
+     .model = "inline:rows", .train = "tp=1,dp=2", .infer = "tp=2,replicas=2", .mode = FERRY_SYNC_MODE_ASYNC,
+     .xport = FERRY_XPORT_UCX, .staged = 2, .slots = 2, .pack_limit = 256},
 };
 
 /* --gpu: the same cases with every buffer in GPU memory (CUDA IPC between
@@ -1877,10 +1886,13 @@ static const config_t gpu_matrix[] = {
     {.name = "gpu: tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync in place, ferry's and caller's buffers",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2, .rown = 3, .cuda = 1},
-    {.name = "gpu: tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; sync, 64-byte pack areas",
+    {.name = "gpu: tiny-mla tp2,ep2,grouped_t,flat -> tp2,replicas2; sync, 64-byte pack areas (short rows: packed)",
      .model = "golden:tiny-mla", .train = "tp=2,ep=2,experts=grouped_t,buffers=flat",
      .infer = "tp=2,ep=1,replicas=2", .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .staged = 2,
      .cuda = 1, .pack_limit = 64},
+    {.name = "gpu: rows tp1,dp2 -> tp2,replicas2; sync, no pack areas (column halves read row by row)",
+     .model = "inline:rows", .train = "tp=1,dp=2", .infer = "tp=2,replicas=2", .mode = FERRY_SYNC_MODE_SYNC,
+     .xport = FERRY_XPORT_SHM, .staged = 2, .cuda = 1, .pack_limit = 1},
     {.name = "gpu: wide tp4 -> tp1,transpose=*proj*; async staged",
      .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_ASYNC,
      .xport = FERRY_XPORT_SHM, .staged = 1, .wown = 1, .slots = 2, .cuda = 1},

@@ -4,8 +4,8 @@
  * and its buffers equal the writer's byte for byte. A reader whose buffers
  * were changed behind ferry's back falls back to pulling whole and still
  * ends exact; with deltas off it always pulls whole. Again with the
- * trainer holding every matrix column-major and no pack area (pack_limit
- * 1): its strided sources are read run by run, and encoded from gathers. */
+ * trainer holding every matrix in padded rows and no pack area (pack_limit
+ * 1): its strided sources are read row by row, and encoded from gathers. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +59,9 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-/* One buffer per tensor, 2-D tensors stored column-major. */
-static ferry_layout_t *column_major(ferry_ctx_t *ctx, const ferry_model_t *m) {
+/* One buffer per tensor, each row of a 2-D tensor followed by 32 unused
+ * elements (strided, in rows long enough to be read one by one). */
+static ferry_layout_t *padded_rows(ferry_ctx_t *ctx, const ferry_model_t *m) {
     ferry_layout_t *l;
     CHECK_OK(ferry_layout_create(ctx, m, 1, &l), ferry_ctx_error(ctx));
     for (uint32_t t = 0; t < ferry_model_tensor_count(m); t++) {
@@ -75,7 +76,10 @@ static ferry_layout_t *column_major(ferry_ctx_t *ctx, const ferry_model_t *m) {
             pc.strides[d] = at;
             at *= ti.shape[d];
         }
-        if (ti.ndim == 2) pc.strides[0] = 1, pc.strides[1] = ti.shape[0];
+        if (ti.ndim == 2) {
+            pc.strides[0] = ti.shape[1] + 32;
+            n = (ti.shape[0] - 1) * pc.strides[0] + ti.shape[1];
+        }
         CHECK_OK(ferry_layout_add_buffer(l, 0, ti.name, ti.dtype, (uint64_t)n * ferry_dtype_size(ti.dtype), &pc.buffer),
                  ferry_layout_error(l));
         CHECK_OK(ferry_layout_add_piece(l, &pc), ferry_layout_error(l));
@@ -83,7 +87,7 @@ static ferry_layout_t *column_major(ferry_ctx_t *ctx, const ferry_model_t *m) {
     return l;
 }
 
-static void run(ferry_sync_deltas_t reader_deltas, bool col_major, uint64_t pack_limit) {
+static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_limit) {
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     ferry_model_t *model;
@@ -92,7 +96,7 @@ static void run(ferry_sync_deltas_t reader_deltas, bool col_major, uint64_t pack
                       "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,\"vocab_size\":2048,"
                       "\"intermediate_size\":512,\"tie_word_embeddings\":true}";
     CHECK_OK(ferry_model_from_hf_config(ctx, "small-qwen3", cfg, strlen(cfg), NULL, &model), ferry_ctx_error(ctx));
-    ferry_layout_t *src = (col_major ? column_major(ctx, model) : build_layout(ctx, model, FERRY_SIDE_TRAIN, "tp=1")), *dst = build_layout(ctx, model, FERRY_SIDE_INFER, "tp=1");
+    ferry_layout_t *src = (padded ? padded_rows(ctx, model) : build_layout(ctx, model, FERRY_SIDE_TRAIN, "tp=1")), *dst = build_layout(ctx, model, FERRY_SIDE_INFER, "tp=1");
     if (pack_limit) { /* the case is what it says: strided sources past the pack limit */
         ferry_plan_params_t pp = {.field_mask = FERRY_PLAN_PARAM_PACK_LIMIT, .pack_limit = pack_limit};
         ferry_plan_t *plan;
