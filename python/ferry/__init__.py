@@ -174,31 +174,26 @@ class Reader(_ferry.Reader):
         return super().update(version, timeout)
 
 
+def _after_device_work(name):
+    """TensorTable.<name>, after torch's work on the caller's CUDA tensors
+    (a CUDA table copies them on a stream of ferry's own)."""
+    base = getattr(_ferry.TensorTable, name)
+
+    def call(self, *args, **kw):
+        _wait_device(self)
+        return base(self, *args, **kw)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = base.__doc__
+    return call
+
+
 class TensorTable(_ferry.TensorTable):
     __doc__ = _ferry.TensorTable.__doc__
-
-    # A CUDA table copies puts off the GPU and gets onto it on a stream of
-    # ferry's own: torch's work on those tensors finishes first.
-    def put(self, *args, **kw):
-        _wait_device(self)
-        return super().put(*args, **kw)
-
-    def multi_put(self, *args, **kw):
-        _wait_device(self)
-        return super().multi_put(*args, **kw)
-
-    def get(self, *args, **kw):
-        _wait_device(self)
-        return super().get(*args, **kw)
-
-    def multi_get(self, *args, **kw):
-        _wait_device(self)
-        return super().multi_get(*args, **kw)
-
-    put.__doc__ = _ferry.TensorTable.put.__doc__
-    multi_put.__doc__ = _ferry.TensorTable.multi_put.__doc__
-    get.__doc__ = _ferry.TensorTable.get.__doc__
-    multi_get.__doc__ = _ferry.TensorTable.multi_get.__doc__
+    put = _after_device_work("put")
+    multi_put = _after_device_work("multi_put")
+    get = _after_device_work("get")
+    multi_get = _after_device_work("multi_get")
 
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401

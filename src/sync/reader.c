@@ -284,6 +284,12 @@ typedef struct gather_runs {
     uint8_t *local;
 } gather_runs_t;
 
+/* How many source runs a FERRY_OP_GATHER op is read in. */
+static size_t gather_runs_of(const sync_member_t *m, const ferry_copy_op_t *op) {
+    uint32_t outer;
+    return (size_t)(op->bytes / ((uint64_t)sync_box_run(&op->box, op->src_strides, NULL, &outer) * sync_op_esz(m, op)));
+}
+
 static void gather_run(void *arg, uint64_t strided, uint64_t packed, size_t n) {
     gather_runs_t *g = arg;
     *g->run++ = (ferry_xport_run_t){.rmem = g->rmem, .remote_offset = g->remote + strided, .len = n,
@@ -306,9 +312,7 @@ static ferry_status_t batch_runs(ferry_reader_t *r, const ferry_plan_pair_t *p, 
             n++;
             continue;
         }
-        uint32_t outer;
-        const ferry_copy_op_t *op = &ops[bk[j].first_op];
-        n += (size_t)(op->bytes / ((uint64_t)sync_box_run(&op->box, op->src_strides, NULL, &outer) * sync_op_esz(m, op)));
+        n += gather_runs_of(m, &ops[bk[j].first_op]);
     }
     if (ferry_grow(m->ctx, (void **)&r->runs, sizeof *r->runs, &r->cap_runs, n) != 0)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
@@ -456,7 +460,6 @@ static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, in
         }
         const ferry_copy_op_t *op = &ops[bk[j].first_op];
         size_t esz = sync_op_esz(m, op);
-        uint32_t outer;
         const void *src = NULL;
         st = ferry_xport_rmem_view(r->runs[k].rmem, r->runs[k].remote_offset, sync_box_span(op->src_strides, &op->box, esz),
                                    &src);
@@ -466,7 +469,7 @@ static ferry_status_t dev_view_batch(ferry_reader_t *r, const dev_batch_t *b, in
         }
         r->dboxes[ng++] = (sync_dev_box_t){.dst = r->runs[k].local, .src = src, .src_strides = op->src_strides,
                                             .box = op->box, .esz = (uint32_t)esz};
-        k += (size_t)(op->bytes / ((uint64_t)sync_box_run(&op->box, op->src_strides, NULL, &outer) * esz));
+        k += gather_runs_of(m, op);
     }
     if (st == FERRY_OK) st = sync_dev_copies_then_compute(m->dev, &m->err);
     if (st == FERRY_OK) st = sync_dev_boxes(m->dev, r->dboxes, ng, &m->err); /* (before the scatter, same stream) */
