@@ -13,7 +13,8 @@
 #   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies,
 #     ferry bench sync --device cuda beside peer and same-GPU copies, and
 #     the UCX transport beside ucx_perftest.
-# --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some);
+# --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some,
+# GPU_BUILD_TARGETS="target ..." builds only those);
 # --bench: only the benchmarks (BENCH_ONLY=kernels|sync|ucx: one part of them,
 # scripts/gpu-bench.sh); --tests: everything but the benchmarks.
 # Prints a summary at the end. Exit status: 0 when everything passed.
@@ -80,7 +81,8 @@ echo "== host: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheade
 echo "== building in $build"
 log=$(mktemp)
 if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_WERROR=ON -DFERRY_PYTHON=ON "-DPython3_EXECUTABLE=$py" \
-        "-DFERRY_UCX_PREFIX=$ucx_prefix" >"$log" 2>&1 && cmake --build "$build" -j"$(nproc)" >>"$log" 2>&1; then
+        "-DFERRY_UCX_PREFIX=$ucx_prefix" >"$log" 2>&1 &&
+        cmake --build "$build" -j"$(nproc)" ${GPU_BUILD_TARGETS:+--target $GPU_BUILD_TARGETS} >>"$log" 2>&1; then
     summary+=("build: ok")
 else
     grep -E "error|Error|warning" "$log" | head -40 || tail -40 "$log"
@@ -98,7 +100,9 @@ print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libucp.so" in l)
 echo "== $ucx_found"
 echo "== libucp loaded by ferry: $ucp_ferry; by python: $ucp_py"
 ucp_want=${ucx_prefix:+$ucx_prefix/lib/}
-if [ -n "$ucp_want" ] && { [ "${ucp_ferry#"$ucp_want"}" = "$ucp_ferry" ] || [ "${ucp_py#"$ucp_want"}" = "$ucp_py" ]; }; then
+if [ -n "${GPU_BUILD_TARGETS:-}" ]; then
+    summary+=("$ucx_found; built only: $GPU_BUILD_TARGETS")
+elif [ -n "$ucp_want" ] && { [ "${ucp_ferry#"$ucp_want"}" = "$ucp_ferry" ] || [ "${ucp_py#"$ucp_want"}" = "$ucp_py" ]; }; then
     summary+=("UCX: WRONG: the build's UCX is in $ucp_want, but ferry loads $ucp_ferry, python $ucp_py")
     status=1
 else

@@ -1,0 +1,573 @@
+/* Applying deltas (format 1, docs/delta-format.md) in GPU memory: the
+ * kernels behind codec/delta_cuda.h. The host side (delta_cuda.c) parses
+ * the frames and fills the tables of delta_kern.h; these passes run on
+ * them, every chunk of every region of a batch at once:
+ *
+ * pre     a warp per chunk: the record checksum; an unchanged chunk's
+ *         contents, a raw chunk's base and contents, against their sums.
+ * decode  a thread per magnitude class: its stream into (rank, value
+ *         change) pairs, with every check the CPU decoder makes
+ *         (class_dec.h). A class stream is one chain of codes, so this is
+ *         serial per class; a batch of many chunks fills the GPU.
+ * place   a block per sparse chunk, 4096 elements at a time: each thread
+ *         takes 16 elements' magnitude buckets (4 per 32-bit word, compared
+ *         against the class bounds 4 at a time), the block scans the class
+ *         counts, and warp k writes class k's changes of the tile: a
+ *         change's rank finds its thread by binary search over the scanned
+ *         counts and its element among that thread's 16. Written in place;
+ *         each change's slot then holds its element, for the undo.
+ * raw     a block per raw chunk: the old contents saved, the new copied in.
+ * verify  a warp per sparse chunk: the result's xxh3 against next_sum.
+ * undo    a block per chunk to restore: the logged changes taken back (or
+ *         the saved contents copied back), then the chunk hashed again so
+ *         the host can tell a wrong base from damaged data. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "codec/delta_kern.h"
+#include "common/sum_warp.cuh"
+#include "common/sum_xxh3.h"
+
+#define THREADS 256u
+#define WARPS (THREADS / 32u)
+#define TILE 4096u               /* elements a place block takes at a time */
+#define EPT (TILE / THREADS)     /* elements per thread and tile: 16 */
+#define FULL 0xffffffffu
+#define CLASSES_MAX 8u
+
+static_assert(EPT == 16, "a thread's buckets are four 32-bit words");
+static_assert(sizeof(dk_chunk_t) == 104 && sizeof(dk_class_t) == 56, "delta_kern.h's layout");
+
+__constant__ uint8_t dk_ksecret[192] = {SUMX_KSECRET_BYTES};
+
+static __device__ __forceinline__ void load_secret(uint8_t *sec) {
+    for (unsigned i = threadIdx.x; i < 192; i += blockDim.x) sec[i] = dk_ksecret[i];
+    __syncthreads();
+}
+
+/* The first failure of a chunk sticks. */
+static __device__ __forceinline__ void fail(uint32_t *status, uint32_t code) { atomicCAS(status, 0u, code); }
+
+/* xxh3-64 (seed 0) of [p, p + len) by a warp; on every lane. */
+static __device__ uint64_t warp_xxh3(const uint8_t *p, uint64_t len, const uint8_t *sec, unsigned t) {
+    if (len > SUMX_SHORT_MAX) return sumw_warp_long(p, len, sec, t);
+    uint64_t h = t == 0 ? sumx_xxh3_short(p, len, sec, 0) : 0;
+    return __shfl_sync(FULL, h, 0);
+}
+
+/* xxh3-64 with a seed; cs: this warp's 192 bytes of shared memory for the
+   secret the seed derives (long inputs). */
+static __device__ uint64_t warp_xxh3_seeded(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *sec,
+                                            uint8_t *cs, unsigned t) {
+    if (len <= SUMX_SHORT_MAX) {
+        uint64_t h = t == 0 ? sumx_xxh3_short(p, len, sec, seed) : 0;
+        return __shfl_sync(FULL, h, 0);
+    }
+    __syncwarp(); /* the last input's readers of cs are done */
+    if (t < 12) sumx_custom_secret16(sec, t, seed, cs);
+    __syncwarp();
+    return sumw_warp_long(p, len, cs, t);
+}
+
+/* ---- elements ---------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t w, uint32_t i) {
+    return w == 2 ? ((const uint16_t *)p)[i] : w == 4 ? ((const uint32_t *)p)[i] : p[i];
+}
+static __device__ __forceinline__ void elem_store(uint8_t *p, uint32_t w, uint32_t i, uint32_t v) {
+    if (w == 2) ((uint16_t *)p)[i] = (uint16_t)v;
+    else if (w == 4) ((uint32_t *)p)[i] = v;
+    else p[i] = (uint8_t)v;
+}
+static __device__ __forceinline__ uint32_t mag_mask(uint32_t w) { return w == 4 ? 0x7FFFFFFFu : (1u << (8 * w - 1)) - 1; }
+/* codec_internal.h's elem_ord and elem_unord */
+static __device__ __forceinline__ int64_t elem_ord(uint32_t v, uint32_t w) {
+    int64_t sign = (int64_t)((v >> (8 * w - 1)) & 1u);
+    return (int64_t)(v & mag_mask(w)) ^ -sign;
+}
+static __device__ __forceinline__ bool elem_unord(int64_t o, uint32_t w, uint32_t *v) {
+    int64_t s = o >> 63;
+    uint64_t m = (uint64_t)(o ^ s);
+    *v = (uint32_t)m | ((uint32_t)s & (mag_mask(w) + 1));
+    return m <= mag_mask(w);
+}
+/* A magnitude's bucket (codec_internal.h's delta_bucket_shift). */
+static __device__ __forceinline__ uint32_t bucket_of(uint32_t v, uint32_t w) {
+    return w == 2 ? (v >> 7) & 0xFF : w == 4 ? (v >> 23) & 0xFF : v & 0x7F;
+}
+
+/* ---- a class stream, read as class_dec.h reads it ------------------------------ */
+
+typedef struct dbits {
+    const uint8_t *start, *p, *end;
+    uint64_t acc;
+    uint32_t n, pad;
+    bool overrun;
+} dbits_t;
+
+static __device__ __forceinline__ void br_refill(dbits_t *r) {
+    while (r->n <= 56) {
+        uint64_t b = 0;
+        if (r->p < r->end) b = *r->p++;
+        else r->pad += 8;
+        r->acc |= b << r->n;
+        r->n += 8;
+    }
+}
+static __device__ __forceinline__ void br_skip(dbits_t *r, uint32_t n) {
+    r->acc = n >= 64 ? 0 : r->acc >> n;
+    r->n -= n;
+    if (r->n < r->pad) r->overrun = true;
+}
+static __device__ __forceinline__ uint32_t br_bits(dbits_t *r, uint32_t n) { /* n <= 32 */
+    br_refill(r);
+    uint32_t v = (uint32_t)(r->acc & ((1ull << n) - 1));
+    br_skip(r, n);
+    return v;
+}
+static __device__ uint32_t br_rice(dbits_t *r, uint32_t k, uint32_t limit) {
+    uint64_t q = 0;
+    for (;;) {
+        br_refill(r);
+        if (r->acc == 0) {
+            q += r->n;
+            br_skip(r, r->n);
+            if (r->overrun || q > limit) {
+                r->overrun = true;
+                return 0;
+            }
+            continue;
+        }
+        uint32_t t = (uint32_t)(__ffsll((long long)r->acc) - 1);
+        q += t;
+        br_skip(r, t + 1);
+        break;
+    }
+    uint32_t low = k ? br_bits(r, k) : 0;
+    if (r->overrun || q > (uint64_t)(limit >> k)) {
+        r->overrun = true;
+        return 0;
+    }
+    return (uint32_t)(q << k) | low;
+}
+static __device__ uint64_t br_expg(dbits_t *r, uint32_t k) {
+    uint32_t extra = br_rice(r, 0, 33 - k - 1);
+    if (r->overrun) return 0;
+    uint32_t low = extra + k;
+    uint64_t x = 1ull << low;
+    if (low > 32) {
+        x |= br_bits(r, 32);
+        x |= (uint64_t)br_bits(r, low - 32) << 32;
+    } else if (low) {
+        x |= br_bits(r, low);
+    }
+    return x - (1ull << k);
+}
+
+/* Tops the window up by 4 bytes when it holds 32 bits or fewer: four
+   independent byte loads (one wait, not four), zeros past the end counted
+   as padding, as br_refill does one byte at a time. */
+static __device__ __forceinline__ void br_top(dbits_t *r) {
+    if (r->n > 32) return;
+    const uint8_t *p = r->p;
+    uint32_t b0 = p < r->end ? p[0] : 0, b1 = p + 1 < r->end ? p[1] : 0, b2 = p + 2 < r->end ? p[2] : 0,
+             b3 = p + 3 < r->end ? p[3] : 0;
+    const uint32_t have = r->end - p >= 4 ? 4 : (uint32_t)(r->end - p);
+    r->acc |= (uint64_t)(b0 | b1 << 8 | b2 << 16 | b3 << 24) << r->n;
+    r->n += 32;
+    r->pad += 8 * (4 - have);
+    r->p += have;
+}
+
+/* Rice(k) with at most `limit`, from the window when the code is in it
+   (the common case: a short quotient), else br_rice. */
+static __device__ __forceinline__ uint32_t br_rice_fast(dbits_t *r, uint32_t k, uint32_t limit) {
+    br_top(r);
+    const uint64_t win = r->n >= 64 ? r->acc : r->acc & ((1ull << r->n) - 1);
+    if (win) {
+        const uint32_t t = (uint32_t)(__ffsll((long long)win) - 1), used = t + 1 + k;
+        if (used <= r->n) {
+            const uint32_t low = (uint32_t)((r->acc >> (t + 1)) & ((1ull << k) - 1));
+            br_skip(r, used);
+            if (r->overrun || t > (limit >> k)) {
+                r->overrun = true;
+                return 0;
+            }
+            return t << k | low;
+        }
+    }
+    return br_rice(r, k, limit);
+}
+
+/* One class's changes in rank order; false when the stream is malformed, a
+   rank falls past the class's elements or the stream does not end with its
+   last change (class_cursor_start, next_value, class_cursor_sound). The
+   window is topped up 4 bytes at a time and short codes are read straight
+   from it; long ones take the general reader, which gives the same values
+   and the same verdicts. */
+static __device__ bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
+    dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
+                 false};
+    const uint32_t changed = e->changed, count = e->count, k_gap = e->k_gap;
+    uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice_fast(&r, e->k_nu, changed) : 0;
+    uint64_t target = changed ? br_rice_fast(&r, k_gap, count) : UINT64_MAX;
+    bool past = false;
+    for (uint32_t j = 0; j < changed && !r.overrun; j++) {
+        past |= target >= count;
+        rank[j] = (uint32_t)target;
+        br_top(&r);
+        const uint32_t neg = (uint32_t)(r.acc & 1);
+        br_skip(&r, 1);
+        uint64_t a = 1;
+        if (nu_left && j == nu_next) {
+            a = br_expg(&r, e->k_mag) + 2;
+            if (--nu_left) {
+                nu_next += br_rice_fast(&r, e->k_nu, changed) + 1;
+                if (nu_next >= changed) r.overrun = true;
+            }
+        }
+        target = j + 1 == changed ? UINT64_MAX : target + (uint64_t)br_rice_fast(&r, k_gap, count) + 1;
+        delta[j] = neg ? -(int64_t)a : (int64_t)a;
+    }
+    uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
+    return !past && !r.overrun && nu_left == 0 && tell + 7 >= (uint64_t)e->len * 8;
+}
+
+/* ---- the passes ----------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
+    __shared__ uint8_t sec[192];
+    __shared__ uint8_t cs[WARPS][192];
+    load_secret(sec);
+    const unsigned t = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    for (uint64_t c = (uint64_t)blockIdx.x * WARPS + wp; c < b.nchunks; c += (uint64_t)gridDim.x * WARPS) {
+        const dk_chunk_t *ch = &b.chunks[c];
+        const uint64_t bytes = (uint64_t)ch->elems * ch->width;
+        uint32_t code = DK_OK;
+        if (warp_xxh3_seeded((const uint8_t *)ch->rec, ch->rec_len, ch->rec_seed, sec, cs[wp], t) != ch->rec_sum)
+            code = DK_REC_SUM;
+        else if (ch->mode == DK_UNCHANGED_CHUNK) {
+            if (warp_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->next_sum) code = DK_UNCHANGED;
+        } else if (ch->mode == DK_RAW_CHUNK) {
+            if (warp_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->base_sum) code = DK_RAW_BASE;
+            else if (warp_xxh3((const uint8_t *)ch->payload, bytes, sec, t) != ch->next_sum) code = DK_RAW_DATA;
+        }
+        if (t == 0) b.status[c] = code;
+    }
+}
+
+__global__ void __launch_bounds__(THREADS) dk_decode(dk_batch_t b) {
+    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nclasses; i += (uint64_t)gridDim.x * THREADS) {
+        const dk_class_t *e = &b.classes[i];
+        if (*(volatile uint32_t *)&b.status[e->chunk] != DK_OK) continue;
+        if (!decode_class(e, b.rank + e->change0, b.delta + e->change0)) fail(&b.status[e->chunk], DK_STREAM);
+    }
+}
+
+/* Field k (16 bits) of a thread's class counts, packed 4 to a word. */
+static __device__ __forceinline__ uint32_t field(uint64_t lo, uint64_t hi, uint32_t k) {
+    return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
+}
+
+/* A thread's 16 elements from first as vectors, when they are all in the
+   chunk and 16-aligned (every tile but a short last one, in a region that
+   starts 16-aligned); false, loading nothing, otherwise. */
+static __device__ __forceinline__ bool load_vec(const uint8_t *reg, uint32_t w, uint32_t first, uint32_t elems,
+                                                uint4 v[4]) {
+    const uint8_t *p = reg + (uint64_t)first * w;
+    if (first >= elems || elems - first < EPT || ((uintptr_t)p & 15)) return false;
+    const uint4 *q = (const uint4 *)p;
+    v[0] = q[0];
+    if (w >= 2) v[1] = q[1];
+    if (w == 4) v[2] = q[2], v[3] = q[3];
+    return true;
+}
+
+/* Buckets of a thread's 16 elements from first (nv of them in the chunk;
+   the others get bucket 0 and are left out of every count), one per byte:
+   from the vectors load_vec loaded (vec), else element by element. */
+static __device__ __forceinline__ void buckets(const uint8_t *reg, uint32_t w, uint32_t first, uint32_t nv, bool vec,
+                                               const uint4 v[4], uint32_t bw[4]) {
+    if (vec) {
+        if (w == 1) {
+            bw[0] = v[0].x & 0x7F7F7F7Fu;
+            bw[1] = v[0].y & 0x7F7F7F7Fu;
+            bw[2] = v[0].z & 0x7F7F7F7Fu;
+            bw[3] = v[0].w & 0x7F7F7F7Fu;
+        } else if (w == 2) { /* the bucket of the element in each half of x is byte 1 and 3 of x << 1 */
+            bw[0] = __byte_perm(v[0].x << 1, v[0].y << 1, 0x7531);
+            bw[1] = __byte_perm(v[0].z << 1, v[0].w << 1, 0x7531);
+            bw[2] = __byte_perm(v[1].x << 1, v[1].y << 1, 0x7531);
+            bw[3] = __byte_perm(v[1].z << 1, v[1].w << 1, 0x7531);
+        } else { /* byte 3 of x << 1 */
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint32_t lo = __byte_perm(v[j].x << 1, v[j].y << 1, 0x0073),
+                         hi = __byte_perm(v[j].z << 1, v[j].w << 1, 0x0073);
+                bw[j] = __byte_perm(lo, hi, 0x5410);
+            }
+        }
+        return;
+    }
+    const uint8_t *p = reg + (uint64_t)first * w;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t x = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t e = 4 * j + i;
+            if (e < nv) x |= bucket_of(elem_load(p, w, e), w) << (8 * i);
+        }
+        bw[j] = x;
+    }
+}
+
+/* 4 bits, one per byte that is 0xFF. */
+static __device__ __forceinline__ uint32_t byte_bits(uint32_t e) {
+    e &= 0x80808080u;
+    return (e >> 7 | e >> 14 | e >> 21 | e >> 28) & 0xF;
+}
+
+__global__ void __launch_bounds__(THREADS) dk_place(dk_batch_t b, const uint32_t *sparse) {
+    __shared__ uint32_t bk[TILE / 4];                     /* every element's bucket, a byte each */
+    __shared__ uint16_t pre[CLASSES_MAX][THREADS + 1];    /* per class: elements before each thread; the tile's */
+    __shared__ uint64_t wsum[WARPS][2];
+    __shared__ uint32_t thr4[CLASSES_MAX + 1];
+    __shared__ uint64_t fin_seen[CLASSES_MAX];
+    __shared__ uint32_t fin_placed[CLASSES_MAX];
+    __shared__ uint32_t go;
+    const uint32_t c = sparse[blockIdx.x];
+    const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    if (tid == 0) {
+        go = *(volatile uint32_t *)&b.status[c] == DK_OK;
+        if (go) b.applied[c] = 1;
+    }
+    const dk_chunk_t ch = b.chunks[c];
+    const uint32_t K = ch.classes, w = ch.width, shift = w == 1 ? 0 : w == 2 ? 7 : 23;
+    if (tid <= CLASSES_MAX) thr4[tid] = tid < K ? (b.classes[ch.class0 + tid].lower >> shift) * 0x01010101u : 0;
+    __syncthreads();
+    if (!go) return;
+    uint8_t *reg = (uint8_t *)ch.region;
+    /* warp k < K places class k's changes */
+    const dk_class_t *ek = wp < K ? &b.classes[ch.class0 + wp] : NULL;
+    uint32_t *rk = ek ? b.rank + ek->change0 : NULL;
+    int64_t *dl = ek ? b.delta + ek->change0 : NULL;
+    const uint32_t cend = ek ? ek->changed : 0;
+    uint64_t before = 0; /* class elements in the tiles before */
+    uint32_t ci = 0;     /* the class's next change */
+    /* the class's next 64 changes, loaded ahead: lane l holds change ci + l
+       (r_a, d_a) and ci + 32 + l (r_b, d_b); the loads for the second half
+       are issued 32 changes before they are needed */
+    uint32_t r_a = 0, r_b = 0;
+    int64_t d_a = 0, d_b = 0;
+    if (ek && lane < cend) r_a = rk[lane], d_a = dl[lane];
+    if (ek && 32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];
+    uint4 cur[4], nxt[4];
+    bool cur_vec = load_vec(reg, w, EPT * tid, ch.elems, cur);
+    for (uint32_t at = 0; at < ch.elems; at += TILE) {
+        const uint32_t first = at + EPT * tid;
+        const uint32_t nv = first >= ch.elems ? 0 : ch.elems - first < EPT ? ch.elems - first : EPT;
+        /* the next tile on its way from memory while this one is placed */
+        const bool nxt_vec = at + TILE < ch.elems && load_vec(reg, w, first + TILE, ch.elems, nxt);
+        uint32_t bw[4];
+        buckets(reg, w, first, nv, cur_vec, cur, bw);
+        /* elements at or above each bound (bound 0: all valid ones) */
+        uint32_t ge[CLASSES_MAX + 1];
+        ge[0] = nv;
+#pragma unroll
+        for (uint32_t k = 1; k <= CLASSES_MAX; k++) {
+            uint32_t n = 0;
+            if (k < K)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    uint32_t valid = 4 * j >= nv ? 0 : nv - 4 * j >= 4 ? FULL : (1u << (8 * (nv - 4 * j))) - 1;
+                    n += __popc(__vcmpgeu4(bw[j], thr4[k]) & valid) >> 3;
+                }
+            ge[k] = n;
+        }
+        uint64_t lo = 0, hi = 0;
+#pragma unroll
+        for (uint32_t k = 0; k < CLASSES_MAX; k++) {
+            uint64_t n = k < K ? ge[k] - ge[k + 1] : 0;
+            if (k < 4) lo |= n << (16 * k);
+            else hi |= n << (16 * (k - 4));
+        }
+        const uint64_t own_lo = lo, own_hi = hi;
+#pragma unroll
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            uint64_t a = __shfl_up_sync(FULL, lo, o), h = __shfl_up_sync(FULL, hi, o);
+            if (lane >= o) lo += a, hi += h;
+        }
+        if (lane == 31) wsum[wp][0] = lo, wsum[wp][1] = hi;
+        bk[4 * tid] = bw[0];
+        bk[4 * tid + 1] = bw[1];
+        bk[4 * tid + 2] = bw[2];
+        bk[4 * tid + 3] = bw[3];
+        __syncthreads();
+        for (unsigned x = 0; x < wp; x++) lo += wsum[x][0], hi += wsum[x][1];
+        for (uint32_t k = 0; k < K; k++) {
+            pre[k][tid] = (uint16_t)field(lo - own_lo, hi - own_hi, k);
+            if (tid == THREADS - 1) pre[k][THREADS] = (uint16_t)field(lo, hi, k);
+        }
+        __syncthreads();
+        if (ek) {
+            const uint32_t k = wp, tot = pre[k][THREADS];
+            const uint64_t lim = before + tot;
+            for (;;) {
+                const uint32_t i = ci + lane;
+                const uint32_t r = r_a;
+                const bool in = i < cend && r < lim;
+                const unsigned m = __ballot_sync(FULL, in);
+                if (in) {
+                    const uint32_t tr = (uint32_t)(r - before);
+                    uint32_t a = 0, z = THREADS; /* pre[k][a] <= tr < pre[k][z] */
+                    while (z - a > 1) {
+                        uint32_t mid = (a + z) / 2;
+                        if (pre[k][mid] <= tr) a = mid;
+                        else z = mid;
+                    }
+                    uint32_t nth = tr - pre[k][a], mm = 0;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t x = bk[4 * a + j];
+                        const uint32_t e = (k == 0 ? FULL : __vcmpgeu4(x, thr4[k])) &
+                                           (k + 1 < K ? ~__vcmpgeu4(x, thr4[k + 1]) : FULL);
+                        mm |= byte_bits(e) << (4 * j);
+                    }
+                    for (; nth; nth--) mm &= mm - 1;
+                    const uint32_t pos = at + EPT * a + (uint32_t)(__ffs((int)mm) - 1);
+                    const uint32_t old = elem_load(reg, w, pos);
+                    uint32_t v;
+                    if (mm && elem_unord(elem_ord(old, w) + d_a, w, &v)) {
+                        elem_store(reg, w, pos, v);
+                        rk[i] = pos;
+                    } else {
+                        dl[i] = 0; /* not written */
+                        fail(&b.status[c], DK_RANGE);
+                    }
+                }
+                const uint32_t placed = (uint32_t)__popc(m);
+                if (placed) { /* the window moves on by `placed`; its new tail is loaded */
+                    const unsigned src = (lane + placed) & 31;
+                    const bool from_a = lane + placed < 32;
+                    const uint32_t ra = __shfl_sync(FULL, r_a, src), rb = __shfl_sync(FULL, r_b, src);
+                    const int64_t da = __shfl_sync(FULL, d_a, src), db = __shfl_sync(FULL, d_b, src);
+                    ci += placed;
+                    r_a = from_a ? ra : rb;
+                    d_a = from_a ? da : db;
+                    if (from_a) {
+                        r_b = rb, d_b = db;
+                    } else if (ci + 32 + lane < cend) {
+                        r_b = rk[ci + 32 + lane], d_b = dl[ci + 32 + lane];
+                    }
+                }
+                if (m != FULL) break;
+            }
+            before = lim;
+        }
+        __syncthreads(); /* bk, pre and wsum are the next tile's */
+#pragma unroll
+        for (int j = 0; j < 4; j++) cur[j] = nxt[j];
+        cur_vec = nxt_vec;
+    }
+    if (ek) {
+        for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* changes past the class's elements: not written */
+        if (lane == 0) fin_seen[wp] = before, fin_placed[wp] = ci;
+    }
+    __syncthreads();
+    if (tid == 0) /* the first class at fault, as the CPU walk reports it */
+        for (uint32_t k = 0; k < K; k++) {
+            const dk_class_t *e = &b.classes[ch.class0 + k];
+            if (fin_seen[k] != e->count) {
+                fail(&b.status[c], DK_COUNT);
+                break;
+            }
+            if (fin_placed[k] != e->changed) {
+                fail(&b.status[c], DK_PAST);
+                break;
+            }
+        }
+}
+
+__global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *raw) {
+    const uint32_t c = raw[blockIdx.x];
+    if (*(volatile uint32_t *)&b.status[c] != DK_OK) return;
+    const dk_chunk_t *ch = &b.chunks[c];
+    const uint64_t bytes = (uint64_t)ch->elems * ch->width;
+    uint8_t *reg = (uint8_t *)ch->region, *save = b.save + ch->save;
+    const uint8_t *src = (const uint8_t *)ch->payload;
+    if (threadIdx.x == 0) b.applied[c] = 1;
+    for (uint64_t i = threadIdx.x; i < bytes; i += THREADS) {
+        save[i] = reg[i];
+        reg[i] = src[i];
+    }
+}
+
+__global__ void __launch_bounds__(THREADS) dk_verify(dk_batch_t b, const uint32_t *sparse, uint32_t n) {
+    __shared__ uint8_t sec[192];
+    load_secret(sec);
+    const unsigned t = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    for (uint64_t x = (uint64_t)blockIdx.x * WARPS + wp; x < n; x += (uint64_t)gridDim.x * WARPS) {
+        const uint32_t c = sparse[x];
+        if (*(volatile uint32_t *)&b.status[c] != DK_OK) continue;
+        const dk_chunk_t *ch = &b.chunks[c];
+        if (warp_xxh3((const uint8_t *)ch->region, (uint64_t)ch->elems * ch->width, sec, t) != ch->next_sum && t == 0)
+            fail(&b.status[c], DK_NEXT_SUM);
+    }
+}
+
+__global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t *idx) {
+    __shared__ uint8_t sec[192];
+    load_secret(sec);
+    const uint32_t c = idx[blockIdx.x];
+    const dk_chunk_t *ch = &b.chunks[c];
+    uint8_t *reg = (uint8_t *)ch->region;
+    const uint32_t w = ch->width;
+    const uint64_t bytes = (uint64_t)ch->elems * w;
+    if (b.applied[c]) {
+        if (ch->mode == DK_SPARSE_CHUNK) {
+            for (uint64_t i = ch->change0 + threadIdx.x; i < ch->change0 + ch->changed; i += THREADS) {
+                const int64_t d = b.delta[i];
+                uint32_t v;
+                if (d && elem_unord(elem_ord(elem_load(reg, w, b.rank[i]), w) - d, w, &v)) elem_store(reg, w, b.rank[i], v);
+            }
+        } else if (ch->mode == DK_RAW_CHUNK) {
+            const uint8_t *save = b.save + ch->save;
+            for (uint64_t i = threadIdx.x; i < bytes; i += THREADS) reg[i] = save[i];
+        }
+    }
+    __syncthreads(); /* every restore seen by the hashing warp */
+    if (threadIdx.x < 32) {
+        uint64_t h = warp_xxh3(reg, bytes, sec, threadIdx.x);
+        if (threadIdx.x == 0) b.hashes[c] = h;
+    }
+}
+
+/* ---- launchers ------------------------------------------------------------------ */
+
+static unsigned grid_for(uint64_t items, unsigned per_block, unsigned sms) {
+    uint64_t g = (items + per_block - 1) / per_block, cap = (uint64_t)sms * 16;
+    if (g > cap) g = cap;
+    return g ? (unsigned)g : 1;
+}
+
+extern "C" cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse,
+                                        const uint32_t *raw, uint32_t nraw, unsigned sms, cudaEvent_t *ev,
+                                        cudaStream_t stream) {
+    cudaEventRecord(ev[0], stream);
+    if (b->nchunks) dk_pre<<<grid_for(b->nchunks, WARPS, sms), THREADS, 0, stream>>>(*b);
+    cudaEventRecord(ev[1], stream);
+    if (b->nclasses) dk_decode<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
+    cudaEventRecord(ev[2], stream);
+    if (nsparse) dk_place<<<nsparse, THREADS, 0, stream>>>(*b, sparse);
+    if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
+    cudaEventRecord(ev[3], stream);
+    if (nsparse) dk_verify<<<grid_for(nsparse, WARPS, sms), THREADS, 0, stream>>>(*b, sparse, nsparse);
+    cudaEventRecord(ev[4], stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_undo_enqueue(const dk_batch_t *b, const uint32_t *idx, uint32_t n, cudaStream_t stream) {
+    if (n) dk_undo<<<n, THREADS, 0, stream>>>(*b, idx);
+    return cudaGetLastError();
+}

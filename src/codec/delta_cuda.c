@@ -1,0 +1,469 @@
+/* The host side of applying deltas on a GPU (codec/delta_cuda.h): frames
+ * parsed and checked here, their bytes and the tables of delta_kern.h
+ * copied to the device, the passes of delta.cu run, and each region's
+ * outcome read back. */
+#include "codec/delta_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec_internal.h"
+#include "codec/delta_kern.h"
+#include "common/cuda.h"
+#include "common/hash.h"
+#include "ferry/ctx.h"
+
+_Static_assert((int)DK_UNCHANGED_CHUNK == (int)CHUNK_UNCHANGED && (int)DK_SPARSE_CHUNK == (int)CHUNK_SPARSE &&
+                   (int)DK_RAW_CHUNK == (int)CHUNK_RAW,
+               "chunk modes");
+
+struct ferry_delta_cuda {
+    int device;
+    unsigned sms;
+    ferry_ctx_t *ctx;
+    ferry_delta_codec_t *codec; /* peeks at frames */
+    /* device scratch, grow-only */
+    uint8_t *d_frames;
+    size_t cap_frames;
+    dk_chunk_t *d_chunks;
+    uint32_t *d_status;
+    uint8_t *d_applied;
+    uint64_t *d_hashes;
+    uint32_t *d_lists; /* sparse chunks, raw chunks, chunks to restore: cap_chunks each */
+    size_t cap_chunks;
+    dk_class_t *d_classes;
+    size_t cap_classes;
+    uint32_t *d_rank;
+    int64_t *d_delta;
+    size_t cap_changes;
+    uint8_t *d_save;
+    size_t cap_save;
+    /* pinned host memory, grow-only */
+    dk_chunk_t *h_chunks;
+    uint32_t *h_status;
+    uint64_t *h_hashes;
+    uint32_t *h_lists;
+    size_t hcap_chunks;
+    dk_class_t *h_classes;
+    size_t hcap_classes;
+    /* host memory, grow-only: per chunk its item */
+    size_t *chunk_item;
+    size_t cap_chunk_item;
+    /* the last batch's copies and passes, timed on the stream: before the
+       copies, before each pass, after the last */
+    cudaEvent_t ev[6];
+    ferry_delta_cuda_times_t times;
+};
+
+static ferry_status_t cuda_fail(ferry_errbuf_t *err, cudaError_t e, const char *what) {
+    return ferry_cuda_fail(err, e == cudaErrorMemoryAllocation ? FERRY_ERR_NO_MEMORY : FERRY_ERR_IO, e, what);
+}
+
+static ferry_status_t enter(const ferry_delta_cuda_t *d, int *prev, ferry_errbuf_t *err) {
+    cudaError_t e = cudaGetDevice(prev);
+    if (e == cudaSuccess && *prev != d->device) e = cudaSetDevice(d->device);
+    return e == cudaSuccess ? FERRY_OK : cuda_fail(err, e, "delta apply: selecting the GPU");
+}
+static void leave(const ferry_delta_cuda_t *d, int prev) {
+    if (prev != d->device) cudaSetDevice(prev);
+}
+
+ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, ferry_errbuf_t *err) {
+    if (!out) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta apply: out is NULL");
+    *out = NULL;
+    ferry_status_t st = ferry_cuda_init(err);
+    if (st != FERRY_OK) return st;
+    int count = 0, sms = 0;
+    cudaError_t e;
+    e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaGetDeviceCount");
+    if (device < 0 || device >= count)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta apply: no GPU %d (this host has %d)", device, count);
+    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta apply: asking the GPU's size");
+    ferry_delta_cuda_t *d = calloc(1, sizeof *d);
+    if (!d) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    d->device = device;
+    d->sms = sms > 0 ? (unsigned)sms : 1;
+    int prev = 0;
+    if ((st = enter(d, &prev, err)) != FERRY_OK) {
+        free(d);
+        return st;
+    }
+    for (int i = 0; i < 6 && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
+    leave(d, prev);
+    if (e != cudaSuccess) {
+        for (int i = 0; i < 6; i++)
+            if (d->ev[i]) cudaEventDestroy(d->ev[i]);
+        free(d);
+        return cuda_fail(err, e, "delta apply: cudaEventCreate");
+    }
+    char detail[256] = "";
+    if (ferry_ctx_create(NULL, &d->ctx, detail, sizeof detail) != FERRY_OK ||
+        ferry_delta_codec_create(d->ctx, &d->codec) != FERRY_OK) {
+        ferry_ctx_destroy(d->ctx);
+        for (int i = 0; i < 6; i++) cudaEventDestroy(d->ev[i]);
+        free(d);
+        return ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: making a codec: %s", detail);
+    }
+    *out = d;
+    return FERRY_OK;
+}
+
+static void free_scratch(ferry_delta_cuda_t *d) {
+    cudaFree(d->d_frames);
+    cudaFree(d->d_chunks);
+    cudaFree(d->d_status);
+    cudaFree(d->d_applied);
+    cudaFree(d->d_hashes);
+    cudaFree(d->d_lists);
+    cudaFree(d->d_classes);
+    cudaFree(d->d_rank);
+    cudaFree(d->d_delta);
+    cudaFree(d->d_save);
+    cudaFreeHost(d->h_chunks);
+    cudaFreeHost(d->h_status);
+    cudaFreeHost(d->h_hashes);
+    cudaFreeHost(d->h_lists);
+    cudaFreeHost(d->h_classes);
+}
+
+void ferry_delta_cuda_destroy(ferry_delta_cuda_t *d) {
+    if (!d) return;
+    int prev = 0;
+    ferry_errbuf_t ignored;
+    bool entered = enter(d, &prev, &ignored) == FERRY_OK;
+    free_scratch(d);
+    for (int i = 0; i < 6; i++)
+        if (d->ev[i]) cudaEventDestroy(d->ev[i]);
+    if (entered) leave(d, prev);
+    free(d->chunk_item);
+    ferry_delta_codec_destroy(d->codec);
+    ferry_ctx_destroy(d->ctx);
+    free(d);
+}
+
+void ferry_delta_cuda_last_times(const ferry_delta_cuda_t *d, ferry_delta_cuda_times_t *out) {
+    *out = d ? d->times : (ferry_delta_cuda_times_t){0};
+}
+
+size_t ferry_delta_cuda_device_bytes(const ferry_delta_cuda_t *d) {
+    if (!d) return 0;
+    return d->cap_frames +
+           d->cap_chunks * (sizeof(dk_chunk_t) + sizeof(uint32_t) + 1 + sizeof(uint64_t) + 3 * sizeof(uint32_t)) +
+           d->cap_classes * sizeof(dk_class_t) + d->cap_changes * (sizeof(uint32_t) + sizeof(int64_t)) + d->cap_save;
+}
+
+/* Device buffers of `n` items of `size`, grown (old contents dropped) to at
+   least need: each a pointer in ptrs, one capacity for all. */
+static ferry_status_t grow_dev(void **ptrs[], const size_t *sizes, size_t nptr, size_t *cap, size_t need,
+                               const char *what, ferry_errbuf_t *err) {
+    if (need <= *cap) return FERRY_OK;
+    size_t c = need < 2 * *cap ? 2 * *cap : need;
+    for (size_t i = 0; i < nptr; i++) {
+        cudaFree(*ptrs[i]);
+        *ptrs[i] = NULL;
+    }
+    *cap = 0;
+    for (size_t i = 0; i < nptr; i++) {
+        cudaError_t e = cudaMalloc(ptrs[i], c * sizes[i]);
+        if (e != cudaSuccess) return cuda_fail(err, e, what);
+    }
+    *cap = c;
+    return FERRY_OK;
+}
+static ferry_status_t grow_host(void **ptrs[], const size_t *sizes, size_t nptr, size_t *cap, size_t need,
+                                const char *what, ferry_errbuf_t *err) {
+    if (need <= *cap) return FERRY_OK;
+    size_t c = need < 2 * *cap ? 2 * *cap : need;
+    for (size_t i = 0; i < nptr; i++) {
+        cudaFreeHost(*ptrs[i]);
+        *ptrs[i] = NULL;
+    }
+    *cap = 0;
+    for (size_t i = 0; i < nptr; i++) {
+        cudaError_t e = cudaMallocHost(ptrs[i], c * sizes[i]);
+        if (e != cudaSuccess) return cuda_fail(err, e, what);
+    }
+    *cap = c;
+    return FERRY_OK;
+}
+
+/* Room for a batch of this size. */
+static ferry_status_t grow(ferry_delta_cuda_t *d, size_t frames, size_t chunks, size_t classes, size_t changes,
+                           size_t save, ferry_errbuf_t *err) {
+    ferry_status_t st;
+    {
+        void **p[] = {(void **)&d->d_frames};
+        const size_t s[] = {1};
+        if ((st = grow_dev(p, s, 1, &d->cap_frames, frames, "delta apply: cudaMalloc (frames)", err))) return st;
+    }
+    {
+        void **p[] = {(void **)&d->d_chunks, (void **)&d->d_status, (void **)&d->d_applied, (void **)&d->d_hashes,
+                      (void **)&d->d_lists};
+        const size_t s[] = {sizeof(dk_chunk_t), sizeof(uint32_t), 1, sizeof(uint64_t), 3 * sizeof(uint32_t)};
+        if ((st = grow_dev(p, s, 5, &d->cap_chunks, chunks, "delta apply: cudaMalloc (chunk table)", err))) return st;
+    }
+    {
+        void **p[] = {(void **)&d->d_classes};
+        const size_t s[] = {sizeof(dk_class_t)};
+        if ((st = grow_dev(p, s, 1, &d->cap_classes, classes, "delta apply: cudaMalloc (class table)", err))) return st;
+    }
+    {
+        void **p[] = {(void **)&d->d_rank, (void **)&d->d_delta};
+        const size_t s[] = {sizeof(uint32_t), sizeof(int64_t)};
+        if ((st = grow_dev(p, s, 2, &d->cap_changes, changes, "delta apply: cudaMalloc (changes)", err))) return st;
+    }
+    {
+        void **p[] = {(void **)&d->d_save};
+        const size_t s[] = {1};
+        if ((st = grow_dev(p, s, 1, &d->cap_save, save, "delta apply: cudaMalloc (raw chunks' old contents)", err)))
+            return st;
+    }
+    {
+        void **p[] = {(void **)&d->h_chunks, (void **)&d->h_status, (void **)&d->h_hashes, (void **)&d->h_lists};
+        const size_t s[] = {sizeof(dk_chunk_t), sizeof(uint32_t), sizeof(uint64_t), 3 * sizeof(uint32_t)};
+        if ((st = grow_host(p, s, 4, &d->hcap_chunks, chunks, "delta apply: cudaMallocHost (chunk table)", err)))
+            return st;
+    }
+    {
+        void **p[] = {(void **)&d->h_classes};
+        const size_t s[] = {sizeof(dk_class_t)};
+        if ((st = grow_host(p, s, 1, &d->hcap_classes, classes, "delta apply: cudaMallocHost (class table)", err)))
+            return st;
+    }
+    if (chunks > d->cap_chunk_item) {
+        size_t *p = realloc(d->chunk_item, chunks * sizeof *p);
+        if (!p) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: out of memory");
+        d->chunk_item = p;
+        d->cap_chunk_item = chunks;
+    }
+    return FERRY_OK;
+}
+
+/* An item's own checks before anything is copied: its frame peeks well
+   and is for this region. */
+static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, ferry_delta_info_t *info,
+                                 char *why, size_t why_len) {
+    if (!it->delta || !it->len) {
+        snprintf(why, why_len, "no delta (NULL or 0 bytes)");
+        return FERRY_ERR_INVALID_ARGUMENT;
+    }
+    ferry_status_t st = ferry_delta_peek(d->codec, it->delta, it->len, info);
+    if (st != FERRY_OK) {
+        snprintf(why, why_len, "%s", ferry_delta_codec_detail(d->codec));
+        return st;
+    }
+    uint32_t w = delta_width(info->dtype);
+    if (info->dtype != it->dtype) {
+        snprintf(why, why_len, "a delta of %s applied to a region of %s", ferry_dtype_name(info->dtype),
+                 ferry_dtype_name(it->dtype));
+        return FERRY_ERR_MISMATCH;
+    }
+    if (info->elems != it->elems) {
+        snprintf(why, why_len, "a delta of %llu elements applied to %llu elements", (unsigned long long)info->elems,
+                 (unsigned long long)it->elems);
+        return FERRY_ERR_MISMATCH;
+    }
+    if (it->base_version != FERRY_DELTA_ANY_BASE && it->base_version != info->base_version) {
+        snprintf(why, why_len, "the delta is from version %llu, the region holds version %llu",
+                 (unsigned long long)info->base_version, (unsigned long long)it->base_version);
+        return FERRY_ERR_MISMATCH;
+    }
+    if (it->elems && (!it->region || (uintptr_t)it->region % w)) {
+        snprintf(why, why_len, "region %p is NULL or not aligned to its %u-byte elements", it->region, w);
+        return FERRY_ERR_INVALID_ARGUMENT;
+    }
+    return FERRY_OK;
+}
+
+/* Why chunk c failed, once restored (hashes read back). */
+static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint32_t idx, char *why, size_t why_len) {
+    const dk_chunk_t *ch = &d->h_chunks[c];
+    uint32_t code = d->h_status[c];
+    bool base_ok = d->h_hashes[c] == ch->base_sum;
+    switch (code) {
+    case DK_REC_SUM: snprintf(why, why_len, "chunk %u: record checksum mismatch (damaged bytes)", idx); return FERRY_ERR_CORRUPT;
+    case DK_UNCHANGED:
+        snprintf(why, why_len, "the region is not this delta's base (chunk %u, unchanged, differs)", idx);
+        return FERRY_ERR_MISMATCH;
+    case DK_RAW_BASE:
+        snprintf(why, why_len, "the region is not this delta's base (chunk %u: base checksum differs)", idx);
+        return FERRY_ERR_MISMATCH;
+    case DK_RAW_DATA:
+        snprintf(why, why_len, "chunk %u: raw chunk's contents do not match its checksum", idx);
+        return FERRY_ERR_CORRUPT;
+    case DK_COUNT:
+        snprintf(why, why_len, "the region is not this delta's base: chunk %u's magnitude classes hold other counts",
+                 idx);
+        return FERRY_ERR_MISMATCH;
+    default: break;
+    }
+    if (!base_ok) {
+        snprintf(why, why_len, "the region is not this delta's base (chunk %u: base checksum differs)", idx);
+        return FERRY_ERR_MISMATCH;
+    }
+    snprintf(why, why_len, "chunk %u: %s", idx,
+             code == DK_STREAM  ? "a class stream is malformed, cut short or too long"
+             : code == DK_RANGE ? "a value change out of the element's range"
+             : code == DK_PAST  ? "stream malformed, a change past the class's elements"
+                                : "the applied chunk does not match the delta's checksum");
+    return FERRY_ERR_CORRUPT;
+}
+
+static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n, cudaStream_t stream,
+                          ferry_errbuf_t *err, size_t *first_bad, char *why, size_t why_len) {
+    /* 1. each item's frame checked; sizes of the batch */
+    size_t frames = 0, chunks = 0, classes = 0, changes = 0, save = 0;
+    ferry_delta_info_t info;
+    for (size_t i = 0; i < n; i++) {
+        ferry_delta_cuda_item_t *it = &items[i];
+        char w[FERRY_ERR_TEXT];
+        it->status = item_check(d, it, &info, w, sizeof w);
+        if (it->status != FERRY_OK) {
+            if (*first_bad == SIZE_MAX) *first_bad = i, snprintf(why, why_len, "%s", w);
+            continue;
+        }
+        frames += (it->len + 15) & ~(size_t)15;
+        chunks += info.chunks;
+        classes += (size_t)info.chunks_sparse * FERRY_DELTA_CLASSES_MAX;
+        changes += info.changed;
+        save += (size_t)info.chunks_raw * info.chunk_elems * delta_width(info.dtype);
+    }
+    ferry_status_t st = grow(d, frames, chunks, classes, changes, save, err);
+    if (st != FERRY_OK) return st;
+
+    /* 2. frames to the device, tables filled */
+    size_t foff = 0, nc = 0, ncls = 0, nch = 0, nsave = 0, nsparse = 0, nraw = 0;
+    uint32_t *sparse = d->h_lists, *raw = d->h_lists + d->hcap_chunks;
+    cudaError_t e = cudaEventRecord(d->ev[0], stream);
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        ferry_delta_cuda_item_t *it = &items[i];
+        if (it->status != FERRY_OK) continue;
+        const uint8_t *f = it->delta;
+        e = cudaMemcpyAsync(d->d_frames + foff, f, it->len, cudaMemcpyHostToDevice, stream);
+        const uint64_t dev = (uint64_t)(uintptr_t)(d->d_frames + foff);
+        uint32_t nchunks = get_u32(f + 20), chunk_elems = get_u32(f + 16), w = delta_width(it->dtype);
+        size_t off = DELTA_FRAME_HEADER + (size_t)nchunks * 4; /* peek checked that the lengths add up */
+        for (uint32_t c = 0; c < nchunks; c++) {
+            size_t len = get_u32(f + DELTA_FRAME_HEADER + 4 * (size_t)c);
+            const uint8_t *rec = f + off;
+            delta_chunk_t h;
+            ferry_errbuf_t ignored;
+            if (delta_chunk_parse(rec, len, w, false, &h, &ignored) != FERRY_OK)
+                return ferry_fail(err, FERRY_ERR_CORRUPT, "delta %zu: chunk %u: a record peek accepted fails to parse",
+                                  i, c); /* cannot happen: peek parsed it */
+            dk_chunk_t *k = &d->h_chunks[nc];
+            *k = (dk_chunk_t){
+                .region = (uint64_t)(uintptr_t)it->region + (uint64_t)c * chunk_elems * w,
+                .rec = dev + off + CHUNK_HEADER,
+                .payload = dev + (uint64_t)(h.payload - f),
+                .base_sum = h.base_sum,
+                .next_sum = h.next_sum,
+                .rec_sum = h.rec_sum,
+                .rec_seed = XXH3_64bits(rec, 32),
+                .change0 = nch,
+                .save = nsave,
+                .rec_len = (uint32_t)(len - CHUNK_HEADER),
+                .elems = h.elems,
+                .mode = h.mode,
+                .width = w,
+                .classes = h.classes,
+                .class0 = (uint32_t)ncls,
+                .changed = h.changed,
+            };
+            d->chunk_item[nc] = i;
+            if (h.mode == CHUNK_SPARSE) {
+                uint64_t s = k->payload;
+                for (uint32_t x = 0; x < h.classes; x++) {
+                    const delta_class_t *q = &h.cls[x];
+                    d->h_classes[ncls++] = (dk_class_t){.stream = s, .change0 = nch, .lower = q->lower,
+                                                        .count = q->count, .changed = q->changed,
+                                                        .nonunit = q->nonunit, .len = q->len, .k_gap = q->k_gap,
+                                                        .k_nu = q->k_nu, .k_mag = q->k_mag, .chunk = (uint32_t)nc};
+                    s += q->len;
+                    nch += q->changed;
+                }
+                sparse[nsparse++] = (uint32_t)nc;
+            } else if (h.mode == CHUNK_RAW) {
+                raw[nraw++] = (uint32_t)nc;
+                nsave += (size_t)h.elems * w;
+            }
+            nc++;
+            off += len;
+        }
+        foff += (it->len + 15) & ~(size_t)15;
+    }
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta apply: copying the deltas to the GPU");
+    if (!nc) return FERRY_OK;
+    dk_batch_t b = {.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status, .applied = d->d_applied,
+                    .rank = d->d_rank, .delta = d->d_delta, .save = d->d_save, .hashes = d->d_hashes,
+                    .nchunks = (uint32_t)nc, .nclasses = (uint32_t)ncls};
+    uint32_t *d_sparse = d->d_lists, *d_raw = d->d_lists + d->cap_chunks, *d_undo = d->d_lists + 2 * d->cap_chunks;
+    if ((e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, nc * sizeof(dk_chunk_t), cudaMemcpyHostToDevice, stream)) ||
+        (ncls && (e = cudaMemcpyAsync(d->d_classes, d->h_classes, ncls * sizeof(dk_class_t), cudaMemcpyHostToDevice,
+                                      stream))) ||
+        (nsparse && (e = cudaMemcpyAsync(d_sparse, sparse, nsparse * 4, cudaMemcpyHostToDevice, stream))) ||
+        (nraw && (e = cudaMemcpyAsync(d_raw, raw, nraw * 4, cudaMemcpyHostToDevice, stream))) ||
+        (e = cudaMemsetAsync(d->d_applied, 0, nc, stream)))
+        return cuda_fail(err, e, "delta apply: copying the tables to the GPU");
+
+    /* 3. the passes; the outcome back */
+    if ((e = dk_apply_enqueue(&b, d_sparse, (uint32_t)nsparse, d_raw, (uint32_t)nraw, d->sms, d->ev + 1, stream)) ||
+        (e = cudaMemcpyAsync(d->h_status, d->d_status, nc * 4, cudaMemcpyDeviceToHost, stream)) ||
+        (e = cudaStreamSynchronize(stream)))
+        return cuda_fail(err, e, "delta apply: the GPU's passes");
+    float ms[5] = {0};
+    for (int i = 0; i < 5; i++)
+        if (cudaEventElapsedTime(&ms[i], d->ev[i], d->ev[i + 1]) != cudaSuccess) ms[i] = 0;
+    d->times = (ferry_delta_cuda_times_t){.copy_s = ms[0] / 1e3, .check_s = ms[1] / 1e3, .decode_s = ms[2] / 1e3,
+                                          .write_s = ms[3] / 1e3, .verify_s = ms[4] / 1e3};
+
+    /* 4. items with a failed chunk restored, then their failed chunks blamed */
+    uint32_t *undo = d->h_lists + 2 * d->hcap_chunks;
+    size_t nundo = 0;
+    bool *bad = calloc(n, sizeof *bad);
+    if (!bad) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t c = 0; c < nc; c++)
+        if (d->h_status[c] != DK_OK) bad[d->chunk_item[c]] = true;
+    for (size_t c = 0; c < nc; c++)
+        if (bad[d->chunk_item[c]]) undo[nundo++] = (uint32_t)c;
+    if (nundo) {
+        if ((e = cudaMemcpyAsync(d_undo, undo, nundo * 4, cudaMemcpyHostToDevice, stream)) ||
+            (e = dk_undo_enqueue(&b, d_undo, (uint32_t)nundo, stream)) ||
+            (e = cudaMemcpyAsync(d->h_hashes, d->d_hashes, nc * 8, cudaMemcpyDeviceToHost, stream)) ||
+            (e = cudaStreamSynchronize(stream))) {
+            free(bad);
+            return cuda_fail(err, e, "delta apply: restoring the regions that failed");
+        }
+    }
+    for (size_t c = 0, first = 0; c < nc; c++) {
+        size_t i = d->chunk_item[c];
+        if (c == 0 || d->chunk_item[c - 1] != i) first = c;
+        if (!bad[i] || d->h_status[c] == DK_OK || items[i].status != FERRY_OK) continue;
+        char w[FERRY_ERR_TEXT];
+        items[i].status = chunk_blame(d, (uint32_t)c, (uint32_t)(c - first), w, sizeof w);
+        if (*first_bad == SIZE_MAX || i < *first_bad) *first_bad = i, snprintf(why, why_len, "%s", w);
+    }
+    free(bad);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n,
+                                      cudaStream_t stream, ferry_errbuf_t *err) {
+    if (!d || (n && !items)) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta apply: no object or no items");
+    int prev = 0;
+    ferry_status_t st = enter(d, &prev, err);
+    if (st != FERRY_OK) return st;
+    size_t first_bad = SIZE_MAX;
+    char why[FERRY_ERR_TEXT] = "";
+    st = run(d, items, n, stream, err, &first_bad, why, sizeof why);
+    leave(d, prev);
+    if (st != FERRY_OK) {
+        for (size_t i = 0; i < n; i++) items[i].status = st;
+        return st;
+    }
+    if (first_bad == SIZE_MAX) return FERRY_OK;
+    return ferry_fail(err, items[first_bad].status, "delta %zu of %zu: %s", first_bad, n, why);
+}

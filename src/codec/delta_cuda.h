@@ -1,0 +1,89 @@
+/* Applying deltas (docs/delta-format.md) to regions in GPU memory, on the
+ * GPU: many regions in one batch, each verified and either wholly the next
+ * version or exactly as before, as ferry_delta_apply does on the CPU. The
+ * results are those of ferry_delta_apply, byte for byte, and deltas encoded
+ * on the CPU apply here unchanged.
+ *
+ * The frames are in host memory; the object parses and checks their
+ * headers on the CPU (ferry_delta_peek), copies them to the GPU, and runs
+ * every check and every write there (codec/delta.cu says how): record
+ * checksums, the class streams, the changes written in place, each chunk's
+ * result against its checksum. A region that fails is restored on the GPU
+ * from the changes it logged, then hashed once more to tell a wrong base
+ * (FERRY_ERR_MISMATCH) from damaged data (FERRY_ERR_CORRUPT).
+ *
+ * Device memory it holds (grow-only, ferry_delta_cuda_device_bytes): the
+ * batch's frames, 12 bytes per changed element (the decoded changes, then
+ * the undo log), the raw chunks' old contents and about 100 bytes per
+ * chunk. Callers bound it by the batches they pass.
+ *
+ * Thread-safety: one object per thread (or serialized calls); objects are
+ * independent. Builds without CUDA have no such object (FERRY_CUDA). */
+#ifndef FERRY_CODEC_DELTA_CUDA_H
+#define FERRY_CODEC_DELTA_CUDA_H
+
+#ifdef FERRY_CUDA
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/internal.h"
+#include "ferry/codec.h"
+
+typedef struct ferry_delta_cuda ferry_delta_cuda_t;
+
+/* An object that applies deltas on GPU `device` (an ordinal). Errors:
+ * FERRY_ERR_UNSUPPORTED (no GPU, no driver), FERRY_ERR_INVALID_ARGUMENT (no
+ * such device), FERRY_ERR_NO_MEMORY. */
+ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, ferry_errbuf_t *err);
+/* Frees everything. NULL is ignored. */
+void ferry_delta_cuda_destroy(ferry_delta_cuda_t *d);
+
+/* One region and the delta to apply to it. */
+typedef struct ferry_delta_cuda_item {
+    const void *delta;     /* the delta frame, host memory (pageable or pinned) */
+    size_t len;
+    void *region;          /* elems elements of dtype in memory the device writes (its own, or a
+                              peer's mapped here), aligned to the element size; regions of one
+                              batch do not overlap */
+    ferry_dtype_t dtype;   /* the region's: the delta's must be the same */
+    uint64_t elems;
+    uint64_t base_version; /* the version the region holds, or FERRY_DELTA_ANY_BASE */
+    ferry_status_t status; /* out: FERRY_OK, or why this region was left as it was */
+} ferry_delta_cuda_item_t;
+
+/* Applies items[0..n) on stream (of the object's device, or 0) after what
+ * the stream holds, and returns once done (the regions' bytes must not
+ * change meanwhile except by this call). Every region either becomes its
+ * delta's next version, verified, or stays exactly as it was: items[i].status
+ * says which. Returns FERRY_OK when every item applied, else the status of
+ * the first that did not, with err's detail naming it ("delta 3 of 8: ...").
+ * Per item: FERRY_ERR_MISMATCH (the delta is for another dtype, size,
+ * version or base contents), FERRY_ERR_CORRUPT (damaged delta),
+ * FERRY_ERR_UNSUPPORTED (a delta format this ferry does not read),
+ * FERRY_ERR_INVALID_ARGUMENT (no delta, a region that is NULL or not
+ * aligned). For the whole batch: FERRY_ERR_INVALID_ARGUMENT (items NULL with
+ * n > 0), FERRY_ERR_NO_MEMORY (scratch), FERRY_ERR_IO (a CUDA call failed,
+ * e.g. a region the device cannot write: every item then says FERRY_ERR_IO
+ * and the regions' contents are unknown). The calling thread's current
+ * device is unchanged on return. */
+ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n,
+                                      cudaStream_t stream, ferry_errbuf_t *err);
+
+/* Where the last batch's time went, from CUDA events on its stream (a
+ * restore after a failure is not in it). */
+typedef struct ferry_delta_cuda_times {
+    double copy_s;   /* the deltas and tables copied to the device */
+    double check_s;  /* record checksums; unchanged and raw chunks checked */
+    double decode_s; /* class streams decoded */
+    double write_s;  /* changes written in place, raw chunks copied */
+    double verify_s; /* results hashed against their checksums */
+} ferry_delta_cuda_times_t;
+void ferry_delta_cuda_last_times(const ferry_delta_cuda_t *d, ferry_delta_cuda_times_t *out);
+
+/* Device memory the object holds, in bytes. */
+size_t ferry_delta_cuda_device_bytes(const ferry_delta_cuda_t *d);
+
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* The tables the delta apply kernels (delta.cu) read, and their launchers:
+ * the interface between the host side in C (delta_cuda.c), which parses
+ * frames, and the kernels. Plain structs of fixed layout, filled in pinned
+ * host memory and copied to the device once per batch. */
+#ifndef FERRY_CODEC_DELTA_KERN_H
+#define FERRY_CODEC_DELTA_KERN_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One chunk of a batch. */
+typedef struct dk_chunk {
+    uint64_t region;   /* device address of the chunk's first element */
+    uint64_t rec;      /* device address of its record's bytes [40, rec_len) (the part rec_sum covers) */
+    uint64_t payload;  /* device address of the payload (raw: the next contents) */
+    uint64_t base_sum, next_sum;
+    uint64_t rec_sum;  /* the record checksum, and the seed it is computed with (xxh3 of bytes [0, 32)) */
+    uint64_t rec_seed;
+    uint64_t change0;  /* sparse: index of its first change in the decoded arrays */
+    uint64_t save;     /* raw: offset of the old contents' copy in the save area */
+    uint32_t rec_len;  /* bytes hashed for rec_sum: record length - 40 */
+    uint32_t elems;
+    uint32_t mode;     /* CHUNK_UNCHANGED, CHUNK_SPARSE, CHUNK_RAW */
+    uint32_t width;
+    uint32_t classes;
+    uint32_t class0;   /* index of its first class in the class table */
+    uint32_t changed;  /* sparse: its changes (entries from change0) */
+    uint32_t pad;
+} dk_chunk_t;
+
+/* Chunk modes, as the record has them (codec_internal.h's CHUNK_*). */
+enum { DK_UNCHANGED_CHUNK = 0, DK_SPARSE_CHUNK = 1, DK_RAW_CHUNK = 2 };
+
+/* One magnitude class of a sparse chunk. */
+typedef struct dk_class {
+    uint64_t stream;  /* device address of its stream */
+    uint64_t change0; /* index of its first change in the decoded arrays */
+    uint32_t lower, count, changed, nonunit, len, k_gap, k_nu, k_mag;
+    uint32_t chunk;   /* its chunk's index in the batch */
+    uint32_t pad;
+} dk_class_t;
+
+/* Per-chunk outcome, written by the kernels (0: good so far). */
+enum {
+    DK_OK = 0,
+    DK_REC_SUM = 1,   /* record checksum differs: corrupt */
+    DK_UNCHANGED = 2, /* an unchanged chunk differs from the delta's: not its base */
+    DK_RAW_BASE = 3,  /* a raw chunk's base checksum differs: not its base */
+    DK_RAW_DATA = 4,  /* a raw chunk's contents differ from its checksum: corrupt */
+    DK_STREAM = 5,    /* a class stream is malformed: corrupt, unless the base is wrong */
+    DK_RANGE = 6,     /* a value change leaves the element's range: likewise */
+    DK_COUNT = 7,     /* a class holds another number of elements than the delta's base did */
+    DK_PAST = 8,      /* a change past its class's elements: corrupt, unless the base is wrong */
+    DK_NEXT_SUM = 9   /* the result's checksum differs: corrupt, unless the base is wrong */
+};
+
+/* The device arrays of one batch. */
+typedef struct dk_batch {
+    const dk_chunk_t *chunks;
+    const dk_class_t *classes;
+    uint32_t *status;  /* per chunk, DK_* */
+    uint8_t *applied;  /* per chunk: the kernels wrote into it (undo needed on failure) */
+    uint32_t *rank;    /* per change: its rank in its class; once placed, its element in the chunk */
+    int64_t *delta;    /* per change: its value change in elem_ord steps; 0: not written */
+    uint8_t *save;     /* raw chunks' old contents */
+    uint64_t *hashes;  /* per chunk, for the blame pass */
+    uint32_t nchunks, nclasses;
+} dk_batch_t;
+
+/* Enqueue the passes of an apply on stream, in this order:
+ * pre: record checksums; unchanged chunks' contents; raw chunks' base and
+ *      contents (a warp per chunk);
+ * decode: every class stream into (rank, delta) (a thread per class);
+ * place: sparse chunks' changes written into place (a block per chunk,
+ *      `sparse` lists their indices);
+ * raw: raw chunks' old contents saved, the new ones copied in;
+ * verify: sparse chunks' results hashed against next_sum.
+ * sms: the device's multiprocessor count (grid sizes). ev: 5 events,
+ * recorded before pre, decode, place (with raw) and verify, and after. */
+cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse, const uint32_t *raw,
+                             uint32_t nraw, unsigned sms, cudaEvent_t *ev, cudaStream_t stream);
+
+/* Restores chunks idx[0..n) (device array) where the kernels wrote into
+ * them, then hashes each into hashes[chunk] (for blame). */
+cudaError_t dk_undo_enqueue(const dk_batch_t *b, const uint32_t *idx, uint32_t n, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

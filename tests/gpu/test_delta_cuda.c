@@ -1,0 +1,535 @@
+/* Deltas applied on the GPU (codec/delta_cuda.h) give exactly what
+ * ferry_delta_apply gives on the CPU: deltas encoded on the CPU, of every
+ * dtype, of RL-like (synthetic Adam) and random changes, with sparse, raw
+ * and unchanged chunks, partial chunks, one class or eight, regions at
+ * addresses that are not 16-aligned, all in one batch. Then what must be
+ * refused, each beside regions that apply in the same batch: a damaged
+ * record, a damaged stream resealed with a good checksum, a wrong base
+ * (sparse, raw and unchanged chunks), another version, dtype or size;
+ * every refused region is left byte for byte as it was.
+ *
+ *   gpu_test_delta_cuda          the test (exit 77 without a usable GPU)
+ *   gpu_test_delta_cuda --bench  apply of synthetic Adam steps at lr 1e-6,
+ *                                3e-6 and 1e-5 (bf16, 16 regions of 256M
+ *                                elements: 8 GiB, about half of Qwen3-8B)
+ *                                beside a same-GPU copy of the same bytes,
+ *                                medians of 5 */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "codec/codec_internal.h"
+#include "codec/delta_cuda.h"
+#include "common/hash.h"
+#include "ferry/ctx.h"
+#include "gpu_check.h"
+#include "synth.h"
+
+static ferry_ctx_t *g_ctx;
+static ferry_delta_codec_t *g_codec;
+static ferry_delta_cuda_t *g_gpu;
+static cudaStream_t g_stream;
+
+/* One region of a test batch: its base and next contents (host), its delta,
+   its device memory. */
+typedef struct tcase {
+    const char *what;
+    ferry_dtype_t dtype;
+    uint32_t w;
+    uint64_t n;
+    uint8_t *base, *next;
+    uint8_t *delta;
+    size_t len;
+    uint8_t *dev_alloc, *dev; /* dev: the region, dev_alloc + an offset */
+    uint64_t version;         /* the base's version */
+} tcase_t;
+
+static uint64_t rng(uint64_t *s) {
+    *s += 0x9e3779b97f4a7c15ull;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random base bit patterns over many magnitude buckets (and ±0, infinities,
+   NaNs); next changes a share `p` of them by ±1 step of elem_ord, a tenth
+   of those by up to ±300. */
+static void make_random(tcase_t *t, double p, uint64_t seed) {
+    uint64_t s = seed;
+    for (uint64_t i = 0; i < t->n; i++) {
+        uint32_t v = (uint32_t)rng(&s);
+        if (t->w == 2) v &= 0xFFFF;
+        if (t->w == 1) v &= 0xFF;
+        uint32_t r = (uint32_t)(rng(&s) % 1000);
+        if (r == 0) v = 0;
+        else if (r == 1) v = 1u << (8 * t->w - 1); /* -0 */
+        else if (r == 2) v = mag_mask(t->w);       /* NaN with every mantissa bit */
+        else if (t->w >= 2 && r < 600) {          /* weight-like: the middle exponents */
+            uint32_t sh = t->w == 2 ? 7 : 23, ex = 100 + (uint32_t)(rng(&s) % 30);
+            v = (v & ~(0xFFu << sh)) | (ex << sh);
+        }
+        elem_put(t->base, t->w, i, v);
+        uint32_t nv = v;
+        if ((double)(rng(&s) % 1000000) < p * 1e6) {
+            int64_t d = rng(&s) % 10 ? 1 : 2 + (int64_t)(rng(&s) % 299);
+            if (rng(&s) & 1) d = -d;
+            if (!elem_unord(elem_ord(v, t->w) + d, t->w, &nv)) elem_unord(elem_ord(v, t->w) - d, t->w, &nv);
+        }
+        elem_put(t->next, t->w, i, nv);
+    }
+}
+
+/* bf16 of synthetic Adam masters at steps `step` and step + 1. */
+static void make_synth(tcase_t *t, double lr, uint32_t step, uint64_t seed) {
+    float *a = malloc(4 * t->n * sizeof(float));
+    CHECK(a);
+    delta_synth_t s;
+    delta_synth_init(&s, t->n, false, lr, seed, a, a + t->n, a + 2 * t->n, a + 3 * t->n);
+    for (uint32_t i = 0; i < step; i++) {
+        delta_synth_step_range(&s, 0, t->n);
+        delta_synth_next(&s);
+    }
+    delta_synth_bf16(&s, (uint16_t *)t->base, 0, t->n);
+    delta_synth_step_range(&s, 0, t->n);
+    delta_synth_next(&s);
+    delta_synth_bf16(&s, (uint16_t *)t->next, 0, t->n);
+    free(a);
+}
+
+static tcase_t *tcase_new(const char *what, ferry_dtype_t dtype, uint64_t n) {
+    tcase_t *t = calloc(1, sizeof *t);
+    CHECK(t);
+    t->what = what;
+    t->dtype = dtype;
+    t->w = delta_width(dtype);
+    t->n = n;
+    t->base = malloc(n * t->w + 1);
+    t->next = malloc(n * t->w + 1);
+    CHECK(t->base && t->next);
+    t->version = 7;
+    return t;
+}
+
+/* Encodes base -> next on the CPU (chunk: elements per chunk, 0 default;
+   classes: max classes, 0 default), checks the CPU's own apply, and puts
+   the base into a device region at byte offset `off` of its allocation. */
+static void tcase_encode(tcase_t *t, uint32_t chunk, uint32_t classes, size_t off) {
+    size_t cap = ferry_delta_bound(t->dtype, t->n, chunk);
+    t->delta = malloc(cap ? cap : 1);
+    CHECK(t->delta);
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = t->dtype, .base_version = t->version,
+                              .next_version = t->version + 1};
+    if (chunk) p.field_mask |= FERRY_DELTA_PARAM_CHUNK_ELEMS, p.chunk_elems = chunk;
+    if (classes) p.field_mask |= FERRY_DELTA_PARAM_MAX_CLASSES, p.max_classes = classes;
+    CHECK_OK(ferry_delta_encode(g_codec, &p, t->base, t->next, t->n, t->delta, cap, &t->len),
+             ferry_delta_codec_detail(g_codec));
+    uint8_t *cpu = malloc(t->n * t->w + 1);
+    CHECK(cpu);
+    memcpy(cpu, t->base, t->n * t->w);
+    CHECK_OK(ferry_delta_apply(g_codec, t->delta, t->len, cpu, t->n, t->version, NULL), ferry_delta_codec_detail(g_codec));
+    CHECK(memcmp(cpu, t->next, t->n * t->w) == 0);
+    free(cpu);
+    CUDA_OK(cudaMalloc((void **)&t->dev_alloc, t->n * t->w + off + 16));
+    t->dev = t->dev_alloc + off;
+    CUDA_OK(cudaMemcpy(t->dev, t->base, t->n * t->w, cudaMemcpyHostToDevice));
+}
+
+static void tcase_free(tcase_t *t) {
+    cudaFree(t->dev_alloc);
+    free(t->base);
+    free(t->next);
+    free(t->delta);
+    free(t);
+}
+
+static ferry_delta_cuda_item_t item_of(const tcase_t *t) {
+    return (ferry_delta_cuda_item_t){.delta = t->delta, .len = t->len, .region = t->dev, .dtype = t->dtype,
+                                     .elems = t->n, .base_version = t->version};
+}
+
+/* Whether the device region holds want (n elements); says where not. */
+static bool region_is(const tcase_t *t, const uint8_t *want, const char *which) {
+    size_t bytes = t->n * t->w;
+    uint8_t *h = malloc(bytes + 1);
+    CHECK(h);
+    CUDA_OK(cudaMemcpy(h, t->dev, bytes, cudaMemcpyDeviceToHost));
+    bool ok = memcmp(h, want, bytes) == 0;
+    if (!ok)
+        for (size_t i = 0; i < bytes; i++)
+            if (h[i] != want[i]) {
+                fprintf(stderr, "%s: byte %zu (element %zu) is %02x, the %s has %02x\n", t->what, i, i / t->w, h[i],
+                        which, want[i]);
+                break;
+            }
+    free(h);
+    return ok;
+}
+
+/* Chunk c's record in a delta. */
+static uint8_t *record_of(uint8_t *delta, uint32_t c, size_t *len) {
+    uint32_t chunks = get_u32(delta + 20);
+    size_t off = DELTA_FRAME_HEADER + 4 * (size_t)chunks;
+    for (uint32_t i = 0; i < c; i++) off += get_u32(delta + DELTA_FRAME_HEADER + 4 * (size_t)i);
+    *len = get_u32(delta + DELTA_FRAME_HEADER + 4 * (size_t)c);
+    return delta + off;
+}
+
+/* The first chunk of mode `mode` in a delta, or UINT32_MAX. */
+static uint32_t chunk_of_mode(uint8_t *delta, uint32_t mode) {
+    uint32_t chunks = get_u32(delta + 20);
+    for (uint32_t c = 0; c < chunks; c++) {
+        size_t len;
+        if (record_of(delta, c, &len)[0] == mode) return c;
+    }
+    return UINT32_MAX;
+}
+
+static void test_good_batch(void) {
+    tcase_t *t[32];
+    size_t n = 0;
+    static const double lrs[] = {1e-6, 3e-6, 1e-5};
+    static const char *synth_names[] = {"bf16 Adam lr 1e-6", "bf16 Adam lr 3e-6", "bf16 Adam lr 1e-5"};
+    for (int i = 0; i < 3; i++) { /* 3 chunks of 2^20, the last partial */
+        t[n] = tcase_new(synth_names[i], FERRY_DTYPE_BF16, 3000001);
+        make_synth(t[n], lrs[i], 3, 11 + (uint64_t)i);
+        tcase_encode(t[n], 0, 0, 0);
+        n++;
+    }
+    t[n] = tcase_new("bf16 Adam, 1 class, region at +2 bytes", FERRY_DTYPE_BF16, 1500000);
+    make_synth(t[n], 1e-6, 2, 5);
+    tcase_encode(t[n], 0, 1, 2);
+    n++;
+    struct {
+        const char *what;
+        ferry_dtype_t dt;
+        uint64_t n;
+        double p;
+        uint32_t chunk;
+        size_t off;
+    } r[] = {
+        {"bf16 random 2%, chunks of 1024", FERRY_DTYPE_BF16, 100003, 0.02, 1024, 0},
+        {"bf16 random 30%, region at +6 bytes", FERRY_DTYPE_BF16, 200000, 0.30, 4096, 6},
+        {"f16 random 5%", FERRY_DTYPE_F16, 300007, 0.05, 65536, 0},
+        {"f32 random 3%, region at +4 bytes", FERRY_DTYPE_F32, 250001, 0.03, 32768, 4},
+        {"f32 random 60%", FERRY_DTYPE_F32, 70000, 0.60, 8192, 0},
+        {"f8_e4m3 random 4%", FERRY_DTYPE_F8_E4M3, 400009, 0.04, 65536, 1},
+        {"f8_e5m2 random 10%", FERRY_DTYPE_F8_E5M2, 123457, 0.10, 16384, 3},
+        {"bf16 1 element", FERRY_DTYPE_BF16, 1, 1.0, 0, 0},
+        {"bf16 17 elements", FERRY_DTYPE_BF16, 17, 0.5, 0, 2},
+        {"f32 300 elements", FERRY_DTYPE_F32, 300, 0.1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        t[n] = tcase_new(r[i].what, r[i].dt, r[i].n);
+        make_random(t[n], r[i].p, 1000 + i);
+        tcase_encode(t[n], r[i].chunk, 0, r[i].off);
+        n++;
+    }
+    /* raw chunks (next unrelated to base) beside sparse and unchanged ones */
+    t[n] = tcase_new("bf16 raw, sparse and unchanged chunks", FERRY_DTYPE_BF16, 5 * 4096 + 100);
+    make_random(t[n], 0.01, 77);
+    uint64_t s = 99;
+    for (uint64_t i = 4096; i < 2 * 4096; i++) elem_put(t[n]->next, 2, i, (uint32_t)rng(&s) & 0xFFFF);
+    memcpy(t[n]->next + 3 * 4096 * 2, t[n]->base + 3 * 4096 * 2, 4096 * 2);
+    tcase_encode(t[n], 4096, 0, 0);
+    CHECK(chunk_of_mode(t[n]->delta, CHUNK_RAW) != UINT32_MAX);
+    CHECK(chunk_of_mode(t[n]->delta, CHUNK_UNCHANGED) != UINT32_MAX);
+    CHECK(chunk_of_mode(t[n]->delta, CHUNK_SPARSE) != UINT32_MAX);
+    n++;
+    t[n] = tcase_new("bf16 unchanged", FERRY_DTYPE_BF16, 70000);
+    make_random(t[n], 0, 5);
+    tcase_encode(t[n], 0, 0, 0);
+    n++;
+
+    ferry_delta_cuda_item_t items[32];
+    for (size_t i = 0; i < n; i++) items[i] = item_of(t[i]);
+    ferry_errbuf_t err = {{0}};
+    double t0 = now_s();
+    CHECK_OK(ferry_delta_cuda_apply(g_gpu, items, n, g_stream, &err), err.text);
+    ferry_delta_cuda_times_t tm;
+    ferry_delta_cuda_last_times(g_gpu, &tm);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(items[i].status == FERRY_OK);
+        bad += !region_is(t[i], t[i]->next, "next version");
+    }
+    CHECK(bad == 0);
+    printf("good batch: %zu regions applied on the GPU, each equal to the CPU's result (%.3f s; copies %.4f s, passes "
+           "%.4f s; %zu bytes of device memory)\n",
+           n, now_s() - t0, tm.copy_s, tm.check_s + tm.decode_s + tm.write_s + tm.verify_s,
+           ferry_delta_cuda_device_bytes(g_gpu));
+    /* applied again, the next version is not its base: refused, untouched */
+    CHECK(ferry_delta_cuda_apply(g_gpu, items, 3, g_stream, &err) == FERRY_ERR_MISMATCH);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(items[i].status == FERRY_ERR_MISMATCH);
+        CHECK(region_is(t[i], t[i]->next, "next version"));
+    }
+    printf("applied twice: refused as another base (%s), regions untouched\n", err.text);
+    for (size_t i = 0; i < n; i++) tcase_free(t[i]);
+}
+
+/* A batch where region `bad` is spoiled by spoil(); the others must apply,
+   it must fail with `want` and stay as it was. */
+typedef void (*spoil_fn)(tcase_t *t, ferry_delta_cuda_item_t *it);
+
+static void spoil_record(tcase_t *t, ferry_delta_cuda_item_t *it) { /* a payload byte, checksum left */
+    (void)it;
+    size_t len;
+    uint8_t *rec = record_of(t->delta, chunk_of_mode(t->delta, CHUNK_SPARSE), &len);
+    rec[len - 3] ^= 0x10;
+}
+static void spoil_stream(tcase_t *t, ferry_delta_cuda_item_t *it) { /* a stream byte, record resealed */
+    (void)it;
+    size_t len;
+    uint8_t *rec = record_of(t->delta, chunk_of_mode(t->delta, CHUNK_SPARSE), &len);
+    uint32_t classes = rec[2];
+    rec[CHUNK_HEADER + classes * CLASS_ENTRY + (len - CHUNK_HEADER - classes * CLASS_ENTRY) / 2] ^= 0x24;
+    put_u64(rec + 32, delta_record_sum(rec, len));
+}
+static void spoil_base_sparse(tcase_t *t, ferry_delta_cuda_item_t *it) { /* an unchanged element of the base */
+    (void)it;
+    for (uint64_t i = 0; i < t->n; i++)
+        if (elem_get(t->base, t->w, i) == elem_get(t->next, t->w, i)) {
+            elem_put(t->base, t->w, i, elem_get(t->base, t->w, i) ^ 1);
+            break;
+        }
+    CUDA_OK(cudaMemcpy(t->dev, t->base, t->n * t->w, cudaMemcpyHostToDevice));
+}
+static void spoil_base_raw(tcase_t *t, ferry_delta_cuda_item_t *it) {
+    (void)it;
+    t->base[4096 * 2 + 10] ^= 1; /* chunk 1, raw */
+    CUDA_OK(cudaMemcpy(t->dev, t->base, t->n * t->w, cudaMemcpyHostToDevice));
+}
+static void spoil_base_unchanged(tcase_t *t, ferry_delta_cuda_item_t *it) {
+    (void)it;
+    t->base[3 * 4096 * 2 + 10] ^= 1; /* chunk 3, unchanged */
+    CUDA_OK(cudaMemcpy(t->dev, t->base, t->n * t->w, cudaMemcpyHostToDevice));
+}
+static void spoil_version(tcase_t *t, ferry_delta_cuda_item_t *it) {
+    (void)t;
+    it->base_version = 6;
+}
+static void spoil_dtype(tcase_t *t, ferry_delta_cuda_item_t *it) {
+    (void)t;
+    it->dtype = FERRY_DTYPE_F16;
+}
+static void spoil_size(tcase_t *t, ferry_delta_cuda_item_t *it) {
+    (void)t;
+    it->elems--;
+}
+static void spoil_header(tcase_t *t, ferry_delta_cuda_item_t *it) {
+    (void)it;
+    t->delta[30] ^= 1; /* the base version, under the header checksum */
+}
+
+static void test_refusal(const char *what, spoil_fn spoil, ferry_status_t want, const char *needle) {
+    tcase_t *t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = tcase_new(i == 1 ? "spoiled" : "good", FERRY_DTYPE_BF16, 5 * 4096 + 100);
+        make_random(t[i], 0.02, 500 + (uint64_t)i);
+        if (i == 1) { /* a raw chunk 1 and an unchanged chunk 3 */
+            uint64_t s = 3;
+            for (uint64_t x = 4096; x < 2 * 4096; x++) elem_put(t[i]->next, 2, x, (uint32_t)rng(&s) & 0xFFFF);
+            memcpy(t[i]->next + 3 * 4096 * 2, t[i]->base + 3 * 4096 * 2, 4096 * 2);
+        }
+        tcase_encode(t[i], 4096, 0, 0);
+    }
+    ferry_delta_cuda_item_t items[3];
+    for (int i = 0; i < 3; i++) items[i] = item_of(t[i]);
+    spoil(t[1], &items[1]);
+    ferry_errbuf_t err = {{0}};
+    ferry_status_t st = ferry_delta_cuda_apply(g_gpu, items, 3, g_stream, &err);
+    if (st != want || items[1].status != want || !strstr(err.text, needle) || !strstr(err.text, "delta 1 of 3")) {
+        fprintf(stderr, "%s: got %s (%s), item 1 %s; want %s with \"%s\"\n", what, ferry_status_name(st), err.text,
+                ferry_status_name(items[1].status), ferry_status_name(want), needle);
+        exit(1);
+    }
+    CHECK(items[0].status == FERRY_OK && items[2].status == FERRY_OK);
+    CHECK(region_is(t[0], t[0]->next, "next version"));
+    CHECK(region_is(t[2], t[2]->next, "next version"));
+    CHECK(region_is(t[1], t[1]->base, "region before the call"));
+    printf("%s: refused (%s: %s), the region as it was, the other two applied\n", what, ferry_status_name(st), err.text);
+    for (int i = 0; i < 3; i++) tcase_free(t[i]);
+}
+
+static void test_edges(void) {
+    ferry_errbuf_t err = {{0}};
+    CHECK_OK(ferry_delta_cuda_apply(g_gpu, NULL, 0, g_stream, &err), err.text);
+    CHECK(ferry_delta_cuda_apply(g_gpu, NULL, 1, g_stream, &err) == FERRY_ERR_INVALID_ARGUMENT);
+    ferry_delta_cuda_t *x = NULL;
+    CHECK(ferry_delta_cuda_create(1000, &x, &err) == FERRY_ERR_INVALID_ARGUMENT && !x);
+    /* a misaligned region is refused before anything is copied */
+    tcase_t *t = tcase_new("odd", FERRY_DTYPE_BF16, 1000);
+    make_random(t, 0.1, 1);
+    tcase_encode(t, 0, 0, 0);
+    ferry_delta_cuda_item_t it = item_of(t);
+    it.region = t->dev + 1;
+    CHECK(ferry_delta_cuda_apply(g_gpu, &it, 1, g_stream, &err) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK_STR_HAS(err.text, "aligned");
+    CHECK(region_is(t, t->base, "region before the call"));
+    tcase_free(t);
+    printf("edges: empty batches, a device that does not exist, a misaligned region\n");
+}
+
+/* ---- the benchmark ----------------------------------------------------------- */
+
+typedef struct synth_job {
+    delta_synth_t *s;
+    size_t from, to;
+    uint16_t *out;
+} synth_job_t;
+
+static void *synth_thread(void *arg) {
+    synth_job_t *j = arg;
+    if (j->out) delta_synth_bf16(j->s, j->out, j->from, j->to);
+    else delta_synth_step_range(j->s, j->from, j->to);
+    return NULL;
+}
+
+/* One Adam step (out NULL) or a bf16 snapshot, on 16 threads. */
+static void synth_par(delta_synth_t *s, uint16_t *out) {
+    enum { T = 16 };
+    pthread_t th[T];
+    synth_job_t j[T];
+    for (int i = 0; i < T; i++) {
+        j[i] = (synth_job_t){s, s->n * i / T, s->n * (i + 1) / T, out};
+        CHECK(pthread_create(&th[i], NULL, synth_thread, &j[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+    if (!out) delta_synth_next(s);
+}
+
+static double median(double *v, int n) {
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n; k++)
+            if (v[k] < v[i]) {
+                double x = v[i];
+                v[i] = v[k];
+                v[k] = x;
+            }
+    return v[n / 2];
+}
+
+static int bench(void) {
+    const uint64_t n = (uint64_t)256 << 20; /* elements per region */
+    const int R = 16, REPS = 5;
+    const size_t bytes = n * 2;
+    float *a = malloc(4 * n * sizeof(float));
+    uint16_t *b0 = malloc(bytes), *b1 = malloc(bytes);
+    uint8_t *pristine = NULL, *reg[16];
+    CHECK(a && b0 && b1);
+    CUDA_OK(cudaMalloc((void **)&pristine, bytes));
+    for (int r = 0; r < R; r++) CUDA_OK(cudaMalloc((void **)&reg[r], bytes));
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    static const double lrs[] = {1e-6, 3e-6, 1e-5};
+    printf("bench: %d bf16 regions of %llu M elements (%.1f GiB), synthetic Adam steps 4 -> 5\n", R,
+           (unsigned long long)(n >> 20), (double)R * bytes / (1u << 30));
+    for (int l = 0; l < 3; l++) {
+        delta_synth_t s;
+        delta_synth_init(&s, n, false, lrs[l], 42, a, a + n, a + 2 * n, a + 3 * n);
+        for (int st = 0; st < 4; st++) synth_par(&s, NULL);
+        synth_par(&s, b0);
+        synth_par(&s, NULL);
+        synth_par(&s, b1);
+        size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 0), len = 0;
+        uint8_t *delta = NULL;
+        CUDA_OK(cudaMallocHost((void **)&delta, cap)); /* pinned, as a transport's receive buffer */
+        ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = FERRY_DTYPE_BF16,
+                                  .base_version = 4, .next_version = 5};
+        CHECK_OK(ferry_delta_encode(g_codec, &p, b0, b1, n, delta, cap, &len), ferry_delta_codec_detail(g_codec));
+        ferry_delta_info_t info;
+        CHECK_OK(ferry_delta_peek(g_codec, delta, len, &info), ferry_delta_codec_detail(g_codec));
+        CUDA_OK(cudaMemcpy(pristine, b0, bytes, cudaMemcpyHostToDevice));
+        ferry_delta_cuda_item_t items[16];
+        for (int r = 0; r < R; r++)
+            items[r] = (ferry_delta_cuda_item_t){.delta = delta, .len = len, .region = reg[r],
+                                                 .dtype = FERRY_DTYPE_BF16, .elems = n, .base_version = 4};
+        double tc[8], ta[8], tp[8], tx[5][8];
+        ferry_errbuf_t err = {{0}};
+        for (int rep = -1; rep < REPS; rep++) { /* one warm-up */
+            CUDA_OK(cudaEventRecord(e0, g_stream));
+            for (int r = 0; r < R; r++)
+                CUDA_OK(cudaMemcpyAsync(reg[r], pristine, bytes, cudaMemcpyDeviceToDevice, g_stream));
+            CUDA_OK(cudaEventRecord(e1, g_stream));
+            CUDA_OK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+            double t0 = now_s();
+            CHECK_OK(ferry_delta_cuda_apply(g_gpu, items, (size_t)R, g_stream, &err), err.text);
+            double t1 = now_s();
+            if (rep < 0) {
+                uint16_t *h = malloc(bytes);
+                CHECK(h);
+                CUDA_OK(cudaMemcpy(h, reg[R - 1], bytes, cudaMemcpyDeviceToHost));
+                CHECK(memcmp(h, b1, bytes) == 0);
+                free(h);
+                continue;
+            }
+            ferry_delta_cuda_times_t tm;
+            ferry_delta_cuda_last_times(g_gpu, &tm);
+            tc[rep] = ms / 1e3;
+            ta[rep] = t1 - t0;
+            tp[rep] = tm.check_s + tm.decode_s + tm.write_s + tm.verify_s;
+            tx[0][rep] = tm.copy_s, tx[1][rep] = tm.check_s, tx[2][rep] = tm.decode_s, tx[3][rep] = tm.write_s;
+            tx[4][rep] = tm.verify_s;
+        }
+        double mc = median(tc, REPS), ma = median(ta, REPS), mp = median(tp, REPS);
+        double total = (double)R * bytes;
+        printf("lr %.0e: %.2f%% changed, %.3f B per changed element, delta %.1f MiB per region\n", lrs[l],
+               100.0 * (double)info.changed / (double)n, (double)len / (double)info.changed, (double)len / (1 << 20));
+        printf("  same-GPU copy of the regions: %.4f s (%.0f GB/s copied; range %.4f-%.4f)\n", mc, total / mc / 1e9,
+               tc[0], tc[REPS - 1]);
+        printf("  apply on the GPU, whole call: %.4f s (%.0f GB/s of region; %.2fx the copy; range %.4f-%.4f)\n", ma,
+               total / ma / 1e9, mc / ma, ta[0], ta[REPS - 1]);
+        printf("    GPU passes %.4f s (%.0f GB/s of region; %.2fx the copy): medians copy-in %.4f, check %.4f, decode "
+               "%.4f, write %.4f, verify %.4f\n",
+               mp, total / mp / 1e9, mc / mp, median(tx[0], REPS), median(tx[1], REPS), median(tx[2], REPS),
+               median(tx[3], REPS), median(tx[4], REPS));
+        printf("  device memory held: %.1f MiB\n", (double)ferry_delta_cuda_device_bytes(g_gpu) / (1 << 20));
+        cudaFreeHost(delta);
+    }
+    for (int r = 0; r < R; r++) cudaFree(reg[r]);
+    cudaFree(pristine);
+    free(a);
+    free(b0);
+    free(b1);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    gpu_require();
+    char detail[256];
+    CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);
+    CHECK(ferry_delta_codec_create(g_ctx, &g_codec) == FERRY_OK);
+    ferry_errbuf_t err = {{0}};
+    CHECK_OK(ferry_delta_cuda_create(0, &g_gpu, &err), err.text);
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaStreamCreate(&g_stream));
+    int rc = 0;
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        rc = bench();
+    } else {
+        test_good_batch();
+        test_refusal("damaged record", spoil_record, FERRY_ERR_CORRUPT, "record checksum");
+        test_refusal("damaged stream, record resealed", spoil_stream, FERRY_ERR_CORRUPT, "chunk");
+        test_refusal("wrong base, sparse chunk", spoil_base_sparse, FERRY_ERR_MISMATCH, "not this delta's base");
+        test_refusal("wrong base, raw chunk", spoil_base_raw, FERRY_ERR_MISMATCH, "not this delta's base");
+        test_refusal("wrong base, unchanged chunk", spoil_base_unchanged, FERRY_ERR_MISMATCH, "not this delta's base");
+        test_refusal("another version", spoil_version, FERRY_ERR_MISMATCH, "version");
+        test_refusal("another dtype", spoil_dtype, FERRY_ERR_MISMATCH, "F16");
+        test_refusal("another size", spoil_size, FERRY_ERR_MISMATCH, "elements");
+        test_refusal("damaged frame header", spoil_header, FERRY_ERR_CORRUPT, "");
+        test_edges();
+        printf("delta apply on the GPU: all cases passed\n");
+    }
+    ferry_delta_cuda_destroy(g_gpu);
+    cudaStreamDestroy(g_stream);
+    ferry_delta_codec_destroy(g_codec);
+    ferry_ctx_destroy(g_ctx);
+    return rc;
+}
