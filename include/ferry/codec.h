@@ -57,8 +57,17 @@ enum {
     FERRY_DELTA_PARAM_MAX_CLASSES = 1u << 1,
     FERRY_DELTA_PARAM_VERSIONS = 1u << 2,
     FERRY_DELTA_PARAM_BASE_CHUNK_SUMS = 1u << 3,
-    FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS = 1u << 4
+    FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS = 1u << 4,
+    FERRY_DELTA_PARAM_FORMAT = 1u << 5
 };
+
+/* Delta formats (docs/delta-format.md): 1, the default, codes each magnitude
+ * class as one stream; 2 cuts each class stream at sub-blocks of the chunk
+ * and records where each piece starts, so the pieces decode independently
+ * (a GPU decodes them in parallel), for about 1-3% more bytes. Readers take
+ * both. */
+#define FERRY_DELTA_FORMAT_DEFAULT 1u
+#define FERRY_DELTA_FORMAT_MAX 2u
 
 typedef struct ferry_delta_params {
     uint64_t field_mask;      /* FERRY_DELTA_PARAM_* of the fields set */
@@ -78,11 +87,16 @@ typedef struct ferry_delta_params {
        base_chunk_sums itself: chunk i's base sum is read before its next
        sum is written. */
     uint64_t *next_chunk_sums;
+    /* FORMAT: the format written, 1 (the default) or 2; anything else is
+       FERRY_ERR_INVALID_ARGUMENT. ferry_delta_assemble writes it in the
+       frame and refuses records of the other format. */
+    uint32_t format;
 } ferry_delta_params_t;
 
 /* What a delta holds, from its header and chunk records (no base needed). */
 typedef struct ferry_delta_info {
     ferry_dtype_t dtype;
+    uint32_t format;          /* the frame's format, 1 or 2 */
     uint64_t elems;           /* elements in the region */
     uint32_t chunk_elems;
     uint32_t chunks;
@@ -176,15 +190,21 @@ size_t ferry_delta_chunk_bound(ferry_dtype_t dtype, uint32_t elems);
  * max_classes as in ferry_delta_params_t (0: default). *base_sum (if not
  * NULL) gets the xxh3 of the base chunk and *next_sum that of the next one.
  * With flags FERRY_DELTA_BASE_SUM_GIVEN, *base_sum holds the base chunk's
- * xxh3 on entry instead (see base_chunk_sums) and the base is not hashed. */
+ * xxh3 on entry instead (see base_chunk_sums) and the base is not hashed.
+ * With FERRY_DELTA_CHUNK_FORMAT2 the record is format 2's (a sparse one
+ * has sub-block streams; unchanged and raw records are the same in both
+ * formats); assemble it with params.format 2. */
 #define FERRY_DELTA_BASE_SUM_GIVEN 1u
+#define FERRY_DELTA_CHUNK_FORMAT2 2u
 ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *codec, ferry_dtype_t dtype, uint32_t max_classes,
                                         uint32_t flags, const void *base, const void *next, uint32_t elems,
                                         void *dst, size_t cap, size_t *len, uint64_t *base_sum,
                                         uint64_t *next_sum);
 
 /* Writes a delta from already encoded chunk records, in chunk order; the
- * region sums come from the records. */
+ * region sums come from the records. The frame's format is params->format
+ * (default 1): a sparse record of the other format is
+ * FERRY_ERR_INVALID_ARGUMENT. */
 ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *codec, const ferry_delta_params_t *params,
                                     uint64_t elems, const void *const *chunks, const size_t *chunk_lens,
                                     void *dst, size_t cap, size_t *len);

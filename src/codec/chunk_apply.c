@@ -164,18 +164,49 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
                                     uint64_t *next_sum) {
     uint32_t K = h->classes;
     size_t slots = (size_t)h->changed + K;
-    bool decodes = delta_apply_batches_decode(c->apply_batches); /* else the changes decoded here first */
+    /* format 2 takes the portable walk at every level (the AVX-512 one reads
+       format 1 streams itself) */
+    apply_batches_fn walk = !h->sub_log2 ? c->apply_batches : c->v3 ? apply_batches_v3 : apply_batches_base;
+    bool decodes = delta_apply_batches_decode(walk); /* else the changes decoded here first */
+    uint32_t nsub = h->sub_log2 ? delta_nsub(h->elems, h->sub_log2) : 0;
     if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log) ||
         (!decodes && (!delta_grow(c, (void **)&c->dec_rank, &c->dec_rank_cap, slots, sizeof *c->dec_rank) ||
-                      !delta_grow(c, (void **)&c->dec_delta, &c->dec_delta_cap, slots, sizeof *c->dec_delta))))
+                      !delta_grow(c, (void **)&c->dec_delta, &c->dec_delta_cap, slots, sizeof *c->dec_delta))) ||
+        !delta_grow(c, (void **)&c->sub, &c->sub_cap, (size_t)K * nsub, sizeof *c->sub))
         return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
     apply_job_t j = {.h = h, .base = base, .masks = c->masks, .log = c->log + c->log_n};
+    if (h->sub_log2) {
+        /* each class's elements per sub-block, before anything is written:
+           a sub-stream's local ranks start at its class's count before it */
+        uint32_t lower[FERRY_DELTA_CLASSES_MAX];
+        for (uint32_t k = 0; k < K; k++) lower[k] = h->cls[k].lower;
+        delta_count_subblocks(c->masks, base, h->width, h->elems, K, lower, h->sub_log2, c->sub);
+        for (uint32_t k = 0; k < K; k++) {
+            uint64_t seen = 0;
+            for (uint32_t b = 0; b < nsub; b++) seen += c->sub[(size_t)k * nsub + b];
+            if (seen != h->cls[k].count)
+                return delta_fail(c, FERRY_ERR_MISMATCH,
+                                  "the region is not this delta's base: magnitude class %u holds %llu elements, "
+                                  "the delta's base had %u",
+                                  k, (unsigned long long)seen, h->cls[k].count);
+        }
+    }
     const uint8_t *p = h->payload;
     size_t off = 0;
     for (uint32_t k = 0; k < K; k++) {
         const delta_class_t *e = &h->cls[k];
         j.stream[k] = p;
-        if (!decodes) {
+        if (h->sub_log2) {
+            j.rank[k] = c->dec_rank + off;
+            j.delta[k] = c->dec_delta + off;
+            if (!delta_class2_decode(h, k, p, c->sub + (size_t)k * nsub, c->dec_rank + off, c->dec_delta + off,
+                                     NULL, NULL))
+                return delta_fail(c, FERRY_ERR_CORRUPT,
+                                  "class %u: stream malformed, cut short or too long, its length table wrong, or a "
+                                  "change past the class's elements in its sub-block",
+                                  k);
+            off += e->changed + 1;
+        } else if (!decodes) {
             j.rank[k] = c->dec_rank + off;
             j.delta[k] = c->dec_delta + off;
             if (!(c->v3 ? decode_class_v3 : decode_class_base)(e, p, c->dec_rank + off, c->dec_delta + off))
@@ -187,7 +218,7 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     j.hash = &hs;
-    c->apply_batches(&j);
+    walk(&j);
     ferry_status_t st = FERRY_OK;
     if (j.bad_class != UINT32_MAX)
         st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: a value change out of the element's range", j.bad_class);

@@ -84,6 +84,7 @@ void ferry_delta_codec_destroy(ferry_delta_codec_t *c) {
     ferry_free(c->ctx, c->cval);
     ferry_free(c->ctx, c->csign);
     ferry_free(c->ctx, c->cls);
+    ferry_free(c->ctx, c->sub);
     ferry_free(c->ctx, c->dec_rank);
     ferry_free(c->ctx, c->dec_delta);
     ferry_free(c->ctx, c->log);
@@ -150,7 +151,14 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
     if (o->width != width)
         return ferry_fail(err, FERRY_ERR_CORRUPT, "chunk of %u-byte elements in a delta of %u-byte elements",
                           o->width, width);
-    if (rec[3] != 0) return ferry_fail(err, FERRY_ERR_CORRUPT, "chunk header's reserved byte is %u, not 0", rec[3]);
+    /* byte 3: reserved (0) but in a format 2 sparse record, where it is S */
+    if (rec[3] != 0 && o->mode != CHUNK_SPARSE)
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "chunk header's reserved byte is %u, not 0", rec[3]);
+    if (rec[3] != 0 && (rec[3] < DELTA_SUB_LOG2_MIN || rec[3] > DELTA_SUB_LOG2_MAX))
+        return ferry_fail(err, FERRY_ERR_CORRUPT,
+                          "sparse chunk's byte 3 is %u: neither format 1's 0 nor a format 2 sub-block size (%u to %u)",
+                          rec[3], DELTA_SUB_LOG2_MIN, DELTA_SUB_LOG2_MAX);
+    o->sub_log2 = rec[3];
     if (o->elems == 0 || o->elems > FERRY_DELTA_CHUNK_MAX)
         return ferry_fail(err, FERRY_ERR_CORRUPT, "chunk of %u elements (1 to %u allowed)", o->elems,
                           FERRY_DELTA_CHUNK_MAX);
@@ -194,7 +202,9 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
         k->k_gap = e[20];
         k->k_nu = e[21];
         k->k_mag = e[22];
-        if (e[23]) return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u entry has a non-zero reserved byte", c);
+        if (e[23] && !o->sub_log2)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u entry has a non-zero reserved byte", c);
+        k->len_bits = e[23];
         if ((c == 0 && k->lower != 0) || (c > 0 && k->lower <= o->cls[c - 1].lower) || k->lower > mag_mask(width))
             return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u's lower bound %u is out of order or range", c,
                               k->lower);
@@ -209,6 +219,14 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
                               k->k_nu, k->k_mag);
         if (k->changed == 0 && k->len)
             return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u has no changes but coded bytes", c);
+        if (o->sub_log2) { /* format 2: the length table fits the stream, after at least a byte of codes */
+            uint64_t tb = delta_table_bytes(delta_nsub(o->elems, o->sub_log2), k->len_bits);
+            if (k->len_bits > 32 || (k->changed == 0 && k->len_bits != 0) ||
+                (k->changed && (k->len_bits == 0 || tb >= k->len)))
+                return ferry_fail(err, FERRY_ERR_CORRUPT,
+                                  "class %u: a length table of %u-bit entries does not fit its %u-byte stream", c,
+                                  k->len_bits, k->len);
+        }
         count += k->count;
         changed += k->changed;
         payload += k->len;
@@ -221,7 +239,10 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
     return FERRY_OK;
 }
 
-bool delta_class_walk(const delta_class_t *e, const uint8_t *stream, uint64_t *pos_bits, uint64_t *val_bits) {
+bool delta_class_walk(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, uint64_t *pos_bits,
+                      uint64_t *val_bits) {
+    if (h->sub_log2) return delta_class2_decode(h, k, stream, NULL, NULL, NULL, pos_bits, val_bits);
+    const delta_class_t *e = &h->cls[k];
     bitr_t r;
     bitr_init(&r, stream, e->len);
     uint64_t pb = 0, vb = 0, rank = 0, t;
@@ -250,4 +271,111 @@ bool delta_class_walk(const delta_class_t *e, const uint8_t *stream, uint64_t *p
     *pos_bits = pb;
     *val_bits = vb;
     return true;
+}
+
+bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, const uint32_t *sub_count,
+                         uint32_t *rank, int64_t *delta, uint64_t *pos_bits, uint64_t *val_bits) {
+    const delta_class_t *e = &h->cls[k];
+    const uint32_t S = h->sub_log2, nsub = delta_nsub(h->elems, S), W = e->len_bits;
+    uint64_t pb = 0, vb = 0;
+    if (e->changed == 0) { /* no stream, no table (delta_chunk_parse) */
+        if (rank) rank[0] = UINT32_MAX;
+        if (pos_bits) *pos_bits = 0, *val_bits = 0;
+        return e->len == 0 && W == 0;
+    }
+    uint64_t tbytes = delta_table_bytes(nsub, W);
+    if (W == 0 || W > 32 || tbytes >= e->len) return false;
+    const uint64_t first = e->len - tbytes; /* bytes of the sub-streams */
+    const uint8_t *tab = stream + first;
+    /* the table: the longest entry is W bits long, the entries add up to
+       the first part's bits less its padding, the table's padding is zero */
+    bitr_t tr;
+    bitr_init(&tr, tab, tbytes);
+    uint64_t sum = 0;
+    uint32_t any = 0;
+    for (uint32_t b = 0; b < nsub; b++) {
+        uint32_t v = bitr_bits(&tr, W);
+        sum += v;
+        any |= v;
+    }
+    uint32_t tpad = (uint32_t)(tbytes * 8 - (uint64_t)nsub * W);
+    if ((tpad && bitr_bits(&tr, tpad) != 0) || tr.overrun || 32u - (uint32_t)__builtin_clz(any | 1u) != W ||
+        any == 0 || sum > first * 8 || sum + 8 <= first * 8)
+        return false;
+    /* the sub-streams, one after another */
+    bitr_init(&tr, tab, tbytes);
+    bitr_t r;
+    bitr_init(&r, stream, first);
+    uint64_t end = 0, before = 0;
+    uint32_t j = 0, nu_seen = 0;
+    for (uint32_t b = 0; b < nsub; b++) {
+        uint32_t lb = bitr_bits(&tr, W);
+        uint64_t at = (uint64_t)b << S;
+        uint32_t sub_elems = (uint32_t)(h->elems - at < (1ull << S) ? h->elems - at : 1ull << S);
+        uint32_t avail = sub_count ? sub_count[b] : sub_elems < e->count ? sub_elems : e->count;
+        end += lb;
+        if (lb) {
+            uint64_t nu_next = UINT64_MAX, target = 0, t;
+            uint32_t m = 0;
+            if (e->nonunit) {
+                t = bitr_tell(&r);
+                nu_next = bitr_rice(&r, e->k_nu, sub_elems);
+                vb += bitr_tell(&r) - t;
+            }
+            while (bitr_tell(&r) < end) {
+                if (j >= e->changed) return false; /* more changes than the class has */
+                t = bitr_tell(&r);
+                uint64_t g = bitr_rice(&r, e->k_gap, avail);
+                target = m ? target + g + 1 : g;
+                uint64_t t2 = bitr_tell(&r);
+                pb += t2 - t;
+                if (target >= avail) return false; /* past the class's elements in the sub-block */
+                int64_t a = 1;
+                uint32_t neg = bitr_bits(&r, 1);
+                if (m == nu_next) {
+                    a = (int64_t)bitr_expg(&r, e->k_mag) + 2;
+                    nu_next = (uint64_t)m + 1 + bitr_rice(&r, e->k_nu, sub_elems);
+                    if (++nu_seen > e->nonunit) return false;
+                }
+                vb += bitr_tell(&r) - t2;
+                if (r.overrun || bitr_tell(&r) > end) return false; /* a code past its sub-stream */
+                if (rank) {
+                    rank[j] = (uint32_t)(before + target);
+                    delta[j] = neg ? -a : a;
+                }
+                m++;
+                j++;
+            }
+            if (m == 0 || r.overrun || bitr_tell(&r) != end || (e->nonunit && nu_next != m)) return false;
+        }
+        if (sub_count) before += sub_count[b];
+    }
+    /* every change met; the first part's padding is zero */
+    uint32_t pad = (uint32_t)(first * 8 - end);
+    if (j != e->changed || nu_seen != e->nonunit || (pad && bitr_bits(&r, pad) != 0) || r.overrun) return false;
+    if (rank) rank[j] = UINT32_MAX;
+    if (pos_bits) *pos_bits = pb, *val_bits = vb;
+    return true;
+}
+
+void delta_count_subblocks(delta_masks_fn masks, const uint8_t *base, uint32_t w, uint32_t elems, uint32_t K,
+                           const uint32_t *lower, uint32_t sub_log2, uint32_t *out) {
+    const uint32_t nsub = delta_nsub(elems, sub_log2), batch = 64 * DELTA_MASK_BATCH;
+    uint64_t ge[DELTA_MASK_BATCH * FERRY_DELTA_CLASSES_MAX];
+    memset(out, 0, sizeof *out * K * nsub);
+    /* sub-blocks are whole batches (2^12 and up), bar the chunk's last */
+    for (uint32_t at = 0; at < elems; at += batch) {
+        uint32_t nel = elems - at < batch ? elems - at : batch, b = at >> sub_log2;
+        uint32_t cge[FERRY_DELTA_CLASSES_MAX + 1] = {0}; /* elements at or above class k's bound */
+        cge[0] = nel;
+        if (K > 1) {
+            masks(base + (size_t)at * w, NULL, w, nel, lower + 1, K - 1, NULL, ge, FERRY_DELTA_CLASSES_MAX);
+            for (uint32_t blk = 0; 64 * blk < nel; blk++) {
+                uint64_t valid = delta_block_valid(nel, blk);
+                for (uint32_t k = 1; k < K; k++)
+                    cge[k] += (uint32_t)__builtin_popcountll(ge[blk * FERRY_DELTA_CLASSES_MAX + k - 1] & valid);
+            }
+        }
+        for (uint32_t k = 0; k < K; k++) out[k * nsub + b] += cge[k] - cge[k + 1];
+    }
 }

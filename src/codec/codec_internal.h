@@ -14,7 +14,10 @@
 
 /* ---- Frame and chunk records (little-endian) ---- */
 #define DELTA_MAGIC 0x4C445246u /* "FRDL" */
-#define DELTA_FORMAT 1u
+#define DELTA_FORMAT 1u     /* format 1: one stream per class (the default) */
+#define DELTA_FORMAT_MAX 2u /* format 2: class streams cut at sub-blocks, with a length table */
+#define DELTA_SUB_LOG2_MIN 12u /* format 2's sub-block sizes, 2^12 to 2^24 elements */
+#define DELTA_SUB_LOG2_MAX 24u
 #define DELTA_FRAME_HEADER 64u
 #define CHUNK_HEADER 40u
 #define CLASS_ENTRY 24u
@@ -31,12 +34,14 @@ typedef struct delta_class {
     uint32_t k_gap;   /* Rice parameter of the position gaps */
     uint32_t k_nu;    /* Rice parameter of the gaps between non-unit changes */
     uint32_t k_mag;   /* exp-Golomb order of non-unit magnitudes (|d| - 2) */
+    uint32_t len_bits; /* format 2: W, the bits of each length table entry (entry byte 23); 0 in format 1 */
 } delta_class_t;
 
 /* A chunk header, decoded and bounds-checked against the record length. */
 typedef struct delta_chunk {
     uint32_t mode, width, classes;
     uint32_t elems, changed, payload_len;
+    uint32_t sub_log2; /* S of a format 2 sparse chunk (record byte 3), sub-blocks of 2^S elements; 0 otherwise */
     uint64_t base_sum, next_sum, rec_sum;
     delta_class_t cls[FERRY_DELTA_CLASSES_MAX];
     const uint8_t *payload;
@@ -58,14 +63,45 @@ uint32_t delta_width(ferry_dtype_t dtype);
 
 /* Parses a chunk record of width-byte elements; FERRY_ERR_CORRUPT with detail.
  * verify: also check the record checksum (every use of the payload does;
- * ferry_delta_peek reads only the header and class table). */
+ * ferry_delta_peek reads only the header and class table). A sparse
+ * record's format comes from its byte 3: 0 is format 1, 12..24 format 2
+ * (sub_log2; each class's len_bits checked to fit its stream), anything
+ * else corrupt. Reads no stream bytes. */
 ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, bool verify, delta_chunk_t *out,
                                  ferry_errbuf_t *err);
 
-/* Walks a class's stream without the base (positions need it, the codes do
- * not): false when it is malformed; else the bits spent on positions and on
- * values. */
-bool delta_class_walk(const delta_class_t *e, const uint8_t *stream, uint64_t *pos_bits, uint64_t *val_bits);
+/* Walks class k's stream of sparse chunk h without the base (positions
+ * need it, the codes do not), in either format: false when it is
+ * malformed; else the bits spent on positions and on values. */
+bool delta_class_walk(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, uint64_t *pos_bits,
+                      uint64_t *val_bits);
+
+/* Format 2: sub-blocks of a chunk of elems elements at 2^sub_log2 each. */
+static inline uint32_t delta_nsub(uint32_t elems, uint32_t sub_log2) {
+    return (uint32_t)(((uint64_t)elems + (1ull << sub_log2) - 1) >> sub_log2);
+}
+/* Format 2: the bytes of a class's length table. */
+static inline uint64_t delta_table_bytes(uint32_t nsub, uint32_t len_bits) {
+    return ((uint64_t)nsub * len_bits + 7) / 8;
+}
+
+/* Format 2: decodes class k's stream of sparse chunk h (its sub-streams and
+ * length table), checking everything the stream says: the table's entries
+ * (the longest one's bit length is len_bits; they add up to the first
+ * part's bits less its padding; padding bits zero), each sub-stream ending
+ * exactly at a change with its non-unit index at its change count, no code
+ * running past its sub-stream, the changed and non-unit counts adding up to
+ * the class entry's. sub_count: the class's elements per sub-block (as the
+ * base has them; nsub entries), or NULL to bound local ranks by the
+ * sub-block's size only. rank, delta (or NULL): each change's rank in the
+ * class, chunk-wide (the class's elements before its sub-block plus its
+ * local rank; needs sub_count), and value change, with rank[changed] =
+ * UINT32_MAX. *pos_bits, *val_bits (or NULL): bits of the gap codes and of
+ * the rest. False when anything is wrong, a local rank at or past its
+ * sub-block's class elements included. */
+bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, const uint32_t *sub_count,
+                         uint32_t *rank, int64_t *delta, uint64_t *pos_bits, uint64_t *val_bits);
+
 
 /* xxh3 of a record's bytes except its rec_sum field. */
 uint64_t delta_record_sum(const uint8_t *rec, size_t len);
@@ -139,6 +175,13 @@ delta_masks_fn delta_masks_at(delta_level_t level);
 size_t delta_masks_kernels(delta_masks_fn *out, size_t cap);
 void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width, uint32_t n,
                         const uint32_t *thr, uint32_t nthr, uint64_t *changed, uint64_t *ge, uint32_t stride);
+
+/* Format 2: the elements of each of K classes (lower bounds lower[0..K-1],
+ * lower[0] = 0) in each sub-block of 2^sub_log2 of a chunk of elems
+ * elements at base: out[k * nsub + b]. Reads base only, with the masks
+ * kernel (every level counts the same). */
+void delta_count_subblocks(delta_masks_fn masks, const uint8_t *base, uint32_t width, uint32_t elems, uint32_t K,
+                           const uint32_t *lower, uint32_t sub_log2, uint32_t *out);
 
 /* Hot loops over every element or every change are built twice, for
  * x86-64-v3 (AVX2, BMI, LZCNT, POPCNT: popcounts become one instruction)
@@ -480,6 +523,10 @@ struct ferry_delta_codec {
     uint16_t *off; /* a piece's changes, from enc.scan_w2 */
     uint8_t *cls, *sign, *csign;
     size_t pos_cap, order_cap, cls_cap, val_cap, sign_cap, cval_cap, csign_cap, off_cap;
+    /* format 2, encoder and decoder: per class and sub-block element
+       counts, the encoder's changes per sub-block */
+    uint32_t *sub;
+    size_t sub_cap;
     /* decoded changes and, once applied, the undo log */
     delta_change_t *log;
     size_t log_n, log_cap;

@@ -82,7 +82,7 @@ static uint64_t header_sum(const uint8_t *d, uint32_t chunks) {
 }
 
 static ferry_status_t check_params(ferry_delta_codec_t *c, const ferry_delta_params_t *p, uint64_t elems,
-                                   uint32_t *chunk, uint32_t *classes) {
+                                   uint32_t *chunk, uint32_t *classes, uint32_t *format) {
     if (!p) return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "delta params are NULL");
     if (!delta_width(p->dtype))
         return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta of dtype %s: only bf16, f16, f32 and f8 are supported",
@@ -95,17 +95,21 @@ static ferry_status_t check_params(ferry_delta_codec_t *c, const ferry_delta_par
     if (*classes < 1 || *classes > FERRY_DELTA_CLASSES_MAX)
         return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "max_classes %u (1 to %u allowed)", *classes,
                           FERRY_DELTA_CLASSES_MAX);
+    *format = (p->field_mask & FERRY_DELTA_PARAM_FORMAT) ? p->format : DELTA_FORMAT;
+    if (*format < 1 || *format > DELTA_FORMAT_MAX)
+        return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "delta format %u (1 or %u allowed)", *format,
+                          DELTA_FORMAT_MAX);
     if (!elems_ok(elems, *chunk))
         return delta_fail(c, FERRY_ERR_LIMIT, "%llu elements need more than 2^32 chunks of %u",
                           (unsigned long long)elems, *chunk);
     return FERRY_OK;
 }
 
-static void write_frame_header(uint8_t *d, const ferry_delta_params_t *p, uint64_t elems, uint32_t chunk,
-                               uint32_t chunks, uint64_t bsum, uint64_t nsum) {
+static void write_frame_header(uint8_t *d, const ferry_delta_params_t *p, uint32_t format, uint64_t elems,
+                               uint32_t chunk, uint32_t chunks, uint64_t bsum, uint64_t nsum) {
     memset(d, 0, DELTA_FRAME_HEADER);
     put_u32(d, DELTA_MAGIC);
-    d[4] = (uint8_t)DELTA_FORMAT;
+    d[4] = (uint8_t)format;
     d[6] = (uint8_t)p->dtype;
     put_u64(d + 8, elems);
     put_u32(d + 16, chunk);
@@ -123,8 +127,8 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_para
                                   const void *next, uint64_t elems, void *dst_, size_t cap, size_t *len) {
     if (!c) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_err_clear(&c->err);
-    uint32_t chunk, classes;
-    ferry_status_t st = check_params(c, p, elems, &chunk, &classes);
+    uint32_t chunk, classes, format;
+    ferry_status_t st = check_params(c, p, elems, &chunk, &classes, &format);
     if (st != FERRY_OK) return st;
     if (!dst_ || !len || (elems && (!base || !next)))
         return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "delta encode: a NULL buffer");
@@ -143,7 +147,8 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_para
         uint32_t n = chunk_elems_at(elems, chunk, i);
         size_t rl;
         uint64_t bs = known ? p->base_chunk_sums[i] : 0, ns;
-        st = ferry_delta_chunk_encode(c, p->dtype, classes, known ? FERRY_DELTA_BASE_SUM_GIVEN : 0,
+        uint32_t flags = (known ? FERRY_DELTA_BASE_SUM_GIVEN : 0) | (format == 2 ? FERRY_DELTA_CHUNK_FORMAT2 : 0);
+        st = ferry_delta_chunk_encode(c, p->dtype, classes, flags,
                                       (const uint8_t *)base + at * w, (const uint8_t *)next + at * w, n, dst + off,
                                       cap - off, &rl, &bs, &ns);
         if (st != FERRY_OK) return st;
@@ -153,7 +158,7 @@ ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_para
         fold_add(&fn, ns);
         off += rl;
     }
-    write_frame_header(dst, p, elems, chunk, chunks, fold_end(&fb), fold_end(&fn));
+    write_frame_header(dst, p, format, elems, chunk, chunks, fold_end(&fb), fold_end(&fn));
     *len = off;
     return FERRY_OK;
 }
@@ -163,8 +168,8 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *c, const ferry_delta_pa
                                     size_t *len) {
     if (!c) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_err_clear(&c->err);
-    uint32_t chunk, classes;
-    ferry_status_t st = check_params(c, p, elems, &chunk, &classes);
+    uint32_t chunk, classes, format;
+    ferry_status_t st = check_params(c, p, elems, &chunk, &classes, &format);
     if (st != FERRY_OK) return st;
     uint32_t w = delta_width(p->dtype), chunks = chunk_count(elems, chunk);
     if (!dst_ || !len || (chunks && (!recs || !lens)))
@@ -183,6 +188,9 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *c, const ferry_delta_pa
         if (h.elems != n)
             return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk %u holds %u elements, the region's chunk %u", i,
                               h.elems, n);
+        if (h.mode == CHUNK_SPARSE && (h.sub_log2 != 0) != (format == 2))
+            return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "chunk %u is a format %u record, the delta format %u", i,
+                              h.sub_log2 ? 2 : 1, format);
         if (cap - off < lens[i])
             return delta_fail(c, FERRY_ERR_LIMIT, "delta assemble: %zu bytes of room, more needed", cap);
         memcpy(dst + off, recs[i], lens[i]);
@@ -191,7 +199,7 @@ ferry_status_t ferry_delta_assemble(ferry_delta_codec_t *c, const ferry_delta_pa
         fold_add(&fn, h.next_sum);
         off += lens[i];
     }
-    write_frame_header(dst, p, elems, chunk, chunks, fold_end(&fb), fold_end(&fn));
+    write_frame_header(dst, p, format, elems, chunk, chunks, fold_end(&fb), fold_end(&fn));
     *len = off;
     return FERRY_OK;
 }
@@ -204,9 +212,10 @@ static ferry_status_t frame_parse(ferry_delta_codec_t *c, const uint8_t *d, size
         return delta_fail(c, FERRY_ERR_CORRUPT, "delta of %zu bytes, shorter than its %u-byte header", len,
                           DELTA_FRAME_HEADER);
     if (get_u32(d) != DELTA_MAGIC) return delta_fail(c, FERRY_ERR_CORRUPT, "not a ferry delta (bad magic)");
-    if (d[4] != DELTA_FORMAT || d[5] != 0)
-        return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta format %u (this ferry reads format %u)", d[4],
-                          DELTA_FORMAT);
+    if (d[4] < 1 || d[4] > DELTA_FORMAT_MAX || d[5] != 0)
+        return delta_fail(c, FERRY_ERR_UNSUPPORTED, "delta format %u (this ferry reads formats 1 to %u)",
+                          (unsigned)get_u32(d + 4) & 0xFFFFu, DELTA_FORMAT_MAX);
+    info->format = d[4];
     if (d[7] != 0) return delta_fail(c, FERRY_ERR_CORRUPT, "delta header's reserved byte is not 0");
     info->dtype = (ferry_dtype_t)d[6];
     *w = d[6] < FERRY_DTYPE_COUNT ? delta_width(info->dtype) : 0;
@@ -269,6 +278,9 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
         if (h.elems != n)
             return delta_fail(c, FERRY_ERR_CORRUPT, "chunk %u holds %u elements, not %llu", i, h.elems,
                               (unsigned long long)n);
+        if (h.mode == CHUNK_SPARSE && (h.sub_log2 != 0) != (info->format == 2))
+            return delta_fail(c, FERRY_ERR_CORRUPT, "chunk %u is a format %u record in a format %u delta", i,
+                              h.sub_log2 ? 2 : 1, info->format);
         fold_add(&fb, h.base_sum);
         fold_add(&fn, h.next_sum);
         info->changed += h.changed;
@@ -282,7 +294,7 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
             const uint8_t *sp = h.payload;
             for (uint32_t k = 0; k < h.classes; k++) {
                 uint64_t pb, vb;
-                if (!delta_class_walk(&h.cls[k], sp, &pb, &vb))
+                if (!delta_class_walk(&h, k, sp, &pb, &vb))
                     return delta_fail(c, FERRY_ERR_CORRUPT, "chunk %u, class %u: malformed stream", i, k);
                 /* the last byte's padding counts with the positions */
                 info->bytes_values += vb / 8;
