@@ -51,7 +51,19 @@ static bool scratch(ferry_delta_codec_t *c, size_t elems) {
            delta_grow(c, (void **)&c->cls, &c->cls_cap, n, 1) && delta_grow(c, (void **)&c->val, &c->val_cap, n, 4) &&
            delta_grow(c, (void **)&c->sign, &c->sign_cap, n, 1) && delta_grow(c, (void **)&c->cval, &c->cval_cap, n, 4) &&
            delta_grow(c, (void **)&c->csign, &c->csign_cap, n, 1) &&
+           /* format 2: per class and sub-block counts, and changes per sub-block */
+           delta_grow(c, (void **)&c->sub, &c->sub_cap,
+                      (FERRY_DELTA_CLASSES_MAX + 1) * (size_t)delta_nsub((uint32_t)elems, DELTA_SUB_LOG2_MIN), 4) &&
            (!c->enc.scan_w2 || delta_grow(c, (void **)&c->off, &c->off_cap, 2048 + 32, 2));
+}
+
+/* Format 2's sub-block size for a chunk of elems elements of which m
+ * changed: the largest 2^S, S from 15 down to 12, whose sub-blocks hold at
+ * most 2048 changes on average; 12 when none does. */
+static uint32_t choose_sub_log2(uint64_t m, uint32_t elems) {
+    uint32_t S = 15;
+    while (S > DELTA_SUB_LOG2_MIN && (m << S) > 2048ull * elems) S--;
+    return S;
 }
 
 /* Pass 1, 2 KiB of each buffer at a time while they are in L1: the
@@ -347,12 +359,125 @@ static size_t write_class_base(uint8_t *entry, uint8_t *dst, size_t room, uint64
     return write_class(entry, dst, room, count, mk, gap, val, sign, nuidx);
 }
 
+/* Format 2's class stream (docs/delta-format.md): the class's changes cut
+ * at sub-blocks, each sub-stream restarting the codes with ranks local to
+ * its sub-block, then the length table. gap: the class's format 1 gaps in
+ * class order, rewritten here (the first of each sub-block becomes its
+ * local rank); sub: the class's elements per sub-block (nsub of them);
+ * mcnt: scratch for nsub entries. The parameters follow write_class's rule
+ * on the gaps and non-unit runs as format 2 writes them. The general bit
+ * writer only: format 2 is for a GPU to read, its CPU encoder need not be
+ * the fastest. Returns the stream's length, 0 when it does not fit. */
+static size_t write_class2(uint8_t *entry, uint8_t *dst, size_t room, uint64_t count, size_t mk, uint32_t *gap,
+                           const uint32_t *val, const uint8_t *sign, uint32_t *nuidx, uint32_t nsub,
+                           const uint32_t *sub, uint32_t *mcnt) {
+    /* each change's sub-block from its rank in the class; local first gaps */
+    memset(mcnt, 0, sizeof *mcnt * nsub);
+    uint64_t rank = 0, before = 0;
+    for (size_t j = 0, b = 0; j < mk; j++) {
+        rank = j ? rank + gap[j] + 1 : gap[j];
+        while (rank >= before + sub[b]) before += sub[b++]; /* rank < count: b stays below nsub */
+        if (mcnt[b]++ == 0) gap[j] = (uint32_t)(rank - before);
+    }
+    size_t nu = 0;
+    for (size_t j = 0; j < mk; j++) {
+        nuidx[nu] = (uint32_t)j;
+        nu += val[j] != 0;
+    }
+    nuidx[nu] = (uint32_t)mk;
+    /* the non-unit runs as written: per sub-stream with changes, the first
+       non-unit index (or m), then after each non-unit change the run to the
+       next one (or to m) */
+    int g0 = rice_guess(count - mk, mk);
+    if (g0 < 1) g0 = 1;
+    uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0}, runs = 0;
+    for (size_t j = 0; j < mk; j++) {
+        uint64_t g = gap[j];
+        gap_bits[0] += g >> (g0 - 1);
+        gap_bits[1] += g >> g0;
+        gap_bits[2] += g >> (g0 + 1);
+    }
+    int n0 = 1;
+    if (nu) {
+        for (uint32_t b = 0; b < nsub; b++) runs += mcnt[b] != 0;
+        runs += nu;
+        n0 = rice_guess(mk - nu, runs);
+        if (n0 < 1) n0 = 1;
+        size_t x = 0, j0 = 0;
+        for (uint32_t b = 0; b < nsub; j0 += mcnt[b], b++) {
+            if (!mcnt[b]) continue;
+            size_t end = j0 + mcnt[b], from = j0;
+            for (;; x++) {
+                size_t at = nuidx[x] < end ? nuidx[x] : end;
+                uint64_t r = at - from;
+                for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
+                if (at == end) break;
+                from = at + 1;
+            }
+        }
+        for (size_t x2 = 0; x2 < nu; x2++)
+            for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[nuidx[x2]] - 1, e);
+    }
+    uint32_t k_gap = 0, k_nu = 0, k_mag = 0;
+    uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
+    for (int e = 0; e < 3; e++) {
+        uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
+        if (kk <= 24 && bits < best) best = bits, k_gap = (uint32_t)kk;
+        kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + runs * (1 + kk);
+        if (kk <= 24 && bits < best_nu) best_nu = bits, k_nu = (uint32_t)kk;
+    }
+    for (uint32_t e = 1; e < 5; e++)
+        if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
+
+    /* the sub-streams; each one's length in bits replaces its count */
+    bitw_t bw;
+    bitw_init(&bw, dst, room);
+    size_t x = 0, j0 = 0;
+    uint32_t longest = 0;
+    for (uint32_t b = 0; b < nsub; b++) {
+        size_t m = mcnt[b], end = j0 + m;
+        uint64_t start = (uint64_t)(bw.p - bw.start) * 8 + bw.n;
+        if (m) {
+            if (nu) bitw_rice(&bw, (uint32_t)((nuidx[x] < end ? nuidx[x] : end) - j0), k_nu);
+            for (size_t j = j0; j < end; j++) {
+                bitw_rice(&bw, gap[j], k_gap);
+                bitw_put(&bw, sign[j], 1);
+                if (j == nuidx[x]) {
+                    bitw_expg(&bw, val[j] - 1, k_mag);
+                    x++;
+                    bitw_rice(&bw, (uint32_t)((nuidx[x] < end ? nuidx[x] : end) - j - 1), k_nu);
+                }
+            }
+        }
+        if (bw.overflow) return 0;
+        uint64_t len = (uint64_t)(bw.p - bw.start) * 8 + bw.n - start; /* < 2^32: under raw's size */
+        mcnt[b] = (uint32_t)len;
+        longest |= (uint32_t)len;
+        j0 = end;
+    }
+    size_t first = bitw_finish(&bw);
+    if (bw.overflow) return 0;
+    uint32_t W = longest ? 32u - (uint32_t)__builtin_clz(longest) : 0;
+    bitw_t tw;
+    bitw_init(&tw, dst + first, room - first);
+    for (uint32_t b = 0; b < nsub; b++) bitw_put(&tw, mcnt[b], W);
+    size_t table = bitw_finish(&tw);
+    if (tw.overflow) return 0;
+    put_u32(entry + 12, (uint32_t)nu);
+    put_u32(entry + 16, (uint32_t)(first + table));
+    entry[20] = (uint8_t)k_gap;
+    entry[21] = (uint8_t)k_nu;
+    entry[22] = (uint8_t)k_mag;
+    entry[23] = (uint8_t)W;
+    return first + table;
+}
+
 /* Writes the sparse record into dst[0, room); returns its length, or 0 when
  * it does not fit. The changes are as scan_chunk left them; sample holds
  * the sampled base buckets (every stride-th element). */
 static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_classes, const uint8_t *base,
-                            uint32_t elems, size_t m, uint32_t stride, uint32_t sample[4][256], uint8_t *dst,
-                            size_t room) {
+                            uint32_t elems, size_t m, uint32_t stride, uint32_t sample[4][256], uint32_t sub_log2,
+                            uint8_t *dst, size_t room) {
     /* classes from the changed elements' magnitudes and the sample of all */
     uint64_t hist_all[256], hist_chg[256];
     uint32_t cnt[4][256], shift = delta_bucket_shift(w);
@@ -377,6 +502,9 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
 
     size_t off = CHUNK_HEADER + (size_t)K * CLASS_ENTRY;
     if (off >= room) return 0;
+    /* format 2: each class's elements per sub-block (a read of the base) */
+    uint32_t nsub = sub_log2 ? delta_nsub(elems, sub_log2) : 0;
+    if (sub_log2) delta_count_subblocks(c->masks, base, w, elems, K, lower, sub_log2, c->sub);
     for (uint32_t k = 0; k < K; k++) {
         uint8_t *entry = dst + CHUNK_HEADER + (size_t)k * CLASS_ENTRY;
         memset(entry, 0, CLASS_ENTRY);
@@ -384,12 +512,17 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
         put_u32(entry + 4, (uint32_t)count[k]);
         put_u32(entry + 8, (uint32_t)changed[k]);
         if (!changed[k]) continue;
-        size_t len = (c->v3 ? write_class_v3 : write_class_base)(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
-                                 c->cval + start[k], c->csign + start[k], c->pos /* free once ranked */);
+        size_t len = sub_log2 ? write_class2(entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
+                                             c->cval + start[k], c->csign + start[k], c->pos, nsub,
+                                             c->sub + (size_t)k * nsub, c->sub + (size_t)K * nsub)
+                              : (c->v3 ? write_class_v3 : write_class_base)(
+                                    entry, dst + off, room - off, count[k], changed[k], c->order + start[k],
+                                    c->cval + start[k], c->csign + start[k], c->pos /* free once ranked */);
         if (!len) return 0;
         off += len;
     }
     write_header(dst, CHUNK_SPARSE, w, K, elems, (uint32_t)m, (uint32_t)(off - CHUNK_HEADER - K * CLASS_ENTRY), 0, 0);
+    dst[3] = (uint8_t)sub_log2;
     return off;
 }
 
@@ -412,9 +545,12 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     if (max_classes > FERRY_DELTA_CLASSES_MAX)
         return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT, "max_classes %u (1 to %u allowed)", max_classes,
                           FERRY_DELTA_CLASSES_MAX);
-    if ((flags & ~FERRY_DELTA_BASE_SUM_GIVEN) || ((flags & FERRY_DELTA_BASE_SUM_GIVEN) && !base_sum_out))
+    if ((flags & ~(FERRY_DELTA_BASE_SUM_GIVEN | FERRY_DELTA_CHUNK_FORMAT2)) ||
+        ((flags & FERRY_DELTA_BASE_SUM_GIVEN) && !base_sum_out))
         return delta_fail(c, FERRY_ERR_INVALID_ARGUMENT,
-                          "chunk encode: flags %#x (only FERRY_DELTA_BASE_SUM_GIVEN, which needs base_sum)", flags);
+                          "chunk encode: flags %#x (only FERRY_DELTA_BASE_SUM_GIVEN, which needs base_sum, and "
+                          "FERRY_DELTA_CHUNK_FORMAT2)",
+                          flags);
     size_t raw_len = CHUNK_HEADER + (size_t)elems * w;
     if (cap < CHUNK_HEADER)
         return delta_fail(c, FERRY_ERR_LIMIT, "chunk encode: %zu bytes of room, at least %u needed", cap,
@@ -437,7 +573,8 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     }
     /* sparse must be smaller than raw to be worth decoding */
     size_t room = cap < raw_len - 1 ? cap : raw_len - 1;
-    size_t off = encode_sparse(c, w, max_classes, base, elems, m, stride, sample, dst, room);
+    uint32_t sub_log2 = (flags & FERRY_DELTA_CHUNK_FORMAT2) ? choose_sub_log2(m, elems) : 0;
+    size_t off = encode_sparse(c, w, max_classes, base, elems, m, stride, sample, sub_log2, dst, room);
     if (off) {
         put_u64(dst + 16, bs);
         put_u64(dst + 24, ns);
