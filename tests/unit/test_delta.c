@@ -404,8 +404,8 @@ static void test_chunk_sums(void) {
     CHECK_FAILS(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, FERRY_DELTA_BASE_SUM_GIVEN, v1, v2, C, b, cap,
                                          &lb, NULL, NULL),
                 FERRY_ERR_INVALID_ARGUMENT, ferry_delta_codec_detail(codec), "needs base_sum");
-    CHECK_FAILS(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, 2, v1, v2, C, b, cap, &lb, NULL, NULL),
-                FERRY_ERR_INVALID_ARGUMENT, ferry_delta_codec_detail(codec), "flags 0x2");
+    CHECK_FAILS(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, 4, v1, v2, C, b, cap, &lb, NULL, NULL),
+                FERRY_ERR_INVALID_ARGUMENT, ferry_delta_codec_detail(codec), "flags 0x4");
     free(a), free(b);
 }
 
