@@ -1,4 +1,5 @@
-/* Golden deltas pin format 1: small regions of every dtype the codec takes
+/* Golden deltas pin formats 1 and 2 (fmt2-*: the same kinds of regions,
+ * and larger ones whose chunks have several sub-blocks): small regions of every dtype the codec takes
  * (tests/golden/delta/NAME.base, NAME.next: the raw little-endian element
  * bytes; NAME.delta: the frame), with sparse, raw and unchanged chunks and
  * several chunks each. The encoder at every kernel level this CPU runs must
@@ -10,7 +11,7 @@
 #include "check.h"
 #include "codec/codec_internal.h"
 
-typedef enum { GEN_WEIGHTS, GEN_MIXED, GEN_SPECIAL } gen_t;
+typedef enum { GEN_WEIGHTS, GEN_MIXED, GEN_SPECIAL, GEN_DENSE, GEN_BINADES } gen_t;
 
 typedef struct golden_case {
     const char *name;
@@ -18,17 +19,29 @@ typedef struct golden_case {
     uint32_t elems, chunk, classes; /* classes 0: the default */
     gen_t gen;
     uint32_t want_unchanged, want_sparse, want_raw; /* chunk kinds the case is made to have */
+    uint32_t format;                                /* 0: the default, 1 */
 } golden_case_t;
 
 static const golden_case_t cases[] = {
-    {"bf16-chunks", FERRY_DTYPE_BF16, 4100, 1024, 0, GEN_MIXED, 2, 2, 1},
-    {"bf16-weights", FERRY_DTYPE_BF16, 3000, 1024, 0, GEN_WEIGHTS, 0, 3, 0},
-    {"bf16-one-class", FERRY_DTYPE_BF16, 2000, 1024, 1, GEN_WEIGHTS, 0, 2, 0},
-    {"bf16-special", FERRY_DTYPE_BF16, 1500, 1024, 0, GEN_SPECIAL, 0, 2, 0},
-    {"f16-chunks", FERRY_DTYPE_F16, 3100, 1024, 0, GEN_MIXED, 1, 2, 1},
-    {"f32-chunks", FERRY_DTYPE_F32, 3100, 1024, 0, GEN_MIXED, 1, 2, 1},
-    {"f8e4m3-chunks", FERRY_DTYPE_F8_E4M3, 4096, 1024, 0, GEN_MIXED, 1, 2, 1},
-    {"f8e5m2-weights", FERRY_DTYPE_F8_E5M2, 2500, 1024, 0, GEN_WEIGHTS, 0, 3, 0},
+    {"bf16-chunks", FERRY_DTYPE_BF16, 4100, 1024, 0, GEN_MIXED, 2, 2, 1, 0},
+    {"bf16-weights", FERRY_DTYPE_BF16, 3000, 1024, 0, GEN_WEIGHTS, 0, 3, 0, 0},
+    {"bf16-one-class", FERRY_DTYPE_BF16, 2000, 1024, 1, GEN_WEIGHTS, 0, 2, 0, 0},
+    {"bf16-special", FERRY_DTYPE_BF16, 1500, 1024, 0, GEN_SPECIAL, 0, 2, 0, 0},
+    {"f16-chunks", FERRY_DTYPE_F16, 3100, 1024, 0, GEN_MIXED, 1, 2, 1, 0},
+    {"f32-chunks", FERRY_DTYPE_F32, 3100, 1024, 0, GEN_MIXED, 1, 2, 1, 0},
+    {"f8e4m3-chunks", FERRY_DTYPE_F8_E4M3, 4096, 1024, 0, GEN_MIXED, 1, 2, 1, 0},
+    {"f8e5m2-weights", FERRY_DTYPE_F8_E5M2, 2500, 1024, 0, GEN_WEIGHTS, 0, 3, 0, 0},
+    /* format 2: these regions come after format 1's, so the fixed seed
+       makes format 1's the same as ever */
+    {"fmt2-bf16-chunks", FERRY_DTYPE_BF16, 4100, 1024, 0, GEN_MIXED, 2, 2, 1, 2},
+    {"fmt2-bf16-dense", FERRY_DTYPE_BF16, 20000, 16384, 0, GEN_DENSE, 0, 2, 0, 2},       /* S = 12: 4 sub-blocks */
+    {"fmt2-bf16-one-class", FERRY_DTYPE_BF16, 2000, 1024, 1, GEN_WEIGHTS, 0, 2, 0, 2},
+    {"fmt2-bf16-special", FERRY_DTYPE_BF16, 1500, 1024, 0, GEN_SPECIAL, 0, 2, 0, 2},
+    {"fmt2-f16-chunks", FERRY_DTYPE_F16, 3100, 1024, 0, GEN_MIXED, 1, 2, 1, 2},
+    {"fmt2-f32-dense", FERRY_DTYPE_F32, 9000, 8192, 0, GEN_DENSE, 0, 2, 0, 2},          /* S = 12: 2 sub-blocks */
+    {"fmt2-f8e4m3-chunks", FERRY_DTYPE_F8_E4M3, 4096, 1024, 0, GEN_MIXED, 1, 2, 1, 2},
+    {"fmt2-f8e5m2-weights", FERRY_DTYPE_F8_E5M2, 70000, 65536, 0, GEN_WEIGHTS, 0, 2, 0, 2}, /* S = 15: 2 sub-blocks */
+    {"fmt2-bf16-binades", FERRY_DTYPE_BF16, 40000, 32768, 0, GEN_BINADES, 0, 2, 0, 2}, /* 4 classes, S = 13: 4 sub-blocks */
 };
 
 /* The bit pattern of a weight near N(0, 0.02): sign, an exponent a few
@@ -70,6 +83,14 @@ static void make(const golden_case_t *c, uint8_t *base, uint8_t *next) {
             x = (uint32_t)rng_next() & (w == 4 ? 0xFFFFFFFFu : (1u << (8 * w)) - 1); /* all new: raw */
         } else if (c->gen == GEN_MIXED && chunk == 3) {
             if (r % 2) x = moved(b, w, (r >> 8) % 2 ? 1 : -1); /* dense: half of them */
+        } else if (c->gen == GEN_BINADES) {
+            /* bf16 over 8 binades, smaller ones changing more often (as
+               under Adam), so that several classes pay */
+            uint32_t e = (uint32_t)(r >> 40) % 8;
+            b = x = (uint32_t)(r & 1) << 15 | (0x38 + e) << 7 | (uint32_t)(r >> 8 & 0x7F);
+            if ((r >> 20) % 1024 < (600u >> e)) x = moved(b, w, (r >> 32) % 9 ? ((r >> 36) % 2 ? 1 : -1) : 3);
+        } else if (c->gen == GEN_DENSE) {
+            if (r % 10 < 3) x = moved(b, w, (r >> 8) % 9 ? ((r >> 12) % 2 ? 1 : -1) : (int64_t)((r >> 16) % 40) - 20);
         } else if (r % 31 == 0) {
             x = moved(b, w, (r >> 8) % 9 ? ((r >> 12) % 2 ? 1 : -1) : (int64_t)((r >> 16) % 40) - 20);
         }
@@ -117,6 +138,10 @@ int main(void) {
             p.field_mask |= FERRY_DELTA_PARAM_MAX_CLASSES;
             p.max_classes = c->classes;
         }
+        if (c->format) {
+            p.field_mask |= FERRY_DELTA_PARAM_FORMAT;
+            p.format = c->format;
+        }
         size_t cap = ferry_delta_bound(c->dtype, c->elems, c->chunk), len = 0;
         uint8_t *base, *next, *golden, *d = malloc(cap), *region = malloc(rb);
         if (update) {
@@ -137,6 +162,7 @@ int main(void) {
         ferry_delta_info_t info;
         CHECK_OK(ferry_delta_peek(codec, golden, nd, &info), ferry_delta_codec_detail(codec));
         CHECK(info.dtype == c->dtype && info.elems == c->elems && info.chunks == (c->elems + c->chunk - 1) / c->chunk);
+        CHECK_EQ_INT(info.format, c->format ? c->format : 1);
         if (info.chunks_unchanged != c->want_unchanged || info.chunks_sparse != c->want_sparse ||
             info.chunks_raw != c->want_raw) {
             fprintf(stderr, "%s: %u unchanged, %u sparse, %u raw chunks; the case wants %u, %u, %u\n", c->name,
