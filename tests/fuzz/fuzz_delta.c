@@ -17,11 +17,15 @@
  *           params; bit 4 pass base_sum in the params; bit 5 exact-capacity
  *           re-encodes and the chunk-level encoder + assemble; bits 6-7 how
  *           the wrong base differs (low bit, sign bit, one next value, a word)
- *   [3..4]  elements (little-endian, % 4097)
+ *   [3..4]  elements (little-endian, % 4097; in format 2, % 16385, so
+ *           that a chunk has several sub-blocks of 2^12 or 2^13)
  *   [5..8]  seed of the base contents and versions; its bit 8 commits the
- *           chunk-by-chunk applies instead of rolling them back
+ *           chunk-by-chunk applies instead of rolling them back; its bit 9
+ *           encodes format 2 (modes 2 to 7: params.format, and the chunk
+ *           calls' FERRY_DELTA_CHUNK_FORMAT2)
  *   modes 0 and 1: [9..] the delta; the region takes the dtype and size
  *           its header names, where that is a codec dtype and <= 4096
+ *           (16384 where its header says format 2)
  *   modes 2 to 7: [9] n, then n 4-byte edits that turn the base into next
  *           (op, pos lo, pos hi, arg: one-ulp, non-unit, arbitrary and huge
  *           changes, dense runs, strided runs, sign flips, a random fraction
@@ -76,10 +80,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_ELEMS 4096u
+#define MAX_ELEMS2 16384u /* format 2 */
 
 /* What the current input is, for FAIL. */
 static struct {
-    unsigned mode, dtype;
+    unsigned mode, dtype, format;
     uint64_t elems;
     size_t size;
     const ferry_delta_codec_t *codec;
@@ -88,8 +93,9 @@ static struct {
 /* Says what broke (the replay driver names no file) and stops. */
 #define FAIL(why)                                                                                          \
     do {                                                                                                   \
-        fprintf(stderr, "fuzz_delta: %s (mode %u, dtype %u, %llu elements, %zu-byte input; detail: %s)\n", \
-                (why), cur.mode, cur.dtype, (unsigned long long)cur.elems, cur.size,                       \
+        fprintf(stderr, "fuzz_delta: %s (mode %u, format %u, dtype %u, %llu elements, %zu-byte input; "     \
+                        "detail: %s)\n",                                                                  \
+                (why), cur.mode, cur.format, cur.dtype, (unsigned long long)cur.elems, cur.size,           \
                 cur.codec ? ferry_delta_codec_detail(cur.codec) : "");                                     \
         abort();                                                                                           \
     } while (0)
@@ -682,8 +688,9 @@ static uint8_t *encode_valid(ferry_delta_codec_t *codec, const ferry_delta_param
             size_t rl = 0;
             uint64_t bs = 0, ns = 0;
             uint32_t mc = (p->field_mask & FERRY_DELTA_PARAM_MAX_CLASSES) ? p->max_classes : 0;
-            if (ferry_delta_chunk_encode(codec, p->dtype, mc, 0, base + at * w, next + at * w, m, rec, cb, &rl, &bs,
-                                         &ns) != FERRY_OK)
+            uint32_t flags = (p->field_mask & FERRY_DELTA_PARAM_FORMAT) && p->format == 2 ? FERRY_DELTA_CHUNK_FORMAT2 : 0;
+            if (ferry_delta_chunk_encode(codec, p->dtype, mc, flags, base + at * w, next + at * w, m, rec, cb, &rl,
+                                         &bs, &ns) != FERRY_OK)
                 FAIL("chunk_encode failed");
             if (bs != XXH3_64bits(base + at * w, (size_t)m * w) || ns != XXH3_64bits(next + at * w, (size_t)m * w))
                 FAIL("chunk_encode's sums are not the chunks' xxh3");
@@ -721,11 +728,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t chunk = chunk_choice[(b0 >> 3) & 3];
     ferry_dtype_t dt = dtypes[t];
     uint32_t w = delta_width(dt);
-    uint64_t elems = en % (MAX_ELEMS + 1);
+    uint32_t format = (seed >> 9) & 1 ? 2 : 1;
+    uint64_t elems = en % ((format == 2 ? MAX_ELEMS2 : MAX_ELEMS) + 1);
     unsigned variant = b1 >> 6;
     cur.elems = elems;
 
     cur.mode = mode;
+    cur.format = format;
     cur.dtype = dt;
     cur.size = size;
     cur.codec = NULL;
@@ -741,6 +750,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     p.field_mask |= FERRY_DELTA_PARAM_MAX_CLASSES;
     p.max_classes = ((b1 >> 3) & 7) + 1;
+    if (format == 2) {
+        p.field_mask |= FERRY_DELTA_PARAM_FORMAT;
+        p.format = 2;
+    }
     uint64_t bv = 0, nv = 0;
     if (b2 & 8) {
         p.field_mask |= FERRY_DELTA_PARAM_VERSIONS;
@@ -762,7 +775,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 for (t = 0; dtypes[t] != dt; t++) continue;
             }
             uint64_t he = get_u64(in.p + 8);
-            if (he <= MAX_ELEMS) elems = he;
+            cur.format = in.p[4];
+            if (he <= (in.p[4] == 2 ? MAX_ELEMS2 : MAX_ELEMS)) elems = he;
         }
         cur.dtype = dt;
         cur.elems = elems;
@@ -809,7 +823,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             ferry_delta_region_sum(dt, base, elems, ce, &bs);
             ferry_delta_region_sum(dt, next, elems, ce, &ns);
             if (info.dtype != dt || info.elems != elems || info.chunk_elems != ce ||
-                info.chunks != (elems + ce - 1) / ce || info.base_version != bv || info.next_version != nv)
+                info.chunks != (elems + ce - 1) / ce || info.base_version != bv || info.next_version != nv ||
+                info.format != format)
                 FAIL("inspect's info does not describe the encoded region");
             if (info.base_sum != bs || info.next_sum != ns) FAIL("inspect's region sums are not base's and next's");
             if (info.changed != changed) FAIL("inspect's changed count is not the true count");
