@@ -1,23 +1,27 @@
-/* Applying deltas (format 1, docs/delta-format.md) in GPU memory: the
- * kernels behind codec/delta_cuda.h. The host side (delta_cuda.c) parses
- * the frames and fills the tables of delta_kern.h; these passes run on
- * them, every chunk of every region of a batch at once:
+/* Applying deltas (docs/delta-format.md, formats 1 and 2) in GPU memory:
+ * the kernels behind codec/delta_cuda.h. The host side (delta_cuda.c)
+ * parses the frames and fills the tables of delta_kern.h; these passes run
+ * on them, every chunk of every region of a batch at once:
  *
  * pre     a warp per chunk: the record checksum; an unchanged chunk's
  *         contents, a raw chunk's base and contents, against their sums.
- * decode  a thread per magnitude class: its stream into (rank, value
- *         change) pairs, with every check the CPU decoder makes
+ * decode  format 1: a thread per magnitude class, its stream into (rank,
+ *         value change) pairs, with every check the CPU decoder makes
  *         (class_dec.h). A class stream is one chain of codes, so this is
- *         serial per class; a batch of many chunks fills the GPU.
- * place   a block per sparse chunk, 4096 elements at a time: each thread
- *         takes 16 elements' magnitude buckets (4 per 32-bit word, compared
- *         against the class bounds 4 at a time), the block scans the class
- *         counts, and warp k writes class k's changes of the tile: a
- *         change's rank finds its thread by binary search over the scanned
- *         counts and its element among that thread's 16. Written in place;
- *         each change's slot then holds its element, for the undo.
+ *         serial per class. Format 2: a thread per class reads its length
+ *         table (where each sub-stream starts, and its slots), then a
+ *         thread per sub-stream decodes it, ranks local to its sub-block.
+ * place   a block per sparse chunk, 4096 elements (a tile) at a time:
+ *         each thread takes 16 elements' magnitude buckets and counts
+ *         their classes from a table, the block scans the counts, and warp
+ *         k writes class k's changes of the tile: a change's rank finds
+ *         its thread by binary search over the scanned counts and its
+ *         element among that thread's 16. Written in place; each change's
+ *         slot then holds its element, for the undo. A chunk whose region
+ *         is 16-aligned is hashed here too, tile by tile, while it is in
+ *         cache.
  * raw     a block per raw chunk: the old contents saved, the new copied in.
- * verify  a warp per sparse chunk: the result's xxh3 against next_sum.
+ * verify  a warp per sparse chunk not hashed by place: its xxh3.
  * undo    a block per chunk to restore: the logged changes taken back (or
  *         the saved contents copied back), then the chunk hashed again so
  *         the host can tell a wrong base from damaged data. */
@@ -36,7 +40,7 @@
 #define CLASSES_MAX 8u
 
 static_assert(EPT == 16, "a thread's buckets are four 32-bit words");
-static_assert(sizeof(dk_chunk_t) == 104 && sizeof(dk_class_t) == 56, "delta_kern.h's layout");
+static_assert(sizeof(dk_chunk_t) == 104 && sizeof(dk_class_t) == 64 && sizeof(dk_sub_t) == 32, "delta_kern.h's layout");
 
 __constant__ uint8_t dk_ksecret[192] = {SUMX_KSECRET_BYTES};
 
@@ -79,7 +83,9 @@ static __device__ __forceinline__ void elem_store(uint8_t *p, uint32_t w, uint32
     else if (w == 4) ((uint32_t *)p)[i] = v;
     else p[i] = (uint8_t)v;
 }
-static __device__ __forceinline__ uint32_t mag_mask(uint32_t w) { return w == 4 ? 0x7FFFFFFFu : (1u << (8 * w - 1)) - 1; }
+static __device__ __forceinline__ uint32_t mag_mask(uint32_t w) {
+    return w == 4 ? 0x7FFFFFFFu : (1u << (8 * w - 1)) - 1;
+}
 /* codec_internal.h's elem_ord and elem_unord */
 static __device__ __forceinline__ int64_t elem_ord(uint32_t v, uint32_t w) {
     int64_t sign = (int64_t)((v >> (8 * w - 1)) & 1u);
@@ -257,10 +263,103 @@ __global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
 }
 
 __global__ void __launch_bounds__(THREADS) dk_decode(dk_batch_t b) {
-    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nclasses; i += (uint64_t)gridDim.x * THREADS) {
+    const uint64_t stride = (uint64_t)gridDim.x * THREADS;
+    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nclasses; i += stride) {
         const dk_class_t *e = &b.classes[i];
-        if (*(volatile uint32_t *)&b.status[e->chunk] != DK_OK) continue;
+        if (e->nsub || *(volatile uint32_t *)&b.status[e->chunk] != DK_OK) continue;
         if (!decode_class(e, b.rank + e->change0, b.delta + e->change0)) fail(&b.status[e->chunk], DK_STREAM);
+    }
+}
+
+/* Format 2: a class's sub-stream table from its length table (at the end
+   of its stream): where each sub-stream starts and its slots. The lengths
+   must add up to the bits of the first part, less its padding. */
+__global__ void __launch_bounds__(THREADS) dk_subs(dk_batch_t b) {
+    const uint64_t stride = (uint64_t)gridDim.x * THREADS;
+    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nclasses; i += stride) {
+        const dk_class_t *e = &b.classes[i];
+        if (!e->nsub) continue;
+        const uint64_t table = ((uint64_t)e->nsub * e->len_bits + 7) / 8;
+        /* every entry is written, so the decoders find their class; a
+           chunk already refused gets empty sub-streams */
+        const bool ok = *(volatile uint32_t *)&b.status[e->chunk] == DK_OK && table <= e->len;
+        const uint64_t part = ok ? e->len - table : 0;
+        const uint8_t *st = (const uint8_t *)e->stream;
+        dbits_t r = {st + part, st + part, st + (ok ? e->len : part), 0, 0, 0, false};
+        uint64_t bit = 0, slot = e->change0;
+        uint32_t longest = 0;
+        for (uint32_t x = 0; x < e->nsub; x++) {
+            const uint32_t len = ok ? br_bits(&r, e->len_bits) : 0;
+            b.subs[e->sub0 + x] = (dk_sub_t){slot, bit, len, 0, (uint32_t)i, 0};
+            bit += len;
+            slot += len / (2 + e->k_gap);
+            longest = len > longest ? len : longest;
+        }
+        /* as the CPU reader checks: W is the longest length's bit count,
+           and the padding of both parts is zero bits */
+        const uint32_t tail = (uint32_t)(table * 8 - (uint64_t)e->nsub * e->len_bits);
+        const bool sound = ok && !r.overrun && (bit + 7) / 8 == part &&
+                           e->len_bits == (longest ? 32u - (uint32_t)__clz((int)longest) : 0u) &&
+                           (!tail || br_bits(&r, tail) == 0) && !r.overrun &&
+                           (bit % 8 == 0 || !(st[part - 1] >> (bit % 8)));
+        if (!sound) fail(&b.status[e->chunk], DK_STREAM);
+    }
+}
+
+/* Format 2: one sub-stream's changes, ranks local to its sub-block, into
+   its slots; false when malformed (docs/delta-format.md, format 2: a code
+   past its length, an end not at a change's end, the non-unit index not
+   ending at the change count, a rank past the sub-block). */
+static __device__ bool decode_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_t *rank, int64_t *delta,
+                                  uint32_t *nonunit_out) {
+    const uint64_t table = ((uint64_t)e->nsub * e->len_bits + 7) / 8;
+    const uint8_t *st = (const uint8_t *)e->stream, *p = st + sb->bit / 8;
+    dbits_t r = {p, p, st + (e->len - table), 0, 0, 0, false};
+    const uint32_t skip = (uint32_t)(sb->bit % 8), cap = sb->bits / (2 + e->k_gap);
+    br_refill(&r);
+    br_skip(&r, skip);
+    const uint64_t end = skip + (uint64_t)sb->bits;
+    uint32_t m = 0, nu = 0, nu_next = 0;
+    uint64_t next_rank = 0; /* the lowest rank the next change may have */
+    if (sb->bits && e->nonunit) nu_next = br_rice_fast(&r, e->k_nu, limit);
+    while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
+        if (m >= cap) return false;
+        const uint64_t rk = next_rank + br_rice_fast(&r, e->k_gap, limit);
+        br_top(&r);
+        const uint32_t neg = (uint32_t)(r.acc & 1);
+        br_skip(&r, 1);
+        uint64_t a = 1;
+        if (e->nonunit && m == nu_next) {
+            a = br_expg(&r, e->k_mag) + 2;
+            nu_next = m + 1 + br_rice_fast(&r, e->k_nu, limit);
+            nu++;
+        }
+        if (rk >= limit) return false;
+        rank[m] = (uint32_t)rk;
+        delta[m] = neg ? -(int64_t)a : (int64_t)a;
+        next_rank = rk + 1;
+        m++;
+    }
+    const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
+    sb->count = m;
+    *nonunit_out = nu;
+    for (uint32_t j = m; j < cap; j++) delta[j] = 0; /* unused slots: nothing to undo */
+    return !r.overrun && tell == end && (sb->bits == 0 || m > 0) && (!e->nonunit || m == 0 || nu_next == m);
+}
+
+__global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
+    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nsubs; i += (uint64_t)gridDim.x * THREADS) {
+        dk_sub_t *sb = &b.subs[i];
+        const dk_class_t *e = &b.classes[sb->cls];
+        if (*(volatile uint32_t *)&b.status[e->chunk] != DK_OK) continue;
+        const uint32_t limit = 1u << b.chunks[e->chunk].sub_log2;
+        uint32_t nu = 0;
+        if (!decode_sub(e, sb, limit, b.rank + sb->slot, b.delta + sb->slot, &nu)) {
+            fail(&b.status[e->chunk], DK_STREAM);
+            continue;
+        }
+        atomicAdd(&b.cls_sum[2 * sb->cls], sb->count);
+        atomicAdd(&b.cls_sum[2 * sb->cls + 1], nu);
     }
 }
 
@@ -328,67 +427,104 @@ static __device__ __forceinline__ uint32_t byte_bits(uint32_t e) {
     return (e >> 7 | e >> 14 | e >> 21 | e >> 28) & 0xF;
 }
 
-__global__ void __launch_bounds__(THREADS) dk_place(dk_batch_t b, const uint32_t *sparse) {
+__global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint32_t *sparse) {
     __shared__ uint32_t bk[TILE / 4];                     /* every element's bucket, a byte each */
     __shared__ uint16_t pre[CLASSES_MAX][THREADS + 1];    /* per class: elements before each thread; the tile's */
     __shared__ uint64_t wsum[WARPS][2];
     __shared__ uint32_t thr4[CLASSES_MAX + 1];
+    __shared__ uint64_t ctab[256];                        /* per bucket: 1 << 5 * its class */
     __shared__ uint64_t fin_seen[CLASSES_MAX];
     __shared__ uint32_t fin_placed[CLASSES_MAX];
     __shared__ uint32_t go;
+    /* the result's xxh3, hashed here tile by tile when the chunk is
+       16-aligned: each warp sums its 1 KiB blocks' stripes, warp 0 folds
+       them in order into the accumulators (common/sum_xxh3.h) */
+    __shared__ uint64_t sec64[24];                        /* the secret as words */
+    __shared__ uint8_t sec[192];
+    __shared__ uint64_t contrib[4 * sizeof(uint32_t)][4][2]; /* per block of the tile, per accumulator pair */
     const uint32_t c = sparse[blockIdx.x];
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    const dk_chunk_t ch = b.chunks[c];
+    const uint32_t K = ch.classes, w = ch.width, shift = w == 1 ? 0 : w == 2 ? 7 : 23, S = ch.sub_log2;
     if (tid == 0) {
         go = *(volatile uint32_t *)&b.status[c] == DK_OK;
+        /* format 2: the sub-streams' counts add up to the class entries' */
+        for (uint32_t k = 0; k < K && go && S; k++) {
+            const uint32_t i = ch.class0 + k;
+            if (b.cls_sum[2 * i] != b.classes[i].changed || b.cls_sum[2 * i + 1] != b.classes[i].nonunit) {
+                fail(&b.status[c], DK_STREAM);
+                go = 0;
+            }
+        }
         if (go) b.applied[c] = 1;
     }
-    const dk_chunk_t ch = b.chunks[c];
-    const uint32_t K = ch.classes, w = ch.width, shift = w == 1 ? 0 : w == 2 ? 7 : 23;
     if (tid <= CLASSES_MAX) thr4[tid] = tid < K ? (b.classes[ch.class0 + tid].lower >> shift) * 0x01010101u : 0;
+    if (tid < 192) sec[tid] = dk_ksecret[tid];
     __syncthreads();
     if (!go) return;
+    { /* bucket tid's class: the bounds it reaches */
+        uint32_t k = 0;
+        for (uint32_t j = 1; j < K; j++) k += tid >= (thr4[j] & 0xFF);
+        ctab[tid] = 1ull << (5 * k);
+    }
+    if (tid < 24) sec64[tid] = sumx_sec64(sec, 8 * tid);
+    __syncthreads();
     uint8_t *reg = (uint8_t *)ch.region;
-    /* warp k < K places class k's changes */
+    const uint64_t len = (uint64_t)ch.elems * w;
+    const bool hash_here = ((uintptr_t)reg & 15) == 0, hash_long = len > SUMX_SHORT_MAX;
+    const uint64_t nfull = hash_long ? sumx_nfull(len) : 0;
+    const unsigned nstr = hash_long ? sumx_nstr(len) : 0, q = lane & 3, r8 = lane >> 2;
+    uint64_t acc0 = sumx_init_acc(2 * q), acc1 = sumx_init_acc(2 * q + 1); /* warp 0's */
+    /* warp k < K places class k's changes: format 1, the class's in one
+       run of ranks over the chunk; format 2, each sub-block's in its own
+       sub-stream's slots, ranks local to the sub-block */
     const dk_class_t *ek = wp < K ? &b.classes[ch.class0 + wp] : NULL;
-    uint32_t *rk = ek ? b.rank + ek->change0 : NULL;
-    int64_t *dl = ek ? b.delta + ek->change0 : NULL;
-    const uint32_t cend = ek ? ek->changed : 0;
-    uint64_t before = 0; /* class elements in the tiles before */
-    uint32_t ci = 0;     /* the class's next change */
-    /* the class's next 64 changes, loaded ahead: lane l holds change ci + l
+    uint32_t *rk = NULL;
+    int64_t *dl = NULL;
+    uint32_t cend = 0;   /* the run's changes */
+    uint64_t before = 0; /* class elements in the run's tiles before this one */
+    uint64_t seen = 0;   /* class elements in the chunk's tiles before this one */
+    uint32_t ci = 0;     /* the run's next change */
+    uint32_t placed_before = 0; /* changes placed in earlier runs */
+    /* the run's next 64 changes, loaded ahead: lane l holds change ci + l
        (r_a, d_a) and ci + 32 + l (r_b, d_b); the loads for the second half
        are issued 32 changes before they are needed */
     uint32_t r_a = 0, r_b = 0;
     int64_t d_a = 0, d_b = 0;
-    if (ek && lane < cend) r_a = rk[lane], d_a = dl[lane];
-    if (ek && 32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];
+    if (ek && !S) {
+        rk = b.rank + ek->change0, dl = b.delta + ek->change0, cend = ek->changed;
+        if (lane < cend) r_a = rk[lane], d_a = dl[lane];
+        if (32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];
+    }
     uint4 cur[4], nxt[4];
     bool cur_vec = load_vec(reg, w, EPT * tid, ch.elems, cur);
     for (uint32_t at = 0; at < ch.elems; at += TILE) {
+        if (ek && S && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
+            if (rk) {
+                for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* past the class's elements: not written */
+                placed_before += ci;
+            }
+            const dk_sub_t *sb = &b.subs[ek->sub0 + (at >> S)];
+            rk = b.rank + sb->slot, dl = b.delta + sb->slot, cend = sb->count;
+            ci = 0, before = 0;
+            if (lane < cend) r_a = rk[lane], d_a = dl[lane];
+            if (32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];
+        }
         const uint32_t first = at + EPT * tid;
         const uint32_t nv = first >= ch.elems ? 0 : ch.elems - first < EPT ? ch.elems - first : EPT;
         /* the next tile on its way from memory while this one is placed */
         const bool nxt_vec = at + TILE < ch.elems && load_vec(reg, w, first + TILE, ch.elems, nxt);
         uint32_t bw[4];
         buckets(reg, w, first, nv, cur_vec, cur, bw);
-        /* elements at or above each bound (bound 0: all valid ones) */
-        uint32_t ge[CLASSES_MAX + 1];
-        ge[0] = nv;
+        /* the thread's class counts, 5 bits each, from the table */
+        uint64_t c5 = 0;
 #pragma unroll
-        for (uint32_t k = 1; k <= CLASSES_MAX; k++) {
-            uint32_t n = 0;
-            if (k < K)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    uint32_t valid = 4 * j >= nv ? 0 : nv - 4 * j >= 4 ? FULL : (1u << (8 * (nv - 4 * j))) - 1;
-                    n += __popc(__vcmpgeu4(bw[j], thr4[k]) & valid) >> 3;
-                }
-            ge[k] = n;
-        }
+        for (uint32_t e = 0; e < EPT; e++)
+            if (e < nv) c5 += ctab[(bw[e / 4] >> (8 * (e % 4))) & 0xFF];
         uint64_t lo = 0, hi = 0;
 #pragma unroll
         for (uint32_t k = 0; k < CLASSES_MAX; k++) {
-            uint64_t n = k < K ? ge[k] - ge[k + 1] : 0;
+            const uint64_t n = (c5 >> (5 * k)) & 31;
             if (k < 4) lo |= n << (16 * k);
             else hi |= n << (16 * (k - 4));
         }
@@ -464,15 +600,67 @@ __global__ void __launch_bounds__(THREADS) dk_place(dk_batch_t b, const uint32_t
                 if (m != FULL) break;
             }
             before = lim;
+            seen += tot;
         }
-        __syncthreads(); /* bk, pre and wsum are the next tile's */
+        __syncthreads(); /* the tile is written; bk, pre and wsum are the next tile's */
+        if (hash_here && hash_long) {
+            /* blocks kb0 .. of this tile, up to the chunk's last (nfull) */
+            const uint64_t kb0 = (uint64_t)at * w / 1024, nb = (uint64_t)TILE * w / 1024;
+            for (uint64_t x = wp; x < nb && kb0 + x <= nfull; x += WARPS) {
+                const uint64_t kb = kb0 + x;
+                const unsigned ns = kb < nfull ? 16 : nstr;
+                uint64_t s0 = 0, s1 = 0;
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    if (8 * (unsigned)h + r8 < ns) {
+                        const uint4 d = *(const uint4 *)(reg + 1024 * kb + 512 * h + 16 * lane);
+                        const unsigned off = 8 * h + r8 + 2 * q; /* words j0, j0 + 1 of stripe 8h + r8 */
+                        sumx_contrib(d.x | (uint64_t)d.y << 32, d.z | (uint64_t)d.w << 32, sec64[off],
+                                     sec64[off + 1], &s0, &s1);
+                    }
+                if (kb == nfull && lane < 4) { /* the last stripe, [len - 64, len) */
+                    const uint8_t *y = reg + len - 64 + 16 * lane;
+                    sumx_contrib(sumx_rd64(y), sumx_rd64(y + 8), sumx_last_key(sec, lane, 0),
+                                 sumx_last_key(sec, lane, 1), &s0, &s1);
+                }
+#pragma unroll
+                for (unsigned m = 4; m < 32; m <<= 1) {
+                    s0 += __shfl_xor_sync(FULL, s0, m);
+                    s1 += __shfl_xor_sync(FULL, s1, m);
+                }
+                if (lane < 4) contrib[x][lane][0] = s0, contrib[x][lane][1] = s1;
+            }
+            __syncthreads();
+            if (wp == 0) /* in order: each block's sums, then (all but the last) the scramble */
+                for (uint64_t x = 0; x < nb && kb0 + x <= nfull; x++) {
+                    acc0 += contrib[x][q][0];
+                    acc1 += contrib[x][q][1];
+                    if (kb0 + x < nfull) {
+                        acc0 = sumx_scramble(acc0, sec64[16 + 2 * q]);
+                        acc1 = sumx_scramble(acc1, sec64[17 + 2 * q]);
+                    }
+                }
+        }
 #pragma unroll
         for (int j = 0; j < 4; j++) cur[j] = nxt[j];
         cur_vec = nxt_vec;
     }
     if (ek) {
-        for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* changes past the class's elements: not written */
-        if (lane == 0) fin_seen[wp] = before, fin_placed[wp] = ci;
+        if (rk)
+            for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* past the class's elements: not written */
+        if (lane == 0) fin_seen[wp] = seen, fin_placed[wp] = placed_before + ci;
+    }
+    if (hash_here && wp == 0) { /* the result against next_sum (else dk_verify) */
+        uint64_t h;
+        if (hash_long) {
+            uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, lane, 0), acc1 ^ sumx_merge_key(sec, lane, 1));
+            m += __shfl_xor_sync(FULL, m, 1);
+            m += __shfl_xor_sync(FULL, m, 2);
+            h = sumx_avalanche(len * SUMX_PRIME64_1 + m);
+        } else {
+            h = lane == 0 ? sumx_xxh3_short(reg, len, sec, 0) : 0;
+        }
+        if (lane == 0 && h != ch.next_sum) fail(&b.status[c], DK_NEXT_SUM);
     }
     __syncthreads();
     if (tid == 0) /* the first class at fault, as the CPU walk reports it */
@@ -509,8 +697,8 @@ __global__ void __launch_bounds__(THREADS) dk_verify(dk_batch_t b, const uint32_
     const unsigned t = threadIdx.x & 31, wp = threadIdx.x >> 5;
     for (uint64_t x = (uint64_t)blockIdx.x * WARPS + wp; x < n; x += (uint64_t)gridDim.x * WARPS) {
         const uint32_t c = sparse[x];
-        if (*(volatile uint32_t *)&b.status[c] != DK_OK) continue;
         const dk_chunk_t *ch = &b.chunks[c];
+        if ((ch->region & 15) == 0 || *(volatile uint32_t *)&b.status[c] != DK_OK) continue; /* hashed by dk_place */
         if (warp_xxh3((const uint8_t *)ch->region, (uint64_t)ch->elems * ch->width, sec, t) != ch->next_sum && t == 0)
             fail(&b.status[c], DK_NEXT_SUM);
     }
@@ -529,7 +717,8 @@ __global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t 
             for (uint64_t i = ch->change0 + threadIdx.x; i < ch->change0 + ch->changed; i += THREADS) {
                 const int64_t d = b.delta[i];
                 uint32_t v;
-                if (d && elem_unord(elem_ord(elem_load(reg, w, b.rank[i]), w) - d, w, &v)) elem_store(reg, w, b.rank[i], v);
+                if (d && elem_unord(elem_ord(elem_load(reg, w, b.rank[i]), w) - d, w, &v))
+                    elem_store(reg, w, b.rank[i], v);
             }
         } else if (ch->mode == DK_RAW_CHUNK) {
             const uint8_t *save = b.save + ch->save;
@@ -558,6 +747,10 @@ extern "C" cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *spa
     if (b->nchunks) dk_pre<<<grid_for(b->nchunks, WARPS, sms), THREADS, 0, stream>>>(*b);
     cudaEventRecord(ev[1], stream);
     if (b->nclasses) dk_decode<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
+    if (b->nsubs) {
+        dk_subs<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
+        dk_decode2<<<grid_for(b->nsubs, THREADS, sms), THREADS, 0, stream>>>(*b);
+    }
     cudaEventRecord(ev[2], stream);
     if (nsparse) dk_place<<<nsparse, THREADS, 0, stream>>>(*b, sparse);
     if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);

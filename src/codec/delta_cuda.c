@@ -33,7 +33,10 @@ struct ferry_delta_cuda {
     uint32_t *d_lists; /* sparse chunks, raw chunks, chunks to restore: cap_chunks each */
     size_t cap_chunks;
     dk_class_t *d_classes;
+    uint32_t *d_cls_sum;
     size_t cap_classes;
+    dk_sub_t *d_subs;
+    size_t cap_subs;
     uint32_t *d_rank;
     int64_t *d_delta;
     size_t cap_changes;
@@ -119,6 +122,8 @@ static void free_scratch(ferry_delta_cuda_t *d) {
     cudaFree(d->d_hashes);
     cudaFree(d->d_lists);
     cudaFree(d->d_classes);
+    cudaFree(d->d_cls_sum);
+    cudaFree(d->d_subs);
     cudaFree(d->d_rank);
     cudaFree(d->d_delta);
     cudaFree(d->d_save);
@@ -152,38 +157,25 @@ size_t ferry_delta_cuda_device_bytes(const ferry_delta_cuda_t *d) {
     if (!d) return 0;
     return d->cap_frames +
            d->cap_chunks * (sizeof(dk_chunk_t) + sizeof(uint32_t) + 1 + sizeof(uint64_t) + 3 * sizeof(uint32_t)) +
-           d->cap_classes * sizeof(dk_class_t) + d->cap_changes * (sizeof(uint32_t) + sizeof(int64_t)) + d->cap_save;
+           d->cap_classes * (sizeof(dk_class_t) + 2 * sizeof(uint32_t)) + d->cap_subs * sizeof(dk_sub_t) +
+           d->cap_changes * (sizeof(uint32_t) + sizeof(int64_t)) + d->cap_save;
 }
 
-/* Device buffers of `n` items of `size`, grown (old contents dropped) to at
-   least need: each a pointer in ptrs, one capacity for all. */
-static ferry_status_t grow_dev(void **ptrs[], const size_t *sizes, size_t nptr, size_t *cap, size_t need,
-                               const char *what, ferry_errbuf_t *err) {
-    if (need <= *cap) return FERRY_OK;
-    size_t c = need < 2 * *cap ? 2 * *cap : need;
-    for (size_t i = 0; i < nptr; i++) {
-        cudaFree(*ptrs[i]);
-        *ptrs[i] = NULL;
-    }
-    *cap = 0;
-    for (size_t i = 0; i < nptr; i++) {
-        cudaError_t e = cudaMalloc(ptrs[i], c * sizes[i]);
-        if (e != cudaSuccess) return cuda_fail(err, e, what);
-    }
-    *cap = c;
-    return FERRY_OK;
-}
-static ferry_status_t grow_host(void **ptrs[], const size_t *sizes, size_t nptr, size_t *cap, size_t need,
+/* Buffers (device memory, or pinned host memory when host), one per
+   pointer in ptrs, each of sizes[i] bytes per item, grown together (old
+   contents dropped) to at least need items; one capacity for all. */
+static ferry_status_t grow_bufs(bool host, void **ptrs[], const size_t *sizes, size_t nptr, size_t *cap, size_t need,
                                 const char *what, ferry_errbuf_t *err) {
     if (need <= *cap) return FERRY_OK;
     size_t c = need < 2 * *cap ? 2 * *cap : need;
     for (size_t i = 0; i < nptr; i++) {
-        cudaFreeHost(*ptrs[i]);
+        if (host) cudaFreeHost(*ptrs[i]);
+        else cudaFree(*ptrs[i]);
         *ptrs[i] = NULL;
     }
     *cap = 0;
     for (size_t i = 0; i < nptr; i++) {
-        cudaError_t e = cudaMallocHost(ptrs[i], c * sizes[i]);
+        cudaError_t e = host ? cudaMallocHost(ptrs[i], c * sizes[i]) : cudaMalloc(ptrs[i], c * sizes[i]);
         if (e != cudaSuccess) return cuda_fail(err, e, what);
     }
     *cap = c;
@@ -191,48 +183,33 @@ static ferry_status_t grow_host(void **ptrs[], const size_t *sizes, size_t nptr,
 }
 
 /* Room for a batch of this size. */
-static ferry_status_t grow(ferry_delta_cuda_t *d, size_t frames, size_t chunks, size_t classes, size_t changes,
-                           size_t save, ferry_errbuf_t *err) {
+static ferry_status_t grow(ferry_delta_cuda_t *d, size_t frames, size_t chunks, size_t classes, size_t subs,
+                           size_t changes, size_t save, ferry_errbuf_t *err) {
+    void **frame_p[] = {(void **)&d->d_frames}, **save_p[] = {(void **)&d->d_save};
+    void **chunk_p[] = {(void **)&d->d_chunks, (void **)&d->d_status, (void **)&d->d_applied, (void **)&d->d_hashes,
+                        (void **)&d->d_lists};
+    void **class_p[] = {(void **)&d->d_classes, (void **)&d->d_cls_sum}, **sub_p[] = {(void **)&d->d_subs};
+    void **change_p[] = {(void **)&d->d_rank, (void **)&d->d_delta};
+    void **hchunk_p[] = {(void **)&d->h_chunks, (void **)&d->h_status, (void **)&d->h_hashes, (void **)&d->h_lists};
+    void **hclass_p[] = {(void **)&d->h_classes};
+    const size_t one[] = {1}, chunk_s[] = {sizeof(dk_chunk_t), 4, 1, 8, 3 * 4}, class_s[] = {sizeof(dk_class_t), 2 * 4},
+                 sub_s[] = {sizeof(dk_sub_t)}, change_s[] = {4, 8}, hchunk_s[] = {sizeof(dk_chunk_t), 4, 8, 3 * 4},
+                 hclass_s[] = {sizeof(dk_class_t)};
     ferry_status_t st;
-    {
-        void **p[] = {(void **)&d->d_frames};
-        const size_t s[] = {1};
-        if ((st = grow_dev(p, s, 1, &d->cap_frames, frames, "delta apply: cudaMalloc (frames)", err))) return st;
-    }
-    {
-        void **p[] = {(void **)&d->d_chunks, (void **)&d->d_status, (void **)&d->d_applied, (void **)&d->d_hashes,
-                      (void **)&d->d_lists};
-        const size_t s[] = {sizeof(dk_chunk_t), sizeof(uint32_t), 1, sizeof(uint64_t), 3 * sizeof(uint32_t)};
-        if ((st = grow_dev(p, s, 5, &d->cap_chunks, chunks, "delta apply: cudaMalloc (chunk table)", err))) return st;
-    }
-    {
-        void **p[] = {(void **)&d->d_classes};
-        const size_t s[] = {sizeof(dk_class_t)};
-        if ((st = grow_dev(p, s, 1, &d->cap_classes, classes, "delta apply: cudaMalloc (class table)", err))) return st;
-    }
-    {
-        void **p[] = {(void **)&d->d_rank, (void **)&d->d_delta};
-        const size_t s[] = {sizeof(uint32_t), sizeof(int64_t)};
-        if ((st = grow_dev(p, s, 2, &d->cap_changes, changes, "delta apply: cudaMalloc (changes)", err))) return st;
-    }
-    {
-        void **p[] = {(void **)&d->d_save};
-        const size_t s[] = {1};
-        if ((st = grow_dev(p, s, 1, &d->cap_save, save, "delta apply: cudaMalloc (raw chunks' old contents)", err)))
-            return st;
-    }
-    {
-        void **p[] = {(void **)&d->h_chunks, (void **)&d->h_status, (void **)&d->h_hashes, (void **)&d->h_lists};
-        const size_t s[] = {sizeof(dk_chunk_t), sizeof(uint32_t), sizeof(uint64_t), 3 * sizeof(uint32_t)};
-        if ((st = grow_host(p, s, 4, &d->hcap_chunks, chunks, "delta apply: cudaMallocHost (chunk table)", err)))
-            return st;
-    }
-    {
-        void **p[] = {(void **)&d->h_classes};
-        const size_t s[] = {sizeof(dk_class_t)};
-        if ((st = grow_host(p, s, 1, &d->hcap_classes, classes, "delta apply: cudaMallocHost (class table)", err)))
-            return st;
-    }
+    if ((st = grow_bufs(false, frame_p, one, 1, &d->cap_frames, frames, "delta apply: cudaMalloc (frames)", err)) ||
+        (st = grow_bufs(false, chunk_p, chunk_s, 5, &d->cap_chunks, chunks, "delta apply: cudaMalloc (chunks)", err)) ||
+        (st = grow_bufs(false, class_p, class_s, 2, &d->cap_classes, classes, "delta apply: cudaMalloc (classes)",
+                        err)) ||
+        (st = grow_bufs(false, sub_p, sub_s, 1, &d->cap_subs, subs, "delta apply: cudaMalloc (sub-streams)", err)) ||
+        (st = grow_bufs(false, change_p, change_s, 2, &d->cap_changes, changes, "delta apply: cudaMalloc (changes)",
+                        err)) ||
+        (st = grow_bufs(false, save_p, one, 1, &d->cap_save, save, "delta apply: cudaMalloc (raw chunks' contents)",
+                        err)) ||
+        (st = grow_bufs(true, hchunk_p, hchunk_s, 4, &d->hcap_chunks, chunks, "delta apply: cudaMallocHost (chunks)",
+                        err)) ||
+        (st = grow_bufs(true, hclass_p, hclass_s, 1, &d->hcap_classes, classes,
+                        "delta apply: cudaMallocHost (classes)", err)))
+        return st;
     if (chunks > d->cap_chunk_item) {
         size_t *p = realloc(d->chunk_item, chunks * sizeof *p);
         if (!p) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: out of memory");
@@ -278,13 +255,30 @@ static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_i
     return FERRY_OK;
 }
 
+/* A format 2 sparse chunk's sub-streams per class (0 in format 1). */
+static uint32_t class_subs(const delta_chunk_t *h) {
+    return h->sub_log2 ? (uint32_t)(((uint64_t)h->elems + (1ull << h->sub_log2) - 1) >> h->sub_log2) : 0;
+}
+
+/* Entries of the decoded arrays a class takes: its changes (format 1), or
+   the most its sub-streams' bits can hold (format 2: each change takes at
+   least a Rice code of k_gap + 1 bits and a sign bit), which the device
+   splits between the sub-streams from their lengths. */
+static size_t class_slots(const delta_chunk_t *h, const delta_class_t *q) {
+    if (!h->sub_log2) return q->changed;
+    uint64_t table = ((uint64_t)class_subs(h) * q->len_bits + 7) / 8;
+    return table > q->len ? 0 : (size_t)((q->len - table) * 8 / (2 + q->k_gap));
+}
+
 /* Why chunk c failed, once restored (hashes read back). */
 static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint32_t idx, char *why, size_t why_len) {
     const dk_chunk_t *ch = &d->h_chunks[c];
     uint32_t code = d->h_status[c];
     bool base_ok = d->h_hashes[c] == ch->base_sum;
     switch (code) {
-    case DK_REC_SUM: snprintf(why, why_len, "chunk %u: record checksum mismatch (damaged bytes)", idx); return FERRY_ERR_CORRUPT;
+    case DK_REC_SUM:
+        snprintf(why, why_len, "chunk %u: record checksum mismatch (damaged bytes)", idx);
+        return FERRY_ERR_CORRUPT;
     case DK_UNCHANGED:
         snprintf(why, why_len, "the region is not this delta's base (chunk %u, unchanged, differs)", idx);
         return FERRY_ERR_MISMATCH;
@@ -314,8 +308,8 @@ static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint3
 
 static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n, cudaStream_t stream,
                           ferry_errbuf_t *err, size_t *first_bad, char *why, size_t why_len) {
-    /* 1. each item's frame checked; sizes of the batch */
-    size_t frames = 0, chunks = 0, classes = 0, changes = 0, save = 0;
+    /* 1. each item's frame checked; the batch's sizes counted */
+    size_t frames = 0, chunks = 0, classes = 0, subs = 0, slots = 0, save = 0;
     ferry_delta_info_t info;
     for (size_t i = 0; i < n; i++) {
         ferry_delta_cuda_item_t *it = &items[i];
@@ -327,15 +321,30 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
         }
         frames += (it->len + 15) & ~(size_t)15;
         chunks += info.chunks;
-        classes += (size_t)info.chunks_sparse * FERRY_DELTA_CLASSES_MAX;
-        changes += info.changed;
-        save += (size_t)info.chunks_raw * info.chunk_elems * delta_width(info.dtype);
+        const uint8_t *f = it->delta;
+        size_t off = DELTA_FRAME_HEADER + (size_t)info.chunks * 4;
+        for (uint32_t c = 0; c < info.chunks; c++) {
+            size_t len = get_u32(f + DELTA_FRAME_HEADER + 4 * (size_t)c);
+            delta_chunk_t h;
+            ferry_errbuf_t ignored;
+            if (delta_chunk_parse(f + off, len, delta_width(info.dtype), false, &h, &ignored) != FERRY_OK)
+                return ferry_fail(err, FERRY_ERR_CORRUPT, "delta %zu: chunk %u: a record peek accepted fails to parse",
+                                  i, c); /* cannot happen: peek parsed it */
+            off += len;
+            if (h.mode == CHUNK_RAW) save += (size_t)h.elems * h.width;
+            if (h.mode != CHUNK_SPARSE) continue;
+            classes += h.classes;
+            for (uint32_t k = 0; k < h.classes; k++) {
+                slots += class_slots(&h, &h.cls[k]);
+                subs += class_subs(&h);
+            }
+        }
     }
-    ferry_status_t st = grow(d, frames, chunks, classes, changes, save, err);
+    ferry_status_t st = grow(d, frames, chunks, classes, subs, slots, save, err);
     if (st != FERRY_OK) return st;
 
     /* 2. frames to the device, tables filled */
-    size_t foff = 0, nc = 0, ncls = 0, nch = 0, nsave = 0, nsparse = 0, nraw = 0;
+    size_t foff = 0, nc = 0, ncls = 0, nch = 0, nsub = 0, nsave = 0, nsparse = 0, nraw = 0;
     uint32_t *sparse = d->h_lists, *raw = d->h_lists + d->hcap_chunks;
     cudaError_t e = cudaEventRecord(d->ev[0], stream);
     for (size_t i = 0; i < n && e == cudaSuccess; i++) {
@@ -372,6 +381,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
                 .classes = h.classes,
                 .class0 = (uint32_t)ncls,
                 .changed = h.changed,
+                .sub_log2 = h.mode == CHUNK_SPARSE ? h.sub_log2 : 0,
             };
             d->chunk_item[nc] = i;
             if (h.mode == CHUNK_SPARSE) {
@@ -381,10 +391,14 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
                     d->h_classes[ncls++] = (dk_class_t){.stream = s, .change0 = nch, .lower = q->lower,
                                                         .count = q->count, .changed = q->changed,
                                                         .nonunit = q->nonunit, .len = q->len, .k_gap = q->k_gap,
-                                                        .k_nu = q->k_nu, .k_mag = q->k_mag, .chunk = (uint32_t)nc};
+                                                        .k_nu = q->k_nu, .k_mag = q->k_mag, .chunk = (uint32_t)nc,
+                                                        .len_bits = q->len_bits, .nsub = class_subs(&h),
+                                                        .sub0 = (uint32_t)nsub};
                     s += q->len;
-                    nch += q->changed;
+                    nch += class_slots(&h, q);
+                    nsub += class_subs(&h);
                 }
+                k->changed = (uint32_t)(nch - k->change0); /* format 2: its slots, for the undo */
                 sparse[nsparse++] = (uint32_t)nc;
             } else if (h.mode == CHUNK_RAW) {
                 raw[nraw++] = (uint32_t)nc;
@@ -399,14 +413,16 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
     if (!nc) return FERRY_OK;
     dk_batch_t b = {.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status, .applied = d->d_applied,
                     .rank = d->d_rank, .delta = d->d_delta, .save = d->d_save, .hashes = d->d_hashes,
-                    .nchunks = (uint32_t)nc, .nclasses = (uint32_t)ncls};
+                    .subs = d->d_subs, .cls_sum = d->d_cls_sum, .nchunks = (uint32_t)nc, .nclasses = (uint32_t)ncls,
+                    .nsubs = (uint32_t)nsub};
     uint32_t *d_sparse = d->d_lists, *d_raw = d->d_lists + d->cap_chunks, *d_undo = d->d_lists + 2 * d->cap_chunks;
     if ((e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, nc * sizeof(dk_chunk_t), cudaMemcpyHostToDevice, stream)) ||
         (ncls && (e = cudaMemcpyAsync(d->d_classes, d->h_classes, ncls * sizeof(dk_class_t), cudaMemcpyHostToDevice,
                                       stream))) ||
         (nsparse && (e = cudaMemcpyAsync(d_sparse, sparse, nsparse * 4, cudaMemcpyHostToDevice, stream))) ||
         (nraw && (e = cudaMemcpyAsync(d_raw, raw, nraw * 4, cudaMemcpyHostToDevice, stream))) ||
-        (e = cudaMemsetAsync(d->d_applied, 0, nc, stream)))
+        (e = cudaMemsetAsync(d->d_applied, 0, nc, stream)) ||
+        (nsub && (e = cudaMemsetAsync(d->d_cls_sum, 0, ncls * 2 * sizeof(uint32_t), stream))))
         return cuda_fail(err, e, "delta apply: copying the tables to the GPU");
 
     /* 3. the passes; the outcome back */

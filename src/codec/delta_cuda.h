@@ -12,10 +12,15 @@
  * from the changes it logged, then hashed once more to tell a wrong base
  * (FERRY_ERR_MISMATCH) from damaged data (FERRY_ERR_CORRUPT).
  *
+ * Formats 1 and 2 both apply; format 2 (class streams cut at sub-blocks)
+ * decodes far more of its streams at once.
+ *
  * Device memory it holds (grow-only, ferry_delta_cuda_device_bytes): the
  * batch's frames, 12 bytes per changed element (the decoded changes, then
- * the undo log), the raw chunks' old contents and about 100 bytes per
- * chunk. Callers bound it by the batches they pass.
+ * the undo log; format 2 reserves the most its streams' bits can hold,
+ * a few percent more), 32 bytes per format 2 sub-stream, the raw chunks'
+ * old contents and about 100 bytes per chunk. Callers bound it by the
+ * batches they pass.
  *
  * Thread-safety: one object per thread (or serialized calls); objects are
  * independent. Builds without CUDA have no such object (FERRY_CUDA). */

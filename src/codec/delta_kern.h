@@ -29,8 +29,8 @@ typedef struct dk_chunk {
     uint32_t width;
     uint32_t classes;
     uint32_t class0;   /* index of its first class in the class table */
-    uint32_t changed;  /* sparse: its changes (entries from change0) */
-    uint32_t pad;
+    uint32_t changed;  /* sparse: its entries from change0 (format 2: slots, some unused) */
+    uint32_t sub_log2; /* format 2 sparse chunks: log2 of the sub-block's elements; 0: format 1 */
 } dk_chunk_t;
 
 /* Chunk modes, as the record has them (codec_internal.h's CHUNK_*). */
@@ -39,11 +39,27 @@ enum { DK_UNCHANGED_CHUNK = 0, DK_SPARSE_CHUNK = 1, DK_RAW_CHUNK = 2 };
 /* One magnitude class of a sparse chunk. */
 typedef struct dk_class {
     uint64_t stream;  /* device address of its stream */
-    uint64_t change0; /* index of its first change in the decoded arrays */
+    uint64_t change0; /* index of its first change (format 2: slot) in the decoded arrays */
     uint32_t lower, count, changed, nonunit, len, k_gap, k_nu, k_mag;
-    uint32_t chunk;   /* its chunk's index in the batch */
-    uint32_t pad;
+    uint32_t chunk;    /* its chunk's index in the batch */
+    uint32_t len_bits; /* format 2: bits per length table entry */
+    uint32_t nsub;     /* format 2: its sub-streams (0: format 1) */
+    uint32_t sub0;     /* format 2: index of its first sub-stream in the sub-stream table */
 } dk_class_t;
+
+/* One sub-stream of a format 2 class, filled on the device from the
+   class's length table (dk_subs), then by its decoder. A sub-stream of
+   `bits` bits holds at most bits / (2 + k_gap) changes (each code is at
+   least a Rice code and a sign bit), so its slots in the decoded arrays
+   are fixed before decoding. */
+typedef struct dk_sub {
+    uint64_t slot;  /* index of its first slot in the decoded arrays */
+    uint64_t bit;   /* where it starts, in bits from its class stream's start */
+    uint32_t bits;  /* its length */
+    uint32_t count; /* its changes, once decoded */
+    uint32_t cls;   /* its class's index in the class table */
+    uint32_t pad;
+} dk_sub_t;
 
 /* Per-chunk outcome, written by the kernels (0: good so far). */
 enum {
@@ -69,17 +85,23 @@ typedef struct dk_batch {
     int64_t *delta;    /* per change: its value change in elem_ord steps; 0: not written */
     uint8_t *save;     /* raw chunks' old contents */
     uint64_t *hashes;  /* per chunk, for the blame pass */
-    uint32_t nchunks, nclasses;
+    dk_sub_t *subs;    /* format 2 sub-streams */
+    uint32_t *cls_sum; /* format 2, per class: changes and non-unit changes its sub-streams decoded (zeroed) */
+    uint32_t nchunks, nclasses, nsubs, pad;
 } dk_batch_t;
 
 /* Enqueue the passes of an apply on stream, in this order:
  * pre: record checksums; unchanged chunks' contents; raw chunks' base and
  *      contents (a warp per chunk);
- * decode: every class stream into (rank, delta) (a thread per class);
+ * decode: every format 1 class stream into (rank, delta) (a thread per
+ *      class); format 2: the sub-stream table from each class's length
+ *      table (a thread per class), then every sub-stream (a thread each);
  * place: sparse chunks' changes written into place (a block per chunk,
  *      `sparse` lists their indices);
  * raw: raw chunks' old contents saved, the new ones copied in;
- * verify: sparse chunks' results hashed against next_sum.
+ * verify: sparse chunks' results hashed against next_sum (place hashes
+ *      the chunks whose region is 16-aligned as it writes them; this pass
+ *      takes the others).
  * sms: the device's multiprocessor count (grid sizes). ev: 5 events,
  * recorded before pre, decode, place (with raw) and verify, and after. */
 cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse, const uint32_t *raw,

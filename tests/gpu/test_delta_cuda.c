@@ -47,6 +47,8 @@ typedef struct tcase {
     uint64_t version;         /* the base's version */
 } tcase_t;
 
+static uint32_t g_format = 1; /* the delta format the cases encode */
+
 static uint64_t rng(uint64_t *s) {
     *s += 0x9e3779b97f4a7c15ull;
     uint64_t z = *s;
@@ -125,12 +127,15 @@ static void tcase_encode(tcase_t *t, uint32_t chunk, uint32_t classes, size_t of
                               .next_version = t->version + 1};
     if (chunk) p.field_mask |= FERRY_DELTA_PARAM_CHUNK_ELEMS, p.chunk_elems = chunk;
     if (classes) p.field_mask |= FERRY_DELTA_PARAM_MAX_CLASSES, p.max_classes = classes;
+    p.field_mask |= FERRY_DELTA_PARAM_FORMAT;
+    p.format = g_format;
     CHECK_OK(ferry_delta_encode(g_codec, &p, t->base, t->next, t->n, t->delta, cap, &t->len),
              ferry_delta_codec_detail(g_codec));
     uint8_t *cpu = malloc(t->n * t->w + 1);
     CHECK(cpu);
     memcpy(cpu, t->base, t->n * t->w);
-    CHECK_OK(ferry_delta_apply(g_codec, t->delta, t->len, cpu, t->n, t->version, NULL), ferry_delta_codec_detail(g_codec));
+    CHECK_OK(ferry_delta_apply(g_codec, t->delta, t->len, cpu, t->n, t->version, NULL),
+             ferry_delta_codec_detail(g_codec));
     CHECK(memcmp(cpu, t->next, t->n * t->w) == 0);
     free(cpu);
     CUDA_OK(cudaMalloc((void **)&t->dev_alloc, t->n * t->w + off + 16));
@@ -257,9 +262,9 @@ static void test_good_batch(void) {
         bad += !region_is(t[i], t[i]->next, "next version");
     }
     CHECK(bad == 0);
-    printf("good batch: %zu regions applied on the GPU, each equal to the CPU's result (%.3f s; copies %.4f s, passes "
-           "%.4f s; %zu bytes of device memory)\n",
-           n, now_s() - t0, tm.copy_s, tm.check_s + tm.decode_s + tm.write_s + tm.verify_s,
+    printf("format %u, good batch: %zu regions applied on the GPU, each equal to the CPU's result (%.3f s; "
+           "copies %.4f s, passes %.4f s; %zu bytes of device memory)\n",
+           g_format, n, now_s() - t0, tm.copy_s, tm.check_s + tm.decode_s + tm.write_s + tm.verify_s,
            ferry_delta_cuda_device_bytes(g_gpu));
     /* applied again, the next version is not its base: refused, untouched */
     CHECK(ferry_delta_cuda_apply(g_gpu, items, 3, g_stream, &err) == FERRY_ERR_MISMATCH);
@@ -267,7 +272,7 @@ static void test_good_batch(void) {
         CHECK(items[i].status == FERRY_ERR_MISMATCH);
         CHECK(region_is(t[i], t[i]->next, "next version"));
     }
-    printf("applied twice: refused as another base (%s), regions untouched\n", err.text);
+    printf("format %u, applied twice: refused as another base (%s), regions untouched\n", g_format, err.text);
     for (size_t i = 0; i < n; i++) tcase_free(t[i]);
 }
 
@@ -287,6 +292,20 @@ static void spoil_stream(tcase_t *t, ferry_delta_cuda_item_t *it) { /* a stream 
     uint8_t *rec = record_of(t->delta, chunk_of_mode(t->delta, CHUNK_SPARSE), &len);
     uint32_t classes = rec[2];
     rec[CHUNK_HEADER + classes * CLASS_ENTRY + (len - CHUNK_HEADER - classes * CLASS_ENTRY) / 2] ^= 0x24;
+    put_u64(rec + 32, delta_record_sum(rec, len));
+}
+static void spoil_table(tcase_t *t, ferry_delta_cuda_item_t *it) { /* format 2: a length, record resealed */
+    (void)it;
+    size_t len;
+    uint8_t *rec = record_of(t->delta, chunk_of_mode(t->delta, CHUNK_SPARSE), &len);
+    uint32_t classes = rec[2];
+    size_t at = CHUNK_HEADER + classes * CLASS_ENTRY;
+    for (uint32_t k = 0; k < classes; k++) { /* the first class with a table: its last byte */
+        const uint8_t *e = rec + CHUNK_HEADER + k * CLASS_ENTRY;
+        at += get_u32(e + 16);
+        if (e[23]) break;
+    }
+    rec[at - 1] ^= 0x01;
     put_u64(rec + 32, delta_record_sum(rec, len));
 }
 static void spoil_base_sparse(tcase_t *t, ferry_delta_cuda_item_t *it) { /* an unchanged element of the base */
@@ -351,7 +370,8 @@ static void test_refusal(const char *what, spoil_fn spoil, ferry_status_t want, 
     CHECK(region_is(t[0], t[0]->next, "next version"));
     CHECK(region_is(t[2], t[2]->next, "next version"));
     CHECK(region_is(t[1], t[1]->base, "region before the call"));
-    printf("%s: refused (%s: %s), the region as it was, the other two applied\n", what, ferry_status_name(st), err.text);
+    printf("format %u, %s: refused (%s: %s), the region as it was, the other two applied\n", g_format, what,
+           ferry_status_name(st), err.text);
     for (int i = 0; i < 3; i++) tcase_free(t[i]);
 }
 
@@ -413,6 +433,69 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
+/* One learning rate's delta, in one format, applied to R regions in one
+   batch, beside a same-GPU copy of the same bytes. */
+static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, const uint16_t *b0, const uint16_t *b1,
+                      uint8_t *pristine, uint8_t **reg, cudaEvent_t e0, cudaEvent_t e1) {
+    const size_t bytes = n * 2;
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 0), len = 0;
+    uint8_t *delta = NULL;
+    CUDA_OK(cudaMallocHost((void **)&delta, cap)); /* pinned, as a transport's receive buffer */
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_FORMAT,
+                              .dtype = FERRY_DTYPE_BF16, .base_version = 4, .next_version = 5, .format = fmt};
+    CHECK_OK(ferry_delta_encode(g_codec, &p, b0, b1, n, delta, cap, &len), ferry_delta_codec_detail(g_codec));
+    ferry_delta_info_t info;
+    CHECK_OK(ferry_delta_peek(g_codec, delta, len, &info), ferry_delta_codec_detail(g_codec));
+    CUDA_OK(cudaMemcpy(pristine, b0, bytes, cudaMemcpyHostToDevice));
+    ferry_delta_cuda_item_t items[16];
+    for (int r = 0; r < R; r++)
+        items[r] = (ferry_delta_cuda_item_t){.delta = delta, .len = len, .region = reg[r],
+                                             .dtype = FERRY_DTYPE_BF16, .elems = n, .base_version = 4};
+    double tc[8], ta[8], tp[8], tx[5][8];
+    ferry_errbuf_t err = {{0}};
+    for (int rep = -1; rep < REPS; rep++) { /* one warm-up */
+        CUDA_OK(cudaEventRecord(e0, g_stream));
+        for (int r = 0; r < R; r++)
+            CUDA_OK(cudaMemcpyAsync(reg[r], pristine, bytes, cudaMemcpyDeviceToDevice, g_stream));
+        CUDA_OK(cudaEventRecord(e1, g_stream));
+        CUDA_OK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        double t0 = now_s();
+        CHECK_OK(ferry_delta_cuda_apply(g_gpu, items, (size_t)R, g_stream, &err), err.text);
+        double t1 = now_s();
+        if (rep < 0) {
+            uint16_t *h = malloc(bytes);
+            CHECK(h);
+            CUDA_OK(cudaMemcpy(h, reg[R - 1], bytes, cudaMemcpyDeviceToHost));
+            CHECK(memcmp(h, b1, bytes) == 0);
+            free(h);
+            continue;
+        }
+        ferry_delta_cuda_times_t tm;
+        ferry_delta_cuda_last_times(g_gpu, &tm);
+        tc[rep] = ms / 1e3;
+        ta[rep] = t1 - t0;
+        tp[rep] = tm.check_s + tm.decode_s + tm.write_s + tm.verify_s;
+        tx[0][rep] = tm.copy_s, tx[1][rep] = tm.check_s, tx[2][rep] = tm.decode_s, tx[3][rep] = tm.write_s;
+        tx[4][rep] = tm.verify_s;
+    }
+    double mc = median(tc, REPS), ma = median(ta, REPS), mp = median(tp, REPS);
+    double total = (double)R * bytes;
+    printf("lr %.0e, format %u: %.2f%% changed, %.3f B per changed element, delta %.1f MiB per region\n", lr, fmt,
+           100.0 * (double)info.changed / (double)n, (double)len / (double)info.changed, (double)len / (1 << 20));
+    printf("  same-GPU copy of the regions: %.4f s (%.0f GB/s copied; range %.4f-%.4f)\n", mc, total / mc / 1e9,
+           tc[0], tc[REPS - 1]);
+    printf("  apply on the GPU, whole call: %.4f s (%.0f GB/s of region; %.2fx the copy; range %.4f-%.4f)\n", ma,
+           total / ma / 1e9, mc / ma, ta[0], ta[REPS - 1]);
+    printf("    GPU passes %.4f s (%.0f GB/s of region; %.2fx the copy): medians copy-in %.4f, check %.4f, decode "
+           "%.4f, write %.4f, verify %.4f\n",
+           mp, total / mp / 1e9, mc / mp, median(tx[0], REPS), median(tx[1], REPS), median(tx[2], REPS),
+           median(tx[3], REPS), median(tx[4], REPS));
+    printf("  device memory held: %.1f MiB\n", (double)ferry_delta_cuda_device_bytes(g_gpu) / (1 << 20));
+    cudaFreeHost(delta);
+}
+
 static int bench(void) {
     const uint64_t n = (uint64_t)256 << 20; /* elements per region */
     const int R = 16, REPS = 5;
@@ -436,62 +519,9 @@ static int bench(void) {
         synth_par(&s, b0);
         synth_par(&s, NULL);
         synth_par(&s, b1);
-        size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, n, 0), len = 0;
-        uint8_t *delta = NULL;
-        CUDA_OK(cudaMallocHost((void **)&delta, cap)); /* pinned, as a transport's receive buffer */
-        ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = FERRY_DTYPE_BF16,
-                                  .base_version = 4, .next_version = 5};
-        CHECK_OK(ferry_delta_encode(g_codec, &p, b0, b1, n, delta, cap, &len), ferry_delta_codec_detail(g_codec));
-        ferry_delta_info_t info;
-        CHECK_OK(ferry_delta_peek(g_codec, delta, len, &info), ferry_delta_codec_detail(g_codec));
-        CUDA_OK(cudaMemcpy(pristine, b0, bytes, cudaMemcpyHostToDevice));
-        ferry_delta_cuda_item_t items[16];
-        for (int r = 0; r < R; r++)
-            items[r] = (ferry_delta_cuda_item_t){.delta = delta, .len = len, .region = reg[r],
-                                                 .dtype = FERRY_DTYPE_BF16, .elems = n, .base_version = 4};
-        double tc[8], ta[8], tp[8], tx[5][8];
-        ferry_errbuf_t err = {{0}};
-        for (int rep = -1; rep < REPS; rep++) { /* one warm-up */
-            CUDA_OK(cudaEventRecord(e0, g_stream));
-            for (int r = 0; r < R; r++)
-                CUDA_OK(cudaMemcpyAsync(reg[r], pristine, bytes, cudaMemcpyDeviceToDevice, g_stream));
-            CUDA_OK(cudaEventRecord(e1, g_stream));
-            CUDA_OK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-            double t0 = now_s();
-            CHECK_OK(ferry_delta_cuda_apply(g_gpu, items, (size_t)R, g_stream, &err), err.text);
-            double t1 = now_s();
-            if (rep < 0) {
-                uint16_t *h = malloc(bytes);
-                CHECK(h);
-                CUDA_OK(cudaMemcpy(h, reg[R - 1], bytes, cudaMemcpyDeviceToHost));
-                CHECK(memcmp(h, b1, bytes) == 0);
-                free(h);
-                continue;
-            }
-            ferry_delta_cuda_times_t tm;
-            ferry_delta_cuda_last_times(g_gpu, &tm);
-            tc[rep] = ms / 1e3;
-            ta[rep] = t1 - t0;
-            tp[rep] = tm.check_s + tm.decode_s + tm.write_s + tm.verify_s;
-            tx[0][rep] = tm.copy_s, tx[1][rep] = tm.check_s, tx[2][rep] = tm.decode_s, tx[3][rep] = tm.write_s;
-            tx[4][rep] = tm.verify_s;
+        for (uint32_t fmt = 1; fmt <= 2; fmt++) {
+            bench_one(fmt, lrs[l], n, R, REPS, b0, b1, pristine, reg, e0, e1);
         }
-        double mc = median(tc, REPS), ma = median(ta, REPS), mp = median(tp, REPS);
-        double total = (double)R * bytes;
-        printf("lr %.0e: %.2f%% changed, %.3f B per changed element, delta %.1f MiB per region\n", lrs[l],
-               100.0 * (double)info.changed / (double)n, (double)len / (double)info.changed, (double)len / (1 << 20));
-        printf("  same-GPU copy of the regions: %.4f s (%.0f GB/s copied; range %.4f-%.4f)\n", mc, total / mc / 1e9,
-               tc[0], tc[REPS - 1]);
-        printf("  apply on the GPU, whole call: %.4f s (%.0f GB/s of region; %.2fx the copy; range %.4f-%.4f)\n", ma,
-               total / ma / 1e9, mc / ma, ta[0], ta[REPS - 1]);
-        printf("    GPU passes %.4f s (%.0f GB/s of region; %.2fx the copy): medians copy-in %.4f, check %.4f, decode "
-               "%.4f, write %.4f, verify %.4f\n",
-               mp, total / mp / 1e9, mc / mp, median(tx[0], REPS), median(tx[1], REPS), median(tx[2], REPS),
-               median(tx[3], REPS), median(tx[4], REPS));
-        printf("  device memory held: %.1f MiB\n", (double)ferry_delta_cuda_device_bytes(g_gpu) / (1 << 20));
-        cudaFreeHost(delta);
     }
     for (int r = 0; r < R; r++) cudaFree(reg[r]);
     cudaFree(pristine);
@@ -514,18 +544,24 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--bench")) {
         rc = bench();
     } else {
-        test_good_batch();
-        test_refusal("damaged record", spoil_record, FERRY_ERR_CORRUPT, "record checksum");
-        test_refusal("damaged stream, record resealed", spoil_stream, FERRY_ERR_CORRUPT, "chunk");
-        test_refusal("wrong base, sparse chunk", spoil_base_sparse, FERRY_ERR_MISMATCH, "not this delta's base");
-        test_refusal("wrong base, raw chunk", spoil_base_raw, FERRY_ERR_MISMATCH, "not this delta's base");
-        test_refusal("wrong base, unchanged chunk", spoil_base_unchanged, FERRY_ERR_MISMATCH, "not this delta's base");
-        test_refusal("another version", spoil_version, FERRY_ERR_MISMATCH, "version");
-        test_refusal("another dtype", spoil_dtype, FERRY_ERR_MISMATCH, "F16");
-        test_refusal("another size", spoil_size, FERRY_ERR_MISMATCH, "elements");
-        test_refusal("damaged frame header", spoil_header, FERRY_ERR_CORRUPT, "");
+        for (g_format = 1; g_format <= 2; g_format++) {
+            test_good_batch();
+            test_refusal("damaged record", spoil_record, FERRY_ERR_CORRUPT, "record checksum");
+            test_refusal("damaged stream, record resealed", spoil_stream, FERRY_ERR_CORRUPT, "chunk");
+            if (g_format == 2)
+                test_refusal("damaged length table, record resealed", spoil_table, FERRY_ERR_CORRUPT, "chunk");
+            test_refusal("wrong base, sparse chunk", spoil_base_sparse, FERRY_ERR_MISMATCH, "not this delta's base");
+            test_refusal("wrong base, raw chunk", spoil_base_raw, FERRY_ERR_MISMATCH, "not this delta's base");
+            test_refusal("wrong base, unchanged chunk", spoil_base_unchanged, FERRY_ERR_MISMATCH,
+                         "not this delta's base");
+            test_refusal("another version", spoil_version, FERRY_ERR_MISMATCH, "version");
+            test_refusal("another dtype", spoil_dtype, FERRY_ERR_MISMATCH, "F16");
+            test_refusal("another size", spoil_size, FERRY_ERR_MISMATCH, "elements");
+            test_refusal("damaged frame header", spoil_header, FERRY_ERR_CORRUPT, "");
+        }
+        g_format = 1;
         test_edges();
-        printf("delta apply on the GPU: all cases passed\n");
+        printf("delta apply on the GPU: all cases passed, formats 1 and 2\n");
     }
     ferry_delta_cuda_destroy(g_gpu);
     cudaStreamDestroy(g_stream);
