@@ -7,7 +7,8 @@ random token batches, as an RL trainer updates a policy, and after each step
 casts the masters to bf16 (the weights an engine serves). Each step's bf16
 weights are compared with the previous step's: the share of elements that
 changed, the share of those that moved by one ulp, and the bytes of
-ferry.delta.encode per changed element, every delta applied back and checked
+ferry.delta.encode per changed element in format 1 and in format 2 (class
+streams cut at sub-blocks, for GPUs), every delta applied back and checked
 bit for bit. One table row per (learning rate, step); the first step after a
 fresh optimizer is reported apart (Adam's first update moves every weight by
 about lr, unlike the steady state).
@@ -48,8 +49,9 @@ def ordered(t):
 
 
 def compare(prev, cur):
-    """(elements, changed, changed by one ulp, delta bytes) over every tensor."""
-    elems = changed = unit = nbytes = 0
+    """(elements, changed, changed by one ulp, delta bytes in format 1, in
+    format 2) over every tensor; both deltas applied back."""
+    elems = changed = unit = nbytes = nbytes2 = 0
     for name, p in prev.items():
         c = cur[name]
         elems += p.numel()
@@ -58,13 +60,17 @@ def compare(prev, cur):
         changed += int(nz.sum())
         unit += int((diff.abs() == 1).sum())
         pc, cc = p.contiguous().cpu(), c.contiguous().cpu()
-        d = delta.encode(pc, cc, dtype="BF16")
-        nbytes += len(d)
-        region = pc.clone()
-        delta.apply(d, region, dtype="BF16")
-        if not torch.equal(region.view(torch.int16), cc.view(torch.int16)):
-            raise SystemExit(f"real_deltas: the delta of {name} did not reproduce the next weights")
-    return elems, changed, unit, nbytes
+        for fmt in (1, 2):
+            d = delta.encode(pc, cc, dtype="BF16", format=fmt)
+            if fmt == 1:
+                nbytes += len(d)
+            else:
+                nbytes2 += len(d)
+            region = pc.clone()
+            delta.apply(d, region, dtype="BF16")
+            if not torch.equal(region.view(torch.int16), cc.view(torch.int16)):
+                raise SystemExit(f"real_deltas: the format {fmt} delta of {name} did not reproduce the next weights")
+    return elems, changed, unit, nbytes, nbytes2
 
 
 def bf16_weights(model):
@@ -93,10 +99,12 @@ def run_lr(lr, args, device):
         step_s = time.perf_counter() - t0
         cur = bf16_weights(model)
         t1 = time.perf_counter()
-        elems, changed, unit, nbytes = compare(prev, cur)
+        elems, changed, unit, nbytes, nbytes2 = compare(prev, cur)
         rows.append(dict(lr=lr, step=step, loss=float(loss.detach()), elements=elems, changed=changed,
                          density=changed / elems, unit_share=unit / changed if changed else 0.0,
                          delta_bytes=nbytes, bytes_per_changed=nbytes / changed if changed else math.nan,
+                         delta_bytes_format2=nbytes2,
+                         bytes_per_changed_format2=nbytes2 / changed if changed else math.nan,
                          step_seconds=step_s, codec_seconds=time.perf_counter() - t1))
         prev = cur
         print(f"lr {lr:g} step {step}: {changed / elems:.4%} changed, {rows[-1]['bytes_per_changed']:.3f} B per "
@@ -126,15 +134,17 @@ def main(argv=None):
     print(f"Qwen3 shape {args.shape}, {layers} layers, {rows[0]['elements']} bf16 weights; AdamW (fp32 masters), "
           f"batch {args.batch} x {args.seq} random tokens, seed {args.seed}; {where}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}, ferry {ferry.__version__}")
-    print("| lr | step | changed | of them 1 ulp | delta bytes per changed element |")
-    print("|---|---|---|---|---|")
+    print("| lr | step | changed | of them 1 ulp | delta bytes per changed element | format 2 |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['lr']:g} | {r['step']}{' (first)' if r['step'] == 1 else ''} | {r['density']:.3%} | "
-              f"{r['unit_share']:.1%} | {r['bytes_per_changed']:.3f} |")
+              f"{r['unit_share']:.1%} | {r['bytes_per_changed']:.3f} | {r['bytes_per_changed_format2']:.3f} |")
     for lr in lrs:
         later = [r for r in rows if r["lr"] == lr and r["step"] > 1]
-        print(f"lr {lr:g}, steps 2..{args.steps}: {sum(r['changed'] for r in later) / sum(r['elements'] for r in later):.3%} "
-              f"changed, {sum(r['delta_bytes'] for r in later) / sum(r['changed'] for r in later):.3f} B per changed element")
+        ch = sum(r["changed"] for r in later)
+        print(f"lr {lr:g}, steps 2..{args.steps}: {ch / sum(r['elements'] for r in later):.3%} changed, "
+              f"{sum(r['delta_bytes'] for r in later) / ch:.3f} B per changed element "
+              f"(format 2: {sum(r['delta_bytes_format2'] for r in later) / ch:.3f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(args=vars(args), device=where, rows=rows), f, indent=1)

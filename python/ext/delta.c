@@ -54,6 +54,7 @@ static PyObject *info_obj(const ferry_delta_info_t *in) {
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(in->bytes_positions));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(in->bytes_values));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(in->bytes_raw));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(in->format));
     if (PyErr_Occurred()) Py_CLEAR(o);
     return o;
 }
@@ -100,18 +101,22 @@ static PyObject *shrink(PyObject *b, size_t len) {
 
 static PyObject *d_encode(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kws[] = {"base", "next", "base_version", "next_version", "chunk_elems", "max_classes", "dtype", NULL};
-    PyObject *base_o, *next_o, *bv = NULL, *nv = NULL, *chunk_o = Py_None, *classes_o = Py_None, *dtype_o = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOOO:encode", kws, &base_o, &next_o, &bv, &nv, &chunk_o,
-                                     &classes_o, &dtype_o))
+    static char *kws[] = {"base",        "next",  "base_version", "next_version", "chunk_elems",
+                          "max_classes", "dtype", "format",       NULL};
+    PyObject *base_o, *next_o, *bv = NULL, *nv = NULL, *chunk_o = Py_None, *classes_o = Py_None, *dtype_o = Py_None,
+                               *format_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOOOO:encode", kws, &base_o, &next_o, &bv, &nv, &chunk_o,
+                                     &classes_o, &dtype_o, &format_o))
         return NULL;
     ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS};
     if ((bv && !pyf_u64_arg(bv, "base_version", &p.base_version)) ||
         (nv && !pyf_u64_arg(nv, "next_version", &p.next_version)) ||
-        !opt_u32(chunk_o, "chunk_elems", &p.chunk_elems) || !opt_u32(classes_o, "max_classes", &p.max_classes))
+        !opt_u32(chunk_o, "chunk_elems", &p.chunk_elems) || !opt_u32(classes_o, "max_classes", &p.max_classes) ||
+        !opt_u32(format_o, "format", &p.format))
         return NULL;
     if (chunk_o != Py_None) p.field_mask |= FERRY_DELTA_PARAM_CHUNK_ELEMS;
     if (classes_o != Py_None) p.field_mask |= FERRY_DELTA_PARAM_MAX_CLASSES;
+    if (format_o != Py_None) p.field_mask |= FERRY_DELTA_PARAM_FORMAT;
     pyf_tensor_t base, next;
     if (!region_arg(base_o, PYF_READ, dtype_o, "encode: base", &base)) return NULL;
     if (!region_arg(next_o, PYF_READ, dtype_o, "encode: next", &next)) {
@@ -445,6 +450,7 @@ static PyStructSequence_Field info_fields[] = {
     {"bytes_positions", "coded positions of sparse chunks (inspect only; 0 from peek and apply)"},
     {"bytes_values", "coded values of sparse chunks (inspect only; 0 from peek and apply)"},
     {"bytes_raw", "dense payloads of raw chunks"},
+    {"format", "the delta's format (1, or 2: class streams cut at sub-blocks)"},
     {NULL, NULL},
 };
 

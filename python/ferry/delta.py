@@ -32,8 +32,10 @@ __all__ = ["DeltaInfo", "encode", "apply", "inspect", "peek", "bound", "region_s
            "CHUNK_DEFAULT", "CHUNK_MIN", "CHUNK_MAX", "CLASSES_MAX"]
 
 
-def encode(base, next, base_version=0, next_version=0, chunk_elems=None, max_classes=None, *, dtype=None):
-    """encode(base, next, base_version=0, next_version=0, chunk_elems=None, max_classes=None, *, dtype=None) -> bytes
+def encode(base, next, base_version=0, next_version=0, chunk_elems=None, max_classes=None, *, dtype=None,
+           format=None):
+    """encode(base, next, base_version=0, next_version=0, chunk_elems=None, max_classes=None, *, dtype=None,
+    format=None) -> bytes
 
     The delta turning base into next: two C-contiguous tensors of the same
     dtype and shape. base_version and next_version are recorded in it (apply
@@ -41,13 +43,15 @@ def encode(base, next, base_version=0, next_version=0, chunk_elems=None, max_cla
     and checksummed chunk, a power of two in [CHUNK_MIN, CHUNK_MAX] (default
     CHUNK_DEFAULT); max_classes: 1..CLASSES_MAX magnitude classes (default
     the most; 1 codes positions without looking at the base). dtype
-    reinterprets both tensors' elements (int16 storage as "BF16").
+    reinterprets both tensors' elements (int16 storage as "BF16"). format:
+    1 (the default) or 2, whose class streams restart at sub-blocks so a GPU
+    decodes them in parallel (about 2% larger; docs/delta-format.md).
 
     Raises InvalidArgumentError (a dtype the codec does not take, a strided
-    tensor, chunk_elems out of range), MismatchError (base and next differ in
-    dtype or shape). Releases the GIL.
+    tensor, chunk_elems out of range, a format other than 1 or 2),
+    MismatchError (base and next differ in dtype or shape). Releases the GIL.
     """
-    return _ferry.delta_encode(base, next, base_version, next_version, chunk_elems, max_classes, dtype)
+    return _ferry.delta_encode(base, next, base_version, next_version, chunk_elems, max_classes, dtype, format)
 
 
 def apply(delta, region, base_version=None, *, dtype=None):

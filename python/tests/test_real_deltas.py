@@ -25,6 +25,7 @@ def test_real_deltas_tiny(tmp_path, capsys):
     for r in rows:
         assert 0 < r["changed"] <= r["elements"] and 0 < r["density"] <= 1
         assert 0 < r["bytes_per_changed"] < 4 and 0 <= r["unit_share"] <= 1
+        assert 0 < r["bytes_per_changed_format2"] < 4
     # a larger step changes more weights
     assert rows[4]["density"] > rows[1]["density"]
     table = capsys.readouterr().out
