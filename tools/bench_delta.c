@@ -31,6 +31,7 @@ typedef struct bench_opts {
     uint32_t steps, threads, repeat;
     double lrs[8];
     uint32_t n_lrs;
+    uint32_t format; /* of the deltas: 1 or 2 */
 } bench_opts_t;
 
 #define MAX_RUNS 64 /* --repeat at most */
@@ -38,6 +39,7 @@ typedef struct bench_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench delta [--elems N] [--steps S] [--lr LIST] [--threads T] [--repeat R]\n"
+            "                         [--format F]\n"
             "  Synthetic bf16 weights (fp32 masters ~ N(0, 0.02), Adam on noisy gradients) take S\n"
             "  steps at each learning rate; the delta between steps S-1 and S is encoded by ferry and\n"
             "  sized as TRL's raw and gap patches and as zstd'd gaps + values would ship it.\n"
@@ -50,7 +52,8 @@ static void usage(FILE *f) {
             "  --steps S    Adam steps before the measured one (default 5)\n"
             "  --lr LIST    learning rates (default 1e-6,3e-6,1e-5)\n"
             "  --threads T  threads for the all-threads figures (default: online CPUs)\n"
-            "  --repeat R   runs per timing (default 5, at most %d)\n",
+            "  --repeat R   runs per timing (default 5, at most %d)\n"
+            "  --format F   delta format, 1 (default) or 2 (class streams cut at sub-blocks)\n",
             MAX_RUNS);
 }
 
@@ -96,6 +99,7 @@ typedef struct job {
     size_t *lens;
     const uint8_t *delta;
     size_t delta_len;
+    uint32_t chunk_flags; /* FERRY_DELTA_CHUNK_FORMAT2 for format 2 */
     ferry_status_t st;
     /* synth */
     delta_synth_t *synth;
@@ -134,8 +138,8 @@ static uint32_t chunk_len(const job_t *j, uint32_t c) {
 static void encode_chunk(job_t *j, uint32_t c) {
     uint64_t at = (uint64_t)c * j->chunk_elems;
     uint32_t n = chunk_len(j, c);
-    ferry_status_t st = ferry_delta_chunk_encode(j->codecs[c % j->threads], FERRY_DTYPE_BF16, 0, 0, j->base + at,
-                                                 j->next + at, n, j->recs[c],
+    ferry_status_t st = ferry_delta_chunk_encode(j->codecs[c % j->threads], FERRY_DTYPE_BF16, 0, j->chunk_flags,
+                                                 j->base + at, j->next + at, n, j->recs[c],
                                                  ferry_delta_chunk_bound(FERRY_DTYPE_BF16, n), &j->lens[c], NULL, NULL);
     if (st != FERRY_OK) j->st = st;
 }
@@ -201,7 +205,7 @@ static int baseline_sizes(const uint16_t *base, const uint16_t *next, uint64_t n
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (bench_opts_t){.elems = 16u << 20, .steps = 5, .threads = cpus > 0 ? (uint32_t)cpus : 1, .repeat = 5,
-                        .lrs = {1e-6, 3e-6, 1e-5}, .n_lrs = 3};
+                        .lrs = {1e-6, 3e-6, 1e-5}, .n_lrs = 3, .format = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
@@ -224,6 +228,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             if (!cli_u32(a, v, 1, 64, &o->threads)) return CLI_USAGE;
         } else if (!strcmp(a, "--repeat")) {
             if (!cli_u32(a, v, 1, MAX_RUNS, &o->repeat)) return CLI_USAGE;
+        } else if (!strcmp(a, "--format")) {
+            if (!cli_u32(a, v, 1, 2, &o->format)) return CLI_USAGE;
         } else if (!strcmp(a, "--lr")) {
             if (!cli_f64_list(a, v, lr_range, o->lrs, sizeof o->lrs / sizeof o->lrs[0], &n_lrs)) return CLI_USAGE;
             o->n_lrs = (uint32_t)n_lrs;
@@ -264,9 +270,10 @@ typedef struct bench {
 } bench_t;
 
 static ferry_delta_params_t writer_params(const bench_t *b, bool given) {
-    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS,
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS |
+                                            FERRY_DELTA_PARAM_FORMAT,
                               .dtype = FERRY_DTYPE_BF16, .base_version = b->bv, .next_version = b->nv,
-                              .next_chunk_sums = b->nsums};
+                              .next_chunk_sums = b->nsums, .format = b->o.format};
     if (given) {
         p.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
         p.base_chunk_sums = b->bsums;
@@ -291,7 +298,7 @@ static ferry_status_t run_op(bench_t *b, int op, double *t) {
     }
     case OP_ENCODE_T: {
         ferry_delta_params_t p = writer_params(b, false);
-        p.field_mask = FERRY_DELTA_PARAM_VERSIONS;
+        p.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_FORMAT;
         j->fn = encode_chunk;
         j->st = FERRY_OK;
         run_parallel(j, b->o.threads);
@@ -471,6 +478,7 @@ int bench_delta(int argc, char **argv) {
         goto out;
     }
     b.job = (job_t){.chunks = chunks, .chunk_elems = chunk, .elems = n, .codecs = codecs, .base = b.base,
+                    .chunk_flags = o->format == 2 ? FERRY_DELTA_CHUNK_FORMAT2 : 0u,
                     .next = b.next, .region = b.region, .recs = recs, .lens = lens};
     for (uint32_t li = 0; li < o->n_lrs; li++) {
         synth_pair(&b, o->lrs[li], w, m, v, d);

@@ -190,6 +190,11 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
         return FERRY_OK;
     }
     if (o->changed == 0) return ferry_fail(err, FERRY_ERR_CORRUPT, "sparse chunk with no changes");
+    /* the encoder writes raw whenever sparse is not smaller; this also
+       bounds what a reader reserves for the chunk's changes */
+    if (o->payload_len >= (uint64_t)o->elems * width)
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "sparse chunk's %u-byte payload is not smaller than its contents",
+                          o->payload_len);
     uint64_t count = 0, changed = 0, payload = 0;
     for (uint32_t c = 0; c < o->classes; c++) {
         const uint8_t *e = rec + CHUNK_HEADER + (size_t)c * CLASS_ENTRY;
@@ -219,6 +224,7 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
                               k->k_nu, k->k_mag);
         if (k->changed == 0 && k->len)
             return ferry_fail(err, FERRY_ERR_CORRUPT, "class %u has no changes but coded bytes", c);
+        uint64_t codes = k->len; /* bytes of codes: the stream, less a format 2 length table */
         if (o->sub_log2) { /* format 2: the length table fits the stream, after at least a byte of codes */
             uint64_t tb = delta_table_bytes(delta_nsub(o->elems, o->sub_log2), k->len_bits);
             if (k->len_bits > 32 || (k->changed == 0 && k->len_bits != 0) ||
@@ -226,7 +232,14 @@ ferry_status_t delta_chunk_parse(const void *rec_, size_t len, uint32_t width, b
                 return ferry_fail(err, FERRY_ERR_CORRUPT,
                                   "class %u: a length table of %u-bit entries does not fit its %u-byte stream", c,
                                   k->len_bits, k->len);
+            codes = k->len - (k->changed ? tb : 0);
         }
+        /* every change takes a Rice code of k_gap + 1 bits or more and a sign
+           bit, in both formats: a reader may reserve room by this */
+        if ((uint64_t)k->changed * (2 + k->k_gap) > 8 * codes)
+            return ferry_fail(err, FERRY_ERR_CORRUPT,
+                              "class %u claims %u changes, more than its %llu bytes of codes hold", c, k->changed,
+                              (unsigned long long)codes);
         count += k->count;
         changed += k->changed;
         payload += k->len;

@@ -302,7 +302,13 @@ __global__ void __launch_bounds__(THREADS) dk_subs(dk_batch_t b) {
                            e->len_bits == (longest ? 32u - (uint32_t)__clz((int)longest) : 0u) &&
                            (!tail || br_bits(&r, tail) == 0) && !r.overrun &&
                            (bit % 8 == 0 || !(st[part - 1] >> (bit % 8)));
-        if (!sound) fail(&b.status[e->chunk], DK_STREAM);
+        if (!sound) {
+            fail(&b.status[e->chunk], DK_STREAM);
+            continue;
+        }
+        /* the class's slots past its sub-streams' (each rounds down): never
+           written, so nothing the undo would take back */
+        for (const uint64_t end = e->change0 + part * 8 / (2 + e->k_gap); slot < end; slot++) b.delta[slot] = 0;
     }
 }
 
@@ -504,8 +510,12 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
                 for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* past the class's elements: not written */
                 placed_before += ci;
             }
-            const dk_sub_t *sb = &b.subs[ek->sub0 + (at >> S)];
-            rk = b.rank + sb->slot, dl = b.delta + sb->slot, cend = sb->count;
+            if (ek->nsub) {
+                const dk_sub_t *sb = &b.subs[ek->sub0 + (at >> S)];
+                rk = b.rank + sb->slot, dl = b.delta + sb->slot, cend = sb->count;
+            } else { /* a class without changes has no sub-streams */
+                rk = NULL, dl = NULL, cend = 0;
+            }
             ci = 0, before = 0;
             if (lane < cend) r_a = rk[lane], d_a = dl[lane];
             if (32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];

@@ -255,18 +255,20 @@ static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_i
     return FERRY_OK;
 }
 
-/* A format 2 sparse chunk's sub-streams per class (0 in format 1). */
-static uint32_t class_subs(const delta_chunk_t *h) {
-    return h->sub_log2 ? (uint32_t)(((uint64_t)h->elems + (1ull << h->sub_log2) - 1) >> h->sub_log2) : 0;
+/* A format 2 class's sub-streams (0 in format 1, and for a class without
+   changes, whose sub-streams are all empty). */
+static uint32_t class_subs(const delta_chunk_t *h, const delta_class_t *q) {
+    return h->sub_log2 && q->changed ? delta_nsub(h->elems, h->sub_log2) : 0;
 }
 
 /* Entries of the decoded arrays a class takes: its changes (format 1), or
    the most its sub-streams' bits can hold (format 2: each change takes at
    least a Rice code of k_gap + 1 bits and a sign bit), which the device
-   splits between the sub-streams from their lengths. */
+   splits between the sub-streams from their lengths. delta_chunk_parse
+   bounds both by the class's bytes. */
 static size_t class_slots(const delta_chunk_t *h, const delta_class_t *q) {
-    if (!h->sub_log2) return q->changed;
-    uint64_t table = ((uint64_t)class_subs(h) * q->len_bits + 7) / 8;
+    if (!h->sub_log2 || !q->changed) return q->changed;
+    uint64_t table = delta_table_bytes(class_subs(h, q), q->len_bits);
     return table > q->len ? 0 : (size_t)((q->len - table) * 8 / (2 + q->k_gap));
 }
 
@@ -336,7 +338,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             classes += h.classes;
             for (uint32_t k = 0; k < h.classes; k++) {
                 slots += class_slots(&h, &h.cls[k]);
-                subs += class_subs(&h);
+                subs += class_subs(&h, &h.cls[k]);
             }
         }
     }
@@ -392,11 +394,11 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
                                                         .count = q->count, .changed = q->changed,
                                                         .nonunit = q->nonunit, .len = q->len, .k_gap = q->k_gap,
                                                         .k_nu = q->k_nu, .k_mag = q->k_mag, .chunk = (uint32_t)nc,
-                                                        .len_bits = q->len_bits, .nsub = class_subs(&h),
+                                                        .len_bits = q->len_bits, .nsub = class_subs(&h, q),
                                                         .sub0 = (uint32_t)nsub};
                     s += q->len;
                     nch += class_slots(&h, q);
-                    nsub += class_subs(&h);
+                    nsub += class_subs(&h, q);
                 }
                 k->changed = (uint32_t)(nch - k->change0); /* format 2: its slots, for the undo */
                 sparse[nsparse++] = (uint32_t)nc;
@@ -454,14 +456,19 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             return cuda_fail(err, e, "delta apply: restoring the regions that failed");
         }
     }
-    for (size_t c = 0, first = 0; c < nc; c++) {
-        size_t i = d->chunk_item[c];
-        if (c == 0 || d->chunk_item[c - 1] != i) first = c;
-        if (!bad[i] || d->h_status[c] == DK_OK || items[i].status != FERRY_OK) continue;
-        char w[FERRY_ERR_TEXT];
-        items[i].status = chunk_blame(d, (uint32_t)c, (uint32_t)(c - first), w, sizeof w);
-        if (*first_bad == SIZE_MAX || i < *first_bad) *first_bad = i, snprintf(why, why_len, "%s", w);
-    }
+    /* per failed item, the chunk it is blamed on: a damaged record first
+       (the CPU checks every record before it writes anything), else the
+       first chunk that failed */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t c = 0, first = 0; c < nc; c++) {
+            size_t i = d->chunk_item[c];
+            if (c == 0 || d->chunk_item[c - 1] != i) first = c;
+            if (!bad[i] || d->h_status[c] == DK_OK || items[i].status != FERRY_OK) continue;
+            if (pass == 0 && d->h_status[c] != DK_REC_SUM) continue;
+            char w[FERRY_ERR_TEXT];
+            items[i].status = chunk_blame(d, (uint32_t)c, (uint32_t)(c - first), w, sizeof w);
+            if (*first_bad == SIZE_MAX || i < *first_bad) *first_bad = i, snprintf(why, why_len, "%s", w);
+        }
     free(bad);
     return FERRY_OK;
 }

@@ -18,7 +18,7 @@
  * Device memory it holds (grow-only, ferry_delta_cuda_device_bytes): the
  * batch's frames, 12 bytes per changed element (the decoded changes, then
  * the undo log; format 2 reserves the most its streams' bits can hold,
- * a few percent more), 32 bytes per format 2 sub-stream, the raw chunks'
+ * 1.25x to 1.8x as many), 32 bytes per format 2 sub-stream, the raw chunks'
  * old contents and about 100 bytes per chunk. Callers bound it by the
  * batches they pass.
  *

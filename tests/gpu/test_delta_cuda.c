@@ -375,6 +375,36 @@ static void test_refusal(const char *what, spoil_fn spoil, ferry_status_t want, 
     for (int i = 0; i < 3; i++) tcase_free(t[i]);
 }
 
+/* A large region whose last chunk is not its delta's base: its first chunks
+   are written, then taken back, after a batch that left other slots of the
+   object's scratch behind (format 2: many sub-blocks per chunk). */
+static void test_big_undo(void) {
+    tcase_t *t[2];
+    t[0] = tcase_new("good, lr 1e-6", FERRY_DTYPE_BF16, 3000000);
+    make_synth(t[0], 1e-6, 3, 21);
+    tcase_encode(t[0], 0, 0, 0);
+    t[1] = tcase_new("wrong base in chunk 2, lr 1e-5", FERRY_DTYPE_BF16, 3000000);
+    make_synth(t[1], 1e-5, 3, 22);
+    tcase_encode(t[1], 0, 0, 0);
+    for (uint64_t i = 2500000; i < t[1]->n; i++) /* an element of chunk 2 that does not change */
+        if (elem_get(t[1]->base, 2, i) == elem_get(t[1]->next, 2, i)) {
+            elem_put(t[1]->base, 2, i, elem_get(t[1]->base, 2, i) ^ 1);
+            break;
+        }
+    CUDA_OK(cudaMemcpy(t[1]->dev, t[1]->base, t[1]->n * 2, cudaMemcpyHostToDevice));
+    ferry_delta_cuda_item_t items[2] = {item_of(t[0]), item_of(t[1])};
+    ferry_errbuf_t err = {{0}};
+    CHECK(ferry_delta_cuda_apply(g_gpu, items, 2, g_stream, &err) == FERRY_ERR_MISMATCH);
+    CHECK(items[0].status == FERRY_OK && items[1].status == FERRY_ERR_MISMATCH);
+    CHECK_STR_HAS(err.text, "chunk 2");
+    CHECK(region_is(t[0], t[0]->next, "next version"));
+    CHECK(region_is(t[1], t[1]->base, "region before the call"));
+    printf("format %u, a 3 M-element region refused in its last chunk: its first two chunks taken back (%s)\n",
+           g_format, err.text);
+    tcase_free(t[0]);
+    tcase_free(t[1]);
+}
+
 static void test_edges(void) {
     ferry_errbuf_t err = {{0}};
     CHECK_OK(ferry_delta_cuda_apply(g_gpu, NULL, 0, g_stream, &err), err.text);
@@ -558,6 +588,7 @@ int main(int argc, char **argv) {
             test_refusal("another dtype", spoil_dtype, FERRY_ERR_MISMATCH, "F16");
             test_refusal("another size", spoil_size, FERRY_ERR_MISMATCH, "elements");
             test_refusal("damaged frame header", spoil_header, FERRY_ERR_CORRUPT, "");
+            test_big_undo();
         }
         g_format = 1;
         test_edges();

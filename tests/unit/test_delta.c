@@ -301,6 +301,22 @@ static void test_refusals(void) {
                 CHECK(memcmp(r1, b1, sizeof b1) == 0);
             }
         }
+        /* class 0 claims more changes than its bytes can code (each takes a
+           Rice code of k_gap + 1 bits and a sign bit), the chunk header and
+           the class's count agreeing: refused by the parse, so no reader
+           reserves room for them (a GPU reader reserves 12 bytes each) */
+        static uint8_t big[sizeof rec];
+        memcpy(big, rec, rl);
+        uint8_t *e0 = big + CHUNK_HEADER;
+        uint32_t claim = get_u32(e0 + 16) * 8 / (2 + e0[20]) + 1, more = claim - get_u32(e0 + 8);
+        CHECK(claim <= get_u32(e0 + 4)); /* still within the class's elements */
+        put_u32(e0 + 8, claim);
+        put_u32(big + 8, get_u32(big + 8) + more);
+        put_u64(big + 32, delta_record_sum(big, rl));
+        memcpy(r1, b1, sizeof b1);
+        CHECK_FAILS(ferry_delta_chunk_apply(codec, FERRY_DTYPE_BF16, big, rl, r1, 8192), FERRY_ERR_CORRUPT,
+                    ferry_delta_codec_detail(codec), "more than its");
+        CHECK(memcmp(r1, b1, sizeof b1) == 0);
         put_u32(rec + CHUNK_HEADER + CLASS_ENTRY, get_u32(rec + CHUNK_HEADER + CLASS_ENTRY) + 1);
         put_u64(rec + 32, delta_record_sum(rec, rl));
         memcpy(r1, b1, sizeof b1);
