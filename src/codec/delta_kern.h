@@ -7,8 +7,6 @@
 
 #include <stdint.h>
 
-#include <cuda_runtime_api.h>
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -90,6 +88,9 @@ typedef struct dk_batch {
     uint32_t nchunks, nclasses, nsubs, pad;
 } dk_batch_t;
 
+#ifndef DK_TABLES_ONLY /* the tables alone for CPU code that reads them (test_delta_dev.c) */
+#include <cuda_runtime_api.h>
+
 /* Enqueue the passes of an apply on stream, in this order:
  * pre: record checksums; unchanged chunks' contents; raw chunks' base and
  *      contents (a warp per chunk);
@@ -110,6 +111,7 @@ cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32
 /* Restores chunks idx[0..n) (device array) where the kernels wrote into
  * them, then hashes each into hashes[chunk] (for blame). */
 cudaError_t dk_undo_enqueue(const dk_batch_t *b, const uint32_t *idx, uint32_t n, cudaStream_t stream);
+#endif
 
 #ifdef __cplusplus
 }
