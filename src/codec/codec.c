@@ -335,8 +335,33 @@ bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stre
                 nu_next = bitr_rice(&r, e->k_nu, sub_elems);
                 vb += bitr_tell(&r) - t;
             }
-            while (bitr_tell(&r) < end) {
+            for (uint64_t pos = bitr_tell(&r); pos < end; pos = bitr_tell(&r)) {
                 if (j >= e->changed) return false; /* more changes than the class has */
+                if (!pos_bits && m != nu_next) {
+                    /* a one-ulp change whose gap and sign are in the window
+                       and in the sub-stream: read straight from it (the
+                       general reader below gives the same values and
+                       verdicts) */
+                    bitr_refill(&r);
+                    const uint64_t acc = r.acc;
+                    const uint32_t kg = e->k_gap, real = r.n > r.pad ? r.n - r.pad : 0;
+                    const uint32_t q = acc ? (uint32_t)__builtin_ctzll(acc) : 64, used = q + 2 + kg;
+                    if (acc && used <= real && pos + used <= end) {
+                        if (q > (avail >> kg)) return false; /* bitr_rice's overrun */
+                        uint64_t g = (uint64_t)q << kg | ((acc >> (q + 1)) & ((1ull << kg) - 1));
+                        target = m ? target + g + 1 : g;
+                        if (target >= avail) return false; /* past the class's elements in the sub-block */
+                        const uint32_t neg = (uint32_t)(acc >> (q + 1 + kg)) & 1;
+                        bitr_skip(&r, used);
+                        if (rank) {
+                            rank[j] = (uint32_t)(before + target);
+                            delta[j] = neg ? -1 : 1;
+                        }
+                        m++;
+                        j++;
+                        continue;
+                    }
+                }
                 t = bitr_tell(&r);
                 uint64_t g = bitr_rice(&r, e->k_gap, avail);
                 target = m ? target + g + 1 : g;
