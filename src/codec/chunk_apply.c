@@ -180,7 +180,7 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
            a sub-stream's local ranks start at its class's count before it */
         uint32_t lower[FERRY_DELTA_CLASSES_MAX];
         for (uint32_t k = 0; k < K; k++) lower[k] = h->cls[k].lower;
-        delta_count_subblocks(c->masks, base, h->width, h->elems, K, lower, h->sub_log2, c->sub);
+        delta_count_subblocks(c, base, h->width, h->elems, K, lower, h->sub_log2, c->sub);
         for (uint32_t k = 0; k < K; k++) {
             uint64_t seen = 0;
             for (uint32_t b = 0; b < nsub; b++) seen += c->sub[(size_t)k * nsub + b];

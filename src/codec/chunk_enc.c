@@ -504,7 +504,7 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
     if (off >= room) return 0;
     /* format 2: each class's elements per sub-block (a read of the base) */
     uint32_t nsub = sub_log2 ? delta_nsub(elems, sub_log2) : 0;
-    if (sub_log2) delta_count_subblocks(c->masks, base, w, elems, K, lower, sub_log2, c->sub);
+    if (sub_log2) delta_count_subblocks(c, base, w, elems, K, lower, sub_log2, c->sub);
     for (uint32_t k = 0; k < K; k++) {
         uint8_t *entry = dst + CHUNK_HEADER + (size_t)k * CLASS_ENTRY;
         memset(entry, 0, CLASS_ENTRY);

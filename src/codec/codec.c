@@ -396,8 +396,8 @@ bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stre
     return true;
 }
 
-void delta_count_subblocks(delta_masks_fn masks, const uint8_t *base, uint32_t w, uint32_t elems, uint32_t K,
-                           const uint32_t *lower, uint32_t sub_log2, uint32_t *out) {
+DELTA_HOT_BODY void count_subblocks(delta_masks_fn masks, const uint8_t *base, uint32_t w, uint32_t elems, uint32_t K,
+                                    const uint32_t *lower, uint32_t sub_log2, uint32_t *out) {
     const uint32_t nsub = delta_nsub(elems, sub_log2), batch = 64 * DELTA_MASK_BATCH;
     uint64_t ge[DELTA_MASK_BATCH * FERRY_DELTA_CLASSES_MAX];
     memset(out, 0, sizeof *out * K * nsub);
@@ -416,4 +416,18 @@ void delta_count_subblocks(delta_masks_fn masks, const uint8_t *base, uint32_t w
         }
         for (uint32_t k = 0; k < K; k++) out[k * nsub + b] += cge[k] - cge[k + 1];
     }
+}
+/* built twice, like the codec's other loops: the popcounts are one
+   instruction only in the x86-64-v3 build */
+DELTA_V3 static void count_subblocks_v3(delta_masks_fn masks, const uint8_t *base, uint32_t w, uint32_t elems,
+                                        uint32_t K, const uint32_t *lower, uint32_t sub_log2, uint32_t *out) {
+    count_subblocks(masks, base, w, elems, K, lower, sub_log2, out);
+}
+static void count_subblocks_base(delta_masks_fn masks, const uint8_t *base, uint32_t w, uint32_t elems, uint32_t K,
+                                 const uint32_t *lower, uint32_t sub_log2, uint32_t *out) {
+    count_subblocks(masks, base, w, elems, K, lower, sub_log2, out);
+}
+void delta_count_subblocks(const ferry_delta_codec_t *c, const uint8_t *base, uint32_t w, uint32_t elems, uint32_t K,
+                           const uint32_t *lower, uint32_t sub_log2, uint32_t *out) {
+    (c->v3 ? count_subblocks_v3 : count_subblocks_base)(c->masks, base, w, elems, K, lower, sub_log2, out);
 }

@@ -178,10 +178,10 @@ void delta_masks_scalar(const uint8_t *base, const uint8_t *next, uint32_t width
 
 /* Format 2: the elements of each of K classes (lower bounds lower[0..K-1],
  * lower[0] = 0) in each sub-block of 2^sub_log2 of a chunk of elems
- * elements at base: out[k * nsub + b]. Reads base only, with the masks
- * kernel (every level counts the same). */
-void delta_count_subblocks(delta_masks_fn masks, const uint8_t *base, uint32_t width, uint32_t elems, uint32_t K,
-                           const uint32_t *lower, uint32_t sub_log2, uint32_t *out);
+ * elements at base: out[k * nsub + b]. Reads base only, with the codec's
+ * masks kernel (every level counts the same). */
+void delta_count_subblocks(const ferry_delta_codec_t *c, const uint8_t *base, uint32_t width, uint32_t elems,
+                           uint32_t K, const uint32_t *lower, uint32_t sub_log2, uint32_t *out);
 
 /* Hot loops over every element or every change are built twice, for
  * x86-64-v3 (AVX2, BMI, LZCNT, POPCNT: popcounts become one instruction)
