@@ -272,6 +272,105 @@ done: /* after a failure the counts are not used: the chunk is undone */
     apply_job_finish(j, n, seen, placed);
 }
 
+/* The same walk over changes decoded beforehand (format 2, whose class
+ * streams the portable decoder reads first): rank[] and delta[] per class in
+ * rank order, chunk-wide, ending with a sentinel above every rank. */
+AVX512 static inline __attribute__((always_inline)) void walk_decoded(apply_job_t *j, const uint32_t w) {
+    const delta_chunk_t *h = j->h;
+    const uint32_t K = h->classes;
+    uint8_t *base = j->base;
+    size_t n = 0;
+    delta_change_t *const log = j->log; /* in a register: stores to base could alias j->log */
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX], next[FERRY_DELTA_CLASSES_MAX] = {0};
+    uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
+    __m512i thr[FERRY_DELTA_CLASSES_MAX];
+    for (uint32_t k = 0; k < K; k++) {
+        /* bounds are whole buckets within the width's magnitudes
+           (delta_chunk_parse checks); 16-bit elements compare their
+           bucket, the high byte of the element shifted left by one */
+        uint32_t c = lower[k] = h->cls[k].lower;
+        thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
+    }
+    /* ge[0]: the batch's elements; ge[K]: none */
+    uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
+    for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
+        ge[0][b] = ~0ull;
+        ge[K][b] = 0;
+    }
+    /* up[k][b + 1]: class k's elements in blocks 0..b of the batch */
+    uint16_t up[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH + 1];
+    uint32_t run[FERRY_DELTA_CLASSES_MAX]; /* class k's elements in the batch */
+    for (uint32_t k = 0; k < K; k++) up[k][0] = 0;
+    j->bad_class = j->bad_stream = UINT32_MAX;
+    for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
+        uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
+        uint32_t nblk = (nel + 63) / 64;
+        if (nel < 64 * DELTA_MASK_BATCH) /* the chunk's last batch, short */
+            for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++)
+                ge[0][b] = delta_block_valid(nel, b);
+        ge_rows(base + (size_t)at * w, w, nel, thr, lower, K, ge, (size_t)(h->elems - at) * w);
+        counts_t p = row_counts(ge[0]);
+        for (uint32_t k = 0; k < K; k++) {
+            counts_t q = k + 1 < K ? row_counts(ge[k + 1]) : (counts_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
+            counts_t c = {_mm512_sub_epi16(p.lo, q.lo), _mm512_sub_epi16(p.hi, q.hi)}; /* class k's */
+            p = q;
+            run[k] = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
+            if (nblk < DELTA_MASK_BATCH) { /* counts past the batch above every rank */
+                const __m512i all = _mm512_set1_epi16(-1);
+                uint64_t past = ~0ull << nblk;
+                c.lo = _mm512_mask_mov_epi16(c.lo, (__mmask32)past, all);
+                c.hi = _mm512_mask_mov_epi16(c.hi, (__mmask32)(past >> 32), all);
+            }
+            _mm512_storeu_si512((void *)(up[k] + 1), c.lo);
+            _mm512_storeu_si512((void *)(up[k] + 33), c.hi);
+        }
+        /* the previous batch, all written, into the checksum: meanwhile the
+           stores above reach the cache, so the loads below of single
+           counts need not wait on them (a narrow load from a wide store
+           does not forward) */
+        if (at) XXH3_64bits_update(j->hash, base + (size_t)(at - 64 * DELTA_MASK_BATCH) * w, (size_t)64 * DELTA_MASK_BATCH * w);
+        for (uint32_t k = 0; k < K; k++) {
+            const uint64_t end = seen[k] + run[k];
+            const uint32_t *rank = j->rank[k];
+            const int64_t *dl = j->delta[k];
+            uint32_t i = next[k];
+            if (rank[i] >= end) { /* no change of this class in the batch */
+                seen[k] = end;
+                continue;
+            }
+            const uint16_t *u = up[k];
+            const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)), hi = _mm512_loadu_si512((const void *)(u + 33));
+            const uint64_t *g0 = ge[k], *g1 = ge[k + 1];
+            for (; rank[i] < end; i++) { /* the sentinel ends every class */
+                const uint32_t t = (uint32_t)(rank[i] - seen[k]);
+                const __m512i tv = _mm512_set1_epi16((short)t);
+                const uint32_t b = (uint32_t)__builtin_popcountll(_cvtmask64_u64(
+                    _mm512_kunpackd(_mm512_cmple_epu16_mask(hi, tv), _mm512_cmple_epu16_mask(lo, tv))));
+                const uint64_t cm = g0[b] & ~g1[b];
+                const uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
+                if (!delta_apply_one(base, w, pos, dl[i], &log[n])) {
+                    j->bad_class = k;
+                    goto done;
+                }
+                n++;
+            }
+            next[k] = i;
+            seen[k] = end;
+        }
+        if (at + nel == h->elems) XXH3_64bits_update(j->hash, base + (size_t)at * w, (size_t)nel * w);
+    }
+done:
+    apply_job_finish(j, n, seen, next);
+}
+
+AVX512 void delta_apply_batches_avx512_decoded(apply_job_t *j) {
+    switch (j->h->width) {
+    case 1: walk_decoded(j, 1); break;
+    case 2: walk_decoded(j, 2); break;
+    default: walk_decoded(j, 4); break;
+    }
+}
+
 AVX512 void delta_apply_batches_avx512(apply_job_t *j) {
     switch (j->h->width) {
     case 1: walk(j, 1); break;

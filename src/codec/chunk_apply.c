@@ -164,9 +164,13 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
                                     uint64_t *next_sum) {
     uint32_t K = h->classes;
     size_t slots = (size_t)h->changed + K;
-    /* format 2 takes the portable walk at every level (the AVX-512 one reads
-       format 1 streams itself) */
+    /* format 2's changes are decoded first, then placed: by the AVX-512
+       walk's decoded variant at that level (the walk itself reads format 1
+       streams as it goes), else by the portable walk */
     apply_batches_fn walk = !h->sub_log2 ? c->apply_batches : c->v3 ? apply_batches_v3 : apply_batches_base;
+#if defined(FERRY_CPU_X86)
+    if (h->sub_log2 && c->apply_batches == delta_apply_batches_avx512) walk = delta_apply_batches_avx512_decoded;
+#endif
     bool decodes = delta_apply_batches_decode(walk); /* else the changes decoded here first */
     uint32_t nsub = h->sub_log2 ? delta_nsub(h->elems, h->sub_log2) : 0;
     if (!delta_grow(c, (void **)&c->log, &c->log_cap, c->log_n + h->changed, sizeof *c->log) ||

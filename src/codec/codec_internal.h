@@ -485,6 +485,9 @@ static inline void apply_job_finish(apply_job_t *j, size_t n, const uint64_t *se
 /* The walk of a level (the best below it the CPU runs). */
 apply_batches_fn delta_apply_batches_at(delta_level_t level);
 void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with FERRY_CPU_AVX512_CODEC only */
+/* The AVX-512 walk over changes decoded beforehand (j->rank, j->delta):
+   format 2's, at the AVX-512 level. */
+void delta_apply_batches_avx512_decoded(apply_job_t *j);
 /* Whether walk f reads the class streams itself (job.stream) rather than
  * decoded changes (job.rank, job.delta). */
 bool delta_apply_batches_decode(apply_batches_fn f);
