@@ -123,72 +123,107 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
         for (uint32_t b = nblk; b < DELTA_MASK_BATCH; b++) ge[k][b] = 0;
 }
 
+/* The walks' class rows, kept across batches: the bounds as compare
+ * operands (thr), the masks of elements at or above each bound per block
+ * (ge; row 0 the batch's elements, row K none), each class's running
+ * counts per block (up[k][b + 1]: its elements in blocks 0..b) and its
+ * elements in the batch (run). */
+typedef struct walk_rows {
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX];
+    __m512i thr[FERRY_DELTA_CLASSES_MAX];
+    uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
+    uint16_t up[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH + 1];
+    uint32_t run[FERRY_DELTA_CLASSES_MAX];
+} walk_rows_t;
+
+AVX512 static inline __attribute__((always_inline)) void rows_init(walk_rows_t *r, const delta_chunk_t *h,
+                                                                   const uint32_t w) {
+    const uint32_t K = h->classes;
+    for (uint32_t k = 0; k < K; k++) {
+        /* bounds are whole buckets within the width's magnitudes
+           (delta_chunk_parse checks); 16-bit elements compare their
+           bucket, the high byte of the element shifted left by one */
+        uint32_t c = r->lower[k] = h->cls[k].lower;
+        r->thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
+    }
+    for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
+        r->ge[0][b] = ~0ull;
+        r->ge[K][b] = 0;
+    }
+    for (uint32_t k = 0; k < K; k++) r->up[k][0] = 0;
+}
+
+/* The rows of the batch of nel elements at base (ahead: bytes from there
+   to the chunk's end). */
+AVX512 static inline __attribute__((always_inline)) void rows_batch(walk_rows_t *r, const uint8_t *base,
+                                                                    const uint32_t w, uint32_t nel, uint32_t K,
+                                                                    size_t ahead) {
+    uint32_t nblk = (nel + 63) / 64;
+    if (nel < 64 * DELTA_MASK_BATCH) /* the chunk's last batch, short */
+        for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++)
+            r->ge[0][b] = delta_block_valid(nel, b);
+    ge_rows(base, w, nel, r->thr, r->lower, K, r->ge, ahead);
+    counts_t p = row_counts(r->ge[0]);
+    for (uint32_t k = 0; k < K; k++) {
+        counts_t q = k + 1 < K ? row_counts(r->ge[k + 1]) : (counts_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
+        counts_t c = {_mm512_sub_epi16(p.lo, q.lo), _mm512_sub_epi16(p.hi, q.hi)}; /* class k's */
+        p = q;
+        r->run[k] = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
+        if (nblk < DELTA_MASK_BATCH) { /* counts past the batch above every rank */
+            const __m512i all = _mm512_set1_epi16(-1);
+            uint64_t past = ~0ull << nblk;
+            c.lo = _mm512_mask_mov_epi16(c.lo, (__mmask32)past, all);
+            c.hi = _mm512_mask_mov_epi16(c.hi, (__mmask32)(past >> 32), all);
+        }
+        _mm512_storeu_si512((void *)(r->up[k] + 1), c.lo);
+        _mm512_storeu_si512((void *)(r->up[k] + 33), c.hi);
+    }
+}
+
+/* The element of class rank t (counted from the batch's first) of the class
+   whose counts are u (lo, hi: the same as vectors) and masks g0 & ~g1: two
+   compares of t against the counts give its block, one PDEP its element. */
+AVX512 static inline __attribute__((always_inline)) uint32_t rows_place(const uint16_t *u, __m512i lo, __m512i hi,
+                                                                        const uint64_t *g0, const uint64_t *g1,
+                                                                        uint32_t t) {
+    __m512i tv = _mm512_set1_epi16((short)t);
+    uint32_t b = (uint32_t)__builtin_popcountll(
+        _cvtmask64_u64(_mm512_kunpackd(_mm512_cmple_epu16_mask(hi, tv), _mm512_cmple_epu16_mask(lo, tv))));
+    uint64_t cm = g0[b] & ~g1[b];
+    return 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
+}
+
 AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, const uint32_t w) {
     const delta_chunk_t *h = j->h;
     const uint32_t K = h->classes;
     uint8_t *base = j->base;
     size_t n = 0;
     delta_change_t *const log = j->log; /* in a register: stores to base could alias j->log */
-    uint32_t lower[FERRY_DELTA_CLASSES_MAX], placed[FERRY_DELTA_CLASSES_MAX];
+    uint32_t placed[FERRY_DELTA_CLASSES_MAX];
     class_cursor_t cur[FERRY_DELTA_CLASSES_MAX];
     uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
-    __m512i thr[FERRY_DELTA_CLASSES_MAX];
-    for (uint32_t k = 0; k < K; k++) {
-        /* bounds are whole buckets within the width's magnitudes
-           (delta_chunk_parse checks); 16-bit elements compare their
-           bucket, the high byte of the element shifted left by one */
-        uint32_t c = lower[k] = h->cls[k].lower;
-        thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
-    }
-    /* ge[0]: the batch's elements; ge[K]: none */
-    uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
-    for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
-        ge[0][b] = ~0ull;
-        ge[K][b] = 0;
-    }
-    /* up[k][b + 1]: class k's elements in blocks 0..b of the batch */
-    uint16_t up[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH + 1];
-    uint32_t run[FERRY_DELTA_CLASSES_MAX]; /* class k's elements in the batch */
-    for (uint32_t k = 0; k < K; k++) up[k][0] = 0;
+    walk_rows_t rows;
+    rows_init(&rows, h, w);
     j->bad_class = j->bad_stream = UINT32_MAX;
     for (uint32_t k = 0; k < K; k++) class_cursor_start(&cur[k], &h->cls[k], j->stream[k]);
     for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
-        uint32_t nblk = (nel + 63) / 64;
-        if (nel < 64 * DELTA_MASK_BATCH) /* the chunk's last batch, short */
-            for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++)
-                ge[0][b] = delta_block_valid(nel, b);
-        ge_rows(base + (size_t)at * w, w, nel, thr, lower, K, ge, (size_t)(h->elems - at) * w);
-        counts_t p = row_counts(ge[0]);
-        for (uint32_t k = 0; k < K; k++) {
-            counts_t q = k + 1 < K ? row_counts(ge[k + 1]) : (counts_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
-            counts_t c = {_mm512_sub_epi16(p.lo, q.lo), _mm512_sub_epi16(p.hi, q.hi)}; /* class k's */
-            p = q;
-            run[k] = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
-            if (nblk < DELTA_MASK_BATCH) { /* counts past the batch above every rank */
-                const __m512i all = _mm512_set1_epi16(-1);
-                uint64_t past = ~0ull << nblk;
-                c.lo = _mm512_mask_mov_epi16(c.lo, (__mmask32)past, all);
-                c.hi = _mm512_mask_mov_epi16(c.hi, (__mmask32)(past >> 32), all);
-            }
-            _mm512_storeu_si512((void *)(up[k] + 1), c.lo);
-            _mm512_storeu_si512((void *)(up[k] + 33), c.hi);
-        }
+        rows_batch(&rows, base + (size_t)at * w, w, nel, K, (size_t)(h->elems - at) * w);
         /* the previous batch, all written, into the checksum: meanwhile the
            stores above reach the cache, so the loads below of single
            counts need not wait on them (a narrow load from a wide store
            does not forward) */
         if (at) XXH3_64bits_update(j->hash, base + (size_t)(at - 64 * DELTA_MASK_BATCH) * w, (size_t)64 * DELTA_MASK_BATCH * w);
         for (uint32_t k = 0; k < K; k++) {
-            uint64_t end = seen[k] + run[k];
+            uint64_t end = seen[k] + rows.run[k];
             class_cursor_t *q = &cur[k];
             if (q->target >= end) { /* no change of this class in the batch */
                 seen[k] = end;
                 continue;
             }
-            const uint16_t *u = up[k];
+            const uint16_t *u = rows.up[k];
             const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)), hi = _mm512_loadu_si512((const void *)(u + 33));
-            const uint64_t *g0 = ge[k], *g1 = ge[k + 1];
+            const uint64_t *g0 = rows.ge[k], *g1 = rows.ge[k + 1];
             const delta_class_t *e = &h->cls[k];
             const uint32_t nch = e->changed, kg = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag;
             /* the cursor in registers: the stream's next change decodes
@@ -245,11 +280,7 @@ AVX512 static inline __attribute__((always_inline)) void walk(apply_job_t *j, co
                 nu_left = q->nu_left;
                 nu_at = nu_left ? q->nu_next : UINT32_MAX;
             place:;
-                __m512i tv = _mm512_set1_epi16((short)t);
-                uint32_t b = (uint32_t)__builtin_popcountll(_cvtmask64_u64(
-                    _mm512_kunpackd(_mm512_cmple_epu16_mask(hi, tv), _mm512_cmple_epu16_mask(lo, tv))));
-                uint64_t cm = g0[b] & ~g1[b];
-                uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
+                uint32_t pos = at + rows_place(u, lo, hi, g0, g1, t);
                 if (!delta_apply_one(base, w, pos, d, &log[n])) {
                     j->bad_class = k;
                     goto done;
@@ -281,56 +312,21 @@ AVX512 static inline __attribute__((always_inline)) void walk_decoded(apply_job_
     uint8_t *base = j->base;
     size_t n = 0;
     delta_change_t *const log = j->log; /* in a register: stores to base could alias j->log */
-    uint32_t lower[FERRY_DELTA_CLASSES_MAX], next[FERRY_DELTA_CLASSES_MAX] = {0};
+    uint32_t next[FERRY_DELTA_CLASSES_MAX] = {0};
     uint64_t seen[FERRY_DELTA_CLASSES_MAX] = {0};
-    __m512i thr[FERRY_DELTA_CLASSES_MAX];
-    for (uint32_t k = 0; k < K; k++) {
-        /* bounds are whole buckets within the width's magnitudes
-           (delta_chunk_parse checks); 16-bit elements compare their
-           bucket, the high byte of the element shifted left by one */
-        uint32_t c = lower[k] = h->cls[k].lower;
-        thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
-    }
-    /* ge[0]: the batch's elements; ge[K]: none */
-    uint64_t ge[FERRY_DELTA_CLASSES_MAX + 1][DELTA_MASK_BATCH];
-    for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
-        ge[0][b] = ~0ull;
-        ge[K][b] = 0;
-    }
-    /* up[k][b + 1]: class k's elements in blocks 0..b of the batch */
-    uint16_t up[FERRY_DELTA_CLASSES_MAX][DELTA_MASK_BATCH + 1];
-    uint32_t run[FERRY_DELTA_CLASSES_MAX]; /* class k's elements in the batch */
-    for (uint32_t k = 0; k < K; k++) up[k][0] = 0;
+    walk_rows_t rows;
+    rows_init(&rows, h, w);
     j->bad_class = j->bad_stream = UINT32_MAX;
     for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
-        uint32_t nblk = (nel + 63) / 64;
-        if (nel < 64 * DELTA_MASK_BATCH) /* the chunk's last batch, short */
-            for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++)
-                ge[0][b] = delta_block_valid(nel, b);
-        ge_rows(base + (size_t)at * w, w, nel, thr, lower, K, ge, (size_t)(h->elems - at) * w);
-        counts_t p = row_counts(ge[0]);
-        for (uint32_t k = 0; k < K; k++) {
-            counts_t q = k + 1 < K ? row_counts(ge[k + 1]) : (counts_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
-            counts_t c = {_mm512_sub_epi16(p.lo, q.lo), _mm512_sub_epi16(p.hi, q.hi)}; /* class k's */
-            p = q;
-            run[k] = (uint32_t)_mm_extract_epi16(_mm512_extracti32x4_epi32(c.hi, 3), 7);
-            if (nblk < DELTA_MASK_BATCH) { /* counts past the batch above every rank */
-                const __m512i all = _mm512_set1_epi16(-1);
-                uint64_t past = ~0ull << nblk;
-                c.lo = _mm512_mask_mov_epi16(c.lo, (__mmask32)past, all);
-                c.hi = _mm512_mask_mov_epi16(c.hi, (__mmask32)(past >> 32), all);
-            }
-            _mm512_storeu_si512((void *)(up[k] + 1), c.lo);
-            _mm512_storeu_si512((void *)(up[k] + 33), c.hi);
-        }
+        rows_batch(&rows, base + (size_t)at * w, w, nel, K, (size_t)(h->elems - at) * w);
         /* the previous batch, all written, into the checksum: meanwhile the
            stores above reach the cache, so the loads below of single
            counts need not wait on them (a narrow load from a wide store
            does not forward) */
         if (at) XXH3_64bits_update(j->hash, base + (size_t)(at - 64 * DELTA_MASK_BATCH) * w, (size_t)64 * DELTA_MASK_BATCH * w);
         for (uint32_t k = 0; k < K; k++) {
-            const uint64_t end = seen[k] + run[k];
+            const uint64_t end = seen[k] + rows.run[k];
             const uint32_t *rank = j->rank[k];
             const int64_t *dl = j->delta[k];
             uint32_t i = next[k];
@@ -338,16 +334,11 @@ AVX512 static inline __attribute__((always_inline)) void walk_decoded(apply_job_
                 seen[k] = end;
                 continue;
             }
-            const uint16_t *u = up[k];
+            const uint16_t *u = rows.up[k];
             const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)), hi = _mm512_loadu_si512((const void *)(u + 33));
-            const uint64_t *g0 = ge[k], *g1 = ge[k + 1];
+            const uint64_t *g0 = rows.ge[k], *g1 = rows.ge[k + 1];
             for (; rank[i] < end; i++) { /* the sentinel ends every class */
-                const uint32_t t = (uint32_t)(rank[i] - seen[k]);
-                const __m512i tv = _mm512_set1_epi16((short)t);
-                const uint32_t b = (uint32_t)__builtin_popcountll(_cvtmask64_u64(
-                    _mm512_kunpackd(_mm512_cmple_epu16_mask(hi, tv), _mm512_cmple_epu16_mask(lo, tv))));
-                const uint64_t cm = g0[b] & ~g1[b];
-                const uint32_t pos = at + 64 * b + (uint32_t)__builtin_ctzll(_pdep_u64(1ull << (t - u[b]), cm));
+                const uint32_t pos = at + rows_place(u, lo, hi, g0, g1, (uint32_t)(rank[i] - seen[k]));
                 if (!delta_apply_one(base, w, pos, dl[i], &log[n])) {
                     j->bad_class = k;
                     goto done;
