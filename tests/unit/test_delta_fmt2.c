@@ -385,7 +385,7 @@ static void test_corruption(void) {
         size_t pay = off[c] + CHUNK_HEADER + (size_t)h.classes * CLASS_ENTRY, plen = h.payload_len;
         uint32_t nsub = delta_nsub(h.elems, h.sub_log2);
         /* bit flips anywhere in the streams, the record resealed */
-        for (int rep = 0; rep < 400; rep++) {
+        for (int rep = 0; rep < 150; rep++) {
             memcpy(bad, d, len);
             size_t at = pay + rng_next() % plen;
             bad[at] ^= (uint8_t)(1u << (rng_next() % 8));
