@@ -28,6 +28,8 @@ else
 fi
 expect 0 "every applied delta matched" -- bench delta --elems 3M --repeat 1 --steps 2 --lr 1e-6,1e-5
 expect 0 "TRL" -- bench delta --elems 100K --repeat 1 --steps 1 --threads 1
+expect 0 "every applied delta matched" -- bench delta --elems 1M --repeat 1 --steps 2 --lr 1e-5 --format 2
+expect 2 "--format \"3\": out of range; want an integer from 1 to 2" -- bench delta --format 3
 expect 2 "--elems \"0\": out of range; want from 1 to 4294967296" -- bench delta --elems 0
 expect 2 "--lr \"fast\": item \"fast\": not a decimal number" -- bench delta --lr fast
 expect 2 "--threads \"99\": out of range; want an integer from 1 to 64" -- bench delta --threads 99
