@@ -239,6 +239,26 @@ static void rank_changes_base(ferry_delta_codec_t *c, uint32_t w, const uint8_t 
     rank_changes(c, w, base, elems, m, K, lower, class_of, start, count);
 }
 
+/* A class's code parameters from its bit counts: of the three Rice
+ * parameters around each guess (g0 for the gaps of its mk changes, n0 for
+ * the runs between non-unit changes, `runs` of them), the one that spends
+ * the fewest bits (the first of equals, 24 at most), and of the five
+ * exp-Golomb orders for the magnitudes likewise. Both formats' writers. */
+static inline void choose_params(const uint64_t gap_bits[3], const uint64_t nu_bits[3], const uint64_t mag_bits[5],
+                                 uint64_t mk, uint64_t runs, int g0, int n0, uint32_t *k_gap, uint32_t *k_nu,
+                                 uint32_t *k_mag) {
+    uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
+    *k_gap = *k_nu = *k_mag = 0;
+    for (int e = 0; e < 3; e++) {
+        uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
+        if (kk <= 24 && bits < best) best = bits, *k_gap = (uint32_t)kk;
+        kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + runs * (1 + kk);
+        if (kk <= 24 && bits < best_nu) best_nu = bits, *k_nu = (uint32_t)kk;
+    }
+    for (uint32_t e = 1; e < 5; e++)
+        if (mag_bits[e] < mag_bits[*k_mag]) *k_mag = e;
+}
+
 /* One class's stream: Rice-coded gaps, sign bits, and the changes of more
  * than one ulp with their own sparse positions; the parameters each from one
  * pass over the class. nuidx has room for mk + 1 entries. Returns the
@@ -274,16 +294,8 @@ DELTA_HOT_BODY size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uin
         for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
         for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[j] - 1, e);
     }
-    uint32_t k_gap = 0, k_nu = 0, k_mag = 0;
-    uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
-    for (int e = 0; e < 3; e++) {
-        uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
-        if (kk <= 24 && bits < best) best = bits, k_gap = (uint32_t)kk;
-        kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + nu * (1 + kk);
-        if (kk <= 24 && bits < best_nu) best_nu = bits, k_nu = (uint32_t)kk;
-    }
-    for (uint32_t e = 1; e < 5; e++)
-        if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
+    uint32_t k_gap, k_nu, k_mag;
+    choose_params(gap_bits, nu_bits, mag_bits, mk, nu, g0, n0, &k_gap, &k_nu, &k_mag);
 
     bitw_t bw;
     bitw_init(&bw, dst, room);
@@ -418,16 +430,8 @@ static size_t write_class2(uint8_t *entry, uint8_t *dst, size_t room, uint64_t c
         for (size_t x2 = 0; x2 < nu; x2++)
             for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[nuidx[x2]] - 1, e);
     }
-    uint32_t k_gap = 0, k_nu = 0, k_mag = 0;
-    uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
-    for (int e = 0; e < 3; e++) {
-        uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
-        if (kk <= 24 && bits < best) best = bits, k_gap = (uint32_t)kk;
-        kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + runs * (1 + kk);
-        if (kk <= 24 && bits < best_nu) best_nu = bits, k_nu = (uint32_t)kk;
-    }
-    for (uint32_t e = 1; e < 5; e++)
-        if (mag_bits[e] < mag_bits[k_mag]) k_mag = e;
+    uint32_t k_gap, k_nu, k_mag;
+    choose_params(gap_bits, nu_bits, mag_bits, mk, runs, g0, n0, &k_gap, &k_nu, &k_mag);
 
     /* the sub-streams; each one's length in bits replaces its count */
     bitw_t bw;
