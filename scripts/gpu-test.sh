@@ -94,19 +94,21 @@ status=0
 # The UCX the build found, and the libucp that ferry and the Python package load here.
 ucx_found=$(sed -n 's/^-- ferry: //p' "$log" | grep '^UCX' | head -1)
 rm -f "$log"
-ucp_ferry=$(ldd "$build/ferry" | awk '$1 ~ /^libucp[.]so/ {print $3}')
-ucp_py=$(cd "$build/python" && "$py" -c 'import ferry._ferry
-print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libucp.so" in l), "none"))' 2>&1 | tail -1)
 echo "== $ucx_found"
-echo "== libucp loaded by ferry: $ucp_ferry; by python: $ucp_py"
-ucp_want=${ucx_prefix:+$ucx_prefix/lib/}
-if [ -n "${GPU_BUILD_TARGETS:-}" ]; then
+if [ -n "${GPU_BUILD_TARGETS:-}" ]; then # no ferry binary or Python package to ask
     summary+=("$ucx_found; built only: $GPU_BUILD_TARGETS")
-elif [ -n "$ucp_want" ] && { [ "${ucp_ferry#"$ucp_want"}" = "$ucp_ferry" ] || [ "${ucp_py#"$ucp_want"}" = "$ucp_py" ]; }; then
-    summary+=("UCX: WRONG: the build's UCX is in $ucp_want, but ferry loads $ucp_ferry, python $ucp_py")
-    status=1
 else
-    summary+=("$ucx_found; ferry and python load $ucp_ferry")
+    ucp_ferry=$(ldd "$build/ferry" | awk '$1 ~ /^libucp[.]so/ {print $3}')
+    ucp_py=$(cd "$build/python" && "$py" -c 'import ferry._ferry
+print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libucp.so" in l), "none"))' 2>&1 | tail -1)
+    echo "== libucp loaded by ferry: $ucp_ferry; by python: $ucp_py"
+    ucp_want=${ucx_prefix:+$ucx_prefix/lib/}
+    if [ -n "$ucp_want" ] && { [ "${ucp_ferry#"$ucp_want"}" = "$ucp_ferry" ] || [ "${ucp_py#"$ucp_want"}" = "$ucp_py" ]; }; then
+        summary+=("UCX: WRONG: the build's UCX is in $ucp_want, but ferry loads $ucp_ferry, python $ucp_py")
+        status=1
+    else
+        summary+=("$ucx_found; ferry and python load $ucp_ferry")
+    fi
 fi
 if [ $bench_only = 1 ]; then
     scripts/gpu-bench.sh "$build" || status=1
