@@ -14,6 +14,13 @@ fi
 stamp=.venv/ferry-requirements.txt
 if ! cmp -s python/requirements-dev.txt "$stamp"; then
     echo "ferry: installing python/requirements-dev.txt into .venv"
-    .venv/bin/pip install -q -r python/requirements-dev.txt
+    # torch's wheels come to ~4 GB unpacked; a cached copy of them would double
+    # the disk this needs (CI machines can be short of disk), so no cache
+    need_kb=$((7 * 1024 * 1024))
+    free_kb=$(df -Pk .venv | awk 'NR == 2 { print $4 }')
+    if [ "${free_kb:-0}" -lt "$need_kb" ]; then
+        echo "ferry: warning: $((free_kb / 1024)) MiB free where .venv is; torch and its CUDA wheels need about 7 GiB" >&2
+    fi
+    .venv/bin/pip install -q --no-cache-dir -r python/requirements-dev.txt
     cp python/requirements-dev.txt "$stamp"
 fi
