@@ -4,6 +4,7 @@
  * Falls back to the raw next contents when that is not larger. */
 
 #include "codec/codec_internal.h"
+#include "codec/enc_rules.h"
 #include "common/hash.h"
 
 size_t ferry_delta_chunk_bound(ferry_dtype_t dtype, uint32_t elems) {
@@ -27,23 +28,6 @@ static void write_header(uint8_t *rec, uint32_t mode, uint32_t width, uint32_t c
 
 static void seal(uint8_t *rec, size_t len) { put_u64(rec + 32, delta_record_sum(rec, len)); }
 
-/* Rice parameter near the optimum for geometric gaps of mean num / den:
- * floor(log2(mean * ln 2)), 0 for a mean up to 1; the caller then tries it
- * and its two neighbours on the real gaps. Integers only (ln 2 as
- * 69314718 / 10^8), so it is the same on every machine. */
-static int rice_guess(uint64_t num, uint64_t den) {
-    if (den == 0 || num <= den) return 0;
-    unsigned __int128 a = (unsigned __int128)num * 69314718u, b = (unsigned __int128)den * 100000000u;
-    int e = 0;
-    while ((b << (e + 1)) <= a) e++;
-    return a >= b ? e : 0;
-}
-
-static uint64_t expg_len(uint64_t v, uint32_t k) {
-    uint32_t len = 64u - (uint32_t)__builtin_clzll(v + (1ull << k));
-    return 2ull * len - 1 - k;
-}
-
 /* One entry per element of the chunk and a sentinel; a piece's offsets. */
 static bool scratch(ferry_delta_codec_t *c, size_t elems) {
     size_t n = elems + 1;
@@ -55,15 +39,6 @@ static bool scratch(ferry_delta_codec_t *c, size_t elems) {
            delta_grow(c, (void **)&c->sub, &c->sub_cap,
                       (FERRY_DELTA_CLASSES_MAX + 1) * (size_t)delta_nsub((uint32_t)elems, DELTA_SUB_LOG2_MIN), 4) &&
            (!c->enc.scan_w2 || delta_grow(c, (void **)&c->off, &c->off_cap, 2048 + 32, 2));
-}
-
-/* Format 2's sub-block size for a chunk of elems elements of which m
- * changed: the largest 2^S, S from 15 down to 12, whose sub-blocks hold at
- * most 2048 changes on average; 12 when none does. */
-static uint32_t choose_sub_log2(uint64_t m, uint32_t elems) {
-    uint32_t S = 15;
-    while (S > DELTA_SUB_LOG2_MIN && (m << S) > 2048ull * elems) S--;
-    return S;
 }
 
 /* Pass 1, 2 KiB of each buffer at a time while they are in L1: the
@@ -239,26 +214,6 @@ static void rank_changes_base(ferry_delta_codec_t *c, uint32_t w, const uint8_t 
     rank_changes(c, w, base, elems, m, K, lower, class_of, start, count);
 }
 
-/* A class's code parameters from its bit counts: of the three Rice
- * parameters around each guess (g0 for the gaps of its mk changes, n0 for
- * the runs between non-unit changes, `runs` of them), the one that spends
- * the fewest bits (the first of equals, 24 at most), and of the five
- * exp-Golomb orders for the magnitudes likewise. Both formats' writers. */
-static inline void choose_params(const uint64_t gap_bits[3], const uint64_t nu_bits[3], const uint64_t mag_bits[5],
-                                 uint64_t mk, uint64_t runs, int g0, int n0, uint32_t *k_gap, uint32_t *k_nu,
-                                 uint32_t *k_mag) {
-    uint64_t best = UINT64_MAX, best_nu = UINT64_MAX;
-    *k_gap = *k_nu = *k_mag = 0;
-    for (int e = 0; e < 3; e++) {
-        uint64_t kk = (uint64_t)(g0 - 1 + e), bits = gap_bits[e] + mk * (1 + kk);
-        if (kk <= 24 && bits < best) best = bits, *k_gap = (uint32_t)kk;
-        kk = (uint64_t)(n0 - 1 + e), bits = nu_bits[e] + runs * (1 + kk);
-        if (kk <= 24 && bits < best_nu) best_nu = bits, *k_nu = (uint32_t)kk;
-    }
-    for (uint32_t e = 1; e < 5; e++)
-        if (mag_bits[e] < mag_bits[*k_mag]) *k_mag = e;
-}
-
 /* One class's stream: Rice-coded gaps, sign bits, and the changes of more
  * than one ulp with their own sparse positions; the parameters each from one
  * pass over the class. nuidx has room for mk + 1 entries. Returns the
@@ -276,7 +231,7 @@ DELTA_HOT_BODY size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uin
     /* three Rice parameters around the geometric optimum for the gaps and
        for the runs between non-unit changes, five exp-Golomb orders for
        their magnitudes */
-    int g0 = rice_guess(count - mk, mk), n0 = nu ? rice_guess(mk - nu, nu) : 0;
+    int g0 = er_rice_guess(count - mk, mk), n0 = nu ? er_rice_guess(mk - nu, nu) : 0;
     if (g0 < 1) g0 = 1;
     if (n0 < 1) n0 = 1;
     uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0};
@@ -292,10 +247,10 @@ DELTA_HOT_BODY size_t write_class(uint8_t *entry, uint8_t *dst, size_t room, uin
         uint64_t r = j - prev_nu;
         prev_nu = j + 1;
         for (int e = 0; e < 3; e++) nu_bits[e] += r >> (n0 - 1 + e);
-        for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[j] - 1, e);
+        for (uint32_t e = 0; e < 5; e++) mag_bits[e] += er_expg_len((uint64_t)val[j] - 1, e);
     }
     uint32_t k_gap, k_nu, k_mag;
-    choose_params(gap_bits, nu_bits, mag_bits, mk, nu, g0, n0, &k_gap, &k_nu, &k_mag);
+    er_choose_params(gap_bits, nu_bits, mag_bits, mk, nu, g0, n0, &k_gap, &k_nu, &k_mag);
 
     bitw_t bw;
     bitw_init(&bw, dst, room);
@@ -400,7 +355,7 @@ static size_t write_class2(uint8_t *entry, uint8_t *dst, size_t room, uint64_t c
     /* the non-unit runs as written: per sub-stream with changes, the first
        non-unit index (or m), then after each non-unit change the run to the
        next one (or to m) */
-    int g0 = rice_guess(count - mk, mk);
+    int g0 = er_rice_guess(count - mk, mk);
     if (g0 < 1) g0 = 1;
     uint64_t gap_bits[3] = {0}, nu_bits[3] = {0}, mag_bits[5] = {0}, runs = 0;
     for (size_t j = 0; j < mk; j++) {
@@ -413,7 +368,7 @@ static size_t write_class2(uint8_t *entry, uint8_t *dst, size_t room, uint64_t c
     if (nu) {
         for (uint32_t b = 0; b < nsub; b++) runs += mcnt[b] != 0;
         runs += nu;
-        n0 = rice_guess(mk - nu, runs);
+        n0 = er_rice_guess(mk - nu, runs);
         if (n0 < 1) n0 = 1;
         size_t x = 0, j0 = 0;
         for (uint32_t b = 0; b < nsub; j0 += mcnt[b], b++) {
@@ -428,10 +383,10 @@ static size_t write_class2(uint8_t *entry, uint8_t *dst, size_t room, uint64_t c
             }
         }
         for (size_t x2 = 0; x2 < nu; x2++)
-            for (uint32_t e = 0; e < 5; e++) mag_bits[e] += expg_len((uint64_t)val[nuidx[x2]] - 1, e);
+            for (uint32_t e = 0; e < 5; e++) mag_bits[e] += er_expg_len((uint64_t)val[nuidx[x2]] - 1, e);
     }
     uint32_t k_gap, k_nu, k_mag;
-    choose_params(gap_bits, nu_bits, mag_bits, mk, runs, g0, n0, &k_gap, &k_nu, &k_mag);
+    er_choose_params(gap_bits, nu_bits, mag_bits, mk, runs, g0, n0, &k_gap, &k_nu, &k_mag);
 
     /* the sub-streams; each one's length in bits replaces its count */
     bitw_t bw;
@@ -577,7 +532,7 @@ ferry_status_t ferry_delta_chunk_encode(ferry_delta_codec_t *c, ferry_dtype_t dt
     }
     /* sparse must be smaller than raw to be worth decoding */
     size_t room = cap < raw_len - 1 ? cap : raw_len - 1;
-    uint32_t sub_log2 = (flags & FERRY_DELTA_CHUNK_FORMAT2) ? choose_sub_log2(m, elems) : 0;
+    uint32_t sub_log2 = (flags & FERRY_DELTA_CHUNK_FORMAT2) ? er_sub_log2(m, elems) : 0;
     size_t off = encode_sparse(c, w, max_classes, base, elems, m, stride, sample, sub_log2, dst, room);
     if (off) {
         put_u64(dst + 16, bs);
