@@ -4,8 +4,9 @@
 # figures beside a limit measured in the same run:
 #   - the box-copy kernels beside cudaMemcpyAsync (gpu_test_boxes --bench);
 #   - the checksum kernel beside a same-GPU copy (gpu_test_sum --bench);
-#   - the delta apply on the GPU beside a same-GPU copy of the same regions
-#     (gpu_test_delta_cuda --bench);
+#   - the delta apply and encode on the GPU beside a same-GPU copy of the
+#     same regions (gpu_test_delta_cuda --bench, gpu_test_delta_cuda_enc
+#     --bench);
 #   - ferry bench sync --device cuda on Qwen3-8B: GPU 0 -> GPU 1 with the same
 #     layout (tp=1 -> tp=1), resharded (Megatron tp=2 -> vLLM tp=1 and tp=2),
 #     beside a GPU 0 -> GPU 1 peer copy; and colocated on GPU 0 beside a
@@ -40,7 +41,7 @@ esac
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "== $(date -u +%F) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu"
-for b in gpu_test_boxes gpu_test_sum gpu_test_delta_cuda; do
+for b in gpu_test_boxes gpu_test_sum gpu_test_delta_cuda gpu_test_delta_cuda_enc; do
     if part kernels && [ -x "$build/tests/$b" ]; then
         echo "== $b --bench"
         "$build/tests/$b" --bench || status=1

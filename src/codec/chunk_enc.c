@@ -438,15 +438,15 @@ static size_t encode_sparse(ferry_delta_codec_t *c, uint32_t w, uint32_t max_cla
                             uint32_t elems, size_t m, uint32_t stride, uint32_t sample[4][256], uint32_t sub_log2,
                             uint8_t *dst, size_t room) {
     /* classes from the changed elements' magnitudes and the sample of all */
-    uint64_t hist_all[256], hist_chg[256];
+    uint32_t hist_all[256], hist_chg[256]; /* sampled elements (every stride-th), changed ones */
     uint32_t cnt[4][256], shift = delta_bucket_shift(w);
     for (uint32_t b = 0; b < 256; b++)
-        hist_all[b] = (uint64_t)stride * ((uint64_t)sample[0][b] + sample[1][b] + sample[2][b] + sample[3][b]);
+        hist_all[b] = sample[0][b] + sample[1][b] + sample[2][b] + sample[3][b];
     memset(cnt, 0, sizeof cnt);
     for (size_t i = 0; i < m; i++) cnt[i & 3][c->cls[i]]++; /* four counters: no chain through one */
-    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = (uint64_t)cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b];
+    for (uint32_t b = 0; b < 256; b++) hist_chg[b] = cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b];
     uint32_t lower[FERRY_DELTA_CLASSES_MAX];
-    uint32_t K = delta_classes_choose(hist_all, hist_chg, max_classes, shift, lower);
+    uint32_t K = delta_classes_choose(hist_all, stride, hist_chg, max_classes, shift, lower);
     /* classes are runs of whole buckets: a bucket's class by table */
     uint8_t class_of[256];
     uint64_t changed[FERRY_DELTA_CLASSES_MAX] = {0}, count[FERRY_DELTA_CLASSES_MAX];

@@ -103,6 +103,14 @@ bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stre
                          uint32_t *rank, int64_t *delta, uint64_t *pos_bits, uint64_t *val_bits);
 
 
+/* A frame's 64-byte header at d, whose chunk table (the records' lengths)
+ * is already in place after it: the region sums folded from the chunks'
+ * (ferry_delta_region_sum's rule), the header checksum. For encoders that
+ * lay out records themselves (the GPU's). chunk: a valid chunk size. */
+void delta_frame_header_put(uint8_t *d, uint32_t format, ferry_dtype_t dtype, uint64_t elems, uint32_t chunk,
+                            uint64_t base_version, uint64_t next_version, const uint64_t *base_sums,
+                            const uint64_t *next_sums);
+
 /* xxh3 of a record's bytes except its rec_sum field. */
 uint64_t delta_record_sum(const uint8_t *rec, size_t len);
 
@@ -402,9 +410,10 @@ static inline uint64_t bitr_expg(bitr_t *r, uint32_t k) {
 
 /* ---- Magnitude classes ---- */
 /* Chooses up to max_classes classes (thresholds lower[1..], lower[0] = 0) for
- * positions, from a histogram of all elements (hist_all) and of changed ones
- * (hist_chg) over 256 magnitude buckets; returns the class count. */
-uint32_t delta_classes_choose(const uint64_t *hist_all, const uint64_t *hist_chg, uint32_t max_classes,
+ * positions, from the counts over 256 magnitude buckets of a sample of every
+ * stride-th element (sample) and of the changed ones (chg); returns the
+ * class count. */
+uint32_t delta_classes_choose(const uint32_t *sample, uint32_t stride, const uint32_t *chg, uint32_t max_classes,
                               uint32_t bucket_shift, uint32_t *lower);
 /* log2(x) for x >= 1 in fixed point (DELTA_LOG2_FRAC fractional bits,
  * truncated), with integers only: the class choice it prices comes out the

@@ -55,27 +55,6 @@ static __device__ __forceinline__ void load_secret(uint8_t *sec) {
 /* The first failure of a chunk sticks. */
 static __device__ __forceinline__ void fail(uint32_t *status, uint32_t code) { atomicCAS(status, 0u, code); }
 
-/* xxh3-64 (seed 0) of [p, p + len) by a warp; on every lane. */
-static __device__ uint64_t warp_xxh3(const uint8_t *p, uint64_t len, const uint8_t *sec, unsigned t) {
-    if (len > SUMX_SHORT_MAX) return sumw_warp_long(p, len, sec, t);
-    uint64_t h = t == 0 ? sumx_xxh3_short(p, len, sec, 0) : 0;
-    return __shfl_sync(FULL, h, 0);
-}
-
-/* xxh3-64 with a seed; cs: this warp's 192 bytes of shared memory for the
-   secret the seed derives (long inputs). */
-static __device__ uint64_t warp_xxh3_seeded(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *sec,
-                                            uint8_t *cs, unsigned t) {
-    if (len <= SUMX_SHORT_MAX) {
-        uint64_t h = t == 0 ? sumx_xxh3_short(p, len, sec, seed) : 0;
-        return __shfl_sync(FULL, h, 0);
-    }
-    __syncwarp(); /* the last input's readers of cs are done */
-    if (t < 12) sumx_custom_secret16(sec, t, seed, cs);
-    __syncwarp();
-    return sumw_warp_long(p, len, cs, t);
-}
-
 /* ---- elements ---------------------------------------------------------------- */
 
 static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t w, uint32_t i) {
@@ -116,13 +95,13 @@ __global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
         const dk_chunk_t *ch = &b.chunks[c];
         const uint64_t bytes = (uint64_t)ch->elems * ch->width;
         uint32_t code = DK_OK;
-        if (warp_xxh3_seeded((const uint8_t *)ch->rec, ch->rec_len, ch->rec_seed, sec, cs[wp], t) != ch->rec_sum)
+        if (sumw_xxh3_seeded((const uint8_t *)ch->rec, ch->rec_len, ch->rec_seed, sec, cs[wp], t) != ch->rec_sum)
             code = DK_REC_SUM;
         else if (ch->mode == DK_UNCHANGED_CHUNK) {
-            if (warp_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->next_sum) code = DK_UNCHANGED;
+            if (sumw_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->next_sum) code = DK_UNCHANGED;
         } else if (ch->mode == DK_RAW_CHUNK) {
-            if (warp_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->base_sum) code = DK_RAW_BASE;
-            else if (warp_xxh3((const uint8_t *)ch->payload, bytes, sec, t) != ch->next_sum) code = DK_RAW_DATA;
+            if (sumw_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->base_sum) code = DK_RAW_BASE;
+            else if (sumw_xxh3((const uint8_t *)ch->payload, bytes, sec, t) != ch->next_sum) code = DK_RAW_DATA;
         }
         if (t == 0) b.status[c] = code;
     }
@@ -515,7 +494,7 @@ __global__ void __launch_bounds__(THREADS) dk_verify(dk_batch_t b, const uint32_
         const uint32_t c = sparse[x];
         const dk_chunk_t *ch = &b.chunks[c];
         if ((ch->region & 15) == 0 || *(volatile uint32_t *)&b.status[c] != DK_OK) continue; /* hashed by dk_place */
-        if (warp_xxh3((const uint8_t *)ch->region, (uint64_t)ch->elems * ch->width, sec, t) != ch->next_sum && t == 0)
+        if (sumw_xxh3((const uint8_t *)ch->region, (uint64_t)ch->elems * ch->width, sec, t) != ch->next_sum && t == 0)
             fail(&b.status[c], DK_NEXT_SUM);
     }
 }
@@ -543,7 +522,7 @@ __global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t 
     }
     __syncthreads(); /* every restore seen by the hashing warp */
     if (threadIdx.x < 32) {
-        uint64_t h = warp_xxh3(reg, bytes, sec, threadIdx.x);
+        uint64_t h = sumw_xxh3(reg, bytes, sec, threadIdx.x);
         if (threadIdx.x == 0) b.hashes[c] = h;
     }
 }

@@ -64,15 +64,26 @@ typedef struct er_groups {
     uint32_t g;
 } er_groups_t;
 
-/* From a histogram of all elements (hist_all, estimated from a sample) and
- * of the changed ones (hist_chg) over the 256 buckets. */
-ER_HD void er_groups_make(const uint64_t *hist_all, const uint64_t *hist_chg, er_groups_t *gr) {
+/* The working memory of er_groups_make and er_classes_dp (9 KiB: a GPU
+ * keeps it in shared memory). */
+typedef struct er_scratch {
     uint64_t n[ER_BUCKETS], m[ER_BUCKETS];
-    uint32_t first[ER_BUCKETS], g = 0;
+    uint32_t first[ER_BUCKETS];
+    uint64_t best[ER_CLASSES_MAX + 1][ER_GROUPS_MAX + 1]; /* cheapest split of groups [0, i) into k classes */
+    uint8_t from[ER_CLASSES_MAX + 1][ER_GROUPS_MAX + 1];
+} er_scratch_t;
+
+/* From the 256 buckets' counts of a sample of every stride-th element
+ * (sample) and of the changed elements (chg). */
+ER_HD void er_groups_make(const uint32_t *sample, uint32_t stride, const uint32_t *chg, er_groups_t *gr,
+                          er_scratch_t *w) {
+    uint64_t *n = w->n, *m = w->m;
+    uint32_t *first = w->first, g = 0;
     for (uint32_t b = 0; b < ER_BUCKETS; b++) {
-        if (hist_all[b] == 0 && hist_chg[b] == 0) continue;
-        n[g] = hist_all[b] > hist_chg[b] ? hist_all[b] : hist_chg[b];
-        m[g] = hist_chg[b];
+        uint64_t all = (uint64_t)stride * sample[b];
+        if (all == 0 && chg[b] == 0) continue;
+        n[g] = all > chg[b] ? all : chg[b];
+        m[g] = chg[b];
         first[g] = b;
         g++;
     }
@@ -117,14 +128,13 @@ ER_HD void er_cost_pair(uint32_t g, uint32_t x, uint32_t *j, uint32_t *i) {
  * the costs (er_cost_index order); lower[c] gets class c's smallest
  * magnitude (bucket << bucket_shift; lower[0] = 0). Returns the classes. */
 ER_HD uint32_t er_classes_dp(const er_groups_t *gr, const uint64_t *cost, uint32_t max_classes, uint32_t bucket_shift,
-                             uint32_t *lower) {
+                             uint32_t *lower, er_scratch_t *w) {
     const uint32_t g = gr->g;
     lower[0] = 0;
     if (max_classes <= 1 || g <= 1) return 1;
     uint32_t K = max_classes < g ? max_classes : g;
-    /* best[k][i]: cheapest split of groups [0, i) into k classes */
-    uint64_t best[ER_CLASSES_MAX + 1][ER_GROUPS_MAX + 1];
-    uint8_t from[ER_CLASSES_MAX + 1][ER_GROUPS_MAX + 1];
+    uint64_t(*best)[ER_GROUPS_MAX + 1] = w->best;
+    uint8_t(*from)[ER_GROUPS_MAX + 1] = w->from;
     for (uint32_t k = 0; k <= K; k++)
         for (uint32_t i = 0; i <= g; i++) best[k][i] = UINT64_MAX;
     best[0][0] = 0;

@@ -123,6 +123,22 @@ static void write_frame_header(uint8_t *d, const ferry_delta_params_t *p, uint32
     put_u64(d + 56, header_sum(d, chunks));
 }
 
+void delta_frame_header_put(uint8_t *d, uint32_t format, ferry_dtype_t dtype, uint64_t elems, uint32_t chunk,
+                            uint64_t base_version, uint64_t next_version, const uint64_t *base_sums,
+                            const uint64_t *next_sums) {
+    uint32_t chunks = chunk_count(elems, chunk);
+    sum_fold_t fb, fn;
+    fold_init(&fb);
+    fold_init(&fn);
+    for (uint32_t i = 0; i < chunks; i++) {
+        fold_add(&fb, base_sums[i]);
+        fold_add(&fn, next_sums[i]);
+    }
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_VERSIONS, .dtype = dtype,
+                              .base_version = base_version, .next_version = next_version};
+    write_frame_header(d, &p, format, elems, chunk, chunks, fold_end(&fb), fold_end(&fn));
+}
+
 ferry_status_t ferry_delta_encode(ferry_delta_codec_t *c, const ferry_delta_params_t *p, const void *base,
                                   const void *next, uint64_t elems, void *dst_, size_t cap, size_t *len) {
     if (!c) return FERRY_ERR_INVALID_ARGUMENT;

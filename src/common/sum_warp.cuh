@@ -91,4 +91,25 @@ static __device__ uint64_t sumw_warp_long(const uint8_t *p, uint64_t len, const 
     return sumx_avalanche(len * SUMX_PRIME64_1 + m);
 }
 
+/* xxh3-64 (seed 0) of [p, p + len) by a warp; on every lane. */
+static __device__ uint64_t sumw_xxh3(const uint8_t *p, uint64_t len, const uint8_t *sec, unsigned t) {
+    if (len > SUMX_SHORT_MAX) return sumw_warp_long(p, len, sec, t);
+    uint64_t h = t == 0 ? sumx_xxh3_short(p, len, sec, 0) : 0;
+    return __shfl_sync(SUMW_FULL, h, 0);
+}
+
+/* xxh3-64 with a seed; cs: this warp's 192 bytes of shared memory for the
+   secret the seed derives (long inputs). */
+static __device__ uint64_t sumw_xxh3_seeded(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *sec,
+                                            uint8_t *cs, unsigned t) {
+    if (len <= SUMX_SHORT_MAX) {
+        uint64_t h = t == 0 ? sumx_xxh3_short(p, len, sec, seed) : 0;
+        return __shfl_sync(SUMW_FULL, h, 0);
+    }
+    __syncwarp(); /* the last input's readers of cs are done */
+    if (t < 12) sumx_custom_secret16(sec, t, seed, cs);
+    __syncwarp();
+    return sumw_warp_long(p, len, cs, t);
+}
+
 #endif

@@ -24,17 +24,17 @@ static ferry_delta_codec_t *codec;
  * for the raw record and 8 bytes). */
 static size_t emu_chunk(uint32_t w, const uint8_t *base, const uint8_t *next, uint32_t elems, uint32_t max_classes,
                         uint8_t *rec) {
-    ek_chunk_t c;
+    static ek_chunk_t c; /* static: gcc -O2 takes the class table's reads of it for uninitialized */
     memset(&c, 0, sizeof c);
     c.elems = elems;
     c.width = w;
     c.max_classes = max_classes;
     /* scan: changes, histograms of changed buckets and of a sample */
-    uint64_t hist_all[256] = {0}, hist_chg[256] = {0};
+    uint32_t sample[256] = {0}, hist_chg[256] = {0};
     const uint32_t stride = elems >= (1u << 16) ? 64 : 1;
     for (uint32_t i = 0; i < elems; i++) {
         uint32_t b = elem_get(base, w, i), n = elem_get(next, w, i);
-        if (i % stride == 0) hist_all[ek_bucket(b, w)] += stride;
+        if (i % stride == 0) sample[ek_bucket(b, w)]++;
         if (b != n) c.changed++, hist_chg[ek_bucket(b, w)]++;
     }
     c.next_sum = XXH3_64bits(next, (size_t)elems * w);
@@ -45,7 +45,8 @@ static size_t emu_chunk(uint32_t w, const uint8_t *base, const uint8_t *next, ui
     if (c.changed) {
         /* classes: the groups, every cost (a warp computes them), the DP */
         er_groups_t gr;
-        er_groups_make(hist_all, hist_chg, &gr);
+        static er_scratch_t ws;
+        er_groups_make(sample, stride, hist_chg, &gr, &ws);
         static uint64_t cost[ER_GROUPS_MAX * (ER_GROUPS_MAX + 1) / 2];
         for (uint32_t x = 0; x < er_cost_entries(gr.g); x++) {
             uint32_t j, i; /* entry x's groups, as the warp's lanes find theirs */
@@ -53,7 +54,7 @@ static size_t emu_chunk(uint32_t w, const uint8_t *base, const uint8_t *next, ui
             CHECK(er_cost_index(gr.g, j, i) == x);
             cost[x] = er_class_cost(&gr, j, i);
         }
-        c.classes = er_classes_dp(&gr, cost, max_classes, w == 1 ? 0 : w == 2 ? 7 : 23, c.lower);
+        c.classes = er_classes_dp(&gr, cost, max_classes, w == 1 ? 0 : w == 2 ? 7 : 23, c.lower, &ws);
         /* the host: sub-block size */
         c.sub_log2 = er_sub_log2(c.changed, elems);
         c.nsub = (elems + (1u << c.sub_log2) - 1) >> c.sub_log2;

@@ -1,0 +1,400 @@
+/* The host side of encoding deltas on a GPU (codec/delta_cuda_enc.h): the
+ * chunk tables filled, the passes of delta_enc.cu launched in three
+ * rounds, with the sizes each round needs read back in between, and the
+ * frames finished here: the chunk table and the header around the records
+ * the GPU wrote. */
+#include "codec/delta_cuda_enc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec_internal.h"
+#include "codec/delta_enc_kern.h"
+#include "common/cuda.h"
+
+_Static_assert(EK_HEADER == CHUNK_HEADER && EK_ENTRY == CLASS_ENTRY && EK_CLASSES == FERRY_DELTA_CLASSES_MAX &&
+                   (int)EK_UNCHANGED == (int)CHUNK_UNCHANGED && (int)EK_SPARSE == (int)CHUNK_SPARSE &&
+                   (int)EK_RAW == (int)CHUNK_RAW && EK_TILE == (1u << DELTA_SUB_LOG2_MIN),
+               "delta_enc_dev.h's constants");
+
+#define HIST_WORDS 512u
+#define EVENTS 6
+
+/* A device array and its pinned host mirror (the latter optional). */
+struct ferry_delta_cuda_enc {
+    int device;
+    /* device scratch, grow-only */
+    ek_chunk_t *d_chunks;
+    uint32_t *d_hist, *d_busy, *d_raw;
+    size_t cap_chunks;
+    ek_subblk_t *d_blks;
+    uint32_t *d_sparse_blks;
+    ek_sub_t *d_subs;
+    size_t cap_blks;
+    uint64_t *d_list;
+    uint16_t *d_runs;
+    size_t cap_list;
+    uint8_t *d_out;
+    size_t cap_out;
+    /* pinned host memory, grow-only */
+    ek_chunk_t *h_chunks;
+    uint32_t *h_busy, *h_raw;
+    size_t hcap_chunks;
+    ek_subblk_t *h_blks;
+    uint32_t *h_sparse_blks;
+    size_t hcap_blks;
+    /* host memory: per chunk its item; per item where its records start in d_out */
+    size_t *chunk_item, cap_chunk_item;
+    uint64_t *item_out, *sums;
+    size_t cap_items, cap_sums;
+    cudaEvent_t ev[EVENTS];
+    ferry_delta_cuda_enc_times_t times;
+};
+
+static ferry_status_t cuda_fail(ferry_errbuf_t *err, cudaError_t e, const char *what) {
+    return ferry_cuda_fail(err, e == cudaErrorMemoryAllocation ? FERRY_ERR_NO_MEMORY : FERRY_ERR_IO, e, what);
+}
+
+ferry_status_t ferry_delta_cuda_enc_create(int device, ferry_delta_cuda_enc_t **out, ferry_errbuf_t *err) {
+    if (!out) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta encode: out is NULL");
+    *out = NULL;
+    ferry_status_t st = ferry_cuda_init(err);
+    if (st != FERRY_OK) return st;
+    int count = 0, prev = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return cuda_fail(err, e, "cudaGetDeviceCount");
+    if (device < 0 || device >= count)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta encode: no GPU %d (this host has %d)", device, count);
+    ferry_delta_cuda_enc_t *d = calloc(1, sizeof *d);
+    if (!d) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    d->device = device;
+    e = cudaGetDevice(&prev);
+    if (e == cudaSuccess) e = cudaSetDevice(device);
+    for (int i = 0; i < EVENTS && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
+    cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+        for (int i = 0; i < EVENTS; i++)
+            if (d->ev[i]) cudaEventDestroy(d->ev[i]);
+        free(d);
+        return cuda_fail(err, e, "delta encode: setting up the GPU");
+    }
+    *out = d;
+    return FERRY_OK;
+}
+
+void ferry_delta_cuda_enc_destroy(ferry_delta_cuda_enc_t *d) {
+    if (!d) return;
+    int prev = 0;
+    if (cudaGetDevice(&prev) == cudaSuccess) cudaSetDevice(d->device);
+    void *dev[] = {d->d_chunks, d->d_hist, d->d_busy, d->d_raw, d->d_blks, d->d_sparse_blks,
+                   d->d_subs,   d->d_list, d->d_runs, d->d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    void *host[] = {d->h_chunks, d->h_busy, d->h_raw, d->h_blks, d->h_sparse_blks};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) cudaFreeHost(host[i]);
+    for (int i = 0; i < EVENTS; i++) cudaEventDestroy(d->ev[i]);
+    cudaSetDevice(prev);
+    free(d->chunk_item);
+    free(d->item_out);
+    free(d->sums);
+    free(d);
+}
+
+/* Grow-only device (dev) or pinned host (!dev) arrays to n elements of
+   size bytes, keeping nothing. */
+static cudaError_t grow(void **p, size_t *cap, size_t n, size_t size, bool dev) {
+    if (n <= *cap) return cudaSuccess;
+    size_t want = n + n / 4 + 64;
+    void *q = NULL;
+    cudaError_t e = dev ? cudaMalloc(&q, want * size) : cudaMallocHost(&q, want * size);
+    if (e != cudaSuccess) return e;
+    if (dev) cudaFree(*p);
+    else cudaFreeHost(*p);
+    *p = q;
+    *cap = want;
+    return cudaSuccess;
+}
+static cudaError_t grow_chunks(ferry_delta_cuda_enc_t *d, size_t n) {
+    size_t c = d->cap_chunks, c2 = d->cap_chunks, c3 = d->cap_chunks, c4 = d->cap_chunks;
+    cudaError_t e = grow((void **)&d->d_chunks, &c, n, sizeof(ek_chunk_t), true);
+    if (e == cudaSuccess) e = grow((void **)&d->d_hist, &c2, n, HIST_WORDS * 4, true);
+    if (e == cudaSuccess) e = grow((void **)&d->d_busy, &c3, n, 4, true);
+    if (e == cudaSuccess) e = grow((void **)&d->d_raw, &c4, n, 4, true);
+    if (e != cudaSuccess) return e;
+    d->cap_chunks = c < c2 ? c : c2; /* they grew together */
+    size_t h = d->hcap_chunks, h2 = d->hcap_chunks, h3 = d->hcap_chunks;
+    e = grow((void **)&d->h_chunks, &h, n, sizeof(ek_chunk_t), false);
+    if (e == cudaSuccess) e = grow((void **)&d->h_busy, &h2, n, 4, false);
+    if (e == cudaSuccess) e = grow((void **)&d->h_raw, &h3, n, 4, false);
+    if (e == cudaSuccess) d->hcap_chunks = h < h2 ? h : h2;
+    return e;
+}
+static cudaError_t grow_blks(ferry_delta_cuda_enc_t *d, size_t n) {
+    size_t c = d->cap_blks, c2 = d->cap_blks, c3 = d->cap_blks;
+    cudaError_t e = grow((void **)&d->d_blks, &c, n, sizeof(ek_subblk_t), true);
+    if (e == cudaSuccess) e = grow((void **)&d->d_sparse_blks, &c2, n, 4, true);
+    if (e == cudaSuccess) e = grow((void **)&d->d_subs, &c3, n, sizeof(ek_sub_t) * EK_CLASSES, true);
+    if (e != cudaSuccess) return e;
+    d->cap_blks = c;
+    size_t h = d->hcap_blks, h2 = d->hcap_blks;
+    e = grow((void **)&d->h_blks, &h, n, sizeof(ek_subblk_t), false);
+    if (e == cudaSuccess) e = grow((void **)&d->h_sparse_blks, &h2, n, 4, false);
+    if (e == cudaSuccess) d->hcap_blks = h;
+    return e;
+}
+static cudaError_t grow_list(ferry_delta_cuda_enc_t *d, size_t n) {
+    size_t c = d->cap_list, c2 = d->cap_list;
+    cudaError_t e = grow((void **)&d->d_list, &c, n, 8, true);
+    if (e == cudaSuccess) e = grow((void **)&d->d_runs, &c2, n, 2, true);
+    if (e == cudaSuccess) d->cap_list = c;
+    return e;
+}
+static bool grow_host(void **p, size_t *cap, size_t n, size_t size) {
+    if (n <= *cap) return true;
+    void *q = realloc(*p, (n + 16) * size);
+    if (!q) return false;
+    *p = q;
+    *cap = n + 16;
+    return true;
+}
+
+/* Checks an item; its chunk size and chunks. */
+static ferry_status_t check_item(const ferry_delta_cuda_enc_item_t *it, uint32_t *chunk, uint32_t *chunks,
+                                 ferry_errbuf_t *err) {
+    uint32_t w = delta_width(it->dtype);
+    *chunk = it->chunk_elems ? it->chunk_elems : FERRY_DELTA_CHUNK_DEFAULT;
+    if (!w)
+        return ferry_fail(err, FERRY_ERR_UNSUPPORTED, "delta of dtype %s: only bf16, f16, f32 and f8 are supported",
+                          ferry_dtype_name(it->dtype));
+    if (*chunk < FERRY_DELTA_CHUNK_MIN || *chunk > FERRY_DELTA_CHUNK_MAX || (*chunk & (*chunk - 1)))
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "chunk_elems %u is not a power of two in [%u, %u]", *chunk,
+                          FERRY_DELTA_CHUNK_MIN, FERRY_DELTA_CHUNK_MAX);
+    if (it->max_classes > FERRY_DELTA_CLASSES_MAX)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "max_classes %u (1 to %u allowed)", it->max_classes,
+                          FERRY_DELTA_CLASSES_MAX);
+    if (!it->dst || (it->elems && (!it->base || !it->next)))
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "a NULL buffer");
+    if (((uintptr_t)it->base | (uintptr_t)it->next) % w)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "a region not aligned to its %u-byte elements", w);
+    uint64_t n = (it->elems + *chunk - 1) / *chunk;
+    if (n >= UINT32_MAX - 1)
+        return ferry_fail(err, FERRY_ERR_LIMIT, "%llu elements need more than 2^32 chunks of %u",
+                          (unsigned long long)it->elems, *chunk);
+    *chunks = (uint32_t)n;
+    if (it->cap < DELTA_FRAME_HEADER + 4 * n)
+        return ferry_fail(err, FERRY_ERR_LIMIT, "%zu bytes of room, %llu needed for the frame's header alone",
+                          it->cap, (unsigned long long)(DELTA_FRAME_HEADER + 4 * n));
+    return FERRY_OK;
+}
+
+static double ms_between(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? ms / 1e3 : 0;
+}
+
+/* The batch's rounds; items whose status is not FERRY_OK are left out. */
+static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t *items, size_t n,
+                          cudaStream_t stream, ferry_errbuf_t *err) {
+    /* round 1: the chunk table; scan */
+    size_t nchunks = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t chunk, chunks;
+        if (items[i].status == FERRY_OK && check_item(&items[i], &chunk, &chunks, err) == FERRY_OK) nchunks += chunks;
+    }
+    cudaError_t e = grow_chunks(d, nchunks);
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: chunk tables");
+    if (!grow_host((void **)&d->chunk_item, &d->cap_chunk_item, nchunks, sizeof *d->chunk_item) ||
+        !grow_host((void **)&d->item_out, &d->cap_items, n, sizeof *d->item_out) ||
+        !grow_host((void **)&d->sums, &d->cap_sums, 2 * nchunks, sizeof *d->sums))
+        return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) {
+        ferry_delta_cuda_enc_item_t *it = &items[i];
+        uint32_t chunk, chunks;
+        if (it->status != FERRY_OK || check_item(it, &chunk, &chunks, err) != FERRY_OK) continue;
+        uint32_t w = delta_width(it->dtype);
+        for (uint32_t k = 0; k < chunks; k++, c++) {
+            ek_chunk_t *h = &d->h_chunks[c];
+            uint64_t at = (uint64_t)k * chunk;
+            memset(h, 0, sizeof *h);
+            h->base = (uint64_t)(uintptr_t)it->base + at * w;
+            h->next = (uint64_t)(uintptr_t)it->next + at * w;
+            h->elems = (uint32_t)(it->elems - at < chunk ? it->elems - at : chunk);
+            h->width = w;
+            h->max_classes = it->max_classes ? it->max_classes : FERRY_DELTA_CLASSES_MAX;
+            if (it->base_chunk_sums) {
+                h->given = 1;
+                h->base_sum = it->base_chunk_sums[k];
+            }
+            d->chunk_item[c] = i;
+        }
+    }
+    ek_batch_t b = {.chunks = d->d_chunks, .hist = d->d_hist, .busy = d->d_busy, .blks = d->d_blks,
+                    .subs = d->d_subs, .list = d->d_list, .runs = d->d_runs, .out = d->d_out, .raw = d->d_raw,
+                    .sparse_blks = d->d_sparse_blks, .nchunks = (uint32_t)nchunks};
+    const size_t tab = nchunks * sizeof(ek_chunk_t);
+    if ((e = cudaEventRecord(d->ev[0], stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+        (e = cudaMemsetAsync(d->d_hist, 0, nchunks * HIST_WORDS * 4, stream)) != cudaSuccess ||
+        (e = ek_scan_enqueue(&b, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (e = cudaEventRecord(d->ev[1], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: scan");
+
+    /* round 2: sub-blocks and the change list laid out; classes .. choose */
+    uint64_t changes = 0;
+    size_t nbusy = 0, nblks = 0;
+    for (c = 0; c < nchunks; c++) {
+        ek_chunk_t *h = &d->h_chunks[c];
+        if (!h->changed) continue;
+        h->sub_log2 = er_sub_log2(h->changed, h->elems);
+        h->nsub = (h->elems + (1u << h->sub_log2) - 1) >> h->sub_log2;
+        h->sub0 = (uint32_t)nblks;
+        h->list0 = changes;
+        changes += h->changed;
+        nblks += h->nsub;
+        d->h_busy[nbusy++] = (uint32_t)c;
+    }
+    if ((e = grow_blks(d, nblks)) != cudaSuccess || (e = grow_list(d, changes)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: the change list");
+    for (size_t x = 0, blk = 0; x < nbusy; x++) {
+        const ek_chunk_t *h = &d->h_chunks[d->h_busy[x]];
+        for (uint32_t s = 0; s < h->nsub; s++, blk++)
+            d->h_blks[blk] = (ek_subblk_t){.chunk = d->h_busy[x], .b = s};
+    }
+    b.blks = d->d_blks, b.sparse_blks = d->d_sparse_blks, b.subs = d->d_subs, b.list = d->d_list,
+    b.runs = d->d_runs;
+    b.nbusy = (uint32_t)nbusy;
+    b.nblks = (uint32_t)nblks;
+    if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice, stream)) !=
+            cudaSuccess ||
+        (e = ek_plan_enqueue(&b, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (e = cudaEventRecord(d->ev[3], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: classes and code parameters");
+
+    /* round 3: the records laid out, each item's back to back; written */
+    uint64_t out = 0;
+    size_t nraw = 0;
+    for (c = 0; c < nchunks; c++) {
+        ek_chunk_t *h = &d->h_chunks[c];
+        if (c == 0 || d->chunk_item[c] != d->chunk_item[c - 1]) {
+            out = (out + 15) & ~(uint64_t)15;
+            d->item_out[d->chunk_item[c]] = out;
+        }
+        if (!h->changed) h->mode = EK_UNCHANGED, h->rec_len = EK_HEADER;
+        h->rec = out; /* an offset until d_out is sized */
+        out += h->rec_len;
+        if (h->mode == EK_RAW) d->h_raw[nraw++] = (uint32_t)c;
+    }
+    size_t cap_out = d->cap_out;
+    if ((e = grow((void **)&d->d_out, &cap_out, out + 8, 1, true)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: the records");
+    d->cap_out = cap_out;
+    for (c = 0; c < nchunks; c++) d->h_chunks[c].rec += (uint64_t)(uintptr_t)d->d_out;
+    size_t nsb = 0;
+    for (size_t x = 0; x < nblks; x++)
+        if (d->h_chunks[d->h_blks[x].chunk].mode == EK_SPARSE) d->h_sparse_blks[nsb++] = (uint32_t)x;
+    b.out = d->d_out;
+    b.nraw = (uint32_t)nraw;
+    b.nsparse_blks = (uint32_t)nsb;
+    if ((e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->d_raw, d->h_raw, nraw * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->d_sparse_blks, d->h_sparse_blks, nsb * 4, cudaMemcpyHostToDevice, stream)) !=
+            cudaSuccess ||
+        (e = cudaMemsetAsync(d->d_out, 0, out + 8, stream)) != cudaSuccess ||
+        (e = ek_write_enqueue(&b, stream)) != cudaSuccess || (e = cudaEventRecord(d->ev[4], stream)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: writing the records");
+    /* the frames: records copied into place, then the chunk table and header */
+    for (size_t i = 0, first = 0; i < n; i++) {
+        ferry_delta_cuda_enc_item_t *it = &items[i];
+        uint32_t chunk, chunks;
+        if (it->status != FERRY_OK || check_item(it, &chunk, &chunks, err) != FERRY_OK) continue;
+        uint64_t recs = 0;
+        for (uint32_t k = 0; k < chunks; k++) recs += d->h_chunks[first + k].rec_len;
+        size_t head = DELTA_FRAME_HEADER + (size_t)chunks * 4;
+        if (recs > it->cap - head) {
+            it->status = FERRY_ERR_LIMIT;
+            first += chunks;
+            continue;
+        }
+        if (recs && (e = cudaMemcpyAsync((uint8_t *)it->dst + head, d->d_out + d->item_out[i], recs,
+                                         cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+            return cuda_fail(err, e, "delta encode: copying a frame to the host");
+        first += chunks;
+    }
+    if ((e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: writing the records");
+    for (size_t i = 0, first = 0; i < n; i++) {
+        ferry_delta_cuda_enc_item_t *it = &items[i];
+        uint32_t chunk, chunks;
+        if (check_item(it, &chunk, &chunks, err) != FERRY_OK) continue; /* refused before the batch */
+        if (it->status != FERRY_OK) {                                    /* LIMIT, above */
+            first += chunks;
+            continue;
+        }
+        uint8_t *dst = it->dst;
+        uint64_t *bs = d->sums, *ns = d->sums + chunks, len = DELTA_FRAME_HEADER + (uint64_t)chunks * 4;
+        for (uint32_t k = 0; k < chunks; k++) {
+            const ek_chunk_t *h = &d->h_chunks[first + k];
+            put_u32(dst + DELTA_FRAME_HEADER + (size_t)k * 4, h->rec_len);
+            bs[k] = h->base_sum;
+            ns[k] = h->next_sum;
+            if (it->next_chunk_sums) it->next_chunk_sums[k] = h->next_sum;
+            len += h->rec_len;
+        }
+        delta_frame_header_put(dst, 2, it->dtype, it->elems, chunk, it->base_version, it->next_version, bs, ns);
+        it->len = (size_t)len;
+        first += chunks;
+    }
+    d->times.scan_s = ms_between(d->ev[0], d->ev[1]);
+    d->times.plan_s = ms_between(d->ev[2], d->ev[3]);
+    d->times.write_s = ms_between(d->ev[3], d->ev[4]);
+    d->times.copy_s = ms_between(d->ev[4], d->ev[5]);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t *items, size_t n,
+                                       cudaStream_t stream, ferry_errbuf_t *err) {
+    if (!d || (n && !items)) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta encode: no object or items");
+    ferry_errbuf_t ierr;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t chunk, chunks;
+        items[i].len = 0;
+        items[i].status = check_item(&items[i], &chunk, &chunks, &ierr);
+    }
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    if (e == cudaSuccess && prev != d->device) e = cudaSetDevice(d->device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: selecting the GPU");
+    ferry_errbuf_t rerr;
+    ferry_status_t st = run(d, items, n, stream, &rerr);
+    if (prev != d->device) cudaSetDevice(prev);
+    if (st != FERRY_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (items[i].status == FERRY_OK) items[i].status = st == FERRY_ERR_NO_MEMORY ? st : FERRY_ERR_IO;
+        return ferry_fail(err, st, "%s", rerr.text);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].status == FERRY_OK) continue;
+        uint32_t chunk, chunks;
+        ferry_status_t why = items[i].status;
+        if (check_item(&items[i], &chunk, &chunks, &ierr) == FERRY_OK)
+            ferry_fail(&ierr, why, "the frame needs more than its %zu bytes of room", items[i].cap);
+        return ferry_fail(err, why, "delta %zu of %zu: %s", i + 1, n, ierr.text);
+    }
+    return FERRY_OK;
+}
+
+void ferry_delta_cuda_enc_last_times(const ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_times_t *out) {
+    if (out) *out = d ? d->times : (ferry_delta_cuda_enc_times_t){0};
+}
+
+size_t ferry_delta_cuda_enc_device_bytes(const ferry_delta_cuda_enc_t *d) {
+    if (!d) return 0;
+    return d->cap_chunks * (sizeof(ek_chunk_t) + HIST_WORDS * 4 + 8) +
+           d->cap_blks * (sizeof(ek_subblk_t) + 4 + sizeof(ek_sub_t) * EK_CLASSES) + d->cap_list * 10 + d->cap_out;
+}

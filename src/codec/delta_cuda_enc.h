@@ -1,0 +1,89 @@
+/* Encoding deltas (docs/delta-format.md, format 2) from regions in GPU
+ * memory, on the GPU: many regions in one batch. The frames are those
+ * ferry_delta_encode writes with FERRY_DELTA_PARAM_FORMAT 2 and the same
+ * chunk size, classes and versions, byte for byte, so either side may
+ * apply them (ferry_delta_apply, ferry_delta_cuda_apply); every decision
+ * is the integer arithmetic of codec/enc_rules.h on both.
+ *
+ * The passes (codec/delta_enc.cu) read each region's base and next twice
+ * (once to count and hash, once to rank the changes), write 10 bytes per
+ * change and the records, then copy the frames to the host buffers. The
+ * host waits for the GPU three times per batch: after the scan (to size
+ * the change list), after the records' lengths are known (to lay them
+ * out), and at the end.
+ *
+ * Device memory it holds (grow-only, ferry_delta_cuda_enc_device_bytes):
+ * 10 bytes per changed element, about 2.5 KiB per chunk, 64 bytes per
+ * class and sub-block (sub-blocks of 4096 to 32768 elements), and the
+ * batch's records (at most its regions' bytes plus 40 per chunk). Callers
+ * bound it by the batches they pass.
+ *
+ * Thread-safety: one object per thread (or serialized calls); objects are
+ * independent. Builds without CUDA have no such object (FERRY_CUDA). */
+#ifndef FERRY_CODEC_DELTA_CUDA_ENC_H
+#define FERRY_CODEC_DELTA_CUDA_ENC_H
+
+#ifdef FERRY_CUDA
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/internal.h"
+#include "ferry/codec.h"
+
+typedef struct ferry_delta_cuda_enc ferry_delta_cuda_enc_t;
+
+/* An encoder on GPU `device` (an ordinal). Errors: FERRY_ERR_UNSUPPORTED
+ * (no GPU, no driver), FERRY_ERR_INVALID_ARGUMENT (no such device),
+ * FERRY_ERR_NO_MEMORY. */
+ferry_status_t ferry_delta_cuda_enc_create(int device, ferry_delta_cuda_enc_t **out, ferry_errbuf_t *err);
+/* Frees everything. NULL is ignored. */
+void ferry_delta_cuda_enc_destroy(ferry_delta_cuda_enc_t *e);
+
+/* One region to encode. */
+typedef struct ferry_delta_cuda_enc_item {
+    const void *base, *next; /* elems elements of dtype each, in memory the device reads, aligned to the
+                                element size; NULL only when elems is 0 */
+    ferry_dtype_t dtype;
+    uint64_t elems;
+    uint32_t chunk_elems;    /* 0: FERRY_DELTA_CHUNK_DEFAULT */
+    uint32_t max_classes;    /* 0: FERRY_DELTA_CLASSES_MAX */
+    uint64_t base_version, next_version;
+    const uint64_t *base_chunk_sums; /* host, optional: the base's chunk checksums, trusted (not hashed) */
+    uint64_t *next_chunk_sums;       /* host, optional out: the next version's chunk checksums */
+    void *dst;               /* host memory for the frame; ferry_delta_bound(dtype, elems, chunk) is enough */
+    size_t cap;
+    size_t len;              /* out: the frame's length */
+    ferry_status_t status;   /* out: FERRY_OK, or why this item has no frame */
+} ferry_delta_cuda_enc_item_t;
+
+/* Encodes items[0..n) on stream (of the object's device, or 0) after what
+ * the stream holds, and returns once the frames are in their buffers (the
+ * regions must not change meanwhile). Returns FERRY_OK when every item
+ * encoded, else the status of the first that did not, with err's detail
+ * naming it ("delta 3 of 8: ..."). Per item: FERRY_ERR_UNSUPPORTED (a
+ * dtype without deltas), FERRY_ERR_INVALID_ARGUMENT (a NULL buffer, a
+ * chunk size that is not a power of two in [2^10, 2^24], max_classes over
+ * 8), FERRY_ERR_LIMIT (the frame does not fit cap; nothing is written past
+ * it). For the whole batch: FERRY_ERR_INVALID_ARGUMENT (items NULL with
+ * n > 0), FERRY_ERR_NO_MEMORY (scratch), FERRY_ERR_IO (a CUDA call failed,
+ * e.g. a region the device cannot read: every item then says
+ * FERRY_ERR_IO). The calling thread's current device is unchanged. */
+ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_item_t *items, size_t n,
+                                       cudaStream_t stream, ferry_errbuf_t *err);
+
+/* Where the last batch's time went, from CUDA events on its stream. */
+typedef struct ferry_delta_cuda_enc_times {
+    double scan_s;  /* changes counted, histograms, checksums */
+    double plan_s;  /* classes, ranks, parameters, lengths (with the tables' copies) */
+    double write_s; /* the records written and sealed */
+    double copy_s;  /* the frames copied to the host */
+} ferry_delta_cuda_enc_times_t;
+void ferry_delta_cuda_enc_last_times(const ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_times_t *out);
+
+/* Device memory the object holds, in bytes. */
+size_t ferry_delta_cuda_enc_device_bytes(const ferry_delta_cuda_enc_t *e);
+
+#endif
+#endif

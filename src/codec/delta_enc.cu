@@ -1,0 +1,353 @@
+/* Encoding format 2 deltas in GPU memory: the kernels behind
+ * codec/delta_cuda_enc.h. The steps that decide bytes are
+ * codec/delta_enc_dev.h's (host and device code, checked on the CPU by
+ * test_delta_enc_dev.c); these kernels only lay them out over the GPU:
+ *
+ * scan     a block per chunk: every element compared, the changed ones'
+ *          buckets and every stride-th one's counted in shared memory;
+ *          then warps 0 and 1 hash the next and base chunks.
+ * classes  a warp per chunk with changes: lane 0 groups the buckets, the
+ *          lanes price every range of groups, lane 0 runs the DP.
+ * rank     a block per chunk with changes, 4096 elements (a tile) at a
+ *          time, each thread 16 of them: per class, the elements before
+ *          each thread (16-bit counts, four to a word, scanned over the
+ *          block) give each change its rank in its class and sub-block;
+ *          the changes before it, its place in the list.
+ * totals   a thread per chunk with changes.
+ * part     a warp per sub-block: 32 list entries at a time, one ballot per
+ *          class, and lane k walks class k's.
+ * choose   a thread per chunk with changes.
+ * write    a warp per sub-block of a sparse chunk, walking as part does,
+ *          ORing its sub-streams' words into the zeroed record area.
+ * head     a thread per chunk; raw: a block per raw chunk copies the next
+ *          contents; seal: a warp per chunk, the record checksum. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "codec/delta_enc_kern.h"
+#include "common/sum_warp.cuh"
+#include "common/sum_xxh3.h"
+
+#define THREADS 256u
+#define WARPS (THREADS / 32u)
+#define EPT (EK_TILE / THREADS) /* elements per thread and tile: 16 */
+#define FULL 0xffffffffu
+
+static_assert(EPT == 16, "16 elements per thread");
+
+__constant__ uint8_t ek_ksecret[192] = {SUMX_KSECRET_BYTES};
+
+static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t w, uint64_t i) {
+    return w == 2 ? ((const uint16_t *)p)[i] : w == 4 ? ((const uint32_t *)p)[i] : p[i];
+}
+
+/* ---- scan ----------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
+    __shared__ uint32_t hs[256], hc[256], nchg;
+    __shared__ uint8_t sec[192];
+    __shared__ uint64_t sums[2];
+    const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    ek_chunk_t *c = &b.chunks[blockIdx.x];
+    const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
+    const uint32_t w = c->width, elems = c->elems, stride = elems >= (1u << 16) ? 64 : 1;
+    hs[tid] = hc[tid] = 0;
+    if (tid == 0) nchg = 0;
+    if (tid < 192) sec[tid] = ek_ksecret[tid];
+    __syncthreads();
+    uint32_t mine = 0;
+    for (uint32_t i = tid; i < elems; i += THREADS) {
+        uint32_t bv = elem_load(base, w, i), nv = elem_load(next, w, i), bk = ek_bucket(bv, w);
+        if (i % stride == 0) atomicAdd(&hs[bk], 1u);
+        if (bv != nv) {
+            atomicAdd(&hc[bk], 1u);
+            mine++;
+        }
+    }
+    for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
+    if (lane == 0 && mine) atomicAdd(&nchg, mine);
+    const uint64_t bytes = (uint64_t)elems * w;
+    if (wp == 0) {
+        uint64_t h = sumw_xxh3(next, bytes, sec, lane);
+        if (lane == 0) sums[0] = h;
+    } else if (wp == 1 && !c->given) {
+        uint64_t h = sumw_xxh3(base, bytes, sec, lane);
+        if (lane == 0) sums[1] = h;
+    }
+    __syncthreads();
+    uint32_t *hist = b.hist + (uint64_t)blockIdx.x * 512;
+    hist[tid] = hs[tid];
+    hist[256 + tid] = hc[tid];
+    if (tid == 0) {
+        c->changed = nchg;
+        c->next_sum = sums[0];
+        if (!nchg) c->base_sum = sums[0]; /* the same bytes */
+        else if (!c->given) c->base_sum = sums[1];
+    }
+}
+
+/* ---- classes ---------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(32) ek_classes(ek_batch_t b) {
+    __shared__ er_groups_t gr;
+    __shared__ er_scratch_t ws;
+    __shared__ uint64_t cost[ER_GROUPS_MAX * (ER_GROUPS_MAX + 1) / 2];
+    const unsigned lane = threadIdx.x;
+    ek_chunk_t *c = &b.chunks[b.busy[blockIdx.x]];
+    const uint32_t *hist = b.hist + (uint64_t)b.busy[blockIdx.x] * 512;
+    const uint32_t stride = c->elems >= (1u << 16) ? 64 : 1;
+    if (lane == 0) er_groups_make(hist, stride, hist + 256, &gr, &ws);
+    __syncwarp();
+    const uint32_t g = gr.g;
+    if (c->max_classes > 1 && g > 1)
+        for (uint32_t x = lane; x < er_cost_entries(g); x += 32) {
+            uint32_t j, i;
+            er_cost_pair(g, x, &j, &i);
+            cost[x] = er_class_cost(&gr, j, i);
+        }
+    __syncwarp();
+    if (lane == 0) {
+        uint32_t lower[EK_CLASSES];
+        uint32_t K = er_classes_dp(&gr, cost, c->max_classes, c->width == 1 ? 0 : c->width == 2 ? 7 : 23, lower, &ws);
+        c->classes = K;
+        for (uint32_t k = 0; k < EK_CLASSES; k++) c->lower[k] = k < K ? lower[k] : 0;
+    }
+}
+
+/* ---- rank ------------------------------------------------------------------------- */
+
+/* 16-bit field k of a class count pair (classes 0-3 in lo, 4-7 in hi) */
+static __device__ __forceinline__ uint32_t field(uint64_t lo, uint64_t hi, uint32_t k) {
+    return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
+}
+static __device__ __forceinline__ void bump(uint64_t *lo, uint64_t *hi, uint32_t k) {
+    if (k < 4) *lo += 1ull << (16 * k);
+    else *hi += 1ull << (16 * (k - 4));
+}
+
+__global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
+    __shared__ uint8_t class_of[256];
+    __shared__ uint64_t wlo[WARPS], whi[WARPS];
+    __shared__ uint32_t wch[WARPS];
+    __shared__ uint32_t carry[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
+    __shared__ uint32_t chg_before, sub_first;
+    const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    const uint32_t ci = b.busy[blockIdx.x];
+    const ek_chunk_t *c = &b.chunks[ci];
+    const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
+    const uint32_t w = c->width, elems = c->elems, S = c->sub_log2;
+    uint64_t *list = b.list + c->list0;
+    if (tid == 0) ek_class_table(c, class_of);
+    if (tid < EK_CLASSES) carry[tid] = sub_m[tid] = sub_nu[tid] = 0;
+    if (tid == 0) chg_before = sub_first = 0;
+    __syncthreads();
+    for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
+        const uint32_t first = t0 + EPT * tid;
+        uint32_t bv[EPT], nv[EPT];
+        uint64_t lo = 0, hi = 0;
+        uint32_t nch = 0;
+#pragma unroll
+        for (uint32_t e = 0; e < EPT; e++) {
+            bool in = first + e < elems;
+            bv[e] = in ? elem_load(base, w, first + e) : 0;
+            nv[e] = in ? elem_load(next, w, first + e) : 0;
+            if (in) bump(&lo, &hi, class_of[ek_bucket(bv[e], w)]);
+            nch += bv[e] != nv[e];
+        }
+        /* inclusive scans over the warp, then over the warps */
+        uint64_t slo = lo, shi = hi;
+        uint32_t sch = nch;
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            uint64_t a = __shfl_up_sync(FULL, slo, o), h = __shfl_up_sync(FULL, shi, o);
+            uint32_t x = __shfl_up_sync(FULL, sch, o);
+            if (lane >= o) slo += a, shi += h, sch += x;
+        }
+        if (lane == 31) wlo[wp] = slo, whi[wp] = shi, wch[wp] = sch;
+        __syncthreads();
+        uint64_t plo = 0, phi = 0;
+        uint32_t pch = 0;
+        for (unsigned x = 0; x < wp; x++) plo += wlo[x], phi += whi[x], pch += wch[x];
+        plo += slo - lo; /* this thread's exclusive prefix */
+        phi += shi - hi;
+        pch += sch - nch;
+        uint64_t tlo = 0, thi = 0; /* the tile's totals */
+        uint32_t tch = 0;
+        for (unsigned x = 0; x < WARPS; x++) tlo += wlo[x], thi += whi[x], tch += wch[x];
+        uint32_t at = chg_before + pch;
+#pragma unroll
+        for (uint32_t e = 0; e < EPT; e++) {
+            if (first + e >= elems) break;
+            uint32_t k = class_of[ek_bucket(bv[e], w)];
+            if (bv[e] != nv[e]) {
+                uint32_t val, sign;
+                ek_change(bv[e], nv[e], w, &val, &sign);
+                list[at++] = ek_entry(carry[k] + field(plo, phi, k), k, sign, val);
+                atomicAdd(&sub_m[k], 1u);
+                if (val) atomicAdd(&sub_nu[k], 1u);
+            }
+            bump(&plo, &phi, k);
+        }
+        __syncthreads(); /* every thread has read carry and chg_before */
+        const uint32_t t1 = t0 + EK_TILE;
+        const bool sub_end = t1 >= elems || (t1 & ((1u << S) - 1)) == 0;
+        if (tid < EK_CLASSES) {
+            carry[tid] += field(tlo, thi, tid);
+            if (sub_end) {
+                ek_sub_t *s = &b.subs[((uint64_t)c->sub0 + (t0 >> S)) * EK_CLASSES + tid];
+                s->count = carry[tid];
+                s->m = sub_m[tid];
+                s->nu = sub_nu[tid];
+                carry[tid] = sub_m[tid] = sub_nu[tid] = 0;
+            }
+        }
+        if (tid == 0) {
+            chg_before += tch;
+            if (sub_end) {
+                ek_subblk_t *k = &b.blks[c->sub0 + (t0 >> S)];
+                k->first = sub_first;
+                k->m = chg_before - sub_first;
+                sub_first = chg_before;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* ---- totals, choose --------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(THREADS) ek_totals_k(ek_batch_t b) {
+    const uint32_t i = blockIdx.x * THREADS + threadIdx.x;
+    if (i >= b.nbusy) return;
+    ek_chunk_t *c = &b.chunks[b.busy[i]];
+    ek_totals(c, b.subs + (uint64_t)c->sub0 * EK_CLASSES);
+}
+
+__global__ void __launch_bounds__(THREADS) ek_choose_k(ek_batch_t b) {
+    const uint32_t i = blockIdx.x * THREADS + threadIdx.x;
+    if (i >= b.nbusy) return;
+    ek_chunk_t *c = &b.chunks[b.busy[i]];
+    ek_choose(c, b.subs + (uint64_t)c->sub0 * EK_CLASSES);
+}
+
+/* ---- part and write: a warp per sub-block, lane k walking class k ---------------- */
+
+/* Calls f(entry, list index) on lane k for each change of class k in the
+   sub-block, in order. */
+template <typename F>
+static __device__ __forceinline__ void walk(const uint64_t *list, uint64_t at, uint32_t m, uint32_t K, uint64_t *ent,
+                                            unsigned lane, F f) {
+    for (uint32_t o = 0; o < m; o += 32) {
+        const bool in = o + lane < m;
+        const uint64_t e = in ? list[at + o + lane] : 0;
+        const uint32_t k = ek_entry_class(e);
+        uint32_t mine = 0;
+        for (uint32_t x = 0; x < K; x++) {
+            uint32_t bal = __ballot_sync(FULL, in && k == x);
+            if (lane == x) mine = bal;
+        }
+        ent[lane] = e;
+        __syncwarp();
+        while (mine) {
+            const uint32_t i = __ffs(mine) - 1;
+            mine &= mine - 1;
+            f(ent[i], at + o + i);
+        }
+        __syncwarp();
+    }
+}
+
+__global__ void __launch_bounds__(THREADS) ek_part_k(ek_batch_t b) {
+    __shared__ uint64_t ent[WARPS][32];
+    const unsigned lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const uint32_t s = blockIdx.x * WARPS + wp;
+    if (s >= b.nblks) return;
+    const ek_subblk_t blk = b.blks[s];
+    const ek_chunk_t *c = &b.chunks[blk.chunk];
+    const uint32_t K = c->classes;
+    const int g0 = lane < K ? c->g0[lane] : 1, n0 = lane < K ? c->n0[lane] : 1;
+    uint16_t *runs = b.runs;
+    ek_part_t p;
+    ek_part_init(&p);
+    walk(b.list, c->list0 + blk.first, blk.m, K, ent[wp], lane,
+         [&](uint64_t e, uint64_t i) { ek_part_change(&p, e, i, g0, n0, runs); });
+    if (lane < K)
+        ek_part_end(&p, c->nonunit[lane], n0, runs, &b.subs[((uint64_t)c->sub0 + blk.b) * EK_CLASSES + lane]);
+}
+
+__global__ void __launch_bounds__(THREADS) ek_write_k(ek_batch_t b) {
+    __shared__ uint64_t ent[WARPS][32];
+    const unsigned lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const uint32_t x = blockIdx.x * WARPS + wp;
+    if (x >= b.nsparse_blks) return;
+    const ek_subblk_t blk = b.blks[b.sparse_blks[x]];
+    const ek_chunk_t *c = &b.chunks[blk.chunk];
+    const uint32_t K = c->classes;
+    const uint64_t rec_at = c->rec - (uint64_t)(uintptr_t)b.out;
+    uint32_t *words = (uint32_t *)b.out;
+    const uint16_t *runs = b.runs;
+    const ek_sub_t *s = lane < K ? &b.subs[((uint64_t)c->sub0 + blk.b) * EK_CLASSES + lane] : NULL;
+    ek_wr_t wr;
+    if (lane < K) ek_wr_begin(&wr, c, lane, s, rec_at, words);
+    walk(b.list, c->list0 + blk.first, blk.m, K, ent[wp], lane,
+         [&](uint64_t e, uint64_t i) { ek_wr_change(&wr, e, runs[i], words); });
+    if (lane < K) ek_wr_end(&wr, c, lane, blk.b, s, rec_at, words);
+}
+
+/* ---- head, raw, seal ---------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(THREADS) ek_head_k(ek_batch_t b) {
+    const uint32_t i = blockIdx.x * THREADS + threadIdx.x;
+    if (i >= b.nchunks) return;
+    ek_head(&b.chunks[i], (uint8_t *)b.chunks[i].rec);
+}
+
+__global__ void __launch_bounds__(THREADS) ek_raw_k(ek_batch_t b) {
+    const ek_chunk_t *c = &b.chunks[b.raw[blockIdx.x]];
+    uint8_t *dst = (uint8_t *)c->rec + EK_HEADER;
+    const uint8_t *src = (const uint8_t *)c->next;
+    const uint64_t n = (uint64_t)c->elems * c->width;
+    for (uint64_t i = threadIdx.x; i < n; i += THREADS) dst[i] = src[i];
+}
+
+__global__ void __launch_bounds__(THREADS) ek_seal_k(ek_batch_t b) {
+    __shared__ uint8_t sec[192];
+    __shared__ uint8_t cs[WARPS][192];
+    if (threadIdx.x < 192) sec[threadIdx.x] = ek_ksecret[threadIdx.x];
+    __syncthreads();
+    const unsigned lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const uint32_t i = blockIdx.x * WARPS + wp;
+    if (i >= b.nchunks) return;
+    const ek_chunk_t *c = &b.chunks[i];
+    uint8_t *rec = (uint8_t *)c->rec;
+    uint64_t seed = lane == 0 ? sumx_xxh3_short(rec, 32, sec, 0) : 0;
+    seed = __shfl_sync(FULL, seed, 0);
+    uint64_t h = sumw_xxh3_seeded(rec + EK_HEADER, c->rec_len - EK_HEADER, seed, sec, cs[wp], lane);
+    if (lane == 0) ek_put64(rec + 32, h);
+}
+
+/* ---- launchers ------------------------------------------------------------------------ */
+
+static unsigned blocks(uint64_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
+
+extern "C" cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream) {
+    if (b->nchunks) ek_scan<<<b->nchunks, THREADS, 0, stream>>>(*b);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ek_plan_enqueue(const ek_batch_t *b, cudaStream_t stream) {
+    if (!b->nbusy) return cudaSuccess;
+    ek_classes<<<b->nbusy, 32, 0, stream>>>(*b);
+    ek_rank<<<b->nbusy, THREADS, 0, stream>>>(*b);
+    ek_totals_k<<<blocks(b->nbusy, THREADS), THREADS, 0, stream>>>(*b);
+    if (b->nblks) ek_part_k<<<blocks(b->nblks, WARPS), THREADS, 0, stream>>>(*b);
+    ek_choose_k<<<blocks(b->nbusy, THREADS), THREADS, 0, stream>>>(*b);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ek_write_enqueue(const ek_batch_t *b, cudaStream_t stream) {
+    if (b->nsparse_blks) ek_write_k<<<blocks(b->nsparse_blks, WARPS), THREADS, 0, stream>>>(*b);
+    if (b->nchunks) ek_head_k<<<blocks(b->nchunks, THREADS), THREADS, 0, stream>>>(*b);
+    if (b->nraw) ek_raw_k<<<b->nraw, THREADS, 0, stream>>>(*b);
+    if (b->nchunks) ek_seal_k<<<blocks(b->nchunks, WARPS), THREADS, 0, stream>>>(*b);
+    return cudaGetLastError();
+}
