@@ -20,7 +20,16 @@ _Static_assert(EK_HEADER == CHUNK_HEADER && EK_ENTRY == CLASS_ENTRY && EK_CLASSE
 #define HIST_WORDS 512u
 #define EVENTS 6
 
-/* A device array and its pinned host mirror (the latter optional). */
+/* An item's frame in the last batch: its chunks' entries in h_chunks, its
+   records at d_out + item_out[i]. */
+typedef struct enc_frame {
+    size_t first;
+    uint32_t chunks, chunk;
+    ferry_dtype_t dtype;
+    uint64_t elems, base_version, next_version, len;
+    bool kept; /* encoded: its frame can be copied out */
+} enc_frame_t;
+
 struct ferry_delta_cuda_enc {
     int device;
     /* device scratch, grow-only */
@@ -47,6 +56,8 @@ struct ferry_delta_cuda_enc {
     size_t *chunk_item, cap_chunk_item;
     uint64_t *item_out, *sums;
     size_t cap_items, cap_sums;
+    enc_frame_t *frames; /* per item of the last batch */
+    size_t nframes, cap_frames;
     cudaEvent_t ev[EVENTS];
     ferry_delta_cuda_enc_times_t times;
 };
@@ -96,6 +107,7 @@ void ferry_delta_cuda_enc_destroy(ferry_delta_cuda_enc_t *d) {
     free(d->chunk_item);
     free(d->item_out);
     free(d->sums);
+    free(d->frames);
     free(d);
 }
 
@@ -171,8 +183,7 @@ static ferry_status_t check_item(const ferry_delta_cuda_enc_item_t *it, uint32_t
     if (it->max_classes > FERRY_DELTA_CLASSES_MAX)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "max_classes %u (1 to %u allowed)", it->max_classes,
                           FERRY_DELTA_CLASSES_MAX);
-    if (!it->dst || (it->elems && (!it->base || !it->next)))
-        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "a NULL buffer");
+    if (it->elems && (!it->base || !it->next)) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "a NULL region");
     if (((uintptr_t)it->base | (uintptr_t)it->next) % w)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "a region not aligned to its %u-byte elements", w);
     uint64_t n = (it->elems + *chunk - 1) / *chunk;
@@ -180,7 +191,7 @@ static ferry_status_t check_item(const ferry_delta_cuda_enc_item_t *it, uint32_t
         return ferry_fail(err, FERRY_ERR_LIMIT, "%llu elements need more than 2^32 chunks of %u",
                           (unsigned long long)it->elems, *chunk);
     *chunks = (uint32_t)n;
-    if (it->cap < DELTA_FRAME_HEADER + 4 * n)
+    if (it->dst && it->cap < DELTA_FRAME_HEADER + 4 * n)
         return ferry_fail(err, FERRY_ERR_LIMIT, "%zu bytes of room, %llu needed for the frame's header alone",
                           it->cap, (unsigned long long)(DELTA_FRAME_HEADER + 4 * n));
     return FERRY_OK;
@@ -189,6 +200,29 @@ static ferry_status_t check_item(const ferry_delta_cuda_enc_item_t *it, uint32_t
 static double ms_between(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0;
     return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? ms / 1e3 : 0;
+}
+
+/* Item i's records of the last batch, from the device to dst's frame (after
+   its header and chunk table), on stream. */
+static cudaError_t copy_records(ferry_delta_cuda_enc_t *d, size_t i, void *dst, cudaStream_t stream) {
+    const enc_frame_t *f = &d->frames[i];
+    uint64_t head = DELTA_FRAME_HEADER + (uint64_t)f->chunks * 4;
+    if (f->len == head) return cudaSuccess;
+    return cudaMemcpyAsync((uint8_t *)dst + head, d->d_out + d->item_out[i], f->len - head, cudaMemcpyDeviceToHost,
+                           stream);
+}
+/* Item i's frame header and chunk table at dst. */
+static void put_frame_head(ferry_delta_cuda_enc_t *d, size_t i, void *dst_) {
+    const enc_frame_t *f = &d->frames[i];
+    uint8_t *dst = dst_;
+    uint64_t *bs = d->sums, *ns = d->sums + f->chunks;
+    for (uint32_t k = 0; k < f->chunks; k++) {
+        const ek_chunk_t *h = &d->h_chunks[f->first + k];
+        put_u32(dst + DELTA_FRAME_HEADER + (size_t)k * 4, h->rec_len);
+        bs[k] = h->base_sum;
+        ns[k] = h->next_sum;
+    }
+    delta_frame_header_put(dst, 2, f->dtype, f->elems, f->chunk, f->base_version, f->next_version, bs, ns);
 }
 
 /* The batch's rounds; items whose status is not FERRY_OK are left out. */
@@ -204,7 +238,8 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: chunk tables");
     if (!grow_host((void **)&d->chunk_item, &d->cap_chunk_item, nchunks, sizeof *d->chunk_item) ||
         !grow_host((void **)&d->item_out, &d->cap_items, n, sizeof *d->item_out) ||
-        !grow_host((void **)&d->sums, &d->cap_sums, 2 * nchunks, sizeof *d->sums))
+        !grow_host((void **)&d->sums, &d->cap_sums, 2 * nchunks, sizeof *d->sums) ||
+        !grow_host((void **)&d->frames, &d->cap_frames, n, sizeof *d->frames))
         return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
     size_t c = 0;
     for (size_t i = 0; i < n; i++) {
@@ -307,49 +342,39 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         (e = cudaMemsetAsync(d->d_out, 0, out + 8, stream)) != cudaSuccess ||
         (e = ek_write_enqueue(&b, stream)) != cudaSuccess || (e = cudaEventRecord(d->ev[4], stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: writing the records");
-    /* the frames: records copied into place, then the chunk table and header */
+    /* the frames: each item's records copied into place (or kept for
+       ferry_delta_cuda_enc_copy), then the chunk table and header */
     for (size_t i = 0, first = 0; i < n; i++) {
         ferry_delta_cuda_enc_item_t *it = &items[i];
+        enc_frame_t *f = &d->frames[i];
         uint32_t chunk, chunks;
+        f->kept = false;
         if (it->status != FERRY_OK || check_item(it, &chunk, &chunks, err) != FERRY_OK) continue;
-        uint64_t recs = 0;
-        for (uint32_t k = 0; k < chunks; k++) recs += d->h_chunks[first + k].rec_len;
-        size_t head = DELTA_FRAME_HEADER + (size_t)chunks * 4;
-        if (recs > it->cap - head) {
+        *f = (enc_frame_t){.first = first, .chunks = chunks, .chunk = chunk, .dtype = it->dtype, .elems = it->elems,
+                           .base_version = it->base_version, .next_version = it->next_version,
+                           .len = DELTA_FRAME_HEADER + (uint64_t)chunks * 4, .kept = true};
+        for (uint32_t k = 0; k < chunks; k++) {
+            const ek_chunk_t *h = &d->h_chunks[first + k];
+            f->len += h->rec_len;
+            if (it->next_chunk_sums) it->next_chunk_sums[k] = h->next_sum;
+        }
+        first += chunks;
+        it->len = (size_t)f->len;
+        if (!it->dst) continue;
+        if (f->len > it->cap) {
             it->status = FERRY_ERR_LIMIT;
-            first += chunks;
+            it->len = 0;
             continue;
         }
-        if (recs && (e = cudaMemcpyAsync((uint8_t *)it->dst + head, d->d_out + d->item_out[i], recs,
-                                         cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+        if ((e = copy_records(d, i, it->dst, stream)) != cudaSuccess)
             return cuda_fail(err, e, "delta encode: copying a frame to the host");
-        first += chunks;
     }
     if ((e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess ||
         (e = cudaStreamSynchronize(stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: writing the records");
-    for (size_t i = 0, first = 0; i < n; i++) {
-        ferry_delta_cuda_enc_item_t *it = &items[i];
-        uint32_t chunk, chunks;
-        if (check_item(it, &chunk, &chunks, err) != FERRY_OK) continue; /* refused before the batch */
-        if (it->status != FERRY_OK) {                                    /* LIMIT, above */
-            first += chunks;
-            continue;
-        }
-        uint8_t *dst = it->dst;
-        uint64_t *bs = d->sums, *ns = d->sums + chunks, len = DELTA_FRAME_HEADER + (uint64_t)chunks * 4;
-        for (uint32_t k = 0; k < chunks; k++) {
-            const ek_chunk_t *h = &d->h_chunks[first + k];
-            put_u32(dst + DELTA_FRAME_HEADER + (size_t)k * 4, h->rec_len);
-            bs[k] = h->base_sum;
-            ns[k] = h->next_sum;
-            if (it->next_chunk_sums) it->next_chunk_sums[k] = h->next_sum;
-            len += h->rec_len;
-        }
-        delta_frame_header_put(dst, 2, it->dtype, it->elems, chunk, it->base_version, it->next_version, bs, ns);
-        it->len = (size_t)len;
-        first += chunks;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (items[i].dst && items[i].status == FERRY_OK) put_frame_head(d, i, items[i].dst);
+    d->nframes = n;
     d->times.scan_s = ms_between(d->ev[0], d->ev[1]);
     d->times.plan_s = ms_between(d->ev[2], d->ev[3]);
     d->times.write_s = ms_between(d->ev[3], d->ev[4]);
@@ -386,6 +411,25 @@ ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *d, ferry_delta_cu
             ferry_fail(&ierr, why, "the frame needs more than its %zu bytes of room", items[i].cap);
         return ferry_fail(err, why, "delta %zu of %zu: %s", i + 1, n, ierr.text);
     }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_delta_cuda_enc_copy(ferry_delta_cuda_enc_t *d, size_t i, void *dst, size_t cap,
+                                        ferry_errbuf_t *err) {
+    if (!d || !dst) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta encode: no object or buffer");
+    if (i >= d->nframes || !d->frames[i].kept)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta encode: item %zu of the last batch has no frame", i);
+    if (d->frames[i].len > cap)
+        return ferry_fail(err, FERRY_ERR_LIMIT, "delta encode: the frame takes %llu bytes, %zu given",
+                          (unsigned long long)d->frames[i].len, cap);
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    if (e == cudaSuccess && prev != d->device) e = cudaSetDevice(d->device);
+    if (e == cudaSuccess) e = copy_records(d, i, dst, 0);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+    if (prev != d->device) cudaSetDevice(prev);
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: copying a frame to the host");
+    put_frame_head(d, i, dst);
     return FERRY_OK;
 }
 

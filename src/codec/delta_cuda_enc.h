@@ -52,9 +52,10 @@ typedef struct ferry_delta_cuda_enc_item {
     uint64_t base_version, next_version;
     const uint64_t *base_chunk_sums; /* host, optional: the base's chunk checksums, trusted (not hashed) */
     uint64_t *next_chunk_sums;       /* host, optional out: the next version's chunk checksums */
-    void *dst;               /* host memory for the frame; ferry_delta_bound(dtype, elems, chunk) is enough */
+    void *dst;               /* host memory for the frame (ferry_delta_bound(dtype, elems, chunk) is enough),
+                                or NULL: the frame stays on the device, for ferry_delta_cuda_enc_copy */
     size_t cap;
-    size_t len;              /* out: the frame's length */
+    size_t len;              /* out: the frame's length (also when dst is NULL) */
     ferry_status_t status;   /* out: FERRY_OK, or why this item has no frame */
 } ferry_delta_cuda_enc_item_t;
 
@@ -63,15 +64,24 @@ typedef struct ferry_delta_cuda_enc_item {
  * regions must not change meanwhile). Returns FERRY_OK when every item
  * encoded, else the status of the first that did not, with err's detail
  * naming it ("delta 3 of 8: ..."). Per item: FERRY_ERR_UNSUPPORTED (a
- * dtype without deltas), FERRY_ERR_INVALID_ARGUMENT (a NULL buffer, a
+ * dtype without deltas), FERRY_ERR_INVALID_ARGUMENT (a NULL region, a
  * chunk size that is not a power of two in [2^10, 2^24], max_classes over
  * 8), FERRY_ERR_LIMIT (the frame does not fit cap; nothing is written past
- * it). For the whole batch: FERRY_ERR_INVALID_ARGUMENT (items NULL with
- * n > 0), FERRY_ERR_NO_MEMORY (scratch), FERRY_ERR_IO (a CUDA call failed,
+ * it; never with dst NULL). For the whole batch:
+ * FERRY_ERR_INVALID_ARGUMENT (items NULL with n > 0), FERRY_ERR_NO_MEMORY (scratch), FERRY_ERR_IO (a CUDA call failed,
  * e.g. a region the device cannot read: every item then says
  * FERRY_ERR_IO). The calling thread's current device is unchanged. */
 ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_item_t *items, size_t n,
                                        cudaStream_t stream, ferry_errbuf_t *err);
+
+/* Copies item i's frame of the last batch (one whose dst was NULL, or any
+ * that encoded) into dst (host memory, cap bytes; the item's len is
+ * enough), and waits for it. For callers that place frames once their
+ * lengths are known. Errors: FERRY_ERR_INVALID_ARGUMENT (no such item, or
+ * it did not encode), FERRY_ERR_LIMIT (cap too small), FERRY_ERR_IO. The
+ * frames stay until the next ferry_delta_cuda_encode. */
+ferry_status_t ferry_delta_cuda_enc_copy(ferry_delta_cuda_enc_t *e, size_t i, void *dst, size_t cap,
+                                        ferry_errbuf_t *err);
 
 /* Where the last batch's time went, from CUDA events on its stream. */
 typedef struct ferry_delta_cuda_enc_times {

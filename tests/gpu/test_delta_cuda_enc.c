@@ -5,8 +5,9 @@
  * chunks, one to eight classes, base checksums given, regions at addresses
  * that are not 16-aligned, an empty region; all in one batch. Each frame
  * then applies on the CPU (ferry_delta_apply) and on the GPU
- * (ferry_delta_cuda_apply) to the next version. Refusals (a dtype without
- * deltas, a NULL buffer, a bad chunk size, too little room) leave the
+ * (ferry_delta_cuda_apply) to the next version; encoded again with the
+ * frames kept on the device, each copied out on its own, the same. Refusals (a dtype without
+ * deltas, a NULL region, a bad chunk size, too little room) leave the
  * batch's other items encoded.
  *
  *   gpu_test_delta_cuda_enc          the test (exit 77 without a usable GPU)
@@ -254,11 +255,22 @@ static void test_batch(void) {
            "%.1f MiB of device memory)\n",
            n, tm.scan_s * 1e3, tm.plan_s * 1e3, tm.write_s * 1e3,
            ferry_delta_cuda_enc_device_bytes(g_enc) / 1048576.0);
-    /* the same batch again: grow-only scratch reused, the same frames */
-    for (int i = 0; i < n; i++) memset(t[i]->gpu, 0, t[i]->cap), items[i] = item_of(t[i]);
+    /* the same batch again, the frames kept on the device and copied out
+       one by one once their lengths are known (as a writer places them) */
+    for (int i = 0; i < n; i++) {
+        memset(t[i]->gpu, 0, t[i]->cap);
+        items[i] = item_of(t[i]);
+        items[i].dst = NULL;
+    }
     CHECK_OK(ferry_delta_cuda_encode(g_enc, items, (size_t)n, g_stream, &err), err.text);
-    for (int i = 0; i < n; i++) check_frame(t[i], &items[i]);
-    printf("ok: the same batch again\n");
+    for (int i = n - 1; i >= 0; i--) {
+        CHECK(items[i].len == t[i]->cpu_len);
+        CHECK(ferry_delta_cuda_enc_copy(g_enc, (size_t)i, t[i]->gpu, items[i].len - 1, &err) == FERRY_ERR_LIMIT);
+        CHECK_OK(ferry_delta_cuda_enc_copy(g_enc, (size_t)i, t[i]->gpu, items[i].len, &err), err.text);
+        check_frame(t[i], &items[i]);
+    }
+    CHECK(ferry_delta_cuda_enc_copy(g_enc, (size_t)n, t[0]->gpu, t[0]->cap, &err) == FERRY_ERR_INVALID_ARGUMENT);
+    printf("ok: the same batch again, frames kept on the device and copied out\n");
     for (int i = 0; i < n; i++) tcase_free(t[i]);
 }
 
