@@ -18,7 +18,7 @@ _Static_assert(EK_HEADER == CHUNK_HEADER && EK_ENTRY == CLASS_ENTRY && EK_CLASSE
                "delta_enc_dev.h's constants");
 
 #define HIST_WORDS 512u
-#define EVENTS 6
+#define EVENTS 7
 
 /* An item's frame in the last batch: its chunks' entries in h_chunks, its
    records at d_out + item_out[i]. */
@@ -80,9 +80,10 @@ ferry_status_t ferry_delta_cuda_enc_create(int device, ferry_delta_cuda_enc_t **
     if (!d) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
     d->device = device;
     e = cudaGetDevice(&prev);
+    bool got = e == cudaSuccess;
     if (e == cudaSuccess) e = cudaSetDevice(device);
     for (int i = 0; i < EVENTS && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
-    cudaSetDevice(prev);
+    if (got) cudaSetDevice(prev);
     if (e != cudaSuccess) {
         for (int i = 0; i < EVENTS; i++)
             if (d->ev[i]) cudaEventDestroy(d->ev[i]);
@@ -268,10 +269,10 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
                     .sparse_blks = d->d_sparse_blks, .nchunks = (uint32_t)nchunks};
     const size_t tab = nchunks * sizeof(ek_chunk_t);
     if ((e = cudaEventRecord(d->ev[0], stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
-        (e = cudaMemsetAsync(d->d_hist, 0, nchunks * HIST_WORDS * 4, stream)) != cudaSuccess ||
+        (tab && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+        (tab && (e = cudaMemsetAsync(d->d_hist, 0, nchunks * HIST_WORDS * 4, stream)) != cudaSuccess) ||
         (e = ek_scan_enqueue(&b, stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (tab && (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess) ||
         (e = cudaEventRecord(d->ev[1], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: scan");
 
@@ -301,12 +302,12 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     b.nbusy = (uint32_t)nbusy;
     b.nblks = (uint32_t)nblks;
     if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice, stream)) !=
-            cudaSuccess ||
+        (tab && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+        (nbusy && (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+        (nblks && (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice,
+                                       stream)) != cudaSuccess) ||
         (e = ek_plan_enqueue(&b, stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (tab && (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess) ||
         (e = cudaEventRecord(d->ev[3], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: classes and code parameters");
 
@@ -325,7 +326,7 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         if (h->mode == EK_RAW) d->h_raw[nraw++] = (uint32_t)c;
     }
     size_t cap_out = d->cap_out;
-    if ((e = grow((void **)&d->d_out, &cap_out, out + 8, 1, true)) != cudaSuccess)
+    if ((e = grow((void **)&d->d_out, &cap_out, out + 8, 1, true)) != cudaSuccess) /* (never NULL after) */
         return cuda_fail(err, e, "delta encode: the records");
     d->cap_out = cap_out;
     for (c = 0; c < nchunks; c++) d->h_chunks[c].rec += (uint64_t)(uintptr_t)d->d_out;
@@ -335,12 +336,13 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     b.out = d->d_out;
     b.nraw = (uint32_t)nraw;
     b.nsparse_blks = (uint32_t)nsb;
-    if ((e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->d_raw, d->h_raw, nraw * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(d->d_sparse_blks, d->h_sparse_blks, nsb * 4, cudaMemcpyHostToDevice, stream)) !=
-            cudaSuccess ||
+    if ((tab && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+        (nraw && (e = cudaMemcpyAsync(d->d_raw, d->h_raw, nraw * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+        (nsb && (e = cudaMemcpyAsync(d->d_sparse_blks, d->h_sparse_blks, nsb * 4, cudaMemcpyHostToDevice, stream)) !=
+                    cudaSuccess) ||
         (e = cudaMemsetAsync(d->d_out, 0, out + 8, stream)) != cudaSuccess ||
-        (e = ek_write_enqueue(&b, stream)) != cudaSuccess || (e = cudaEventRecord(d->ev[4], stream)) != cudaSuccess)
+        (e = cudaEventRecord(d->ev[4], stream)) != cudaSuccess || (e = ek_write_enqueue(&b, stream)) != cudaSuccess ||
+        (e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: writing the records");
     /* the frames: each item's records copied into place (or kept for
        ferry_delta_cuda_enc_copy), then the chunk table and header */
@@ -369,7 +371,7 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         if ((e = copy_records(d, i, it->dst, stream)) != cudaSuccess)
             return cuda_fail(err, e, "delta encode: copying a frame to the host");
     }
-    if ((e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess ||
+    if ((e = cudaEventRecord(d->ev[6], stream)) != cudaSuccess ||
         (e = cudaStreamSynchronize(stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: writing the records");
     for (size_t i = 0; i < n; i++)
@@ -377,8 +379,8 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     d->nframes = n;
     d->times.scan_s = ms_between(d->ev[0], d->ev[1]);
     d->times.plan_s = ms_between(d->ev[2], d->ev[3]);
-    d->times.write_s = ms_between(d->ev[3], d->ev[4]);
-    d->times.copy_s = ms_between(d->ev[4], d->ev[5]);
+    d->times.write_s = ms_between(d->ev[4], d->ev[5]);
+    d->times.copy_s = ms_between(d->ev[5], d->ev[6]);
     return FERRY_OK;
 }
 
@@ -394,7 +396,11 @@ ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *d, ferry_delta_cu
     int prev = 0;
     cudaError_t e = cudaGetDevice(&prev);
     if (e == cudaSuccess && prev != d->device) e = cudaSetDevice(d->device);
-    if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: selecting the GPU");
+    if (e != cudaSuccess) {
+        for (size_t i = 0; i < n; i++)
+            if (items[i].status == FERRY_OK) items[i].status = FERRY_ERR_IO;
+        return cuda_fail(err, e, "delta encode: selecting the GPU");
+    }
     ferry_errbuf_t rerr;
     ferry_status_t st = run(d, items, n, stream, &rerr);
     if (prev != d->device) cudaSetDevice(prev);

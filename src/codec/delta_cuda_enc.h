@@ -5,18 +5,20 @@
  * apply them (ferry_delta_apply, ferry_delta_cuda_apply); every decision
  * is the integer arithmetic of codec/enc_rules.h on both.
  *
- * The passes (codec/delta_enc.cu) read each region's base and next twice
- * (once to count and hash, once to rank the changes), write 10 bytes per
- * change and the records, then copy the frames to the host buffers. The
+ * The passes (codec/delta_enc.cu) read each region's base and next three
+ * times (to count, to hash, to rank the changes), write 10 bytes per change
+ * and the records, then copy the frames to the host buffers. The
  * host waits for the GPU three times per batch: after the scan (to size
  * the change list), after the records' lengths are known (to lay them
  * out), and at the end.
  *
  * Device memory it holds (grow-only, ferry_delta_cuda_enc_device_bytes):
- * 10 bytes per changed element, about 2.5 KiB per chunk, 64 bytes per
- * class and sub-block (sub-blocks of 4096 to 32768 elements), and the
- * batch's records (at most its regions' bytes plus 40 per chunk). Callers
- * bound it by the batches they pass.
+ * 10 bytes per changed element (counted before a chunk turns out raw: a
+ * region whose every element changed takes 5x its bf16 bytes), about 2.5 KiB
+ * per chunk, 68 bytes per class and sub-block and 20 per sub-block
+ * (sub-blocks of 4096 to 32768 elements), and the batch's records (at most
+ * its regions' bytes plus 40 per chunk). Callers bound it by the batches
+ * they pass.
  *
  * Thread-safety: one object per thread (or serialized calls); objects are
  * independent. Builds without CUDA have no such object (FERRY_CUDA). */
@@ -87,7 +89,7 @@ ferry_status_t ferry_delta_cuda_enc_copy(ferry_delta_cuda_enc_t *e, size_t i, vo
 typedef struct ferry_delta_cuda_enc_times {
     double scan_s;  /* changes counted, histograms, checksums */
     double plan_s;  /* classes, ranks, parameters, lengths (with the tables' copies) */
-    double write_s; /* the records written and sealed */
+    double write_s; /* the records written and sealed (after their layout and uploads) */
     double copy_s;  /* the frames copied to the host */
 } ferry_delta_cuda_enc_times_t;
 void ferry_delta_cuda_enc_last_times(const ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_times_t *out);

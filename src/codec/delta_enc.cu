@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     ek_chunk_t *c = &b.chunks[blockIdx.x];
     const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
-    const uint32_t w = c->width, elems = c->elems, stride = elems >= (1u << 16) ? 64 : 1;
+    const uint32_t w = c->width, elems = c->elems, smask = elems >= (1u << 16) ? 63 : 0; /* every 64th, or all */
     hs[tid] = hc[tid] = 0;
     if (tid == 0) nchg = 0;
     if (tid < 192) sec[tid] = ek_ksecret[tid];
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
     uint32_t mine = 0;
     for (uint32_t i = tid; i < elems; i += THREADS) {
         uint32_t bv = elem_load(base, w, i), nv = elem_load(next, w, i), bk = ek_bucket(bv, w);
-        if (i % stride == 0) atomicAdd(&hs[bk], 1u);
+        if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
         if (bv != nv) {
             atomicAdd(&hc[bk], 1u);
             mine++;

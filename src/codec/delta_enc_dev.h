@@ -69,7 +69,6 @@ typedef struct ek_sub {
     uint32_t ms[5];     /* part: sum over non-unit changes of ExpGolomb(|d| - 2, e) bits */
     uint32_t bits;      /* choose: its sub-stream's length */
     uint32_t off;       /* choose: where it starts, in bits from its class stream's start */
-    uint32_t pad[2];
 } ek_sub_t;
 
 /* One sub-block: which chunk, and where its changes are in the list. */
@@ -78,6 +77,12 @@ typedef struct ek_subblk {
     uint32_t first; /* rank: its first change's index from the chunk's list0 */
     uint32_t m;     /* rank: its changes */
 } ek_subblk_t;
+
+/* Sub-blocks of at most 2^15 elements: ranks fit the entry's 28 bits and
+   runs between non-unit changes a uint16_t. */
+#if ER_SUB_LOG2_MAX_CHOSEN > 15
+#error "delta_enc_dev.h: sub-blocks over 2^15 elements need wider runs"
+#endif
 
 /* ---- the change list: one 64-bit entry per change, in position order ---- */
 

@@ -18,7 +18,6 @@ typedef struct ek_batch {
     ek_chunk_t *chunks;
     uint32_t *hist;        /* per chunk: 256 sampled bucket counts, then 256 changed ones (zeroed before scan) */
     const uint32_t *busy;  /* the chunks with changes (indices) */
-    const uint32_t *sparse; /* of those, the ones choose made sparse */
     ek_subblk_t *blks;     /* the sub-blocks of the chunks with changes */
     ek_sub_t *subs;        /* per sub-block and class */
     uint64_t *list;        /* the changes, per chunk from its list0 */
