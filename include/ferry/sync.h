@@ -123,8 +123,9 @@ typedef struct ferry_sync_params {
      * newest always and older ones only while all of them together take
      * fewer bytes than the reader's ops; a reader applies at most this
      * many steps (more: it pulls whole). 1: deltas only for readers one
-     * version behind. The writer's memory does not grow with it beyond 32
-     * bytes per reader and step (docs/sync.md, "Deltas"). */
+     * version behind. The writer's memory grows with it by 56 bytes per
+     * reader and step only (index and bookkeeping: a chain is kept in the
+     * room one step has at worst; docs/sync.md, "Deltas"). */
     uint32_t delta_chain;
 } ferry_sync_params_t;
 
