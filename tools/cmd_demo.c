@@ -26,7 +26,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
-            "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off]\n"
+            "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off] [--delta-chain N]\n"
             "                  [--device cpu|cuda|cuda:N] [--pack-limit BYTES] [--no-verify] [--verbose]\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "(after SIGTERM, SIGKILL follows in 3 s).\n"
             "--deltas: sync mode, readers one version behind apply sparse deltas instead of\n"
             "pulling whole: auto between hosts only, always also on one host, or off.\n"
+            "--delta-chain: most versions behind a reader may be and still get deltas (a chain\n"
+            "of steps, while it is smaller than the whole), 1..64, default 8. The demo's readers\n"
+            "hold every version, so they apply one step each.\n"
             "--device: where every process's buffers live. cuda: on the GPUs, writers from GPU 0\n"
             "up and readers from GPU 1 up (with two GPUs, trainer and engine ranks of the same\n"
             "number sit on different GPUs); cuda:N: all on GPU N (colocated). Needs a ferry built\n"
@@ -124,6 +127,8 @@ int cmd_demo(int argc, char **argv) {
         } else if (cli_opt(argc, argv, &i, "--deltas", &v)) {
             if ((ok = cli_word("--deltas", v, deltas, 3, &k)))
                 o.deltas = k == 0 ? FERRY_SYNC_DELTAS_AUTO : k == 1 ? FERRY_SYNC_DELTAS_ALWAYS : FERRY_SYNC_DELTAS_OFF;
+        } else if (cli_opt(argc, argv, &i, "--delta-chain", &v)) {
+            ok = cli_u32("--delta-chain", v, 1, FERRY_SYNC_DELTA_CHAIN_MAX, &o.delta_chain);
         } else if (!strcmp(argv[i], "--staged")) o.staged = true;
         else if (!strcmp(argv[i], "--no-verify")) o.verify = false;
         else if (!strcmp(argv[i], "--verbose")) o.verbose = true;

@@ -59,7 +59,7 @@ int demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o, uint32_t step
 
 static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int report_fd, int stdin_fd) {
     char a_rank[16], a_steps[16], a_mode[8], a_tr[8], a_staged[4], a_verify[4], a_lr[32], a_seed[32], a_to[16],
-        a_slots[8], a_deltas[8], a_dev[16], a_pack[24];
+        a_slots[8], a_deltas[8], a_dev[16], a_pack[24], a_chain[16];
     snprintf(a_rank, sizeof a_rank, "%u", rank);
     snprintf(a_steps, sizeof a_steps, "%u", o->steps);
     snprintf(a_mode, sizeof a_mode, "%d", (int)o->mode);
@@ -72,11 +72,12 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     snprintf(a_slots, sizeof a_slots, "%u", o->slots);
     snprintf(a_deltas, sizeof a_deltas, "%d", (int)o->deltas);
     snprintf(a_pack, sizeof a_pack, "%llu", (unsigned long long)o->pack_limit);
+    snprintf(a_chain, sizeof a_chain, "%u", o->delta_chain);
     if (o->device >= 0) snprintf(a_dev, sizeof a_dev, "cuda:%d", o->device);
     else snprintf(a_dev, sizeof a_dev, "%s", o->device == DEMO_DEVICE_CPU ? "cpu" : "cuda");
     char *argv[] = {"ferry", "_sync-worker", writer ? "writer" : "reader", a_rank, (char *)o->model,
                     (char *)o->train, (char *)o->infer, a_steps, a_mode, a_tr, a_staged, a_verify, a_lr, a_seed,
-                    a_to, a_slots, a_deltas, a_dev, a_pack, NULL};
+                    a_to, a_slots, a_deltas, a_dev, a_pack, a_chain, NULL};
     const int map[] = {stdin_fd, 0, report_fd, 3};
     return cli_spawn(argv, map, 2);
 }

@@ -29,6 +29,7 @@ typedef struct demo_opts {
     bool verbose;         /* per-process lines on stderr */
     int device;           /* DEMO_DEVICE_CPU, DEMO_DEVICE_SPREAD, or every worker on GPU N (demo_gpu.h) */
     uint64_t pack_limit;  /* every member's (ferry_sync_params_t); 0: none */
+    uint32_t delta_chain; /* every member's (ferry_sync_params_t); 0: the default */
 } demo_opts_t;
 
 typedef struct demo_step {

@@ -89,11 +89,15 @@ uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, u
 
 /* --device cuda: the member's buffers are on the worker's GPU (ferry
  * allocates them there); the demo computes and checks host copies. */
-/* What writers and readers set alike: the pack limit, and where buffers are. */
+/* What writers and readers set alike: the pack limit, the delta chain, and where buffers are. */
 static void member_params(const worker_t *w, ferry_sync_params_t *sp) {
     if (w->o.pack_limit) {
         sp->field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
         sp->pack_limit = w->o.pack_limit;
+    }
+    if (w->o.delta_chain) {
+        sp->field_mask |= FERRY_SYNC_PARAM_DELTA_CHAIN;
+        sp->delta_chain = w->o.delta_chain;
     }
     if (w->gpu < 0) return;
     sp->field_mask |= FERRY_SYNC_PARAM_MEMORY;
@@ -268,9 +272,9 @@ out:
 }
 
 /* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS DELTAS
- * DEVICE */
+ * DEVICE PACK_LIMIT DELTA_CHAIN */
 int demo_worker_main(int argc, char **argv) {
-    if (argc != 18) {
+    if (argc != 19) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`), %d arguments\n", argc);
         return CLI_USAGE;
     }
@@ -293,6 +297,7 @@ int demo_worker_main(int argc, char **argv) {
         !cli_u32("SLOTS", argv[14], 1, UINT32_MAX, &w.o.slots) ||
         !cli_u32("DELTAS", argv[15], FERRY_SYNC_DELTAS_AUTO, FERRY_SYNC_DELTAS_OFF, &deltas) ||
         !demo_gpu_parse(argv[16], &w.o.device) || !cli_u64("PACK_LIMIT", argv[17], 0, UINT64_MAX, &w.o.pack_limit) ||
+        !cli_u32("DELTA_CHAIN", argv[18], 0, FERRY_SYNC_DELTA_CHAIN_MAX, &w.o.delta_chain) ||
         (transport != FERRY_XPORT_SHM && transport != FERRY_XPORT_UCX && transport != DEMO_TRANSPORT_FILE)) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`): bad arguments\n");
         return CLI_USAGE;

@@ -65,12 +65,18 @@ enum {
     FERRY_SYNC_PARAM_THREADS = 1u << 10,   /* transport copy threads; default: 1 */
     FERRY_SYNC_PARAM_DELTAS = 1u << 11,    /* sync mode; default: FERRY_SYNC_DELTAS_AUTO */
     FERRY_SYNC_PARAM_MEMORY = 1u << 12,    /* memory and device; default: FERRY_MEM_HOST */
-    FERRY_SYNC_PARAM_PACK_LIMIT = 1u << 13 /* every member alike; default: 0, no limit */
+    FERRY_SYNC_PARAM_PACK_LIMIT = 1u << 13, /* every member alike; default: 0, no limit */
+    FERRY_SYNC_PARAM_DELTA_CHAIN = 1u << 14 /* sync mode; default: 8 */
 };
 
+/* Most steps of a delta chain (delta_chain below). */
+#define FERRY_SYNC_DELTA_CHAIN_MAX 64u
+
 /* Sparse deltas in sync mode (docs/sync.md, "Deltas"): writers encode each
- * served region's change from the previous version; a reader that holds
- * that version in place applies them instead of pulling the region. */
+ * served region's change from the previous version and keep those of a few
+ * versions before (a chain of steps, while it is smaller than the region);
+ * a reader that holds one of those versions in place applies the steps
+ * from it instead of pulling the region. */
 typedef enum ferry_sync_deltas {
     FERRY_SYNC_DELTAS_AUTO = 0,   /* between hosts: a writer offers deltas to readers on other hosts,
                                      and those use them; on one host memory copies are faster */
@@ -112,6 +118,15 @@ typedef struct ferry_sync_params {
      * plan differently are refused (FERRY_ERR_MISMATCH, naming the plans'
      * digests). docs/sync.md, "Memory". */
     uint64_t pack_limit;
+    /* Sync mode, deltas: the most steps of a chain (1..FERRY_SYNC_DELTA_CHAIN_MAX).
+     * A writer keeps each reader's deltas of up to this many versions, the
+     * newest always and older ones only while all of them together take
+     * fewer bytes than the reader's ops; a reader applies at most this
+     * many steps (more: it pulls whole). 1: deltas only for readers one
+     * version behind. The writer's memory grows with it by 56 bytes per
+     * reader and step only (index and bookkeeping: a chain is kept in the
+     * room one step has at worst; docs/sync.md, "Deltas"). */
+    uint32_t delta_chain;
 } ferry_sync_params_t;
 
 /* Pseudo-versions for ferry_reader_update. */
@@ -133,7 +148,8 @@ typedef struct ferry_publish_info {
     uint32_t readers_acked;  /* sync: readers that acknowledged */
     uint32_t readers_missing;/* sync: live readers that did not within the timeout */
     double delta_seconds;    /* sync: encoding deltas and keeping the base for the next */
-    uint64_t delta_bytes;    /* sync: bytes of the deltas offered (0: none, e.g. the first version) */
+    uint64_t delta_bytes;    /* sync: bytes of this version's deltas (its steps and the area's index; 0: none, e.g.
+                                the first version); older steps still offered are not counted again */
     uint64_t device_bytes;   /* CUDA writers: GPU memory ferry holds for this writer (pack area, slots, scratch) */
 } ferry_publish_info_t;
 
@@ -196,7 +212,9 @@ typedef struct ferry_update_info {
     uint32_t retries;        /* attempts that failed and were retried */
     uint32_t sources;        /* writers read from */
     uint32_t delta_pairs;    /* writers whose bytes arrived as deltas */
-    uint64_t delta_bytes;    /* of bytes, those of deltas (and their index) */
+    uint32_t delta_steps;    /* versions the deltas spanned: steps of the longest chain applied (1: from the
+                                version just before; 0: no deltas) */
+    uint64_t delta_bytes;    /* of bytes, those of deltas (every step, and the areas' index) */
     uint64_t device_bytes;   /* CUDA readers: GPU memory ferry holds for this reader (scratch, staging) */
 } ferry_update_info_t;
 

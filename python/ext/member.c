@@ -180,20 +180,22 @@ bool pyf_device_arg(PyObject *o, ferry_mem_type_t *mem, int *device, bool *given
 static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
     bool writer = cls == &pyf_WriterType || PyType_IsSubtype(cls, &pyf_WriterType);
     static char *wkws[] = {"model", "job", "rank", "world", "meta", "token", "transport", "timeout", "lease",
-                           "threads", "deltas", "device", "mode", "slots", "serve", "pack_limit", NULL};
+                           "threads", "deltas", "device", "mode", "slots", "serve", "pack_limit", "delta_chain", NULL};
     static char *rkws[] = {"model", "job", "rank", "world", "meta", "token", "transport", "timeout", "lease",
-                           "threads", "deltas", "device", "staged", "inflight", "pack_limit", NULL};
+                           "threads", "deltas", "device", "staged", "inflight", "pack_limit", "delta_chain", NULL};
     PyObject *model, *timeout = Py_None, *lease = Py_None, *serve = Py_None, *slots = Py_None, *inflight = Py_None,
-                     *threads = Py_None, *device = Py_None, *pack_limit = Py_None;
+                     *threads = Py_None, *device = Py_None, *pack_limit = Py_None, *delta_chain = Py_None;
     const char *job = NULL, *meta = NULL, *token = NULL, *transport = NULL, *deltas = NULL, *mode = NULL;
     unsigned int rank = UINT32_MAX, world = UINT32_MAX;
     int staged = 0;
-    int ok = writer ? PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzOzOOO:Writer", wkws, &pyf_ModelType,
+    int ok = writer ? PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzOzOOOO:Writer", wkws, &pyf_ModelType,
                                                   &model, &job, &rank, &world, &meta, &token, &transport, &timeout,
-                                                  &lease, &threads, &deltas, &device, &mode, &slots, &serve, &pack_limit)
-                    : PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzOpOO:Reader", rkws, &pyf_ModelType,
+                                                  &lease, &threads, &deltas, &device, &mode, &slots, &serve,
+                                                  &pack_limit, &delta_chain)
+                    : PyArg_ParseTupleAndKeywords(args, kw, "O!|$sIIzzzOOOzOpOOO:Reader", rkws, &pyf_ModelType,
                                                   &model, &job, &rank, &world, &meta, &token, &transport, &timeout,
-                                                  &lease, &threads, &deltas, &device, &staged, &inflight, &pack_limit);
+                                                  &lease, &threads, &deltas, &device, &staged, &inflight, &pack_limit,
+                                                  &delta_chain);
     if (!ok) return NULL;
     if (!job || rank == UINT32_MAX || world == UINT32_MAX)
         return pyf_raise(FERRY_ERR_INVALID_ARGUMENT, writer ? "Writer: job=, rank= and world= are required"
@@ -250,6 +252,10 @@ static PyObject *member_new(PyTypeObject *cls, PyObject *args, PyObject *kw) {
     if (pack_limit != Py_None) {
         if (!pyf_u64_arg(pack_limit, "pack_limit", &p.pack_limit)) return NULL;
         p.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
+    }
+    if (delta_chain != Py_None) {
+        if (!pyf_u32_arg(delta_chain, "delta_chain", &p.delta_chain)) return NULL;
+        p.field_mask |= FERRY_SYNC_PARAM_DELTA_CHAIN;
     }
     bool dev_given;
     if (!pyf_device_arg(device, &p.memory, &p.device, &dev_given)) return NULL;
@@ -614,6 +620,7 @@ static PyObject *reader_update(pyf_member_t *m, PyObject *args, PyObject *kw) {
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.delta_pairs));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.delta_bytes));
     PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLongLong(info.device_bytes));
+    PyStructSequence_SET_ITEM(o, i++, PyLong_FromUnsignedLong(info.delta_steps));
     if (PyErr_Occurred()) Py_CLEAR(o);
     return o;
 }
@@ -725,12 +732,14 @@ PyTypeObject pyf_WriterType = {
     .tp_basicsize = sizeof(pyf_member_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Writer(model, *, job, rank, world, meta=None, token=None, transport='shm', timeout=None, lease=None,\n"
-              "       threads=None, deltas='auto', device=None, mode='sync', slots=None, serve=None, pack_limit=None)\n\n"
+              "       threads=None, deltas='auto', device=None, mode='sync', slots=None, serve=None, pack_limit=None,\n"
+              "       delta_chain=None)\n\n"
               "A trainer rank of a sync job: registers its tensors (add_layout, add_buffer/add_piece, or\n"
               "ferry.register for a module), commits, and publishes versions. Rank 0 runs the metadata service\n"
               "at meta (default FERRY_META) unless serve=False. timeout and lease in seconds. device: where every\n"
               "buffer is (None/'cpu', 'cuda', 'cuda:N', an int N or a torch.device). pack_limit: most bytes of the\n"
               "area where strided sources are packed (None: no limit); every member of a job gives the same.\n"
+              "delta_chain: sync deltas, most versions a reader may be behind and still get them (default 8).\n"
               "One thread at a time.",
     .tp_dealloc = (destructor)member_dealloc,
     .tp_methods = writer_methods,
@@ -743,10 +752,12 @@ PyTypeObject pyf_ReaderType = {
     .tp_basicsize = sizeof(pyf_member_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Reader(model, *, job, rank, world, meta=None, token=None, transport='shm', timeout=None, lease=None,\n"
-              "       threads=None, deltas='auto', device=None, staged=False, inflight=None, pack_limit=None)\n\n"
+              "       threads=None, deltas='auto', device=None, staged=False, inflight=None, pack_limit=None,\n"
+              "       delta_chain=None)\n\n"
               "An engine rank of a sync job: registers its own tensors as destinations, commits, and updates\n"
               "them in place to published versions. device: where every buffer is (None/'cpu', 'cuda',\n"
-              "'cuda:N', an int N or a torch.device). pack_limit: as the writers'. One thread at a time.",
+              "'cuda:N', an int N or a torch.device). pack_limit: as the writers'. delta_chain: most delta steps\n"
+              "applied in one update (default 8; more: pull whole). One thread at a time.",
     .tp_dealloc = (destructor)member_dealloc,
     .tp_methods = reader_methods,
     .tp_getset = reader_getset,

@@ -279,7 +279,7 @@ static PyStructSequence_Field publish_fields[] = {
     {"pack_seconds", "gathering strided sources"}, {"hash_seconds", "checksums of served regions"},
     {"wait_seconds", "sync: waiting for acknowledgements"}, {"bytes_served", "bytes readers pull from this writer"},
     {"readers_acked", NULL}, {"readers_missing", "live readers that did not acknowledge in time"},
-    {"delta_seconds", "encoding deltas"}, {"delta_bytes", "bytes of the deltas offered"},
+    {"delta_seconds", "encoding deltas"}, {"delta_bytes", "bytes of this version's deltas"},
     {"device_bytes", "CUDA writers: GPU memory ferry holds for this writer"}, {0}};
 static PyStructSequence_Field update_fields[] = {
     {"version", "the version now held"}, {"bytes", "bytes pulled"}, {"seconds", "whole update"},
@@ -287,7 +287,8 @@ static PyStructSequence_Field update_fields[] = {
     {"verify_seconds", "checksums"}, {"apply_seconds", "staged: copying into the live buffers"},
     {"retries", NULL}, {"sources", "writers read from"}, {"delta_pairs", "writers whose bytes came as deltas"},
     {"delta_bytes", "of bytes, those of deltas"},
-    {"device_bytes", "CUDA readers: GPU memory ferry holds for this reader"}, {0}};
+    {"device_bytes", "CUDA readers: GPU memory ferry holds for this reader"},
+    {"delta_steps", "versions the deltas spanned (1: one behind; 0: none)"}, {0}};
 
 static PyTypeObject *structseq(PyObject *m, const char *name, const char *doc, PyStructSequence_Field *f) {
     int n = 0;

@@ -86,7 +86,8 @@ def test_megatron_tp2_to_hf_and_vllm_in_place():
     hf, vl = ferry.Layout.hf(m), ferry.Layout.infer(m, "tp=1")
     hf_t, vl_t = hf_zeros(m), zeros_for(vl, 0)
     ptrs = [t.data_ptr() for t in list(hf_t.values()) + list(vl_t.values())]
-    job = Job(m, "megatron-hf-vllm", 2, 2, wargs={"deltas": "always"}, rargs={"deltas": "always"})
+    job = Job(m, "megatron-hf-vllm", 2, 2, wargs={"deltas": "always", "delta_chain": 3},
+              rargs={"deltas": "always", "delta_chain": 3})
     for r in range(2):
         job.writers[r].register(shards[r], train, r)
     job.readers[0].register(hf_t, hf, 0)
@@ -99,7 +100,9 @@ def test_megatron_tp2_to_hf_and_vllm_in_place():
         assert [i.version for i in rinfo] == [v, v] and all(i.readers_acked == 2 for i in winfo)
         assert all(i.device_bytes == 0 for i in winfo + rinfo)  # host members hold no GPU memory
         if v > 1:
-            assert all(i.delta_pairs > 0 for i in rinfo), "readers one version behind get deltas"
+            assert all(i.delta_pairs > 0 and i.delta_steps == 1 for i in rinfo), "one version behind: one step"
+        else:
+            assert all(i.delta_pairs == 0 and i.delta_steps == 0 for i in rinfo)
         for layer in range(2):
             p = f"model.layers.{layer}."
             qkv = torch.cat([hf_t[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
@@ -114,6 +117,16 @@ def test_megatron_tp2_to_hf_and_vllm_in_place():
         assert torch.equal(vl_t["model.embed_tokens.weight"][:1000], emb)
     assert [t.data_ptr() for t in list(hf_t.values()) + list(vl_t.values())] == ptrs  # in place
     job.close()
+
+
+def test_delta_chain_is_checked():
+    """delta_chain= takes 1 to 64 steps, on writers and readers alike."""
+    m = ferry.Model.from_config(TINY)
+    for bad in (0, 65):
+        with pytest.raises(ferry.InvalidArgumentError, match=rf"writer: delta_chain {bad} \(1..64 steps\)"):
+            ferry.Writer(m, job="chain-bad", rank=0, world=1, meta="127.0.0.1:0", delta_chain=bad)
+        with pytest.raises(ferry.InvalidArgumentError, match=rf"reader: delta_chain {bad} \(1..64 steps\)"):
+            ferry.Reader(m, job="chain-bad", rank=0, world=1, meta="127.0.0.1:1", delta_chain=bad)
 
 
 def test_pack_limit_strided_sources_read_run_by_run():

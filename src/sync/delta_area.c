@@ -44,17 +44,22 @@ ferry_status_t sync_delta_header_parse(const uint8_t hdr[SYNC_DELTA_HEADER], uin
     return FERRY_OK;
 }
 
-ferry_status_t sync_delta_entry_parse(const uint8_t *index, uint32_t i, uint32_t entries, uint64_t area_size,
-                                      sync_delta_entry_t *e, ferry_errbuf_t *err) {
-    if (i >= entries)
-        return ferry_fail(err, FERRY_ERR_CORRUPT, "delta area entry %u of %u", i, entries);
+/* Entry i's fields, unchecked. */
+static sync_delta_entry_t entry_get(const uint8_t *index, uint32_t i) {
     const uint8_t *p = index + (uint64_t)i * SYNC_DELTA_ENTRY;
-    sync_delta_entry_t x = {.dst_rank = (uint32_t)ferry_get_le(p, 4),
-                            .ops = (uint32_t)ferry_get_le(p + 4, 4),
-                            .base_version = ferry_get_le(p + 8, 8),
-                            .blob = ferry_get_le(p + 16, 8),
-                            .blob_len = ferry_get_le(p + 24, 8)};
-    uint64_t first = sync_delta_index_end(entries);
+    return (sync_delta_entry_t){.dst_rank = (uint32_t)ferry_get_le(p, 4),
+                                .ops = (uint32_t)ferry_get_le(p + 4, 4),
+                                .base_version = ferry_get_le(p + 8, 8),
+                                .blob = ferry_get_le(p + 16, 8),
+                                .blob_len = ferry_get_le(p + 24, 8)};
+}
+
+ferry_status_t sync_delta_entry_parse(const uint8_t *index, uint32_t i, const sync_delta_header_t *h,
+                                      uint64_t area_size, sync_delta_entry_t *e, ferry_errbuf_t *err) {
+    if (i >= h->entries)
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "delta area entry %u of %u", i, h->entries);
+    sync_delta_entry_t x = entry_get(index, i);
+    uint64_t first = sync_delta_index_end(h->entries);
     if (x.blob < first)
         return ferry_fail(err, FERRY_ERR_CORRUPT, "delta area entry %u: its blob at byte %llu overlaps the %llu bytes "
                           "of header and entries", i, (unsigned long long)x.blob, (unsigned long long)first);
@@ -65,7 +70,44 @@ ferry_status_t sync_delta_entry_parse(const uint8_t *index, uint32_t i, uint32_t
     if (x.blob_len < 8 * (uint64_t)x.ops)
         return ferry_fail(err, FERRY_ERR_CORRUPT, "delta area entry %u: a blob of %llu bytes cannot hold the lengths "
                           "of %u frames", i, (unsigned long long)x.blob_len, x.ops);
+    /* a step leads to a later version: at the latest the area's */
+    if (x.base_version >= h->version)
+        return ferry_fail(err, FERRY_ERR_CORRUPT, "delta area entry %u: base version %llu is not below the area's "
+                          "version %llu", i, (unsigned long long)x.base_version, (unsigned long long)h->version);
+    if (i > 0) { /* sorted, so a reader finds its steps adjacent and in order, each base once */
+        sync_delta_entry_t y = entry_get(index, i - 1);
+        if (x.dst_rank < y.dst_rank || (x.dst_rank == y.dst_rank && x.base_version <= y.base_version))
+            return ferry_fail(err, FERRY_ERR_CORRUPT,
+                              "delta area entry %u (reader %u, base %llu) does not follow entry %u (reader %u, base "
+                              "%llu): entries go by reader, then base version", i, x.dst_rank,
+                              (unsigned long long)x.base_version, i - 1, y.dst_rank,
+                              (unsigned long long)y.base_version);
+        if (x.dst_rank == y.dst_rank && x.ops != y.ops)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "delta area entries %u and %u: reader %u's steps have %u and %u "
+                              "ops", i - 1, i, x.dst_rank, y.ops, x.ops);
+    }
     *e = x;
+    return FERRY_OK;
+}
+
+ferry_status_t sync_delta_chain_find(const uint8_t *index, const sync_delta_header_t *h, uint64_t area_size,
+                                     uint32_t dst_rank, uint64_t held, sync_delta_entry_t *steps, uint32_t max_steps,
+                                     uint32_t *n, ferry_errbuf_t *err) {
+    uint32_t k = 0;
+    bool found = false;
+    for (uint32_t i = 0; i < h->entries; i++) {
+        sync_delta_entry_t e;
+        ferry_status_t st = sync_delta_entry_parse(index, i, h, area_size, &e, err);
+        if (st != FERRY_OK) return st;
+        if (e.dst_rank > dst_rank) break; /* sorted: no more of ours */
+        if (e.dst_rank < dst_rank || (!found && e.base_version != held)) continue;
+        found = true;
+        if (k == max_steps)
+            return ferry_fail(err, FERRY_ERR_LIMIT, "reader %u's chain from version %llu has more than %u steps",
+                              dst_rank, (unsigned long long)held, max_steps);
+        steps[k++] = e;
+    }
+    *n = k;
     return FERRY_OK;
 }
 
@@ -139,7 +181,7 @@ ferry_status_t sync_delta_area_parse(const uint8_t *area, uint64_t size, sync_de
         return ferry_fail(err, FERRY_ERR_LIMIT, "delta area has %u entries, room for %u", hh.entries, max_entries);
     for (uint32_t i = 0; i < hh.entries; i++) {
         sync_delta_entry_t e;
-        st = sync_delta_entry_parse(area + SYNC_DELTA_HEADER, i, hh.entries, size, &e, err);
+        st = sync_delta_entry_parse(area + SYNC_DELTA_HEADER, i, &hh, size, &e, err);
         if (st != FERRY_OK) return st;
         st = sync_delta_blob_parse(area + e.blob, e.blob_len, e.ops, err);
         if (st != FERRY_OK) {

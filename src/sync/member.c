@@ -54,6 +54,10 @@ ferry_status_t sync_member_init(sync_member_t *m, ferry_ctx_t *ctx, uint32_t rol
         m->p.deltas != FERRY_SYNC_DELTAS_OFF)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: deltas %d is not auto, always or off", who,
                           m->p.deltas);
+    if (!(f & FERRY_SYNC_PARAM_DELTA_CHAIN)) m->p.delta_chain = 8;
+    if (m->p.delta_chain < 1 || m->p.delta_chain > FERRY_SYNC_DELTA_CHAIN_MAX)
+        return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: delta_chain %u (1..%u steps)", who, m->p.delta_chain,
+                          FERRY_SYNC_DELTA_CHAIN_MAX);
     if (m->p.mode != FERRY_SYNC_MODE_SYNC && m->p.mode != FERRY_SYNC_MODE_ASYNC)
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "%s: mode %d is neither sync nor async", who, m->p.mode);
     if (m->p.slots < 1 || m->p.slots > 16)

@@ -801,15 +801,19 @@ static bool dscratch(ferry_reader_t *r, uint64_t need) {
     return true;
 }
 
-/* Pair p's ops from its writer's deltas of version v against `held`, in
- * place. False when the writer offers none for us (why stays empty), or any
- * step fails (why says which): the pair is then pulled whole, which
- * overwrites what the deltas wrote. Everything the area says is checked
- * (sync/delta_area.h) against the registered size before use. *bytes: what
- * was read. A read the interrupt hook cut short sets *stop (the update
- * ends there). */
+/* Pair p's ops from its writer's chain of deltas from `held` to v, in
+ * place: its steps held -> ... -> v (one step when held is the version
+ * published before v), each op's frames applied step by step, then its
+ * destination hashed for the usual check. False when the writer offers no
+ * chain from held for us (why stays empty), or any step fails (why says
+ * which): the pair is then pulled whole, which overwrites what the deltas
+ * wrote. Everything the area says is checked (sync/delta_area.h) against
+ * the registered size before use; the codec checks each frame's base (the
+ * version, and each chunk's xxh3) before it writes. *bytes: what was read;
+ * *nsteps: the steps applied. A read the interrupt hook cut short sets
+ * *stop (the update ends there). */
 static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint64_t held, uint64_t *bytes,
-                       ferry_errbuf_t *why, ferry_status_t *stop) {
+                       uint32_t *nsteps, ferry_errbuf_t *why, ferry_status_t *stop) {
     sync_member_t *m = &r->m;
     reader_src_t *s = &r->src[p->src_rank];
     ferry_xport_rmem_t *rmem = s->regions.cur[s->grant->map.delta_region];
@@ -835,72 +839,101 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         ferry_fail(why, FERRY_ERR_PEER_LOST, "reading %u delta area entries", h.entries);
         return false;
     }
-    sync_delta_entry_t e;
-    bool found = false;
-    for (uint32_t k = 0; k < h.entries && !found; k++) {
-        if (sync_delta_entry_parse(r->dscratch, k, h.entries, area, &e, why) != FERRY_OK) return false;
-        found = e.dst_rank == m->p.rank && e.ops == p->op_count && e.base_version == held;
-    }
-    if (!found) return false; /* not for us, or from another base */
-    if (!dscratch(r, e.blob_len) || (gs = get_one(r, rmem, e.blob, e.blob_len, r->dscratch)) != FERRY_OK) {
-        if (gs == FERRY_ERR_INTERRUPTED) *stop = gs;
-        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading a %llu-byte delta blob", (unsigned long long)e.blob_len);
+    sync_delta_entry_t step[FERRY_SYNC_DELTA_CHAIN_MAX];
+    uint32_t n = 0;
+    if (sync_delta_chain_find(r->dscratch, &h, area, m->p.rank, held, step, m->p.delta_chain, &n, why) != FERRY_OK)
+        return false;
+    if (n == 0) return false; /* not for us, or not from our version */
+    if (step[0].ops != p->op_count) {
+        ferry_fail(why, FERRY_ERR_CORRUPT, "the deltas for us have %u ops, our plan %zu from this writer", step[0].ops,
+                   p->op_count);
         return false;
     }
-    if (sync_delta_blob_parse(r->dscratch, e.blob_len, e.ops, why) != FERRY_OK) return false;
-    *bytes = sync_delta_index_end(h.entries) + e.blob_len;
-    uint64_t at = 8 * (uint64_t)e.ops;
+    /* every step's blob, back to back in the scratch: one read */
+    ferry_xport_run_t runs[FERRY_SYNC_DELTA_CHAIN_MAX];
+    uint64_t blob_at[FERRY_SYNC_DELTA_CHAIN_MAX], frame_at[FERRY_SYNC_DELTA_CHAIN_MAX], total = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if (step[j].blob_len > ((uint64_t)1 << 40) - total) {
+            ferry_fail(why, FERRY_ERR_LIMIT, "a chain of %u delta blobs past 1 TiB", n);
+            return false;
+        }
+        blob_at[j] = total;
+        total += step[j].blob_len;
+    }
+    if (!dscratch(r, total)) {
+        ferry_fail(why, FERRY_ERR_NO_MEMORY, "no memory for %llu bytes of deltas", (unsigned long long)total);
+        return false;
+    }
+    for (uint32_t j = 0; j < n; j++)
+        runs[j] = (ferry_xport_run_t){.rmem = rmem, .remote_offset = step[j].blob, .len = step[j].blob_len,
+                                      .local = r->dscratch + blob_at[j]};
+    ferry_xport_req_t *req = NULL;
+    gs = ferry_xport_get(m->xp, runs, n, &req);
+    if (gs == FERRY_OK) gs = ferry_xport_req_wait(req, -1);
+    ferry_xport_req_free(req);
+    if (gs != FERRY_OK) {
+        if (gs == FERRY_ERR_INTERRUPTED) *stop = gs;
+        ferry_fail(why, FERRY_ERR_PEER_LOST, "reading %llu bytes of delta blobs", (unsigned long long)total);
+        return false;
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        if (sync_delta_blob_parse(r->dscratch + blob_at[j], step[j].blob_len, step[j].ops, why) != FERRY_OK)
+            return false;
+        frame_at[j] = blob_at[j] + 8 * (uint64_t)step[j].ops;
+    }
+    *bytes = sync_delta_index_end(h.entries) + total;
     if (!r->codec && ferry_delta_codec_create(m->ctx, &r->codec) != FERRY_OK) {
         ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
         return false;
     }
     r->torn = true; /* live bytes change from here on */
     for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
-        uint64_t len = sync_delta_frame_len(r->dscratch, (uint32_t)(i - p->first_op)); /* inside the blob: checked */
+        uint32_t k = (uint32_t)(i - p->first_op);
         const ferry_copy_op_t *op = &ops[i];
         size_t esz = sync_op_esz(&r->m, op);
         ferry_dtype_t dt;
         uint64_t elems;
         if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) {
-            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu has %zu-byte elements", i - p->first_op, esz);
-            return false;
-        }
-        /* the frame must be for exactly this region: its dtype and size decide
-           how many bytes apply writes (the writer is not trusted with that) */
-        ferry_delta_info_t fi;
-        if (ferry_delta_peek(r->codec, r->dscratch + at, len, &fi) != FERRY_OK || fi.dtype != dt ||
-            fi.elems != elems || fi.base_version != held || fi.next_version != v) {
-            ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu is not a delta of this region from version %llu to %llu",
-                       i - p->first_op, (unsigned long long)held, (unsigned long long)v);
+            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %u has %zu-byte elements", k, esz);
             return false;
         }
         uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);
         uint8_t *base = dst_base(r, lb);
-        if (sync_box_contiguous(&op->box, op->dst_strides)) {
-            if (ferry_delta_apply(r->codec, r->dscratch + at, len, base + op->dst_offset, elems, held, NULL) != FERRY_OK) {
-                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu does not apply: %s", i - p->first_op,
+        bool contiguous = sync_box_contiguous(&op->box, op->dst_strides);
+        uint8_t *region = contiguous ? base + op->dst_offset : r->gather;
+        if (!contiguous) sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, esz);
+        /* the op's region, step by step: each frame turns the version before into the next */
+        for (uint32_t j = 0; j < n; j++) {
+            uint64_t from = step[j].base_version, to = j + 1 < n ? step[j + 1].base_version : v;
+            uint64_t len = sync_delta_frame_len(r->dscratch + blob_at[j], k); /* inside the blob: checked */
+            const uint8_t *frame = r->dscratch + frame_at[j];
+            frame_at[j] += len;
+            /* the frame must be for exactly this region: its dtype and size decide
+               how many bytes apply writes (the writer is not trusted with that) */
+            ferry_delta_info_t fi;
+            if (ferry_delta_peek(r->codec, frame, len, &fi) != FERRY_OK || fi.dtype != dt || fi.elems != elems ||
+                fi.base_version != from || fi.next_version != to) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %u of step %u of %u is not a delta of this region from "
+                           "version %llu to %llu", k, j + 1, n, (unsigned long long)from, (unsigned long long)to);
+                return false;
+            }
+            if (ferry_delta_apply(r->codec, frame, len, region, elems, from, NULL) != FERRY_OK) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %u of step %u of %u does not apply: %s", k, j + 1, n,
                            ferry_delta_codec_detail(r->codec));
                 return false;
             }
-            r->got[i] = ferry_sum(base + op->dst_offset, op->bytes);
-        } else {
-            sync_gather(r->gather, base, op->dst_offset, op->dst_strides, &op->box, esz);
-            if (ferry_delta_apply(r->codec, r->dscratch + at, len, r->gather, elems, held, NULL) != FERRY_OK) {
-                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu does not apply: %s", i - p->first_op,
-                           ferry_delta_codec_detail(r->codec));
-                return false;
-            }
-            sync_scatter(base, op->dst_offset, op->dst_strides, &op->box, esz, r->gather);
-            r->got[i] = ferry_sum(r->gather, op->bytes);
         }
-        at += len;
+        if (!contiguous) sync_scatter(base, op->dst_offset, op->dst_strides, &op->box, esz, r->gather);
+        r->got[i] = ferry_sum(region, op->bytes);
     }
+    *nsteps = n;
     return true;
 }
 
-/* In place and one version behind: the pairs whose writers offer deltas
- * arrive as deltas (their checksums are fetched first: a writer sends them
- * once its deltas are written). Failures fall back to pulling whole. */
+/* In place and behind: the pairs whose writers offer deltas from the
+ * version held (one step, or a chain) arrive as deltas (their checksums are
+ * fetched first: a writer sends them once its deltas are written).
+ * Failures fall back to pulling whole. */
 static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, meta_grant_t **sums_reply,
                                   double deadline, pull_stats_t *ps, ferry_update_info_t *inf) {
     sync_member_t *m = &r->m;
@@ -927,16 +960,18 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
         const reader_src_t *s = &r->src[pairs[pi].src_rank];
         if (!s->grant || !s->grant->map.has_delta || s->skip_delta) continue;
         uint64_t bytes = 0;
+        uint32_t steps = 0;
         ferry_errbuf_t why;
         why.text[0] = '\0';
         ferry_status_t stop = FERRY_OK;
-        bool ok = pair_delta(r, &pairs[pi], v, held, &bytes, &why, &stop);
+        bool ok = pair_delta(r, &pairs[pi], v, held, &bytes, &steps, &why, &stop);
         if (stop != FERRY_OK) return read_fail(r, pairs[pi].src_rank, stop);
         if (ok) {
             r->pair_done[pi] = true;
             ps->bytes += bytes;
             inf->delta_bytes += bytes;
             inf->delta_pairs++;
+            if (steps > inf->delta_steps) inf->delta_steps = steps;
         } else if (why.text[0]) {
             ferry_log(m->ctx, FERRY_LOG_INFO, "reader %u: deltas of version %llu from writer %u refused (%s); pulling "
                       "whole", m->p.rank, (unsigned long long)v, pairs[pi].src_rank, why.text);

@@ -24,6 +24,21 @@ typedef struct writer_slot {
     uint64_t *buffer_offset;
 } writer_slot_t;
 
+/* One step of a reader's chain in the delta area: its deltas from
+ * base_version to the next version published. */
+typedef struct delta_step {
+    uint64_t base_version, at, len; /* the blob: at, len bytes */
+} delta_step_t;
+
+/* A reader's section of the delta area: room for the raw bound of all its
+ * ops (what one step can take at worst), holding the steps it is offered
+ * back to back, oldest first (their blobs), then free room. */
+typedef struct delta_sec {
+    uint64_t at, cap;
+    uint32_t nsteps;
+    delta_step_t *step;        /* chain of them */
+} delta_sec_t;
+
 struct ferry_writer {
     sync_member_t m;
     uint64_t setup_epoch;      /* the epoch the state below was built for (0: none) */
@@ -61,9 +76,14 @@ struct ferry_writer {
     uint64_t base_version;     /* 0: base holds nothing usable */
     ferry_xport_mem_t *delta_mem;
     uint8_t *delta_area;
-    uint64_t delta_cap;
     ferry_delta_codec_t *codec;
     bool *delta_pair;          /* per pair: offered deltas (auto: the reader is on another host) */
+    /* chains: each offered pair's steps, kept in its own section of the area */
+    uint32_t chain;            /* most steps kept per reader (delta_chain; fewer where the index would pass
+                                  its limit) */
+    size_t *dorder, ndorder;   /* the pairs offered deltas, by reader rank: the entries' order */
+    delta_sec_t *sec;          /* per pair */
+    delta_step_t *sec_steps;   /* npairs x chain: the sections' steps */
 };
 
 const char *ferry_writer_error(const ferry_writer_t *w) { return w ? w->m.err.text : ""; }
@@ -126,6 +146,14 @@ static void epoch_free(ferry_writer_t *w) {
     w->sum_dt = NULL;
     ferry_free(w->m.ctx, w->delta_pair);
     w->delta_pair = NULL;
+    ferry_free(w->m.ctx, w->dorder);
+    ferry_free(w->m.ctx, w->sec);
+    ferry_free(w->m.ctx, w->sec_steps);
+    w->dorder = NULL;
+    w->sec = NULL;
+    w->sec_steps = NULL;
+    w->ndorder = 0;
+    w->chain = 0;
     free(w->base);
     w->delta_mem = NULL;
     w->delta_area = NULL;
@@ -224,14 +252,51 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         any |= w->delta_pair[pi];
     }
     if (!any) return FERRY_OK;
-    if (w->npairs > SYNC_DELTA_MAX_ENTRIES) return FERRY_OK; /* more readers than an area can name: pull whole */
-    uint64_t cap = sync_delta_index_end((uint32_t)w->npairs);
+    /* the entries go by reader rank (delta_area.h): the offered pairs in that order, one per reader (the plan's
+       order already, in practice) */
+    w->dorder = ferry_alloc(ctx, (w->npairs + 1) * sizeof *w->dorder);
+    w->sec = ferry_calloc(ctx, w->npairs + 1, sizeof *w->sec);
+    if (!w->dorder || !w->sec) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t pi = 0; pi < w->npairs; pi++) {
+        if (!w->delta_pair[pi]) continue;
+        size_t k = w->ndorder++;
+        for (; k > 0 && pairs[w->dorder[k - 1]].dst_rank > pairs[pi].dst_rank; k--) w->dorder[k] = w->dorder[k - 1];
+        w->dorder[k] = pi;
+        /* two pairs for one reader would break the entries' order (never: a writer has one pair per reader) */
+        if (k > 0 && pairs[w->dorder[k - 1]].dst_rank == pairs[pi].dst_rank) return FERRY_OK;
+    }
+    if (w->ndorder > SYNC_DELTA_MAX_ENTRIES) return FERRY_OK; /* more readers than an area can name: pull whole */
+    w->chain = m->p.delta_chain;
+    if ((uint64_t)w->chain * w->ndorder > SYNC_DELTA_MAX_ENTRIES)
+        w->chain = (uint32_t)(SYNC_DELTA_MAX_ENTRIES / w->ndorder);
+    w->sec_steps = ferry_calloc(ctx, w->npairs * w->chain + 1, sizeof *w->sec_steps);
+    if (!w->sec_steps) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+    uint64_t *bound = ferry_alloc(ctx, (nops + 1) * sizeof *bound);
+    if (!bound) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < nops; i++) {
         ferry_dtype_t dt;
         uint64_t elems;
-        if (!sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems)) return FERRY_OK;
-        cap += 8 + ferry_delta_bound(dt, elems, 0);
+        bound[i] = sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems)
+                       ? ferry_delta_bound(dt, elems, 0) : 0;
+        if (!bound[i]) { /* elements the codec cannot carry: pull whole */
+            ferry_free(ctx, bound);
+            return FERRY_OK;
+        }
     }
+    /* the index has room for every step of every reader; then each reader's
+       section, the raw bound of its ops: any one step fits, and so does the
+       chain (fewer bytes than the ops, by the chain rule) */
+    uint64_t cap = sync_delta_index_end((uint32_t)(w->ndorder * w->chain));
+    for (size_t k = 0; k < w->ndorder; k++) {
+        size_t pi = w->dorder[k];
+        delta_sec_t *sec = &w->sec[pi];
+        sec->at = cap;
+        sec->step = w->sec_steps + pi * w->chain;
+        for (size_t i = pairs[pi].first_op; i < pairs[pi].first_op + pairs[pi].op_count; i++)
+            sec->cap += 8 + bound[i];
+        cap += sec->cap;
+    }
+    ferry_free(ctx, bound);
     w->group_base = ferry_alloc(ctx, w->ngroups * sizeof *w->group_base);
     w->frame_at = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_at);
     w->frame_len = ferry_calloc(ctx, w->ngroups, sizeof *w->frame_len);
@@ -261,7 +326,6 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         return ferry_fail(&m->err, st, "delta area of %llu bytes: %s", (unsigned long long)cap,
                           ferry_xport_error(m->xp));
     w->delta_area = ferry_xport_mem_ptr(w->delta_mem);
-    w->delta_cap = cap;
     sync_delta_header_put(w->delta_area, &(sync_delta_header_t){0, 0}); /* no entries yet */
     w->base_version = 0;
     w->deltas = true;
@@ -512,67 +576,156 @@ typedef struct publish_ctx {
     uint64_t delta_bytes;
 } publish_ctx_t;
 
+/* Op i's frame of s->version into the area at `at` (room bytes there):
+ * copied if another reader's op of the same read has it this version, else
+ * encoded from the base. FERRY_ERR_LIMIT when it does not fit: nothing is
+ * kept of the attempt (its chunk sums are forgotten), so it may be made
+ * again elsewhere. */
+static ferry_status_t op_frame(ferry_writer_t *w, writer_slot_t *s, size_t i, uint64_t at, uint64_t room,
+                               uint64_t *len) {
+    const ferry_copy_op_t *op = &ferry_plan_ops(w->m.plan)[i];
+    uint8_t *a = w->delta_area;
+    uint64_t v = s->version;
+    size_t g = w->op_group[i];
+    if (w->frame_ver[g] == v) { /* another reader's op reads the same bytes */
+        if (w->frame_len[g] > room) return FERRY_ERR_LIMIT;
+        memcpy(a + at, a + w->frame_at[g], w->frame_len[g]);
+        *len = w->frame_len[g];
+        return FERRY_OK;
+    }
+    ferry_dtype_t dt;
+    uint64_t elems;
+    sync_delta_dtype(sync_op_esz(&w->m, op), op->bytes, &dt, &elems);
+    uint64_t *gs = w->sums + w->sum_at[g]; /* base sums in, next sums out: chunk by chunk */
+    ferry_delta_params_t dp = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS,
+                               .dtype = dt, .base_version = w->base_version, .next_version = v,
+                               .next_chunk_sums = gs};
+    if (w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt) {
+        dp.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
+        dp.base_chunk_sums = gs;
+    }
+    size_t l = 0;
+    const uint8_t *next = op_read(w, s, op);
+    ferry_status_t st = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], next, elems, a + at, room, &l);
+    w->sum_ver[g] = st == FERRY_OK ? v : 0; /* a failed encode leaves some of them next's */
+    w->sum_dt[g] = dt;
+    if (st != FERRY_OK) return st;
+    if (op->flags & FERRY_OP_GATHER) /* its base moves on now, from this gather (see encode_deltas) */
+        memcpy(w->base + w->group_base[g], next, op->bytes);
+    w->frame_at[g] = at;
+    w->frame_len[g] = l;
+    w->frame_ver[g] = v;
+    *len = l;
+    return FERRY_OK;
+}
+
+static void sec_drop_oldest(delta_sec_t *sec) {
+    memmove(sec->step, sec->step + 1, (sec->nsteps - 1) * sizeof *sec->step);
+    sec->nsteps--;
+}
+
+/* Moves a reader's kept steps, and the step of version v being written
+ * after them at [*blob, *at), to the start of its section: the room of
+ * dropped steps comes back. Frames of the new step that other readers' ops
+ * copy move along. */
+static void sec_compact(ferry_writer_t *w, delta_sec_t *sec, uint64_t v, uint64_t *blob, uint64_t *at) {
+    uint64_t from = sec->nsteps ? sec->step[0].at : *blob, shift = from - sec->at;
+    if (!shift) return;
+    memmove(w->delta_area + sec->at, w->delta_area + from, *at - from);
+    for (uint32_t k = 0; k < sec->nsteps; k++) sec->step[k].at -= shift;
+    for (size_t g = 0; g < w->ngroups; g++)
+        if (w->frame_ver[g] == v && w->frame_at[g] >= *blob && w->frame_at[g] < *at) w->frame_at[g] -= shift;
+    *blob -= shift;
+    *at -= shift;
+}
+
+/* The most bytes ops [i0, i1)'s frames can take (their raw bound). */
+static uint64_t ops_bound(ferry_writer_t *w, size_t i0, size_t i1) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
+    uint64_t b = 0;
+    for (size_t i = i0; i < i1; i++) {
+        ferry_dtype_t dt;
+        uint64_t elems;
+        sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems);
+        b += ferry_delta_bound(dt, elems, 0);
+    }
+    return b;
+}
+
+/* Reader pi's step of s->version (from base_version), written after the
+ * steps its section keeps, then the chain rule: its steps together take
+ * fewer bytes than its ops, else the oldest go (the newest always stays,
+ * as a one-step chain). A frame that does not fit beside the kept steps
+ * sends the oldest away until the rest of the step surely fits (its raw
+ * bound; the section holds that with nothing kept), and is made again:
+ * once per step at most. False when the step cannot be written. *len: its
+ * bytes. */
+static bool encode_step(ferry_writer_t *w, writer_slot_t *s, size_t pi, uint64_t *len) {
+    const ferry_plan_pair_t *p = &ferry_plan_pairs(w->m.plan)[pi];
+    delta_sec_t *sec = &w->sec[pi];
+    uint64_t v = s->version, end = sec->at + sec->cap, table = 8 * (uint64_t)p->op_count;
+    while (sec->nsteps >= w->chain) sec_drop_oldest(sec); /* a place in the chain for this one */
+    uint64_t blob = sec->nsteps ? sec->step[sec->nsteps - 1].at + sec->step[sec->nsteps - 1].len : sec->at, at = blob;
+    sec_compact(w, sec, v, &blob, &at); /* what dropped steps took (at most the kept steps' bytes move) */
+    while (end - at < table && sec->nsteps) {
+        sec_drop_oldest(sec);
+        sec_compact(w, sec, v, &blob, &at);
+    }
+    if (end - at < table) return false;
+    at += table;
+    for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
+        uint64_t l = 0;
+        ferry_status_t st = op_frame(w, s, i, at, end - at, &l);
+        if (st == FERRY_ERR_LIMIT && sec->nsteps) {
+            uint64_t rest = ops_bound(w, i, p->first_op + p->op_count);
+            while (end - at < rest && sec->nsteps) {
+                sec_drop_oldest(sec);
+                sec_compact(w, sec, v, &blob, &at);
+            }
+            st = op_frame(w, s, i, at, end - at, &l);
+        }
+        if (st != FERRY_OK) return false; /* cannot happen: the section holds the step's raw bound */
+        sync_delta_frame_len_put(w->delta_area + blob, (uint32_t)(i - p->first_op), l);
+        at += l;
+    }
+    uint64_t total = at - blob;
+    for (uint32_t k = 0; k < sec->nsteps; k++) total += sec->step[k].len;
+    while (sec->nsteps && total >= p->bytes) {
+        total -= sec->step[0].len;
+        sec_drop_oldest(sec);
+    }
+    sec->step[sec->nsteps++] = (delta_step_t){w->base_version, blob, at - blob};
+    *len = at - blob;
+    return true;
+}
+
 /* Sync mode, while the PUBLISH of s->version is pending: each reader's
- * deltas from base_version (when the base holds the version before), then
- * the base moves on to this version. Returns the bytes offered. */
+ * step from base_version (when the base holds the version published
+ * before) joins the steps kept for it, then the base moves on to this
+ * version. Returns this version's bytes: the index and the new steps. */
 static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
     uint8_t *a = w->delta_area;
-    uint64_t v = s->version, at = sync_delta_index_end((uint32_t)w->npairs);
+    uint64_t v = s->version, bytes = 0;
     uint32_t entries = 0;
     bool have_base = w->base_version && w->base_version == w->last_version;
     sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
-    for (size_t pi = 0; have_base && pi < w->npairs; pi++) {
-        const ferry_plan_pair_t *p = &pairs[pi];
-        if (!w->delta_pair[pi]) continue; /* a reader on this host: it pulls whole */
-        uint64_t blob = at, lens = at;
-        at += 8 * (uint64_t)p->op_count;
-        bool ok = true;
-        for (size_t i = p->first_op; ok && i < p->first_op + p->op_count; i++) {
-            size_t g = w->op_group[i];
-            uint64_t len = 0;
-            if (w->frame_ver[g] == v) { /* another reader's op reads the same bytes */
-                len = w->frame_len[g];
-                if (len > w->delta_cap - at) {
-                    ok = false;
-                    break;
-                }
-                memcpy(a + at, a + w->frame_at[g], len);
-            } else {
-                ferry_dtype_t dt;
-                uint64_t elems;
-                sync_delta_dtype(sync_op_esz(&w->m, &ops[i]), ops[i].bytes, &dt, &elems);
-                uint64_t *gs = w->sums + w->sum_at[g]; /* base sums in, next sums out: chunk by chunk */
-                ferry_delta_params_t dp = {.field_mask = FERRY_DELTA_PARAM_VERSIONS | FERRY_DELTA_PARAM_NEXT_CHUNK_SUMS,
-                                           .dtype = dt, .base_version = w->base_version, .next_version = v,
-                                           .next_chunk_sums = gs};
-                if (w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt) {
-                    dp.field_mask |= FERRY_DELTA_PARAM_BASE_CHUNK_SUMS;
-                    dp.base_chunk_sums = gs;
-                }
-                size_t l = 0;
-                const uint8_t *next = op_read(w, s, &ops[i]);
-                ok = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], next, elems, a + at,
-                                        w->delta_cap - at, &l) == FERRY_OK;
-                if (ops[i].flags & FERRY_OP_GATHER) /* its base moves on now, from this gather (see below) */
-                    memcpy(w->base + w->group_base[g], next, ops[i].bytes);
-                w->sum_ver[g] = ok ? v : 0;
-                w->sum_dt[g] = dt;
-                len = l;
-                w->frame_at[g] = at;
-                w->frame_len[g] = len;
-                w->frame_ver[g] = v;
-            }
-            sync_delta_frame_len_put(a + lens, (uint32_t)(i - p->first_op), len);
-            at += len;
+    bool ok = have_base;
+    for (size_t k = 0; ok && k < w->ndorder; k++) {
+        uint64_t len = 0;
+        ok = encode_step(w, s, w->dorder[k], &len);
+        bytes += len;
+    }
+    for (size_t k = 0; k < w->ndorder; k++) {
+        size_t pi = w->dorder[k];
+        delta_sec_t *sec = &w->sec[pi];
+        if (!ok) sec->nsteps = 0; /* no step of this version: every chain ends here, and readers pull whole */
+        for (uint32_t j = 0; j < sec->nsteps; j++) {
+            sync_delta_entry_t e = {pairs[pi].dst_rank, (uint32_t)pairs[pi].op_count, sec->step[j].base_version,
+                                    sec->step[j].at, sec->step[j].len};
+            sync_delta_entry_put(a, entries++, &e);
         }
-        if (!ok) { /* cannot happen with the bound reserved; then every reader pulls whole */
-            entries = 0;
-            break;
-        }
-        sync_delta_entry_t e = {p->dst_rank, (uint32_t)p->op_count, w->base_version, blob, at - blob};
-        sync_delta_entry_put(a, entries++, &e);
     }
     /* the base moves on */
     for (size_t g = 0; g < w->ngroups; g++) {
@@ -582,7 +735,7 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     }
     w->base_version = v;
     sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
-    return entries ? at : 0;
+    return entries ? sync_delta_index_end(entries) + bytes : 0;
 }
 
 /* Runs while the PUBLISH is pending (readers are already pulling): the

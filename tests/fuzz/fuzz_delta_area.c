@@ -5,7 +5,10 @@
  * A refusal must leave a detail. An accepted area must hold together: every
  * entry's blob after the index and inside the area, every frame inside its
  * blob. The reader's piecewise calls (header, each entry, its blob) must
- * agree with the whole-area parse. And it must round-trip: the entries and
+ * agree with the whole-area parse, and so must a reader's search for its
+ * chain: from any entry's base, that entry and its reader's later ones (in
+ * the order the checks enforce), and FERRY_ERR_LIMIT when that is more
+ * steps than allowed. And it must round-trip: the entries and
  * their frames, encoded again, parse to the same entries and the same frame
  * bytes, and that encoding is a fixed point (encoding its parse gives the
  * same bytes). Never a crash, a read outside the input or a leak. */
@@ -63,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         piecewise = sync_delta_header_parse(area, size, &ph, &perr) == FERRY_OK;
         for (uint32_t i = 0; piecewise && i < ph.entries; i++) {
             sync_delta_entry_t e;
-            piecewise = sync_delta_entry_parse(area + SYNC_DELTA_HEADER, i, ph.entries, size, &e, &perr) == FERRY_OK &&
+            piecewise = sync_delta_entry_parse(area + SYNC_DELTA_HEADER, i, &ph, size, &e, &perr) == FERRY_OK &&
                         sync_delta_blob_parse(area + e.blob, e.blob_len, e.ops, &perr) == FERRY_OK;
             if (!piecewise && perr.text[0] == '\0') FAIL("a piecewise refusal left no detail");
         }
@@ -84,6 +87,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t at = 8 * (uint64_t)e->ops;
         for (uint32_t k = 0; k < e->ops; k++) at += sync_delta_frame_len(area + e->blob, k);
         if (at != e->blob_len) FAIL("an accepted blob's frames do not fill it exactly");
+    }
+
+    /* a reader holding an entry's base: its steps from there */
+    for (uint32_t i = 0; i < h.entries; i++) {
+        uint32_t last = i, n = 0;
+        while (last + 1 < h.entries && es[last + 1].dst_rank == es[i].dst_rank) last++;
+        uint32_t want = last - i + 1;
+        sync_delta_entry_t *steps = calloc(want, sizeof *steps);
+        if (!steps) abort();
+        const uint8_t *index = area + SYNC_DELTA_HEADER;
+        if (sync_delta_chain_find(index, &h, size, es[i].dst_rank, es[i].base_version, steps, want, &n, &err) !=
+                FERRY_OK || n != want)
+            FAIL("a reader's chain differs from the whole-area parse");
+        for (uint32_t k = 0; k < n; k++)
+            if (steps[k].dst_rank != es[i + k].dst_rank || steps[k].ops != es[i + k].ops ||
+                steps[k].base_version != es[i + k].base_version || steps[k].blob != es[i + k].blob ||
+                steps[k].blob_len != es[i + k].blob_len)
+                FAIL("a reader's chain has other steps than the whole-area parse");
+        if (want > 1 && sync_delta_chain_find(index, &h, size, es[i].dst_rank, es[i].base_version, steps, want - 1,
+                                              &n, &err) != FERRY_ERR_LIMIT)
+            FAIL("a chain longer than allowed was not refused");
+        free(steps);
     }
 
     /* round trip */

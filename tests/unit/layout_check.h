@@ -17,12 +17,14 @@ static inline ferry_layout_t *build_layout(ferry_ctx_t *ctx, const ferry_model_t
     return l;
 }
 
-/* Returns the elements checked. */
-static inline size_t check_layout_copy(const ferry_model_t *model, const ferry_layout_t *src, const ferry_layout_t *dst,
-                                     void **wb, void **rb) {
+/* Returns the elements checked: those of destination rank `rank`'s pieces
+ * (UINT32_MAX: every rank's). */
+static inline size_t check_layout_copy_rank(const ferry_model_t *model, const ferry_layout_t *src,
+                                            const ferry_layout_t *dst, void **wb, void **rb, uint32_t rank) {
     size_t nd = ferry_layout_piece_count(dst), ns = ferry_layout_piece_count(src), checked = 0;
     for (size_t i = 0; i < nd; i++) {
         const ferry_piece_t *dp = &ferry_layout_pieces(dst)[i];
+        if (rank != UINT32_MAX && dp->rank != rank) continue;
         ferry_tensor_info_t ti;
         ferry_model_tensor(model, dp->tensor, &ti);
         size_t esz = ferry_dtype_size(ti.dtype);
@@ -57,6 +59,12 @@ static inline size_t check_layout_copy(const ferry_model_t *model, const ferry_l
         }
     }
     return checked;
+}
+
+/* Returns the elements checked. */
+static inline size_t check_layout_copy(const ferry_model_t *model, const ferry_layout_t *src, const ferry_layout_t *dst,
+                                       void **wb, void **rb) {
+    return check_layout_copy_rank(model, src, dst, wb, rb, UINT32_MAX);
 }
 
 #endif

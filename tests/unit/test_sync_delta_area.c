@@ -4,11 +4,17 @@
  * - encode then parse gives back every entry and every frame, for areas with
  *   no entries, entries with no ops, empty frames, and many readers; an area
  *   larger than its contents (the writer's worst-case region) parses too;
+ * - chains: a reader's steps (several entries, by base version) round-trip,
+ *   and sync_delta_chain_find gives each base's steps to the area's version
+ *   (held at the oldest, the middle, the newest base; none for a base not
+ *   offered or another reader; more steps than allowed is FERRY_ERR_LIMIT);
  * - every malformed area is refused with a detail naming what is wrong: too
  *   small, wrong magic, too many entries, entries past the end, a blob over
  *   the index, past the end or too short for its lengths, a frame longer than
- *   what is left, lengths that wrap around 2^64, bytes after the frames; and
- *   encoding into too little room is refused. */
+ *   what is left, lengths that wrap around 2^64, bytes after the frames,
+ *   entries out of (reader, base) order or repeated, a base not below the
+ *   area's version, a reader's steps with different ops; and encoding into
+ *   too little room is refused. */
 #include "check.h"
 #include "common/bytes.h"
 #include "sync/delta_area.h"
@@ -76,7 +82,7 @@ int main(void) {
             for (uint64_t b = 0; b < total; b++) bytes[i][b] = (uint8_t)rng_next();
             ps[i] = (sync_delta_pair_t){i * 7, ops, 100 + i, bytes[i], lens[i]};
         }
-        CHECK_OK(sync_delta_area_encode(101, ps, N, area, sizeof area, &len, &err), err.text);
+        CHECK_OK(sync_delta_area_encode(1000, ps, N, area, sizeof area, &len, &err), err.text);
         CHECK_OK(sync_delta_area_parse(area, len, &h, es, 64, &err), err.text);
         CHECK(h.entries == N);
         for (uint32_t i = 0; i < N; i++) {
@@ -89,8 +95,65 @@ int main(void) {
                 want += fl;
             }
         }
-        CHECK_FAILS(sync_delta_area_encode(101, ps, N, area, len - 1, &len, &err), FERRY_ERR_LIMIT, err.text,
+        CHECK_FAILS(sync_delta_area_encode(1000, ps, N, area, len - 1, &len, &err), FERRY_ERR_LIMIT, err.text,
                     "bytes, ");
+    }
+
+    /* chains: reader 3 offered steps from 38, 39 and 41 (versions need not
+       be consecutive), reader 9 one from 41, all to 42 */
+    {
+        static const uint8_t f[] = {'s', 't', 'e', 'p', '1', '2', '3'};
+        static const uint64_t l38[] = {1, 0}, l39[] = {2, 1}, l41[] = {0, 3}, l9[] = {0};
+        sync_delta_pair_t cp[4] = {{3, 2, 38, f, l38}, {3, 2, 39, f + 1, l39}, {3, 2, 41, f + 4, l41},
+                                   {9, 1, 41, f, l9}};
+        CHECK_OK(sync_delta_area_encode(42, cp, 4, area, sizeof area, &len, &err), err.text);
+        CHECK_OK(sync_delta_area_parse(area, len, &h, es, 64, &err), err.text);
+        CHECK(h.entries == 4 && h.version == 42);
+        CHECK(es[2].dst_rank == 3 && es[2].base_version == 41 && !memcmp(area + es[2].blob + 16, "123", 3));
+        sync_delta_entry_t st[8];
+        uint32_t n = 99;
+        const uint8_t *index = area + SYNC_DELTA_HEADER;
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 3, 38, st, 8, &n, &err), err.text);
+        CHECK(n == 3 && st[0].base_version == 38 && st[1].base_version == 39 && st[2].base_version == 41);
+        CHECK(st[0].blob == es[0].blob && st[1].blob_len == es[1].blob_len && st[2].ops == 2);
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 3, 39, st, 8, &n, &err), err.text);
+        CHECK(n == 2 && st[0].base_version == 39 && st[1].base_version == 41);
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 3, 41, st, 8, &n, &err), err.text);
+        CHECK(n == 1 && st[0].base_version == 41 && st[0].blob == es[2].blob);
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 3, 40, st, 8, &n, &err), err.text);
+        CHECK(n == 0); /* no step from 40: nothing for a reader holding it */
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 3, 37, st, 8, &n, &err), err.text);
+        CHECK(n == 0);
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 9, 41, st, 8, &n, &err), err.text);
+        CHECK(n == 1 && st[0].dst_rank == 9 && st[0].ops == 1);
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 9, 38, st, 8, &n, &err), err.text);
+        CHECK(n == 0); /* reader 3's bases are not reader 9's */
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 5, 41, st, 8, &n, &err), err.text);
+        CHECK(n == 0);
+        n = 99;
+        CHECK_FAILS(sync_delta_chain_find(index, &h, len, 3, 38, st, 2, &n, &err), FERRY_ERR_LIMIT, err.text,
+                    "reader 3's chain from version 38 has more than 2 steps");
+        CHECK(n == 99);
+        CHECK_OK(sync_delta_chain_find(index, &h, len, 3, 39, st, 2, &n, &err), err.text);
+        CHECK(n == 2);
+        /* a broken entry among the reader's is refused on the way */
+        ferry_put_le(area + 16 + 32 + 8, 38, 8); /* entry 1: base 38 again */
+        CHECK_FAILS(sync_delta_chain_find(index, &h, len, 3, 38, st, 8, &n, &err), FERRY_ERR_CORRUPT, err.text,
+                    "entry 1 (reader 3, base 38) does not follow entry 0 (reader 3, base 38)");
+        expect_refused(area, len, "does not follow entry 0");
+        ferry_put_le(area + 16 + 32 + 8, 39, 8);
+        ferry_put_le(area + 16 + 64 + 4, 1, 4); /* entry 2: reader 3's step with 1 op */
+        CHECK_FAILS(sync_delta_chain_find(index, &h, len, 3, 39, st, 8, &n, &err), FERRY_ERR_CORRUPT, err.text,
+                    "entries 1 and 2: reader 3's steps have 2 and 1 ops");
+        expect_refused(area, len, "reader 3's steps have 2 and 1 ops");
+        ferry_put_le(area + 16 + 64 + 4, 2, 4);
+        ferry_put_le(area + 16 + 64 + 8, 42, 8); /* entry 2: a step from the area's own version */
+        expect_refused(area, len, "entry 2: base version 42 is not below the area's version 42");
+        ferry_put_le(area + 16 + 64 + 8, 41, 8);
+        ferry_put_le(area + 16 + 96, 2, 4); /* entry 3: reader 2 after reader 3 */
+        expect_refused(area, len, "entry 3 (reader 2, base 41) does not follow entry 2 (reader 3, base 41)");
+        ferry_put_le(area + 16 + 96, 9, 4);
+        CHECK_OK(sync_delta_area_parse(area, len, &h, es, 64, &err), err.text); /* all put back */
     }
 
     /* refusals, each from a valid area with one thing broken */
@@ -132,9 +195,10 @@ int main(void) {
     expect_refused(area, glen, "1 bytes after its 2 frames");
     RESET();
     /* the reader's piecewise calls say the same */
-    CHECK_FAILS(sync_delta_entry_parse(area + 16, 2, 2, glen, &es[0], &err), FERRY_ERR_CORRUPT, err.text,
+    CHECK_FAILS(sync_delta_entry_parse(area + 16, 2, &(sync_delta_header_t){2, 42}, glen, &es[0], &err),
+                FERRY_ERR_CORRUPT, err.text,
                 "entry 2 of 2");
-    printf("test_sync_delta_area: layout pinned little-endian, round trips (empty, zero ops, 40 readers), 12 "
-           "malformed areas refused with their reason\n");
+    printf("test_sync_delta_area: layout pinned little-endian, round trips (empty, zero ops, 40 readers, a chain of "
+           "3 steps), chains found from every base, 16 malformed areas refused with their reason\n");
     return 0;
 }

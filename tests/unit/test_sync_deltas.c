@@ -1,7 +1,7 @@
 /* Deltas in sync mode: a writer thread publishes versions that change ~2%
  * of bf16 elements by an ulp; a reader one version behind applies the
- * writer's deltas in place (delta_pairs 1, a small fraction of the bytes),
- * and its buffers equal the writer's byte for byte. A reader whose buffers
+ * writer's deltas in place (delta_pairs 1, delta_steps 1, a small fraction
+ * of the bytes), and its buffers equal the writer's byte for byte. A reader whose buffers
  * were changed behind ferry's back falls back to pulling whole and still
  * ends exact; with deltas off it always pulls whole. Again with the
  * trainer holding every matrix in padded rows and no pack area (pack_limit
@@ -150,10 +150,12 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
         bool want = reader_deltas != FERRY_SYNC_DELTAS_OFF && v >= 2 && v != 4;
         if (want) {
             CHECK_EQ_INT(info.delta_pairs, 1);
+            CHECK_EQ_INT(info.delta_steps, 1); /* one version behind: one step (test_sync_chains: more) */
             CHECK(info.delta_bytes > 0 && info.delta_bytes * 8 < total);
             CHECK(info.bytes == info.delta_bytes);
         } else {
             CHECK_EQ_INT(info.delta_pairs, 0);
+            CHECK_EQ_INT(info.delta_steps, 0);
             if (!(info.delta_bytes == 0 && info.bytes * 3 >= total)) {
                 fprintf(stderr, "v %llu: bytes %llu delta %llu total %llu\n", (unsigned long long)v, (unsigned long long)info.bytes, (unsigned long long)info.delta_bytes, (unsigned long long)total);
                 exit(1);
