@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/copy.h"
+#include "codec/delta_cuda.h"
 #include "common/sum.h"
 
 #include "sync/sync_internal.h"
@@ -53,6 +54,14 @@ struct ferry_reader {
     uint8_t *dscratch;           /* a writer's delta index and our blob */
     size_t dscratch_cap;
     ferry_delta_codec_t *codec;
+#ifdef FERRY_CUDA
+    /* a CUDA reader's deltas, applied on its GPU: per op of a pair, an item
+       of a step, and its region for the checksum */
+    ferry_delta_cuda_t *gdec;
+    ferry_delta_cuda_item_t *gitems;
+    sync_dev_region_t *gregions;
+    size_t *gidx, cap_gitems;
+#endif
     /* a CUDA reader's batches of boxes and checksum regions */
     sync_dev_box_t *dboxes;
     sync_dev_region_t *dregions;
@@ -801,6 +810,89 @@ static bool dscratch(ferry_reader_t *r, uint64_t need) {
     return true;
 }
 
+#ifdef FERRY_CUDA
+/* A CUDA reader's pair: each step's frames (checked as the CPU path checks
+ * them) applied on its GPU, every op of the step in one batch (each region
+ * verified chunk by chunk there, and left as it was when refused), then the
+ * ops' checksums on the GPU. Strided destinations are not taken (the pair is
+ * pulled whole). */
+static bool pair_delta_dev(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint32_t n,
+                           const sync_delta_entry_t *step, const uint64_t *blob_at, uint64_t *frame_at,
+                           ferry_errbuf_t *why) {
+    sync_member_t *m = &r->m;
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
+    size_t nops = p->op_count;
+    if (!r->gdec) {
+        ferry_errbuf_t e;
+        if (ferry_delta_cuda_create(sync_dev_device(m->dev), &r->gdec, &e) != FERRY_OK) {
+            ferry_fail(why, FERRY_ERR_NO_MEMORY, "no GPU delta decoder: %s", e.text);
+            return false;
+        }
+    }
+    if (nops > r->cap_gitems) {
+        ferry_free(m->ctx, r->gitems);
+        ferry_free(m->ctx, r->gregions);
+        ferry_free(m->ctx, r->gidx);
+        r->gitems = ferry_alloc(m->ctx, nops * sizeof *r->gitems);
+        r->gregions = ferry_alloc(m->ctx, nops * sizeof *r->gregions);
+        r->gidx = ferry_alloc(m->ctx, nops * sizeof *r->gidx);
+        r->cap_gitems = r->gitems && r->gregions && r->gidx ? nops : 0;
+        if (!r->cap_gitems) {
+            ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory");
+            return false;
+        }
+    }
+    for (size_t i = p->first_op; i < p->first_op + nops; i++) {
+        const ferry_copy_op_t *op = &ops[i];
+        size_t esz = sync_op_esz(m, op), k = i - p->first_op;
+        ferry_dtype_t dt;
+        uint64_t elems;
+        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) {
+            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu has %zu-byte elements", k, esz);
+            return false;
+        }
+        if (!sync_box_contiguous(&op->box, op->dst_strides)) {
+            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu's destination is strided (GPU deltas take contiguous ones)",
+                       k);
+            return false;
+        }
+        uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);
+        uint8_t *region = dst_base(r, lb) + op->dst_offset;
+        r->gitems[k] = (ferry_delta_cuda_item_t){.region = region, .dtype = dt, .elems = elems};
+        r->gregions[k] = (sync_dev_region_t){region, op->bytes};
+        r->gidx[k] = i;
+    }
+    r->torn = true; /* live bytes change from here on */
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t from = step[j].base_version, to = j + 1 < n ? step[j + 1].base_version : v;
+        for (size_t k = 0; k < nops; k++) {
+            uint64_t len = sync_delta_frame_len(r->dscratch + blob_at[j], (uint32_t)k); /* inside the blob: checked */
+            const uint8_t *frame = r->dscratch + frame_at[j];
+            frame_at[j] += len;
+            ferry_delta_info_t fi;
+            if (ferry_delta_peek(r->codec, frame, len, &fi) != FERRY_OK || fi.dtype != r->gitems[k].dtype ||
+                fi.elems != r->gitems[k].elems || fi.base_version != from || fi.next_version != to) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu of step %u of %u is not a delta of this region from "
+                           "version %llu to %llu", k, j + 1, n, (unsigned long long)from, (unsigned long long)to);
+                return false;
+            }
+            r->gitems[k].delta = frame;
+            r->gitems[k].len = len;
+            r->gitems[k].base_version = from;
+        }
+        ferry_errbuf_t e;
+        if (ferry_delta_cuda_apply(r->gdec, r->gitems, nops, NULL, &e) != FERRY_OK) {
+            ferry_fail(why, FERRY_ERR_CORRUPT, "step %u of %u does not apply on the GPU: %s", j + 1, n, e.text);
+            return false;
+        }
+    }
+    if (sync_dev_sums_async(m->dev, r->gregions, nops, r->got, r->gidx, why) != FERRY_OK ||
+        sync_dev_sums_flush(m->dev, why) != FERRY_OK)
+        return false;
+    return true;
+}
+#endif
+
 /* Pair p's ops from its writer's chain of deltas from `held` to v, in
  * place: its steps held -> ... -> v (one step when held is the version
  * published before v), each op's frames applied step by step, then its
@@ -886,6 +978,13 @@ static bool pair_delta(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v
         ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
         return false;
     }
+#ifdef FERRY_CUDA
+    if (m->dev) {
+        if (!pair_delta_dev(r, p, v, n, step, blob_at, frame_at, why)) return false;
+        *nsteps = n;
+        return true;
+    }
+#endif
     r->torn = true; /* live bytes change from here on */
     for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
         uint32_t k = (uint32_t)(i - p->first_op);
@@ -941,7 +1040,6 @@ static ferry_status_t pull_deltas(ferry_reader_t *r, uint64_t v, uint64_t held, 
     size_t np = ferry_plan_pair_count(m->plan);
     memset(r->pair_done, 0, np * sizeof *r->pair_done);
     if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || r->shadow || r->torn || held == 0 || v <= held) return FERRY_OK;
-    if (m->dev) return FERRY_OK; /* the delta codec runs on the CPU: a GPU reader pulls whole */
     bool any = false;
     for (size_t i = 0; i < r->nwriters; i++) {
         reader_src_t *s = &r->src[r->writers[i]];
@@ -1141,6 +1239,9 @@ static ferry_status_t reader_update(ferry_reader_t *r, uint64_t version, uint32_
     }
     inf.seconds = ferry_mono_s() - t0;
     inf.device_bytes = sync_dev_bytes(m->dev);
+#ifdef FERRY_CUDA
+    inf.device_bytes += ferry_delta_cuda_device_bytes(r->gdec); /* the GPU delta decoder's scratch */
+#endif
     if (info) *info = inf;
     return st;
 }
@@ -1187,6 +1288,12 @@ void ferry_reader_destroy(ferry_reader_t *r) {
     ferry_free(r->m.ctx, r->runs);
     free(r->hash);
     ferry_delta_codec_destroy(r->codec);
+#ifdef FERRY_CUDA
+    ferry_delta_cuda_destroy(r->gdec);
+    ferry_free(r->m.ctx, r->gitems);
+    ferry_free(r->m.ctx, r->gregions);
+    ferry_free(r->m.ctx, r->gidx);
+#endif
     free(r->dscratch);
     ferry_free(r->m.ctx, r->dboxes);
     ferry_free(r->m.ctx, r->dregions);

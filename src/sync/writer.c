@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "codec/delta_cuda_enc.h"
 #include "common/sum.h"
 
 #include "sync/sync_internal.h"
@@ -72,8 +73,16 @@ struct ferry_writer {
        base is not hashed again; sum_ver[g] is their version (0: none) */
     uint64_t *sums, *sum_at, *sum_ver;
     ferry_dtype_t *sum_dt;
-    uint8_t *base;
+    uint8_t *base;             /* host memory; a CUDA writer's on its GPU */
+    uint64_t base_bytes;
     uint64_t base_version;     /* 0: base holds nothing usable */
+#ifdef FERRY_CUDA
+    /* a CUDA writer's deltas, encoded on its GPU: every group a step needs,
+       one batch per version; the frames wait on the GPU until placed */
+    ferry_delta_cuda_enc_t *genc;
+    ferry_delta_cuda_enc_item_t *gitems;
+    size_t *gitem;             /* per group: its item this version (SIZE_MAX: none) */
+#endif
     ferry_xport_mem_t *delta_mem;
     uint8_t *delta_area;
     ferry_delta_codec_t *codec;
@@ -154,7 +163,15 @@ static void epoch_free(ferry_writer_t *w) {
     w->sec_steps = NULL;
     w->ndorder = 0;
     w->chain = 0;
-    free(w->base);
+    if (w->m.dev && w->base) sync_dev_free(w->m.dev, w->base, w->base_bytes);
+    else free(w->base);
+    w->base_bytes = 0;
+#ifdef FERRY_CUDA
+    ferry_free(w->m.ctx, w->gitems);
+    ferry_free(w->m.ctx, w->gitem);
+    w->gitems = NULL;
+    w->gitem = NULL;
+#endif
     w->delta_mem = NULL;
     w->delta_area = NULL;
     w->op_group = w->group_op = NULL;
@@ -239,7 +256,9 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     size_t nops = ferry_plan_op_count(m->plan);
     if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || m->p.mode != FERRY_SYNC_MODE_SYNC || nops == 0) return FERRY_OK;
-    if (m->dev) return FERRY_OK; /* the delta codec runs on the CPU: GPU writers serve whole bytes */
+#ifndef FERRY_CUDA
+    if (m->dev) return FERRY_OK; /* (no such writer without CUDA) */
+#endif
     /* auto: only for readers on other hosts; none, no deltas (and no cost) */
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(m->plan);
     w->delta_pair = ferry_calloc(ctx, w->npairs + 1, sizeof *w->delta_pair);
@@ -249,6 +268,11 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         w->delta_pair[pi] = (m->p.deltas == FERRY_SYNC_DELTAS_ALWAYS ||
                              m->side[1].hosts[pairs[pi].dst_rank] != m->side[0].hosts[m->p.rank]) &&
                             pairs[pi].op_count <= UINT32_MAX; /* an entry counts ops in 32 bits */
+        /* a CUDA writer encodes every read of a version in one batch on its
+           GPU; a gathered read exists one at a time (in gscratch): such a
+           reader pulls whole */
+        for (size_t i = pairs[pi].first_op; m->dev && i < pairs[pi].first_op + pairs[pi].op_count; i++)
+            if (ops[i].flags & FERRY_OP_GATHER) w->delta_pair[pi] = false;
         any |= w->delta_pair[pi];
     }
     if (!any) return FERRY_OK;
@@ -315,10 +339,25 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     }
     w->sums = ferry_alloc(ctx, nsums * sizeof *w->sums);
     if (!w->sums) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-    w->base = malloc(base_bytes ? base_bytes : 1);
-    if (!w->base)
-        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for the %llu-byte delta base",
-                          (unsigned long long)base_bytes);
+    w->base_bytes = base_bytes ? base_bytes : 1;
+    if (m->dev) {
+#ifdef FERRY_CUDA
+        /* the base on the writer's GPU, where its deltas are encoded */
+        ferry_status_t ds = sync_dev_alloc(m->dev, w->base_bytes, (void **)&w->base, &m->err);
+        if (ds != FERRY_OK) return ds;
+        w->gitems = ferry_calloc(ctx, w->ngroups + 1, sizeof *w->gitems);
+        w->gitem = ferry_alloc(ctx, (w->ngroups + 1) * sizeof *w->gitem);
+        if (!w->gitems || !w->gitem) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        ferry_errbuf_t e;
+        if (!w->genc && ferry_delta_cuda_enc_create(sync_dev_device(m->dev), &w->genc, &e) != FERRY_OK)
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "a GPU delta encoder: %s", e.text);
+#endif
+    } else {
+        w->base = malloc(w->base_bytes);
+        if (!w->base)
+            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for the %llu-byte delta base",
+                              (unsigned long long)base_bytes);
+    }
     if (!w->codec && ferry_delta_codec_create(ctx, &w->codec) != FERRY_OK)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
     ferry_status_t st = ferry_xport_mem_alloc(m->xp, cap, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &w->delta_mem);
@@ -593,6 +632,18 @@ static ferry_status_t op_frame(ferry_writer_t *w, writer_slot_t *s, size_t i, ui
         *len = w->frame_len[g];
         return FERRY_OK;
     }
+#ifdef FERRY_CUDA
+    if (w->m.dev) { /* encoded with the version's batch: copied out of the GPU into place */
+        if (w->gitem[g] == SIZE_MAX) return FERRY_ERR_INVALID_ARGUMENT; /* not in the batch: cannot happen */
+        ferry_errbuf_t e;
+        ferry_status_t st = ferry_delta_cuda_enc_copy(w->genc, w->gitem[g], a + at, room, &e);
+        if (st != FERRY_OK) return st;
+        w->frame_at[g] = at;
+        w->frame_len[g] = *len = w->gitems[w->gitem[g]].len;
+        w->frame_ver[g] = v;
+        return FERRY_OK;
+    }
+#endif
     ferry_dtype_t dt;
     uint64_t elems;
     sync_delta_dtype(sync_op_esz(&w->m, op), op->bytes, &dt, &elems);
@@ -699,6 +750,48 @@ static bool encode_step(ferry_writer_t *w, writer_slot_t *s, size_t pi, uint64_t
     return true;
 }
 
+#ifdef FERRY_CUDA
+/* A CUDA writer's frames of s->version: every group some offered reader
+ * reads, from the base on the GPU, in one batch on the GPU; op_frame then
+ * copies each into place. Each group's chunk sums as for the CPU encoder
+ * (base sums given when they are the base's, next sums out). False when
+ * the batch fails (every reader then pulls whole; logged). */
+static bool encode_dev(ferry_writer_t *w, writer_slot_t *s) {
+    const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
+    const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
+    size_t n = 0;
+    for (size_t g = 0; g < w->ngroups; g++) w->gitem[g] = SIZE_MAX;
+    for (size_t k = 0; k < w->ndorder; k++) {
+        const ferry_plan_pair_t *p = &pairs[w->dorder[k]];
+        for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
+            size_t g = w->op_group[i];
+            if (w->gitem[g] != SIZE_MAX) continue;
+            const ferry_copy_op_t *op = &ops[i];
+            ferry_dtype_t dt;
+            uint64_t elems;
+            sync_delta_dtype(sync_op_esz(&w->m, op), op->bytes, &dt, &elems);
+            uint64_t *gs = w->sums + w->sum_at[g];
+            bool given = w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt;
+            w->gitems[n] = (ferry_delta_cuda_enc_item_t){
+                .base = w->base + w->group_base[g], .next = op_bytes(w, s, op), .dtype = dt, .elems = elems,
+                .base_version = w->base_version, .next_version = s->version, .base_chunk_sums = given ? gs : NULL,
+                .next_chunk_sums = gs};
+            w->sum_dt[g] = dt;
+            w->gitem[g] = n++;
+        }
+    }
+    ferry_errbuf_t e;
+    ferry_status_t st = sync_dev_wait(w->m.dev, &e); /* the pack area and the checksums' kernels are done */
+    if (st == FERRY_OK) st = ferry_delta_cuda_encode(w->genc, w->gitems, n, NULL, &e);
+    for (size_t g = 0; g < w->ngroups; g++)
+        if (w->gitem[g] != SIZE_MAX) w->sum_ver[g] = st == FERRY_OK ? s->version : 0;
+    if (st != FERRY_OK)
+        ferry_log(w->m.ctx, FERRY_LOG_WARN, "writer %u: deltas of version %llu not encoded on the GPU (%s); readers "
+                  "pull whole", w->m.p.rank, (unsigned long long)s->version, e.text);
+    return st == FERRY_OK;
+}
+#endif
+
 /* Sync mode, while the PUBLISH of s->version is pending: each reader's
  * step from base_version (when the base holds the version published
  * before) joins the steps kept for it, then the base moves on to this
@@ -712,6 +805,9 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     bool have_base = w->base_version && w->base_version == w->last_version;
     sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
     bool ok = have_base;
+#ifdef FERRY_CUDA
+    if (ok && w->m.dev) ok = encode_dev(w, s);
+#endif
     for (size_t k = 0; ok && k < w->ndorder; k++) {
         uint64_t len = 0;
         ok = encode_step(w, s, w->dorder[k], &len);
@@ -728,12 +824,17 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
         }
     }
     /* the base moves on */
+    bool moved = true;
     for (size_t g = 0; g < w->ngroups; g++) {
         const ferry_copy_op_t *op = &ops[w->group_op[g]];
         if ((op->flags & FERRY_OP_GATHER) && have_base && w->frame_ver[g] == v) continue; /* moved on when encoded */
-        memcpy(w->base + w->group_base[g], op_read(w, s, op), op->bytes);
+        if (!w->m.dev) memcpy(w->base + w->group_base[g], op_read(w, s, op), op->bytes);
+        else if (!(op->flags & FERRY_OP_GATHER)) /* (a CUDA writer offers a gathered read no deltas) */
+            moved &= sync_dev_copy(w->m.dev, w->base + w->group_base[g], op_bytes(w, s, op), op->bytes, &w->m.err) ==
+                     FERRY_OK;
     }
-    w->base_version = v;
+    if (w->m.dev) moved &= sync_dev_wait(w->m.dev, &w->m.err) == FERRY_OK;
+    w->base_version = moved ? v : 0; /* a base that did not move holds nothing usable */
     sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? sync_delta_index_end(entries) + bytes : 0;
 }
@@ -915,6 +1016,9 @@ static ferry_status_t writer_publish(ferry_writer_t *w, uint64_t version, ferry_
     w->last_version = version;
     inf.bytes_served = ferry_plan_src_bytes(m->plan, m->p.rank);
     inf.device_bytes = sync_dev_bytes(m->dev);
+#ifdef FERRY_CUDA
+    inf.device_bytes += ferry_delta_cuda_enc_device_bytes(w->genc); /* the GPU delta encoder's scratch */
+#endif
     inf.seconds = ferry_mono_s() - t0;
     if (info) *info = inf;
     return FERRY_OK;
@@ -953,6 +1057,9 @@ void ferry_writer_destroy(ferry_writer_t *w) {
     if (!w) return;
     epoch_free(w);
     ferry_delta_codec_destroy(w->codec);
+#ifdef FERRY_CUDA
+    ferry_delta_cuda_enc_destroy(w->genc);
+#endif
     sync_member_fini(&w->m);
     ferry_free(w->m.ctx, w);
 }

@@ -5,7 +5,14 @@
  * were changed behind ferry's back falls back to pulling whole and still
  * ends exact; with deltas off it always pulls whole. Again with the
  * trainer holding every matrix in padded rows and no pack area (pack_limit
- * 1): its strided sources are read row by row, and encoded from gathers. */
+ * 1): its strided sources are read row by row, and encoded from gathers.
+ *
+ * --gpu (label gpu, scripts/gpu-test.sh): the same with every buffer in GPU
+ * memory (the writer on GPU 0, the reader on GPU 1 where there are two):
+ * the writer's base on its GPU, its deltas encoded there
+ * (codec/delta_cuda_enc.h), the reader's applied on its GPU
+ * (codec/delta_cuda.h). A CUDA writer offers no deltas for gathered reads,
+ * so the padded case pulls whole, exact all the same. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +21,23 @@
 #include "check.h"
 #include "layout_check.h"
 #include "ferry/ferry.h"
+#ifdef FERRY_CUDA
+#include <cuda_runtime_api.h>
+
+#include "common/cuda.h"
+#endif
+
+static bool g_gpu;          /* --gpu: every buffer in GPU memory */
+static int g_wdev, g_rdev;  /* the writer's and the reader's GPUs */
 
 #define VERSIONS 5
 
 typedef struct shared {
     ferry_writer_t *w;
-    void **wb;
+    void **wb;     /* the writer's buffers (on its GPU with --gpu) */
+    void **hb;     /* their host mirrors with --gpu (else wb) */
+    bool offered;  /* publishes from version 2 on offer deltas */
+    bool want;     /* and the reader takes them */
     uint64_t *size;
     uint32_t nb;
     ferry_status_t st;
@@ -30,14 +48,28 @@ typedef struct shared {
  * every 50th element (shifted per version) one ulp up. */
 static void fill(shared_t *s, uint64_t v) {
     for (uint32_t b = 0; b < s->nb; b++) {
-        uint16_t *p = s->wb[b];
+        uint16_t *p = s->hb[b];
         size_t n = s->size[b] / 2;
         if (v == 1) {
             for (size_t i = 0; i < n; i++) p[i] = (uint16_t)(0x3C00 + rng_next() % 0x200);
         } else {
             for (size_t i = v % 50; i < n; i += 50) p[i]++;
         }
+#ifdef FERRY_CUDA
+        if (g_gpu) CHECK(cudaMemcpy(s->wb[b], p, s->size[b], cudaMemcpyHostToDevice) == cudaSuccess);
+#endif
     }
+}
+
+/* --gpu: the reader's GPU buffers into their host mirrors (or back, to_gpu). */
+static void mirror(void **dev, void **host, const uint64_t *size, uint32_t n, bool to_gpu) {
+#ifdef FERRY_CUDA
+    for (uint32_t b = 0; b < n && g_gpu; b++)
+        CHECK((to_gpu ? cudaMemcpy(dev[b], host[b], size[b], cudaMemcpyHostToDevice)
+                      : cudaMemcpy(host[b], dev[b], size[b], cudaMemcpyDeviceToHost)) == cudaSuccess);
+#else
+    (void)dev, (void)host, (void)size, (void)n, (void)to_gpu;
+#endif
 }
 
 static void *writer_main(void *arg) {
@@ -50,8 +82,9 @@ static void *writer_main(void *arg) {
             fprintf(stderr, "publish %llu: %s\n", (unsigned long long)v, ferry_writer_error(s->w));
             return NULL;
         }
-        if (v >= 2 && info.delta_bytes == 0) {
-            fprintf(stderr, "publish %llu offered no deltas\n", (unsigned long long)v);
+        if (v >= 2 && (info.delta_bytes == 0) == s->offered) {
+            fprintf(stderr, "publish %llu offered %llu bytes of deltas\n", (unsigned long long)v,
+                    (unsigned long long)info.delta_bytes);
             s->st = FERRY_ERR_INTERNAL;
         }
         pthread_barrier_wait(&s->checked);
@@ -118,14 +151,26 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
                               .job = "deltas", .rank = 0, .world = 1, .meta = ferry_writer_service_address(s.w),
                               .token = "t", .timeout_ms = 60000, .deltas = reader_deltas, .pack_limit = pack_limit};
     if (pack_limit) rp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
+    if (g_gpu) {
+        wp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
+        rp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
+        wp.memory = rp.memory = FERRY_MEM_CUDA;
+        wp.device = g_wdev;
+        rp.device = g_rdev;
+    }
+    /* a CUDA writer offers no deltas for gathered reads (pack_limit 1) */
+    s.offered = !(g_gpu && pack_limit);
+    s.want = s.offered && reader_deltas != FERRY_SYNC_DELTAS_OFF;
     ferry_reader_t *r;
     CHECK_OK(ferry_reader_create(ctx, model, &rp, &r), ferry_ctx_error(ctx));
     s.nb = ferry_layout_buffer_count(src);
     s.wb = calloc(s.nb, sizeof *s.wb);
     uint32_t nd = ferry_layout_buffer_count(dst);
-    void **rb = calloc(nd, sizeof *rb);
+    void **rb = calloc(nd, sizeof *rb), **rh = calloc(nd, sizeof *rh);
+    uint64_t *rsize = calloc(nd, sizeof *rsize);
     s.size = calloc(s.nb, sizeof *s.size);
-    CHECK(s.wb && rb && s.size);
+    s.hb = calloc(s.nb, sizeof *s.hb);
+    CHECK(s.wb && rb && rh && rsize && s.size && s.hb);
     CHECK_OK(ferry_writer_add_layout(s.w, src, 0, s.wb, s.nb), ferry_writer_error(s.w));
     CHECK_OK(ferry_reader_add_layout(r, dst, 0, rb, nd), ferry_reader_error(r));
     uint64_t total = 0;
@@ -135,6 +180,15 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
         CHECK(bi.dtype == FERRY_DTYPE_BF16);
         s.size[b] = bi.size;
         total += bi.size;
+        s.hb[b] = g_gpu ? calloc(1, bi.size) : s.wb[b];
+        CHECK(s.hb[b]);
+    }
+    for (uint32_t b = 0; b < nd; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(dst, b, &bi);
+        rsize[b] = bi.size;
+        rh[b] = g_gpu ? calloc(1, bi.size) : rb[b];
+        CHECK(rh[b]);
     }
     CHECK_OK(ferry_writer_commit(s.w), ferry_writer_error(s.w));
     CHECK_OK(ferry_reader_commit(r), ferry_reader_error(r));
@@ -142,12 +196,17 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
     CHECK(pthread_barrier_init(&s.checked, NULL, 2) == 0);
     CHECK(pthread_create(&th, NULL, writer_main, &s) == 0);
     for (uint64_t v = 1; v <= VERSIONS; v++) {
-        if (v == 4) ((uint16_t *)rb[0])[3] ^= 0x1; /* the engine touched its weights: not version 3 any more */
+        if (v == 4) { /* the engine touched its weights: not version 3 any more */
+            mirror(rb, rh, rsize, nd, false);
+            ((uint16_t *)rh[0])[3] ^= 0x1;
+            mirror(rb, rh, rsize, nd, true);
+        }
         ferry_update_info_t info;
         CHECK_OK(ferry_reader_update(r, v, 60000, &info), ferry_reader_error(r));
         CHECK_EQ_INT(info.version, v);
-        check_layout_copy(model, src, dst, s.wb, rb);
-        bool want = reader_deltas != FERRY_SYNC_DELTAS_OFF && v >= 2 && v != 4;
+        mirror(rb, rh, rsize, nd, false);
+        check_layout_copy(model, src, dst, s.hb, rh);
+        bool want = s.want && v >= 2 && v != 4;
         if (want) {
             CHECK_EQ_INT(info.delta_pairs, 1);
             CHECK_EQ_INT(info.delta_steps, 1); /* one version behind: one step (test_sync_chains: more) */
@@ -168,17 +227,37 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
     CHECK_OK(s.st, "the writer thread failed");
     ferry_reader_destroy(r);
     ferry_writer_destroy(s.w);
-    free(s.wb), free(rb), free(s.size);
+    for (uint32_t b = 0; g_gpu && b < s.nb; b++) free(s.hb[b]);
+    for (uint32_t b = 0; g_gpu && b < nd; b++) free(rh[b]);
+    free(s.wb), free(rb), free(s.size), free(s.hb), free(rh), free(rsize);
     ferry_layout_destroy(src);
     ferry_layout_destroy(dst);
     ferry_model_destroy(model);
     ferry_ctx_destroy(ctx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--gpu")) {
+#ifdef FERRY_CUDA
+        ferry_errbuf_t err;
+        if (ferry_cuda_init(&err) != FERRY_OK) {
+            printf("skipped: %s\n", err.text);
+            return 77;
+        }
+        int n = 0;
+        CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0);
+        g_gpu = true;
+        g_rdev = n > 1 ? 1 : 0;
+#else
+        printf("skipped: this build has no CUDA\n");
+        return 77;
+#endif
+    }
     run(FERRY_SYNC_DELTAS_ALWAYS, false, 0);
     run(FERRY_SYNC_DELTAS_OFF, false, 0);
     run(FERRY_SYNC_DELTAS_ALWAYS, true, 1);
     run(FERRY_SYNC_DELTAS_OFF, true, 1);
+    if (g_gpu) printf("test_sync_deltas --gpu: deltas encoded and applied on GPUs %d -> %d, every version exact\n",
+                      g_wdev, g_rdev);
     return 0;
 }
