@@ -25,8 +25,13 @@
 #     (GPU 0 -> GPU 1) with FERRY_UCX_CUDA=native and =staged, and over tcp
 #     with host memory. GPU rows need two GPUs and a UCX with CUDA support
 #     (skipped, said so, otherwise).
+#   - deltas between GPUs: ferry demo --device cuda (Qwen3-0.6B, the demo
+#     topology, RL-like Adam steps) with whole pulls against deltas encoded
+#     and applied on the GPUs, over shm (CUDA IPC) and over UCX with only
+#     TCP between the processes (host staging: a slow link);
 # BENCH_MODEL and BENCH_STEPS override the model (qwen3-8b) and steps (6);
-# BENCH_ONLY=kernels|sync|ucx runs one part (sync: with the NCCL baseline).
+# BENCH_ONLY=kernels|sync|deltas|ucx runs one part (sync: with the NCCL
+# baseline).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build=${1:-build-gpu}
@@ -35,8 +40,8 @@ steps=${BENCH_STEPS:-6}
 status=0
 only=${BENCH_ONLY:-}
 case $only in
-""|kernels|sync|ucx) ;;
-*) echo "scripts/gpu-bench.sh: BENCH_ONLY=$only: want kernels, sync or ucx" >&2; exit 2 ;;
+""|kernels|sync|deltas|ucx) ;;
+*) echo "scripts/gpu-bench.sh: BENCH_ONLY=$only: want kernels, sync, deltas or ucx" >&2; exit 2 ;;
 esac
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -69,6 +74,18 @@ part sync && run "colocated on GPU 0 (separate processes)" --device cuda:0 --tra
 if part sync && [ "$ngpu" -ge 2 ]; then
     echo "== NCCL broadcast baseline: python bench/nccl_bcast.py --model $model"
     PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-python3}" bench/nccl_bcast.py --model "$model" || status=1
+fi
+
+if part deltas; then
+    for tr in shm ucx; do
+        for d in off always; do
+            envs=()
+            [ "$tr" = ucx ] && envs=(UCX_TLS=tcp FERRY_UCX_CUDA=staged)
+            echo "== deltas $d over $tr: ferry demo --device cuda --transport $tr --deltas $d --steps 5 ${envs[*]}"
+            env "${envs[@]}" "$build/ferry" demo --device cuda --transport "$tr" --deltas "$d" --steps 5 2>&1 |
+                grep -E '^ +[0-9]+ |^summary' || status=1
+        done
+    done
 fi
 
 part ucx || exit $status
