@@ -203,10 +203,6 @@ int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, fe
         snprintf(err, size, "--pack-limit bounds a writer's pack area; the file channel has none (use --transport shm or ucx)");
         return CLI_USAGE;
     }
-    if (o->device != DEMO_DEVICE_CPU && o->deltas == FERRY_SYNC_DELTAS_ALWAYS) {
-        snprintf(err, size, "--device cuda: deltas run on the CPU codec, not on GPU buffers yet; use --deltas auto or off");
-        return CLI_USAGE;
-    }
     if (!(*model = cli_load_model(ctx, o->model, false))) return CLI_USAGE; /* it said why */
     if (ferry_parallel_parse(ctx, FERRY_SIDE_TRAIN, o->train, tp) != FERRY_OK ||
         ferry_parallel_parse(ctx, FERRY_SIDE_INFER, o->infer, ip) != FERRY_OK) {
