@@ -43,6 +43,7 @@
 #define CLASSES_MAX 8u
 
 static_assert(EPT == 16, "a thread's buckets are four 32-bit words");
+static_assert(TILE * 4 / 1024 <= SUMW_TILE_BLOCKS, "a tile of 32-bit elements in the hash's blocks");
 static_assert(sizeof(dk_chunk_t) == 104 && sizeof(dk_class_t) == 64 && sizeof(dk_sub_t) == 32, "delta_kern.h's layout");
 
 __constant__ uint8_t dk_ksecret[192] = {SUMX_KSECRET_BYTES};
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
        them in order into the accumulators (common/sum_xxh3.h) */
     __shared__ uint64_t sec64[24];                        /* the secret as words */
     __shared__ uint8_t sec[192];
-    __shared__ uint64_t contrib[4 * sizeof(uint32_t)][4][2]; /* per block of the tile, per accumulator pair */
+    __shared__ uint64_t contrib[SUMW_TILE_BLOCKS][4][2]; /* per block of the tile, per accumulator pair */
     const uint32_t c = sparse[blockIdx.x];
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     const dk_chunk_t ch = b.chunks[c];
@@ -263,9 +264,8 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
     uint8_t *reg = (uint8_t *)ch.region;
     const uint64_t len = (uint64_t)ch.elems * w;
     const bool hash_here = ((uintptr_t)reg & 15) == 0, hash_long = len > SUMX_SHORT_MAX;
-    const uint64_t nfull = hash_long ? sumx_nfull(len) : 0;
-    const unsigned nstr = hash_long ? sumx_nstr(len) : 0, q = lane & 3, r8 = lane >> 2;
-    uint64_t acc0 = sumx_init_acc(2 * q), acc1 = sumx_init_acc(2 * q + 1); /* warp 0's */
+    sumw_tile_t hacc; /* warp 0's */
+    sumw_tile_init(&hacc, lane);
     /* warp k < K places class k's changes: format 1, the class's in one
        run of ranks over the chunk; format 2, each sub-block's in its own
        sub-stream's slots, ranks local to the sub-block */
@@ -398,43 +398,10 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
             seen += tot;
         }
         __syncthreads(); /* the tile is written; bk, pre and wsum are the next tile's */
-        if (hash_here && hash_long) {
-            /* blocks kb0 .. of this tile, up to the chunk's last (nfull) */
-            const uint64_t kb0 = (uint64_t)at * w / 1024, nb = (uint64_t)TILE * w / 1024;
-            for (uint64_t x = wp; x < nb && kb0 + x <= nfull; x += WARPS) {
-                const uint64_t kb = kb0 + x;
-                const unsigned ns = kb < nfull ? 16 : nstr;
-                uint64_t s0 = 0, s1 = 0;
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if (8 * (unsigned)h + r8 < ns) {
-                        const uint4 d = *(const uint4 *)(reg + 1024 * kb + 512 * h + 16 * lane);
-                        const unsigned off = 8 * h + r8 + 2 * q; /* words j0, j0 + 1 of stripe 8h + r8 */
-                        sumx_contrib(d.x | (uint64_t)d.y << 32, d.z | (uint64_t)d.w << 32, sec64[off],
-                                     sec64[off + 1], &s0, &s1);
-                    }
-                if (kb == nfull && lane < 4) { /* the last stripe, [len - 64, len) */
-                    const uint8_t *y = reg + len - 64 + 16 * lane;
-                    sumx_contrib(sumx_rd64(y), sumx_rd64(y + 8), sumx_last_key(sec, lane, 0),
-                                 sumx_last_key(sec, lane, 1), &s0, &s1);
-                }
-#pragma unroll
-                for (unsigned m = 4; m < 32; m <<= 1) {
-                    s0 += __shfl_xor_sync(FULL, s0, m);
-                    s1 += __shfl_xor_sync(FULL, s1, m);
-                }
-                if (lane < 4) contrib[x][lane][0] = s0, contrib[x][lane][1] = s1;
-            }
+        if (hash_here && hash_long) { /* this tile's blocks, then warp 0 folds them in order */
+            sumw_tile_blocks(reg, len, (uint64_t)at * w, (uint64_t)TILE * w, sec64, sec, wp, WARPS, lane, contrib);
             __syncthreads();
-            if (wp == 0) /* in order: each block's sums, then (all but the last) the scramble */
-                for (uint64_t x = 0; x < nb && kb0 + x <= nfull; x++) {
-                    acc0 += contrib[x][q][0];
-                    acc1 += contrib[x][q][1];
-                    if (kb0 + x < nfull) {
-                        acc0 = sumx_scramble(acc0, sec64[16 + 2 * q]);
-                        acc1 = sumx_scramble(acc1, sec64[17 + 2 * q]);
-                    }
-                }
+            if (wp == 0) sumw_tile_fold(&hacc, len, (uint64_t)at * w, (uint64_t)TILE * w, sec64, contrib, lane);
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) cur[j] = nxt[j];
@@ -448,10 +415,7 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
     if (hash_here && wp == 0) { /* the result against next_sum (else dk_verify) */
         uint64_t h;
         if (hash_long) {
-            uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, lane, 0), acc1 ^ sumx_merge_key(sec, lane, 1));
-            m += __shfl_xor_sync(FULL, m, 1);
-            m += __shfl_xor_sync(FULL, m, 2);
-            h = sumx_avalanche(len * SUMX_PRIME64_1 + m);
+            h = sumw_tile_end(&hacc, len, sec, lane);
         } else {
             h = lane == 0 ? sumx_xxh3_short(reg, len, sec, 0) : 0;
         }

@@ -5,9 +5,10 @@
  * apply them (ferry_delta_apply, ferry_delta_cuda_apply); every decision
  * is the integer arithmetic of codec/enc_rules.h on both.
  *
- * The passes (codec/delta_enc.cu) read each region's base and next three
- * times (to count, to hash, to rank the changes), write 10 bytes per change
- * and the records, then copy the frames to the host buffers. The
+ * The passes (codec/delta_enc.cu) read each region's base and next twice
+ * (to count and hash, to rank the changes; three times when a region is
+ * not 16-aligned), write 10 bytes per change and the records, then copy the
+ * frames to the host buffers. The
  * host waits for the GPU three times per batch: after the scan (to size
  * the change list), after the records' lengths are known (to lay them
  * out), and at the end.

@@ -3,9 +3,12 @@
  * codec/delta_enc_dev.h's (host and device code, checked on the CPU by
  * test_delta_enc_dev.c); these kernels only lay them out over the GPU:
  *
- * scan     a block per chunk: every element compared, the changed ones'
- *          buckets and every stride-th one's counted in shared memory;
- *          then warps 0 and 1 hash the next and base chunks.
+ * scan     a block per chunk, 4096 elements (a tile) at a time: every
+ *          element compared, the changed ones' buckets and every
+ *          stride-th one's counted in shared memory; then, while the tile
+ *          is in cache, every warp hashes some of its 1 KiB blocks of next
+ *          and base, and warps 0 and 1 fold them into the two checksums
+ *          (common/sum_warp.cuh's tile hash, as the apply's write pass).
  * classes  a warp per chunk with changes: lane 0 groups the buckets, the
  *          lanes price every range of groups, lane 0 runs the DP.
  * rank     a block per chunk with changes, 4096 elements (a tile) at a
@@ -34,6 +37,7 @@
 #define FULL 0xffffffffu
 
 static_assert(EPT == 16, "16 elements per thread");
+static_assert(EK_TILE * 4 / 1024 <= SUMW_TILE_BLOCKS, "a tile of 32-bit elements in the hash's blocks");
 
 __constant__ uint8_t ek_ksecret[192] = {SUMX_KSECRET_BYTES};
 
@@ -46,31 +50,57 @@ static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t 
 __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
     __shared__ uint32_t hs[256], hc[256], nchg;
     __shared__ uint8_t sec[192];
+    __shared__ uint64_t sec64[24];
+    __shared__ uint64_t contrib[2][SUMW_TILE_BLOCKS][4][2]; /* next's, base's: per block of the tile */
     __shared__ uint64_t sums[2];
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     ek_chunk_t *c = &b.chunks[blockIdx.x];
     const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
     const uint32_t w = c->width, elems = c->elems, smask = elems >= (1u << 16) ? 63 : 0; /* every 64th, or all */
+    const uint64_t bytes = (uint64_t)elems * w;
+    const bool hash_base = !c->given;
+    /* both hashed tile by tile while the tile is in cache, when both are
+       16-aligned (chunks of a 16-aligned region are); else after the walk */
+    const bool fused = (((uintptr_t)base | (uintptr_t)next) & 15) == 0 && bytes > SUMX_SHORT_MAX;
     hs[tid] = hc[tid] = 0;
     if (tid == 0) nchg = 0;
     if (tid < 192) sec[tid] = ek_ksecret[tid];
     __syncthreads();
+    if (tid < 24) sec64[tid] = sumx_sec64(sec, 8 * tid);
+    sumw_tile_t acc; /* warp 0: next's; warp 1: base's */
+    sumw_tile_init(&acc, lane);
     uint32_t mine = 0;
-    for (uint32_t i = tid; i < elems; i += THREADS) {
-        uint32_t bv = elem_load(base, w, i), nv = elem_load(next, w, i), bk = ek_bucket(bv, w);
-        if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
-        if (bv != nv) {
-            atomicAdd(&hc[bk], 1u);
-            mine++;
+    for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
+        const uint32_t t1 = elems - t0 < EK_TILE ? elems : t0 + EK_TILE;
+        for (uint32_t i = t0 + tid; i < t1; i += THREADS) {
+            uint32_t bv = elem_load(base, w, i), nv = elem_load(next, w, i), bk = ek_bucket(bv, w);
+            if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
+            if (bv != nv) {
+                atomicAdd(&hc[bk], 1u);
+                mine++;
+            }
+        }
+        if (fused) {
+            __syncthreads(); /* sec64 is ready; the last tile's contributions are folded */
+            const uint64_t off = (uint64_t)t0 * w, tb = (uint64_t)EK_TILE * w;
+            sumw_tile_blocks(next, bytes, off, tb, sec64, sec, wp, WARPS, lane, contrib[0]);
+            if (hash_base) sumw_tile_blocks(base, bytes, off, tb, sec64, sec, wp, WARPS, lane, contrib[1]);
+            __syncthreads();
+            if (wp == 0) sumw_tile_fold(&acc, bytes, off, tb, sec64, contrib[0], lane);
+            else if (wp == 1 && hash_base) sumw_tile_fold(&acc, bytes, off, tb, sec64, contrib[1], lane);
         }
     }
     for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
     if (lane == 0 && mine) atomicAdd(&nchg, mine);
-    const uint64_t bytes = (uint64_t)elems * w;
-    if (wp == 0) {
+    if (fused) {
+        if (wp == 0 || (wp == 1 && hash_base)) {
+            uint64_t h = sumw_tile_end(&acc, bytes, sec, lane);
+            if (lane == 0) sums[wp] = h;
+        }
+    } else if (wp == 0) {
         uint64_t h = sumw_xxh3(next, bytes, sec, lane);
         if (lane == 0) sums[0] = h;
-    } else if (wp == 1 && !c->given) {
+    } else if (wp == 1 && hash_base) {
         uint64_t h = sumw_xxh3(base, bytes, sec, lane);
         if (lane == 0) sums[1] = h;
     }
@@ -82,7 +112,7 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
         c->changed = nchg;
         c->next_sum = sums[0];
         if (!nchg) c->base_sum = sums[0]; /* the same bytes */
-        else if (!c->given) c->base_sum = sums[1];
+        else if (hash_base) c->base_sum = sums[1];
     }
 }
 

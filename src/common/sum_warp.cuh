@@ -112,4 +112,82 @@ static __device__ uint64_t sumw_xxh3_seeded(const uint8_t *p, uint64_t len, uint
     return sumw_warp_long(p, len, cs, t);
 }
 
+/* ---- xxh3 of a long input, a tile at a time, by a block ------------------
+ * For kernels that walk a chunk tile by tile and hash it while the tile is
+ * in cache (codec/delta.cu's write pass, codec/delta_enc.cu's scan): per
+ * tile, every warp takes some of its 1 KiB blocks (sumw_tile_blocks), the
+ * block syncs, then one warp folds them in order into its accumulators
+ * (sumw_tile_fold); once every tile is in, sumw_tile_end gives the hash.
+ * The input is len > SUMX_SHORT_MAX bytes at a 16-aligned p; tiles start at
+ * multiples of 1 KiB and hold at most SUMW_TILE_BLOCKS blocks. sec64: the
+ * secret as 24 words (sumx_sec64), sec: its bytes. */
+#define SUMW_TILE_BLOCKS 16u
+
+typedef struct sumw_tile {
+    uint64_t acc0, acc1; /* the folding warp's lane's accumulator pair */
+} sumw_tile_t;
+
+static __device__ __forceinline__ void sumw_tile_init(sumw_tile_t *a, unsigned t) {
+    a->acc0 = sumx_init_acc(2 * (t & 3));
+    a->acc1 = sumx_init_acc(2 * (t & 3) + 1);
+}
+
+/* Warp wp of nw: its blocks of the tile [off, off + tb) bytes, each
+   block's stripe sums into contrib[block of the tile][lane 0-3][2]. */
+static __device__ __forceinline__ void sumw_tile_blocks(const uint8_t *p, uint64_t len, uint64_t off, uint64_t tb,
+                                                        const uint64_t *sec64, const uint8_t *sec, unsigned wp,
+                                                        unsigned nw, unsigned t, uint64_t (*contrib)[4][2]) {
+    const uint64_t nfull = sumx_nfull(len), kb0 = off / 1024, nb = tb / 1024;
+    const unsigned nstr = sumx_nstr(len), q = t & 3, r8 = t >> 2;
+    for (uint64_t x = wp; x < nb && kb0 + x <= nfull; x += nw) {
+        const uint64_t kb = kb0 + x;
+        const unsigned ns = kb < nfull ? 16 : nstr;
+        uint64_t s0 = 0, s1 = 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (8 * (unsigned)h + r8 < ns) {
+                const uint4 d = *(const uint4 *)(p + 1024 * kb + 512 * h + 16 * t);
+                const unsigned o = 8 * h + r8 + 2 * q; /* words j0, j0 + 1 of stripe 8h + r8 */
+                sumx_contrib(d.x | (uint64_t)d.y << 32, d.z | (uint64_t)d.w << 32, sec64[o], sec64[o + 1], &s0, &s1);
+            }
+        if (kb == nfull && t < 4) { /* the last stripe, [len - 64, len) */
+            const uint8_t *y = p + len - 64 + 16 * t;
+            sumx_contrib(sumx_rd64(y), sumx_rd64(y + 8), sumx_last_key(sec, t, 0), sumx_last_key(sec, t, 1), &s0,
+                         &s1);
+        }
+#pragma unroll
+        for (unsigned m = 4; m < 32; m <<= 1) {
+            s0 += __shfl_xor_sync(SUMW_FULL, s0, m);
+            s1 += __shfl_xor_sync(SUMW_FULL, s1, m);
+        }
+        if (t < 4) contrib[x][t][0] = s0, contrib[x][t][1] = s1;
+    }
+}
+
+/* One warp, after the block synced: the tile's blocks in order, each
+   block's sums, then (all but the input's last block) the scramble. */
+static __device__ __forceinline__ void sumw_tile_fold(sumw_tile_t *a, uint64_t len, uint64_t off, uint64_t tb,
+                                                      const uint64_t *sec64, const uint64_t (*contrib)[4][2],
+                                                      unsigned t) {
+    const uint64_t nfull = sumx_nfull(len), kb0 = off / 1024, nb = tb / 1024;
+    const unsigned q = t & 3;
+    for (uint64_t x = 0; x < nb && kb0 + x <= nfull; x++) {
+        a->acc0 += contrib[x][q][0];
+        a->acc1 += contrib[x][q][1];
+        if (kb0 + x < nfull) {
+            a->acc0 = sumx_scramble(a->acc0, sec64[16 + 2 * q]);
+            a->acc1 = sumx_scramble(a->acc1, sec64[17 + 2 * q]);
+        }
+    }
+}
+
+/* The folding warp, after the last tile: the hash, on every lane. */
+static __device__ __forceinline__ uint64_t sumw_tile_end(const sumw_tile_t *a, uint64_t len, const uint8_t *sec,
+                                                         unsigned t) {
+    uint64_t m = sumx_fold64(a->acc0 ^ sumx_merge_key(sec, t & 3, 0), a->acc1 ^ sumx_merge_key(sec, t & 3, 1));
+    m += __shfl_xor_sync(SUMW_FULL, m, 1);
+    m += __shfl_xor_sync(SUMW_FULL, m, 2);
+    return sumx_avalanche(len * SUMX_PRIME64_1 + m);
+}
+
 #endif
