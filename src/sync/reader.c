@@ -60,7 +60,7 @@ struct ferry_reader {
     ferry_delta_cuda_t *gdec;
     ferry_delta_cuda_item_t *gitems;
     sync_dev_region_t *gregions;
-    size_t *gidx, cap_gitems;
+    size_t *gidx, cap_gitems, cap_gregions, cap_gidx;
 #endif
     /* a CUDA reader's batches of boxes and checksum regions */
     sync_dev_box_t *dboxes;
@@ -811,85 +811,119 @@ static bool dscratch(ferry_reader_t *r, uint64_t need) {
 }
 
 #ifdef FERRY_CUDA
-/* A CUDA reader's pair: each step's frames (checked as the CPU path checks
- * them) applied on its GPU, every op of the step in one batch (each region
- * verified chunk by chunk there, and left as it was when refused), then the
- * ops' checksums on the GPU. Strided destinations are not taken (the pair is
- * pulled whole). */
+/* A CUDA reader's pair: every frame checked on the host as the CPU path
+ * checks it, then applied on its GPU: per step, the ops with contiguous
+ * destinations in one batch (each region verified chunk by chunk there, and
+ * left as it was when refused); each op with a strided destination
+ * gathered into the gather area, its steps applied there, scattered back.
+ * Then the ops' checksums on the GPU (a strided op's from its gathered
+ * copy, as the pull checks it). */
 static bool pair_delta_dev(ferry_reader_t *r, const ferry_plan_pair_t *p, uint64_t v, uint32_t n,
                            const sync_delta_entry_t *step, const uint64_t *blob_at, uint64_t *frame_at,
                            ferry_errbuf_t *why) {
     sync_member_t *m = &r->m;
-    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
-    size_t nops = p->op_count;
-    if (!r->gdec) {
-        ferry_errbuf_t e;
-        if (ferry_delta_cuda_create(sync_dev_device(m->dev), &r->gdec, &e) != FERRY_OK) {
-            ferry_fail(why, FERRY_ERR_NO_MEMORY, "no GPU delta decoder: %s", e.text);
-            return false;
-        }
+    const ferry_copy_op_t *ops = ferry_plan_ops(m->plan) + p->first_op;
+    const size_t nops = p->op_count;
+    ferry_errbuf_t e;
+    if (!r->gdec && ferry_delta_cuda_create(sync_dev_device(m->dev), &r->gdec, &e) != FERRY_OK) {
+        ferry_fail(why, FERRY_ERR_NO_MEMORY, "no GPU delta decoder: %s", e.text);
+        return false;
     }
-    if (nops > r->cap_gitems) {
-        ferry_free(m->ctx, r->gitems);
-        ferry_free(m->ctx, r->gregions);
-        ferry_free(m->ctx, r->gidx);
-        r->gitems = ferry_alloc(m->ctx, nops * sizeof *r->gitems);
-        r->gregions = ferry_alloc(m->ctx, nops * sizeof *r->gregions);
-        r->gidx = ferry_alloc(m->ctx, nops * sizeof *r->gidx);
-        r->cap_gitems = r->gitems && r->gregions && r->gidx ? nops : 0;
-        if (!r->cap_gitems) {
-            ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory");
-            return false;
-        }
+    /* per op a template item (its region, dtype, size), then the batch */
+    if (ferry_grow(m->ctx, (void **)&r->gitems, sizeof *r->gitems, &r->cap_gitems, 2 * nops + 1) != 0 ||
+        ferry_grow(m->ctx, (void **)&r->gregions, sizeof *r->gregions, &r->cap_gregions, nops + 1) != 0 ||
+        ferry_grow(m->ctx, (void **)&r->gidx, sizeof *r->gidx, &r->cap_gidx, nops + 1) != 0) {
+        ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory");
+        return false;
     }
-    for (size_t i = p->first_op; i < p->first_op + nops; i++) {
-        const ferry_copy_op_t *op = &ops[i];
-        size_t esz = sync_op_esz(m, op), k = i - p->first_op;
+    ferry_delta_cuda_item_t *tmpl = r->gitems, *batch = r->gitems + nops;
+    /* every frame's place: step j, op k at [j * nops + k] */
+    const uint8_t **frame = ferry_alloc(m->ctx, (n * nops + 1) * sizeof *frame);
+    uint64_t *flen = ferry_alloc(m->ctx, (n * nops + 1) * sizeof *flen);
+    bool ok = frame && flen;
+    if (!ok) ferry_fail(why, FERRY_ERR_NO_MEMORY, "out of memory");
+    for (size_t k = 0; ok && k < nops; k++) {
+        size_t esz = sync_op_esz(m, &ops[k]);
         ferry_dtype_t dt;
         uint64_t elems;
-        if (!sync_delta_dtype(esz, op->bytes, &dt, &elems)) {
+        if (!sync_delta_dtype(esz, ops[k].bytes, &dt, &elems)) {
             ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu has %zu-byte elements", k, esz);
-            return false;
+            ok = false;
+            break;
         }
-        if (!sync_box_contiguous(&op->box, op->dst_strides)) {
-            ferry_fail(why, FERRY_ERR_UNSUPPORTED, "op %zu's destination is strided (GPU deltas take contiguous ones)",
-                       k);
-            return false;
-        }
-        uint32_t lb = sync_local_buffer(m, 1, m->p.rank, op->dst_buffer);
-        uint8_t *region = dst_base(r, lb) + op->dst_offset;
-        r->gitems[k] = (ferry_delta_cuda_item_t){.region = region, .dtype = dt, .elems = elems};
-        r->gregions[k] = (sync_dev_region_t){region, op->bytes};
-        r->gidx[k] = i;
+        uint32_t lb = sync_local_buffer(m, 1, m->p.rank, ops[k].dst_buffer);
+        tmpl[k] = (ferry_delta_cuda_item_t){.region = dst_base(r, lb) + ops[k].dst_offset, .dtype = dt, .elems = elems};
     }
-    r->torn = true; /* live bytes change from here on */
-    for (uint32_t j = 0; j < n; j++) {
+    for (uint32_t j = 0; ok && j < n; j++) {
         uint64_t from = step[j].base_version, to = j + 1 < n ? step[j + 1].base_version : v;
-        for (size_t k = 0; k < nops; k++) {
+        for (size_t k = 0; ok && k < nops; k++) {
             uint64_t len = sync_delta_frame_len(r->dscratch + blob_at[j], (uint32_t)k); /* inside the blob: checked */
-            const uint8_t *frame = r->dscratch + frame_at[j];
+            frame[j * nops + k] = r->dscratch + frame_at[j];
+            flen[j * nops + k] = len;
             frame_at[j] += len;
+            /* the frame must be for exactly this region (the writer is not trusted with its size) */
             ferry_delta_info_t fi;
-            if (ferry_delta_peek(r->codec, frame, len, &fi) != FERRY_OK || fi.dtype != r->gitems[k].dtype ||
-                fi.elems != r->gitems[k].elems || fi.base_version != from || fi.next_version != to) {
+            if (ferry_delta_peek(r->codec, frame[j * nops + k], len, &fi) != FERRY_OK || fi.dtype != tmpl[k].dtype ||
+                fi.elems != tmpl[k].elems || fi.base_version != from || fi.next_version != to) {
                 ferry_fail(why, FERRY_ERR_CORRUPT, "frame %zu of step %u of %u is not a delta of this region from "
                            "version %llu to %llu", k, j + 1, n, (unsigned long long)from, (unsigned long long)to);
-                return false;
+                ok = false;
             }
-            r->gitems[k].delta = frame;
-            r->gitems[k].len = len;
-            r->gitems[k].base_version = from;
-        }
-        ferry_errbuf_t e;
-        if (ferry_delta_cuda_apply(r->gdec, r->gitems, nops, NULL, &e) != FERRY_OK) {
-            ferry_fail(why, FERRY_ERR_CORRUPT, "step %u of %u does not apply on the GPU: %s", j + 1, n, e.text);
-            return false;
         }
     }
-    if (sync_dev_sums_async(m->dev, r->gregions, nops, r->got, r->gidx, why) != FERRY_OK ||
-        sync_dev_sums_flush(m->dev, why) != FERRY_OK)
-        return false;
-    return true;
+    if (ok) r->torn = true; /* live bytes change from here on */
+    /* contiguous destinations: a batch per step, then their checksums */
+    size_t nc = 0;
+    for (uint32_t j = 0; ok && j < n; j++) {
+        nc = 0;
+        for (size_t k = 0; k < nops; k++) {
+            if (!sync_box_contiguous(&ops[k].box, ops[k].dst_strides)) continue;
+            batch[nc] = tmpl[k];
+            batch[nc].delta = frame[j * nops + k];
+            batch[nc].len = flen[j * nops + k];
+            batch[nc].base_version = step[j].base_version;
+            r->gregions[nc] = (sync_dev_region_t){tmpl[k].region, ops[k].bytes};
+            r->gidx[nc++] = p->first_op + k;
+        }
+        if (nc && ferry_delta_cuda_apply(r->gdec, batch, nc, NULL, &e) != FERRY_OK) {
+            ferry_fail(why, FERRY_ERR_CORRUPT, "step %u of %u does not apply on the GPU: %s", j + 1, n, e.text);
+            ok = false;
+        }
+    }
+    if (ok && nc && sync_dev_sums_async(m->dev, r->gregions, nc, r->got, r->gidx, why) != FERRY_OK) ok = false;
+    /* strided destinations, one at a time through the gather area */
+    for (size_t k = 0; ok && k < nops; k++) {
+        if (sync_box_contiguous(&ops[k].box, ops[k].dst_strides)) continue;
+        uint32_t esz = (uint32_t)sync_op_esz(m, &ops[k]);
+        uint8_t *region = tmpl[k].region;
+        sync_dev_box_t in = {.dst = r->gather, .src = region, .src_strides = ops[k].dst_strides, .box = ops[k].box,
+                             .esz = esz},
+                       out = {.dst = region, .dst_strides = ops[k].dst_strides, .src = r->gather, .box = ops[k].box,
+                              .esz = esz};
+        ok = sync_dev_boxes(m->dev, &in, 1, why) == FERRY_OK && sync_dev_wait(m->dev, why) == FERRY_OK;
+        for (uint32_t j = 0; ok && j < n; j++) {
+            ferry_delta_cuda_item_t x = tmpl[k];
+            x.region = r->gather;
+            x.delta = frame[j * nops + k];
+            x.len = flen[j * nops + k];
+            x.base_version = step[j].base_version;
+            if (ferry_delta_cuda_apply(r->gdec, &x, 1, NULL, &e) != FERRY_OK) {
+                ferry_fail(why, FERRY_ERR_CORRUPT, "op %zu, step %u of %u does not apply on the GPU: %s", k, j + 1, n,
+                           e.text);
+                ok = false;
+            }
+        }
+        size_t idx = p->first_op + k;
+        sync_dev_region_t g = {r->gather, ops[k].bytes};
+        /* scattered back; its sum from the gathered copy; done before the area takes the next op */
+        ok = ok && sync_dev_boxes(m->dev, &out, 1, why) == FERRY_OK &&
+             sync_dev_sums_async(m->dev, &g, 1, r->got, &idx, why) == FERRY_OK &&
+             sync_dev_sums_flush(m->dev, why) == FERRY_OK;
+    }
+    if (ok && sync_dev_sums_flush(m->dev, why) != FERRY_OK) ok = false;
+    ferry_free(m->ctx, frame);
+    ferry_free(m->ctx, flen);
+    return ok;
 }
 #endif
 

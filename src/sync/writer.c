@@ -81,7 +81,9 @@ struct ferry_writer {
        one batch per version; the frames wait on the GPU until placed */
     ferry_delta_cuda_enc_t *genc;
     ferry_delta_cuda_enc_item_t *gitems;
-    size_t *gitem;             /* per group: its item this version (SIZE_MAX: none) */
+    size_t *gitem;             /* per group: its item in the last batch (SIZE_MAX: none) */
+    bool *gneed;               /* per group: an offered reader reads it (only those have a base) */
+    bool gwarned;              /* a batch failed this epoch (said once) */
 #endif
     ferry_xport_mem_t *delta_mem;
     uint8_t *delta_area;
@@ -169,8 +171,11 @@ static void epoch_free(ferry_writer_t *w) {
 #ifdef FERRY_CUDA
     ferry_free(w->m.ctx, w->gitems);
     ferry_free(w->m.ctx, w->gitem);
+    ferry_free(w->m.ctx, w->gneed);
     w->gitems = NULL;
     w->gitem = NULL;
+    w->gneed = NULL;
+    w->gwarned = false;
 #endif
     w->delta_mem = NULL;
     w->delta_area = NULL;
@@ -245,6 +250,16 @@ static int cmp_read(const void *a, const void *b, void *arg) {
     if (ox != oy) return ox < oy ? -1 : 1;
     if (x->bytes != y->bytes) return x->bytes < y->bytes ? -1 : 1;
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+/* Whether group g has a place in the base: every group for a host writer;
+ * for a CUDA writer, those its delta readers read. */
+static bool group_based(const ferry_writer_t *w, size_t g) {
+#ifdef FERRY_CUDA
+    if (w->m.dev) return w->gneed[g];
+#endif
+    (void)w, (void)g;
+    return true;
 }
 
 /* Sync mode: allocates the base copy (one per distinct read) and the
@@ -330,9 +345,22 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     w->sum_dt = ferry_calloc(ctx, w->ngroups, sizeof *w->sum_dt);
     if (!w->group_base || !w->frame_at || !w->frame_len || !w->frame_ver || !w->sum_at || !w->sum_ver || !w->sum_dt)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+#ifdef FERRY_CUDA
+    if (m->dev) { /* a CUDA writer's base holds only what its delta readers read (on its GPU: dear) */
+        w->gneed = ferry_calloc(ctx, w->ngroups + 1, sizeof *w->gneed);
+        if (!w->gneed) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
+        for (size_t k = 0; k < w->ndorder; k++)
+            for (size_t i = pairs[w->dorder[k]].first_op; i < pairs[w->dorder[k]].first_op + pairs[w->dorder[k]].op_count;
+                 i++)
+                w->gneed[w->op_group[i]] = true;
+    }
+#endif
     uint64_t base_bytes = 0, nsums = 0;
     for (size_t g = 0; g < w->ngroups; g++) {
+        /* 16-aligned: whole elements of any width, and the GPU encoder's vector loads */
+        base_bytes = (base_bytes + 15) & ~(uint64_t)15;
         w->group_base[g] = base_bytes;
+        if (!group_based(w, g)) continue;
         base_bytes += ops[w->group_op[g]].bytes;
         w->sum_at[g] = nsums;
         nsums += ops[w->group_op[g]].bytes / FERRY_DELTA_CHUNK_DEFAULT + 1; /* chunks at any element width */
@@ -342,15 +370,22 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     w->base_bytes = base_bytes ? base_bytes : 1;
     if (m->dev) {
 #ifdef FERRY_CUDA
-        /* the base on the writer's GPU, where its deltas are encoded */
-        ferry_status_t ds = sync_dev_alloc(m->dev, w->base_bytes, (void **)&w->base, &m->err);
-        if (ds != FERRY_OK) return ds;
+        /* the base on the writer's GPU, where its deltas are encoded; without
+           the memory (or an encoder) the writer serves whole bytes, as before */
+        ferry_errbuf_t e;
         w->gitems = ferry_calloc(ctx, w->ngroups + 1, sizeof *w->gitems);
         w->gitem = ferry_alloc(ctx, (w->ngroups + 1) * sizeof *w->gitem);
         if (!w->gitems || !w->gitem) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-        ferry_errbuf_t e;
-        if (!w->genc && ferry_delta_cuda_enc_create(sync_dev_device(m->dev), &w->genc, &e) != FERRY_OK)
-            return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "a GPU delta encoder: %s", e.text);
+        if (sync_dev_alloc(m->dev, w->base_bytes, (void **)&w->base, &e) != FERRY_OK ||
+            (!w->genc && ferry_delta_cuda_enc_create(sync_dev_device(m->dev), &w->genc, &e) != FERRY_OK)) {
+            ferry_log(ctx, FERRY_LOG_WARN, "writer %u: no deltas this epoch: a %llu-byte base on GPU %d: %s",
+                      m->p.rank, (unsigned long long)w->base_bytes, sync_dev_device(m->dev), e.text);
+            if (w->base) sync_dev_free(m->dev, w->base, w->base_bytes);
+            w->base = NULL;
+            w->base_bytes = 0;
+            return FERRY_OK; /* w->deltas stays false; epoch_free frees the rest */
+        }
+        for (size_t g = 0; g < w->ngroups; g++) w->gitem[g] = SIZE_MAX;
 #endif
     } else {
         w->base = malloc(w->base_bytes);
@@ -751,43 +786,51 @@ static bool encode_step(ferry_writer_t *w, writer_slot_t *s, size_t pi, uint64_t
 }
 
 #ifdef FERRY_CUDA
-/* A CUDA writer's frames of s->version: every group some offered reader
- * reads, from the base on the GPU, in one batch on the GPU; op_frame then
- * copies each into place. Each group's chunk sums as for the CPU encoder
- * (base sums given when they are the base's, next sums out). False when
- * the batch fails (every reader then pulls whole; logged). */
-static bool encode_dev(ferry_writer_t *w, writer_slot_t *s) {
+/* A CUDA writer's frames of s->version for reader pi: the groups it reads
+ * that no reader before it this version had framed, from the base, in one
+ * batch on the GPU (the frames wait there; op_frame copies each into
+ * place). Chunk sums as for the CPU encoder (the base's given when they are
+ * the base's; next's out). False when the batch or one of its items
+ * failed (say, a source not aligned to its elements): this reader then
+ * gets no step (logged once per epoch). */
+static bool encode_dev(ferry_writer_t *w, writer_slot_t *s, size_t pi) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
-    const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
+    const ferry_plan_pair_t *p = &ferry_plan_pairs(w->m.plan)[pi];
     size_t n = 0;
-    for (size_t g = 0; g < w->ngroups; g++) w->gitem[g] = SIZE_MAX;
-    for (size_t k = 0; k < w->ndorder; k++) {
-        const ferry_plan_pair_t *p = &pairs[w->dorder[k]];
-        for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
-            size_t g = w->op_group[i];
-            if (w->gitem[g] != SIZE_MAX) continue;
-            const ferry_copy_op_t *op = &ops[i];
-            ferry_dtype_t dt;
-            uint64_t elems;
-            sync_delta_dtype(sync_op_esz(&w->m, op), op->bytes, &dt, &elems);
-            uint64_t *gs = w->sums + w->sum_at[g];
-            bool given = w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt;
-            w->gitems[n] = (ferry_delta_cuda_enc_item_t){
-                .base = w->base + w->group_base[g], .next = op_bytes(w, s, op), .dtype = dt, .elems = elems,
-                .base_version = w->base_version, .next_version = s->version, .base_chunk_sums = given ? gs : NULL,
-                .next_chunk_sums = gs};
-            w->sum_dt[g] = dt;
-            w->gitem[g] = n++;
-        }
+    for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) w->gitem[w->op_group[i]] = SIZE_MAX;
+    for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
+        size_t g = w->op_group[i];
+        if (w->frame_ver[g] == s->version) continue; /* framed for a reader before: copied from the area */
+        if (w->gitem[g] != SIZE_MAX) continue;       /* another op of this reader reads it too */
+        const ferry_copy_op_t *op = &ops[i];
+        ferry_dtype_t dt;
+        uint64_t elems;
+        sync_delta_dtype(sync_op_esz(&w->m, op), op->bytes, &dt, &elems);
+        uint64_t *gs = w->sums + w->sum_at[g];
+        bool given = w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt;
+        w->gitems[n] = (ferry_delta_cuda_enc_item_t){
+            .base = w->base + w->group_base[g], .next = op_bytes(w, s, op), .dtype = dt, .elems = elems,
+            .base_version = w->base_version, .next_version = s->version, .base_chunk_sums = given ? gs : NULL,
+            .next_chunk_sums = gs};
+        w->sum_dt[g] = dt;
+        w->gitem[g] = n++;
     }
     ferry_errbuf_t e;
     ferry_status_t st = sync_dev_wait(w->m.dev, &e); /* the pack area and the checksums' kernels are done */
-    if (st == FERRY_OK) st = ferry_delta_cuda_encode(w->genc, w->gitems, n, NULL, &e);
-    for (size_t g = 0; g < w->ngroups; g++)
-        if (w->gitem[g] != SIZE_MAX) w->sum_ver[g] = st == FERRY_OK ? s->version : 0;
-    if (st != FERRY_OK)
-        ferry_log(w->m.ctx, FERRY_LOG_WARN, "writer %u: deltas of version %llu not encoded on the GPU (%s); readers "
-                  "pull whole", w->m.p.rank, (unsigned long long)s->version, e.text);
+    if (st == FERRY_OK && n) st = ferry_delta_cuda_encode(w->genc, w->gitems, n, NULL, &e);
+    for (size_t i = p->first_op; i < p->first_op + p->op_count; i++) {
+        size_t g = w->op_group[i];
+        if (w->frame_ver[g] == s->version || w->gitem[g] >= n) continue;
+        bool good = st == FERRY_OK || (st != FERRY_ERR_IO && st != FERRY_ERR_NO_MEMORY &&
+                                       w->gitems[w->gitem[g]].status == FERRY_OK);
+        w->sum_ver[g] = good ? s->version : 0; /* a failed item leaves its sums unknown */
+    }
+    if (st != FERRY_OK && !w->gwarned) {
+        w->gwarned = true;
+        ferry_log(w->m.ctx, FERRY_LOG_WARN, "writer %u: deltas of version %llu for reader %u not encoded on the GPU "
+                  "(%s); it pulls whole (said once per epoch)", w->m.p.rank, (unsigned long long)s->version,
+                  p->dst_rank, e.text);
+    }
     return st == FERRY_OK;
 }
 #endif
@@ -805,11 +848,14 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     bool have_base = w->base_version && w->base_version == w->last_version;
     sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
     bool ok = have_base;
-#ifdef FERRY_CUDA
-    if (ok && w->m.dev) ok = encode_dev(w, s);
-#endif
     for (size_t k = 0; ok && k < w->ndorder; k++) {
         uint64_t len = 0;
+#ifdef FERRY_CUDA
+        if (w->m.dev && !encode_dev(w, s, w->dorder[k])) {
+            w->sec[w->dorder[k]].nsteps = 0; /* no step for this reader: its chain ends, it pulls whole */
+            continue;
+        }
+#endif
         ok = encode_step(w, s, w->dorder[k], &len);
         bytes += len;
     }
@@ -825,15 +871,15 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     }
     /* the base moves on */
     bool moved = true;
+    ferry_errbuf_t e;
     for (size_t g = 0; g < w->ngroups; g++) {
         const ferry_copy_op_t *op = &ops[w->group_op[g]];
         if ((op->flags & FERRY_OP_GATHER) && have_base && w->frame_ver[g] == v) continue; /* moved on when encoded */
         if (!w->m.dev) memcpy(w->base + w->group_base[g], op_read(w, s, op), op->bytes);
-        else if (!(op->flags & FERRY_OP_GATHER)) /* (a CUDA writer offers a gathered read no deltas) */
-            moved &= sync_dev_copy(w->m.dev, w->base + w->group_base[g], op_bytes(w, s, op), op->bytes, &w->m.err) ==
-                     FERRY_OK;
+        else if (group_based(w, g)) /* (a CUDA writer's delta readers have no gathered reads) */
+            moved &= sync_dev_copy(w->m.dev, w->base + w->group_base[g], op_bytes(w, s, op), op->bytes, &e) == FERRY_OK;
     }
-    if (w->m.dev) moved &= sync_dev_wait(w->m.dev, &w->m.err) == FERRY_OK;
+    if (w->m.dev) moved &= sync_dev_wait(w->m.dev, &e) == FERRY_OK;
     w->base_version = moved ? v : 0; /* a base that did not move holds nothing usable */
     sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? sync_delta_index_end(entries) + bytes : 0;

@@ -413,10 +413,11 @@ static void reader_update(worker_t *w, const char *want_s, uint32_t timeout_ms, 
     mirror(w, false);
     uint64_t bad = st == FERRY_OK ? weights(w, info.version, WALK_CHECK) : 0;
     uint64_t badheld = held ? weights(w, held, WALK_CHECK) : 0;
-    report("U st=%d v=%llu held=%llu torn=%d bad=%llu badheld=%llu dirty=%llu sec=%.3f retries=%u fired=%d err=%s",
+    report("U st=%d v=%llu held=%llu torn=%d bad=%llu badheld=%llu dirty=%llu sec=%.3f retries=%u fired=%d dp=%u "
+           "err=%s",
            (int)st, (unsigned long long)(st == FERRY_OK ? info.version : 0), (unsigned long long)held, (int)torn,
            (unsigned long long)bad, (unsigned long long)badheld, (unsigned long long)dirty_bytes(w), sec,
-           info.retries, (int)g_trap_fired, st == FERRY_OK ? "" : ferry_reader_error(w->r));
+           info.retries, (int)g_trap_fired, info.delta_pairs, st == FERRY_OK ? "" : ferry_reader_error(w->r));
 }
 
 static void writer_publish(worker_t *w, uint64_t version, const char *fault) {
@@ -532,6 +533,8 @@ static int child_main(int argc, char **argv) {
     }
     sp.pack_limit = arg_u(argc, argv, "pack_limit", 0);
     if (sp.pack_limit) sp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
+    sp.field_mask |= FERRY_SYNC_PARAM_DELTAS;
+    sp.deltas = (ferry_sync_deltas_t)arg_u(argc, argv, "deltas", FERRY_SYNC_DELTAS_AUTO);
     const char *token = arg(argc, argv, "token", NULL); /* absent: FERRY_TOKEN */
     if (token) {
         sp.field_mask |= FERRY_SYNC_PARAM_TOKEN;
@@ -646,6 +649,8 @@ typedef struct config {
     int cuda;              /* every member's buffers in GPU memory (CUDA builds, --gpu) */
     const char *ucx_cuda;  /* FERRY_UCX_CUDA for the members (NULL: unset, auto) */
     uint32_t pack_limit;   /* every member's (0: none): strided sources past it are read run by run */
+    int deltas;            /* every member's ferry_sync_deltas_t; ALWAYS: readers of versions 2 on must apply
+                              deltas from every writer (sync mode, in place) */
 } config_t;
 
 #define MAXK 16
@@ -707,6 +712,7 @@ static child_t *spawn(job_t *j, bool writer, uint32_t rank, const char *token_en
     snprintf(a[n++], sizeof a[0], "threads=%u", c->threads ? c->threads : 1);
     snprintf(a[n++], sizeof a[0], "cuda=%d", c->cuda);
     snprintf(a[n++], sizeof a[0], "pack_limit=%u", c->pack_limit);
+    snprintf(a[n++], sizeof a[0], "deltas=%d", c->deltas);
     char *argv[29];
     int k = 0;
     argv[k++] = "test_sync";
@@ -1158,7 +1164,18 @@ static void case_matrix(const config_t *cfg) {
         for (uint64_t v = 1; v <= 4; v++) {
             publish_all(&j, v);
             update_all(&j, want[v - 1]);
-            updated_all(&j, v);
+            if (cfg->deltas == FERRY_SYNC_DELTAS_ALWAYS && v >= 2) { /* every pair as deltas, every element exact */
+                for (uint32_t i = 0; i < j.nr; i++) {
+                    const char *l = expect_line(j.r[i], 'U', wait_s(&j));
+                    check_updated(j.r[i], l, v);
+                    if (kv_i(l, "dp") == 0) {
+                        fprintf(stderr, "reader %u took no deltas of version %llu: %s\n", i, (unsigned long long)v, l);
+                        exit(1);
+                    }
+                }
+            } else {
+                updated_all(&j, v);
+            }
             published_all(&j, j.nr);
         }
     } else {
@@ -1852,6 +1869,9 @@ static void case_token(void) {
 /* ---- driver ---------------------------------------------------------------- */
 
 static const config_t matrix[] = {
+    {.name = "deltas: wide tp4 -> tp1,transpose=*proj*; sync shm in place (strided destinations)",
+     .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_SYNC,
+     .xport = FERRY_XPORT_SHM, .deltas = FERRY_SYNC_DELTAS_ALWAYS},
     {.name = "tiny-qwen3 tp2,pp2,dp2 -> tp4 (kv replicated); sync shm in place, 64-byte pack areas (short rows: packed anyway)",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,dp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .wown = 2, .pack_limit = 64},
@@ -1907,6 +1927,14 @@ static const config_t gpu_matrix[] = {
     {.name = "gpu, ucx: tiny-qwen3 tp2,pp2 -> tp4; sync in place, caller's buffers, no pack areas",
      .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,vocab_multiple=4", .infer = "tp=4,vocab_multiple=8",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .wown = 1, .rown = 1, .cuda = 1, .pack_limit = 1},
+    /* deltas encoded and applied on the GPUs: same layout, and resharded
+       (readers' strided destinations gathered, applied, scattered back) */
+    {.name = "gpu, deltas: tiny-qwen3 tp2,pp2 -> tp2,pp2; sync in place",
+     .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,vocab_multiple=4", .infer = "tp=2,pp=2,vocab_multiple=4",
+     .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .cuda = 1, .deltas = FERRY_SYNC_DELTAS_ALWAYS},
+    {.name = "gpu, deltas: wide tp4 -> tp1,transpose=*proj*; sync in place (strided destinations)",
+     .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_SYNC,
+     .xport = FERRY_XPORT_SHM, .cuda = 1, .deltas = FERRY_SYNC_DELTAS_ALWAYS},
     {.name = "gpu, ucx staged: tiny-moe tp2,ep2,etp1 -> tp2,ep2; async staged, small batches",
      .model = "golden:tiny-moe", .train = "tp=2,ep=2,etp=1", .infer = "tp=2,ep=2", .mode = FERRY_SYNC_MODE_ASYNC,
      .xport = FERRY_XPORT_UCX, .staged = 1, .inflight = 256, .slots = 2, .cuda = 1, .ucx_cuda = "staged"},

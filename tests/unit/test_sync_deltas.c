@@ -37,6 +37,7 @@ typedef struct shared {
     void **wb;     /* the writer's buffers (on its GPU with --gpu) */
     void **hb;     /* their host mirrors with --gpu (else wb) */
     bool offered;  /* publishes from version 2 on offer deltas */
+    bool bad;      /* a publish offered otherwise */
     bool want;     /* and the reader takes them */
     uint64_t *size;
     uint32_t nb;
@@ -85,7 +86,7 @@ static void *writer_main(void *arg) {
         if (v >= 2 && (info.delta_bytes == 0) == s->offered) {
             fprintf(stderr, "publish %llu offered %llu bytes of deltas\n", (unsigned long long)v,
                     (unsigned long long)info.delta_bytes);
-            s->st = FERRY_ERR_INTERNAL;
+            s->bad = true; /* (s->st is the next publish's) */
         }
         pthread_barrier_wait(&s->checked);
     }
@@ -144,6 +145,11 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
                               .job = "deltas", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
                               .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS, .pack_limit = pack_limit};
     if (pack_limit) wp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
+    if (g_gpu) {
+        wp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
+        wp.memory = FERRY_MEM_CUDA;
+        wp.device = g_wdev;
+    }
     shared_t s = {0};
     CHECK_OK(ferry_writer_create(ctx, model, &wp, &s.w), ferry_ctx_error(ctx));
     ferry_sync_params_t rp = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
@@ -152,10 +158,8 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
                               .token = "t", .timeout_ms = 60000, .deltas = reader_deltas, .pack_limit = pack_limit};
     if (pack_limit) rp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
     if (g_gpu) {
-        wp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
         rp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
-        wp.memory = rp.memory = FERRY_MEM_CUDA;
-        wp.device = g_wdev;
+        rp.memory = FERRY_MEM_CUDA;
         rp.device = g_rdev;
     }
     /* a CUDA writer offers no deltas for gathered reads (pack_limit 1) */
@@ -225,6 +229,7 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
     pthread_join(th, NULL);
     pthread_barrier_destroy(&s.checked);
     CHECK_OK(s.st, "the writer thread failed");
+    CHECK(!s.bad);
     ferry_reader_destroy(r);
     ferry_writer_destroy(s.w);
     for (uint32_t b = 0; g_gpu && b < s.nb; b++) free(s.hb[b]);
