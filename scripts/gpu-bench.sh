@@ -25,10 +25,10 @@
 #     (GPU 0 -> GPU 1) with FERRY_UCX_CUDA=native and =staged, and over tcp
 #     with host memory. GPU rows need two GPUs and a UCX with CUDA support
 #     (skipped, said so, otherwise).
-#   - deltas between GPUs: ferry demo --device cuda (Qwen3-0.6B, the demo
-#     topology, RL-like Adam steps) with whole pulls against deltas encoded
-#     and applied on the GPUs, over shm (CUDA IPC) and over UCX with only
-#     TCP between the processes (host staging: a slow link);
+#   - deltas between GPUs: ferry bench sync --deltas always (the demo's
+#     RL-like Adam steps) GPU 0 -> GPU 1, same layout and resharded, beside
+#     the peer copy; and over UCX with only TCP between the processes (host
+#     staging: a slow link), whole pulls against deltas;
 # BENCH_MODEL and BENCH_STEPS override the model (qwen3-8b) and steps (6);
 # BENCH_ONLY=kernels|sync|deltas|ucx runs one part (sync: with the NCCL
 # baseline).
@@ -77,15 +77,21 @@ if part sync && [ "$ngpu" -ge 2 ]; then
 fi
 
 if part deltas; then
-    for tr in shm ucx; do
+    # Qwen3-8B GPU 0 -> GPU 1: deltas (encoded and applied on the GPUs)
+    # beside the peer copy (the NCCL broadcast is the sync part's); then a
+    # slow link: UCX with TCP only between the processes (ferry's host
+    # staging), whole pulls against deltas
+    if [ "$ngpu" -ge 2 ]; then
+        run "deltas, same layout, GPU 0 -> GPU 1" --device cuda --train tp=1 --infer tp=1 --deltas always
+        run "deltas, resharded tp=2 -> tp=1" --device cuda --train tp=2 --infer tp=1 --deltas always
         for d in off always; do
-            envs=()
-            [ "$tr" = ucx ] && envs=(UCX_TLS=tcp FERRY_UCX_CUDA=staged)
-            echo "== deltas $d over $tr: ferry demo --device cuda --transport $tr --deltas $d --steps 5 ${envs[*]}"
-            env "${envs[@]}" "$build/ferry" demo --device cuda --transport "$tr" --deltas "$d" --steps 5 2>&1 |
-                grep -E '^ +[0-9]+ |^summary' || status=1
+            echo "== UCX over TCP only (UCX_TLS=tcp, FERRY_UCX_CUDA=staged), --deltas $d"
+            UCX_TLS=tcp FERRY_UCX_CUDA=staged "$build/ferry" bench sync --model "$model" --steps 4 --device cuda \
+                --train tp=1 --infer tp=1 --transports ucx --deltas "$d" 2>&1 | grep -v '^ *$' || status=1
         done
-    done
+    else
+        echo "== skipped: GPU 0 -> GPU 1 deltas need two GPUs (this host has $ngpu)"
+    fi
 fi
 
 part ucx || exit $status

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench sync [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                        [--transports shm,ucx] [--dir PATH] [--no-baselines]\n"
-            "                        [--device cpu|cuda|cuda:N] [--pack-limit BYTES]\n"
+            "                        [--device cpu|cuda|cuda:N] [--pack-limit BYTES] [--deltas auto|always|off]\n"
             "  N ferry updates through each transport (2..1000, default 6); the first, which\n"
             "  connects and plans, is not counted. Before each later one, while every ferry\n"
             "  process is idle, one round: a memcpy of 256 MiB with 1 and with all cores, one\n"
@@ -51,7 +51,11 @@ static void usage(FILE *f) {
             "  the rounds then time, instead of memcpy, files and tcp, a 1 GiB peer copy from GPU 0 to\n"
             "  GPU 1 (cudaMemcpyPeer, with two GPUs or more) and a 1 GiB copy within GPU 0 (or N), and\n"
             "  \"of limit\" is the share of the peer copy's rate (of the same-GPU copy's when colocated).\n"
-            "  --pack-limit: as `ferry demo --pack-limit` (the trainer ranks' pack areas, at most).\n");
+            "  --pack-limit: as `ferry demo --pack-limit` (the trainer ranks' pack areas, at most).\n"
+            "  --deltas: as `ferry demo --deltas` (default auto: none on one host). With always, engines one\n"
+            "  version behind apply sparse deltas of the demo's RL-like steps; every method is still timed\n"
+            "  for the whole version's bytes (version 1's, which moves whole), and the bytes the deltas\n"
+            "  moved are said beside them.\n");
 }
 
 /* ---- the full model, as a trainer would gather it --------------------------------- */
@@ -525,21 +529,31 @@ static int bench_transport(demo_opts_t o, const char *name, rounds_t *r) {
         fprintf(stderr, "ferry bench sync: %s run failed: %s\n", name, res.error);
         goto out;
     }
-    /* per round k (version k + 2): seconds per update of the bytes ferry landed */
+    /* per round k (version k + 2): seconds per update of the bytes a whole
+       version lands (version 1's: it never arrives as deltas) */
     uint32_t n = o.steps - 1;
-    double bytes = (double)steps[1].bytes;
+    double bytes = (double)steps[0].bytes;
     double *sec[M_COUNT];
     for (int m = 0; m < M_COUNT; m++) sec[m] = r->sec[m] + 2;
+    uint64_t moved_min = UINT64_MAX, moved_max = 0, delta_updates = 0;
     for (uint32_t k = 0; k < n; k++) {
         sec[M_FERRY][k] = steps[k + 1].seconds;
         for (int m = M_MEMN; m < M_COUNT; m++) /* the same bytes at the copy's rate measured in that round */
-            sec[m][k] = sec[m][k] > 0 ? (double)steps[k + 1].bytes / (sec[m][k] * 1e9) : -1;
+            sec[m][k] = sec[m][k] > 0 ? bytes / (sec[m][k] * 1e9) : -1;
+        moved_min = steps[k + 1].bytes < moved_min ? steps[k + 1].bytes : moved_min;
+        moved_max = steps[k + 1].bytes > moved_max ? steps[k + 1].bytes : moved_max;
+        delta_updates += steps[k + 1].delta_updates;
     }
     stat3_t st[M_COUNT];
     for (int m = 0; m < M_COUNT; m++) st[m] = stats(sec[m], n);
     char b[32];
     printf("\ntransport %s: %u rounds, %s landing in engine buffers per update\n", name, n,
            cli_bytes((uint64_t)bytes, b, sizeof b));
+    if (delta_updates) {
+        char lo[32], hi[32];
+        printf("deltas: %llu reader updates applied them; ferry moved %s - %s per update\n",
+               (unsigned long long)delta_updates, cli_bytes(moved_min, lo, sizeof lo), cli_bytes(moved_max, hi, sizeof hi));
+    }
     if (r->gpu) {
         char w[32], rd[32];
         printf("GPU memory ferry held beside the buffers: %s per writer, %s per reader at most%s\n",
@@ -596,7 +610,12 @@ int bench_sync(int argc, char **argv) {
             return CLI_OK;
         } else if (cli_opt(argc, argv, &i, "--transports", &v)) transports = v;
         else if (cli_opt(argc, argv, &i, "--dir", &v)) dir = v;
-        else if (!strcmp(argv[i], "--no-baselines")) {
+        else if (cli_opt(argc, argv, &i, "--deltas", &v)) {
+            static const char *const modes[] = {"auto", "always", "off"};
+            size_t k;
+            if (!cli_word("--deltas", v, modes, 3, &k)) return CLI_USAGE;
+            o.deltas = k == 0 ? FERRY_SYNC_DELTAS_AUTO : k == 1 ? FERRY_SYNC_DELTAS_ALWAYS : FERRY_SYNC_DELTAS_OFF;
+        } else if (!strcmp(argv[i], "--no-baselines")) {
             baselines = false;
             continue;
         } else {

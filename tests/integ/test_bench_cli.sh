@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ferry bench xport runs end to end between two processes, and ferry bench
-# delta round-trips its deltas (smoke tests: the figures are for
-# docs/benchmarks.md, not asserted here); both refuse bad input.
+# ferry bench xport runs end to end between two processes, ferry bench
+# delta round-trips its deltas, ferry bench sync --deltas always takes them
+# (smoke tests: the figures are for docs/benchmarks.md, not asserted here);
+# they refuse bad input.
 set -u
 ferry=$1
 source "$(dirname "$0")/expect.sh"
@@ -34,5 +35,9 @@ expect 2 "--elems \"0\": out of range; want from 1 to 4294967296" -- bench delta
 expect 2 "--lr \"fast\": item \"fast\": not a decimal number" -- bench delta --lr fast
 expect 2 "--threads \"99\": out of range; want an integer from 1 to 64" -- bench delta --threads 99
 expect 2 "unknown option --size" -- bench delta --size 4M
+# bench sync with deltas: engines one version behind apply them, and it says what they moved
+golden=$(dirname "$0")/../golden
+expect 0 "reader updates applied them" -- bench sync --model "$golden/tiny-qwen3.json" --train tp=2 --infer tp=1 \
+    --steps 3 --transports shm --no-baselines --deltas always
 expect 2 "unknown benchmark" -- bench disk
 expect_done

@@ -60,6 +60,7 @@ expect 2 "--transports \"shm,shm\": \"shm\" given twice" -- bench sync --transpo
 expect 2 "--transports \"shm,\": an empty item" -- bench sync --transports shm,
 expect 2 "--transports \"tcp\": \"tcp\" is not a choice" -- bench sync --transports tcp
 expect 2 "unknown option \"--repeat\"" -- bench sync --repeat 3
+expect 2 "--deltas \"sometimes\": not a choice; want auto, always or off" -- bench sync --deltas sometimes
 expect 2 "--threads \"65\": out of range; want an integer from 1 to 64" -- bench xport --threads 65
 expect 2 "--threads \"2K\": a size suffix" -- bench xport --threads 2K
 expect 2 "--repeat \"0\": out of range; want an integer from 1 to 1000" -- bench xport --repeat 0
