@@ -73,12 +73,14 @@ AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, c
                         }
                     } else if (nu_left) {
                         /* the run after a non-unit change is always there in
-                           format 2; one too long for an index goes to the
-                           general reader, which refuses it */
+                           format 2 (nu_left 2 reads it); read from the window
+                           it is under 2^30 (its code fits 63 bits), so the
+                           index neither wraps nor meets the bound. One past
+                           the sub-stream's changes is refused at its end. */
                         int64_t mag;
                         uint32_t head, nu_new;
-                        if (nu_head(acc, nb, k_mag, k_nu, 2, i, UINT32_MAX - 1, &mag, &head, &nu_new) &&
-                            nu_new != UINT32_MAX - 1 && sub_gap_step(&acc, &nb, &rem, &target, head, kg, mag, &d)) {
+                        if (nu_head(acc, nb, k_mag, k_nu, 2, i, UINT32_MAX, &mag, &head, &nu_new) &&
+                            sub_gap_step(&acc, &nb, &rem, &target, head, kg, mag, &d)) {
                             nu_at = nu_new;
                             nu_left--;
                             i++;

@@ -232,8 +232,8 @@ static inline __attribute__((always_inline)) void sub_cursor_put(sub_cursor_t *q
  * sub-streams' end and the table (first: the bytes before it) are zero. */
 static inline bool sub_cursor_sound(sub_cursor_t *q, const delta_class_t *e, uint64_t first) {
     if (q->target != UINT64_MAX || q->j != e->changed || q->nu_left || q->br.overrun) return false;
-    uint32_t pad = (uint32_t)(first * 8 - q->end); /* under 8 (delta_class2_table) */
-    return (!pad || bitr_bits(&q->br, pad) == 0) && !q->br.overrun;
+    uint32_t pad = (uint32_t)(first * 8 - q->end); /* under 8 (delta_class2_table), before the stream's end */
+    return !pad || bitr_bits(&q->br, pad) == 0;
 }
 
 #endif
