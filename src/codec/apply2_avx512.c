@@ -14,8 +14,8 @@
  * there the last sub-stream must be done (a change it still holds has a
  * local rank at or past the class's elements in its sub-block) and the
  * next one's first codes are read. The fast step is format 1's, bounded
- * also by the sub-stream's end; a sub-stream's last change, its first
- * codes and anything odd take the general reader. */
+ * also by the sub-stream's end, and takes a sub-stream's last change too;
+ * anything odd takes the general reader. */
 AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, const uint32_t w) {
     const delta_chunk_t *h = j->h;
     const uint32_t K = h->classes, S = h->sub_log2, nsub = delta_nsub(h->elems, S);
@@ -53,7 +53,7 @@ AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, c
             const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)), hi = _mm512_loadu_si512((const void *)(u + 33));
             const uint64_t *g0 = rows.ge[k], *g1 = rows.ge[k + 1];
             const delta_class_t *e = &h->cls[k];
-            const uint32_t nch = e->changed, kg = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag;
+            const uint32_t nch = e->changed, kg = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag, nonunit = e->nonunit;
             bitr_t *r = &q->br;
             const uint8_t *sp = r->p, *rend = r->end;
             uint64_t acc = r->acc, target = q->target;
@@ -71,6 +71,16 @@ AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, c
                             i++;
                             goto place;
                         }
+                        if (rem == 1 && (!nonunit || nu_at == i + 1)) {
+                            /* the sub-stream's last change: its sign bit ends
+                               it, and the non-unit index points past it */
+                            int64_t neg = -(int64_t)(acc & 1);
+                            d = (1 ^ neg) - neg;
+                            acc >>= 1, nb--, rem = 0;
+                            target = UINT64_MAX;
+                            i++;
+                            goto place;
+                        }
                     } else if (nu_left) {
                         /* the run after a non-unit change is always there in
                            format 2 (nu_left 2 reads it); read from the window
@@ -79,12 +89,23 @@ AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, c
                            the sub-stream's changes is refused at its end. */
                         int64_t mag;
                         uint32_t head, nu_new;
-                        if (nu_head(acc, nb, k_mag, k_nu, 2, i, UINT32_MAX, &mag, &head, &nu_new) &&
-                            sub_gap_step(&acc, &nb, &rem, &target, head, kg, mag, &d)) {
-                            nu_at = nu_new;
-                            nu_left--;
-                            i++;
-                            goto place;
+                        if (nu_head(acc, nb, k_mag, k_nu, 2, i, UINT32_MAX, &mag, &head, &nu_new)) {
+                            if (sub_gap_step(&acc, &nb, &rem, &target, head, kg, mag, &d)) {
+                                nu_at = nu_new;
+                                nu_left--;
+                                i++;
+                                goto place;
+                            }
+                            if (rem == (int64_t)head && nu_new == i + 1) { /* the sub-stream's last change */
+                                int64_t neg = -(int64_t)(acc & 1);
+                                d = (mag ^ neg) - neg;
+                                acc >>= head, nb -= head, rem = 0;
+                                target = UINT64_MAX;
+                                nu_at = nu_new;
+                                nu_left--;
+                                i++;
+                                goto place;
+                            }
                         }
                     }
                 }

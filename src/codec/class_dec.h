@@ -155,6 +155,35 @@ static inline bool sub_cursor_begin(sub_cursor_t *q, const delta_class_t *e, uin
     q->limit = sub_elems;
     if (!len) return true; /* no change in the sub-block */
     bitr_t *r = &q->br;
+    if (r->end - r->p >= 8 && q->j < e->changed) {
+        /* both codes straight from a 64-bit window (once per class and
+           sub-block, so worth it: the general reader refills per code);
+           the general reader takes them where they do not fit it or
+           where it would refuse them */
+        const uint32_t kn = e->k_nu, kg = e->k_gap;
+        uint32_t nb = r->n, used = 0;
+        uint64_t acc = r->acc | get_u64(r->p) << nb, run = 0;
+        const uint8_t *p = r->p + ((63 - nb) >> 3);
+        nb |= 56;
+        if (e->nonunit) {
+            uint32_t z = (uint32_t)__builtin_ctzll(acc | 1ull << 63);
+            used = z + 1 + kn;
+            if (used > nb || z > (sub_elems >> kn)) goto general;
+            run = (uint64_t)z << kn | ((acc >> (z + 1)) & ((1ull << kn) - 1));
+        }
+        uint64_t v = acc >> used;
+        uint32_t z = (uint32_t)__builtin_ctzll(v | 1ull << (63 - used));
+        if (used + z + 1 + kg > nb || z > (sub_elems >> kg)) goto general;
+        uint64_t gap = (uint64_t)z << kg | ((v >> (z + 1)) & ((1ull << kg) - 1));
+        used += z + 1 + kg;
+        r->acc = (acc >> used) & ((1ull << (nb - used)) - 1);
+        r->n = nb - used;
+        r->p = p;
+        if (e->nonunit) q->nu_at = q->j + (uint32_t)run;
+        q->target = before + gap;
+        return true;
+    }
+general:
     if (e->nonunit) q->nu_at = q->j + bitr_rice(r, e->k_nu, sub_elems);
     if (q->j >= e->changed) return false; /* more changes than the class has */
     q->target = before + bitr_rice(r, e->k_gap, sub_elems);
