@@ -32,7 +32,9 @@ AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, c
     for (uint32_t at = 0; at < h->elems; at += 64 * DELTA_MASK_BATCH) {
         uint32_t nel = h->elems - at < 64 * DELTA_MASK_BATCH ? h->elems - at : 64 * DELTA_MASK_BATCH;
         rows_batch(&rows, base + (size_t)at * w, w, nel, K, (size_t)(h->elems - at) * w);
-        if (at) XXH3_64bits_update(j->hash, base + (size_t)(at - 64 * DELTA_MASK_BATCH) * w, (size_t)64 * DELTA_MASK_BATCH * w);
+        if (at)
+            XXH3_64bits_update(j->hash, base + (size_t)(at - 64 * DELTA_MASK_BATCH) * w,
+                               (size_t)64 * DELTA_MASK_BATCH * w);
         if (!(at & ((1u << S) - 1))) { /* a sub-block starts */
             const uint32_t b = at >> S, sub_elems = h->elems - at < (1u << S) ? h->elems - at : 1u << S;
             for (uint32_t k = 0; k < K; k++)
@@ -50,7 +52,8 @@ AVX512 static inline __attribute__((always_inline)) void walk2(apply_job_t *j, c
                 continue;
             }
             const uint16_t *u = rows.up[k];
-            const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)), hi = _mm512_loadu_si512((const void *)(u + 33));
+            const __m512i lo = _mm512_loadu_si512((const void *)(u + 1)),
+                          hi = _mm512_loadu_si512((const void *)(u + 33));
             const uint64_t *g0 = rows.ge[k], *g1 = rows.ge[k + 1];
             const delta_class_t *e = &h->cls[k];
             const uint32_t nch = e->changed, kg = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag, nonunit = e->nonunit;

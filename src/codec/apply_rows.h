@@ -25,8 +25,8 @@ typedef struct counts {
 /* Inclusive prefix sums over the 32 u16 lanes of x: five steps, each adding
  * x shifted up by 1, 2, 4, 8, 16 lanes (one word permute with zeros in). */
 AVX512 static inline __m512i prefix32(__m512i x) {
-    const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
-                                          11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                          12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     for (int s = 1; s < 32; s *= 2) { /* lane i takes lane i - s; lanes below s take zero */
         __m512i from = _mm512_sub_epi16(iota, _mm512_set1_epi16((short)s));
         x = _mm512_add_epi16(x, _mm512_maskz_permutexvar_epi16(~0u << s, from, x));
@@ -99,8 +99,10 @@ AVX512 static inline void ge_rows(const uint8_t *base, const uint32_t w, uint32_
             __m512i m[4];
             for (int i = 0; i < 4; i++) m[i] = _mm512_and_si512(_mm512_loadu_si512((const void *)(bp + 64 * i)), mm);
             for (uint32_t k = 1; k < K; k++) {
-                __mmask32 a = _mm512_kunpackw(_mm512_cmpge_epu32_mask(m[1], thr[k]), _mm512_cmpge_epu32_mask(m[0], thr[k]));
-                __mmask32 c = _mm512_kunpackw(_mm512_cmpge_epu32_mask(m[3], thr[k]), _mm512_cmpge_epu32_mask(m[2], thr[k]));
+                __mmask32 a = _mm512_kunpackw(_mm512_cmpge_epu32_mask(m[1], thr[k]),
+                                              _mm512_cmpge_epu32_mask(m[0], thr[k]));
+                __mmask32 c = _mm512_kunpackw(_mm512_cmpge_epu32_mask(m[3], thr[k]),
+                                              _mm512_cmpge_epu32_mask(m[2], thr[k]));
                 ge[k][b] = _cvtmask64_u64(_mm512_kunpackd(c, a));
             }
         } else {
@@ -138,7 +140,9 @@ AVX512 static inline __attribute__((always_inline)) void rows_init(walk_rows_t *
            (delta_chunk_parse checks); 16-bit elements compare their
            bucket, the high byte of the element shifted left by one */
         uint32_t c = r->lower[k] = h->cls[k].lower;
-        r->thr[k] = w == 2 ? _mm512_set1_epi8((char)(c >> 7)) : w == 4 ? _mm512_set1_epi32((int)c) : _mm512_set1_epi8((char)c);
+        r->thr[k] = w == 2   ? _mm512_set1_epi8((char)(c >> 7))
+                    : w == 4 ? _mm512_set1_epi32((int)c)
+                             : _mm512_set1_epi8((char)c);
     }
     for (uint32_t b = 0; b < DELTA_MASK_BATCH; b++) {
         r->ge[0][b] = ~0ull;

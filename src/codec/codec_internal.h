@@ -545,7 +545,8 @@ struct ferry_delta_codec {
     uint8_t *cls, *sign, *csign;
     size_t pos_cap, order_cap, cls_cap, val_cap, sign_cap, cval_cap, csign_cap, off_cap;
     /* format 2, encoder and decoder: per class and sub-block element
-       counts, the encoder's changes per sub-block */
+       counts, the encoder's changes per sub-block, the AVX-512 walk's
+       length table entries */
     uint32_t *sub;
     size_t sub_cap;
     /* decoded changes and, once applied, the undo log */

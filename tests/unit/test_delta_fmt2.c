@@ -509,7 +509,9 @@ static void test_levels_refuse_alike(void) {
         uint32_t b = (uint32_t)(base[i] >> 7) & 7, x = (uint32_t)(rng_next() % 100);
         next[i] = base[i];
         if (rng_next() % 1000 < 5 + 8 * (7 - b) * (7 - b))
-            next[i] = (uint16_t)(x < 60 ? base[i] + 1u : x < 88 ? base[i] - 1u : base[i] + 2u + (uint32_t)(rng_next() % 50));
+            next[i] = (uint16_t)(x < 60   ? base[i] + 1u
+                                 : x < 88 ? base[i] - 1u
+                                          : base[i] + 2u + (uint32_t)(rng_next() % 50));
     }
     memcpy(wrong1, base, sizeof base);
     for (int i = 5; i < E; i += 97) wrong1[i] ^= 0x0800; /* other binades: other class counts */
