@@ -3,10 +3,10 @@
  * place, keeping the old values as the undo log and hashing each batch for
  * the chunk's next checksum. The walk has a portable build here, which
  * takes each class's changes decoded beforehand in rank order (no base
- * needed), and AVX-512 ones in apply_avx512.c (one per format), which read
- * the class streams as they go, so that decoding one change overlaps
- * placing the last. A chunk that fails is restored before the error
- * returns. */
+ * needed), and AVX-512 ones, format 1's in apply_avx512.c and format 2's
+ * in apply2_avx512.c, which read the class streams as they go, so that
+ * decoding one change overlaps placing the last. A chunk that fails is
+ * restored before the error returns. */
 #include "codec/class_dec.h"
 #include "codec/codec_internal.h"
 #include "common/hash.h"
