@@ -3,9 +3,10 @@
  * place, keeping the old values as the undo log and hashing each batch for
  * the chunk's next checksum. The walk has a portable build here, which
  * takes each class's changes decoded beforehand in rank order (no base
- * needed), and an AVX-512 one in apply_avx512.c, which reads the class
- * streams as it goes, so that decoding one change overlaps placing the
- * last. A chunk that fails is restored before the error returns. */
+ * needed), and AVX-512 ones, format 1's in apply_avx512.c and format 2's
+ * in apply2_avx512.c, which read the class streams as they go, so that
+ * decoding one change overlaps placing the last. A chunk that fails is
+ * restored before the error returns. */
 #include "codec/class_dec.h"
 #include "codec/codec_internal.h"
 #include "common/hash.h"
@@ -148,11 +149,32 @@ apply_batches_fn delta_apply_batches_at(delta_level_t level) {
 
 bool delta_apply_batches_decode(apply_batches_fn f) {
 #if defined(FERRY_CPU_X86)
-    return f == delta_apply_batches_avx512;
+    return f == delta_apply_batches_avx512 || f == delta_apply_batches_avx512_fmt2;
 #else
     (void)f;
     return false;
 #endif
+}
+
+/* A format 2 chunk's classes against the record: each class's elements
+ * per sub-block counted from the base into c->sub (reading only), and
+ * MISMATCH when a class's total differs from its entry's; else st. */
+static ferry_status_t check_class_counts(ferry_delta_codec_t *c, const delta_chunk_t *h, const uint8_t *base,
+                                         ferry_status_t st) {
+    const uint32_t K = h->classes, nsub = delta_nsub(h->elems, h->sub_log2);
+    uint32_t lower[FERRY_DELTA_CLASSES_MAX] = {0}; /* zeroed: the compiler cannot see K <= 8 */
+    for (uint32_t k = 0; k < K; k++) lower[k] = h->cls[k].lower;
+    delta_count_subblocks(c, base, h->width, h->elems, K, lower, h->sub_log2, c->sub);
+    for (uint32_t k = 0; k < K; k++) {
+        uint64_t seen = 0;
+        for (uint32_t b = 0; b < nsub; b++) seen += c->sub[(size_t)k * nsub + b];
+        if (seen != h->cls[k].count)
+            return delta_fail(c, FERRY_ERR_MISMATCH,
+                              "the region is not this delta's base: magnitude class %u holds %llu elements, "
+                              "the delta's base had %u",
+                              k, (unsigned long long)seen, h->cls[k].count);
+    }
+    return st;
 }
 
 /* Decodes a sparse chunk's changes and writes them in place, logging
@@ -164,12 +186,11 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
                                     uint64_t *next_sum) {
     uint32_t K = h->classes;
     size_t slots = (size_t)h->changed + K;
-    /* format 2's changes are decoded first, then placed: by the AVX-512
-       walk's decoded variant at that level (the walk itself reads format 1
-       streams as it goes), else by the portable walk */
+    /* the AVX-512 level has a walk per format, each reading the streams as
+       it places; below it the portable walk places changes decoded first */
     apply_batches_fn walk = !h->sub_log2 ? c->apply_batches : c->v3 ? apply_batches_v3 : apply_batches_base;
 #if defined(FERRY_CPU_X86)
-    if (h->sub_log2 && c->apply_batches == delta_apply_batches_avx512) walk = delta_apply_batches_avx512_decoded;
+    if (h->sub_log2 && c->apply_batches == delta_apply_batches_avx512) walk = delta_apply_batches_avx512_fmt2;
 #endif
     bool decodes = delta_apply_batches_decode(walk); /* else the changes decoded here first */
     uint32_t nsub = h->sub_log2 ? delta_nsub(h->elems, h->sub_log2) : 0;
@@ -179,28 +200,25 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
         !delta_grow(c, (void **)&c->sub, &c->sub_cap, (size_t)K * nsub, sizeof *c->sub))
         return delta_fail(c, FERRY_ERR_NO_MEMORY, "delta apply: out of memory for %u changes", h->changed);
     apply_job_t j = {.h = h, .base = base, .masks = c->masks, .log = c->log + c->log_n};
-    if (h->sub_log2) {
-        /* each class's elements per sub-block, before anything is written:
-           a sub-stream's local ranks start at its class's count before it */
-        uint32_t lower[FERRY_DELTA_CLASSES_MAX];
-        for (uint32_t k = 0; k < K; k++) lower[k] = h->cls[k].lower;
-        delta_count_subblocks(c, base, h->width, h->elems, K, lower, h->sub_log2, c->sub);
-        for (uint32_t k = 0; k < K; k++) {
-            uint64_t seen = 0;
-            for (uint32_t b = 0; b < nsub; b++) seen += c->sub[(size_t)k * nsub + b];
-            if (seen != h->cls[k].count)
-                return delta_fail(c, FERRY_ERR_MISMATCH,
-                                  "the region is not this delta's base: magnitude class %u holds %llu elements, "
-                                  "the delta's base had %u",
-                                  k, (unsigned long long)seen, h->cls[k].count);
-        }
-    }
+    /* format 2 decoded first: each class's elements per sub-block, before
+       anything is written, where a sub-stream's local ranks start. Its
+       walk counts them as it goes instead, and on a refusal counts them
+       after, so that a class count wrong for the base is MISMATCH on
+       every path, whatever else is wrong. */
+    ferry_status_t st = FERRY_OK;
+    if (h->sub_log2 && !decodes && (st = check_class_counts(c, h, base, FERRY_OK)) != FERRY_OK) return st;
     const uint8_t *p = h->payload;
     size_t off = 0;
     for (uint32_t k = 0; k < K; k++) {
         const delta_class_t *e = &h->cls[k];
         j.stream[k] = p;
-        if (h->sub_log2) {
+        if (h->sub_log2 && decodes) {
+            uint64_t first;
+            j.sub_len[k] = c->sub + (size_t)k * nsub;
+            if (!delta_class2_table(h, k, p, c->sub + (size_t)k * nsub, &first))
+                return check_class_counts(c, h, base,
+                                          delta_fail(c, FERRY_ERR_CORRUPT, "class %u: its length table wrong", k));
+        } else if (h->sub_log2) {
             j.rank[k] = c->dec_rank + off;
             j.delta[k] = c->dec_delta + off;
             if (!delta_class2_decode(h, k, p, c->sub + (size_t)k * nsub, c->dec_rank + off, c->dec_delta + off,
@@ -223,9 +241,13 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
     XXH3_64bits_reset(&hs);
     j.hash = &hs;
     walk(&j);
-    ferry_status_t st = FERRY_OK;
     if (j.bad_class != UINT32_MAX)
         st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: a value change out of the element's range", j.bad_class);
+    else if (j.bad_stream != UINT32_MAX && h->sub_log2)
+        st = delta_fail(c, FERRY_ERR_CORRUPT,
+                        "class %u: stream malformed, cut short or too long, or a change past the class's elements "
+                        "in its sub-block",
+                        j.bad_stream);
     else if (j.bad_stream != UINT32_MAX)
         st = delta_fail(c, FERRY_ERR_CORRUPT, "class %u: stream malformed, cut short or too long", j.bad_stream);
     for (uint32_t k = 0; k < K && st == FERRY_OK; k++) {
@@ -244,6 +266,7 @@ static ferry_status_t decode_sparse(ferry_delta_codec_t *c, const delta_chunk_t 
         return FERRY_OK;
     }
     delta_undo_changes(base, h->width, j.log, j.n);
+    if (h->sub_log2 && decodes && st == FERRY_ERR_CORRUPT) st = check_class_counts(c, h, base, st);
     return st;
 }
 

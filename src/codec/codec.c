@@ -286,28 +286,27 @@ bool delta_class_walk(const delta_chunk_t *h, uint32_t k, const uint8_t *stream,
     return true;
 }
 
-bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, const uint32_t *sub_count,
-                         uint32_t *rank, int64_t *delta, uint64_t *pos_bits, uint64_t *val_bits) {
+bool delta_class2_table(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, uint32_t *lens,
+                        uint64_t *first_out) {
     const delta_class_t *e = &h->cls[k];
-    const uint32_t S = h->sub_log2, nsub = delta_nsub(h->elems, S), W = e->len_bits;
-    uint64_t pb = 0, vb = 0;
+    const uint32_t nsub = delta_nsub(h->elems, h->sub_log2), W = e->len_bits;
     if (e->changed == 0) { /* no stream, no table (delta_chunk_parse) */
-        if (rank) rank[0] = UINT32_MAX;
-        if (pos_bits) *pos_bits = 0, *val_bits = 0;
+        if (lens) memset(lens, 0, sizeof *lens * nsub);
+        *first_out = 0;
         return e->len == 0 && W == 0;
     }
     uint64_t tbytes = delta_table_bytes(nsub, W);
     if (W == 0 || W > 32 || tbytes >= e->len) return false;
     const uint64_t first = e->len - tbytes; /* bytes of the sub-streams */
-    const uint8_t *tab = stream + first;
-    /* the table: the longest entry is W bits long, the entries add up to
-       the first part's bits less its padding, the table's padding is zero */
+    /* the longest entry is W bits long, the entries add up to the first
+       part's bits less its padding, the table's padding is zero */
     bitr_t tr;
-    bitr_init(&tr, tab, tbytes);
+    bitr_init(&tr, stream + first, tbytes);
     uint64_t sum = 0;
     uint32_t any = 0;
     for (uint32_t b = 0; b < nsub; b++) {
         uint32_t v = bitr_bits(&tr, W);
+        if (lens) lens[b] = v;
         sum += v;
         any |= v;
     }
@@ -315,6 +314,24 @@ bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stre
     if ((tpad && bitr_bits(&tr, tpad) != 0) || tr.overrun || 32u - (uint32_t)__builtin_clz(any | 1u) != W ||
         any == 0 || sum > first * 8 || sum + 8 <= first * 8)
         return false;
+    *first_out = first;
+    return true;
+}
+
+bool delta_class2_decode(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, const uint32_t *sub_count,
+                         uint32_t *rank, int64_t *delta, uint64_t *pos_bits, uint64_t *val_bits) {
+    const delta_class_t *e = &h->cls[k];
+    const uint32_t S = h->sub_log2, nsub = delta_nsub(h->elems, S), W = e->len_bits;
+    uint64_t pb = 0, vb = 0, first;
+    if (!delta_class2_table(h, k, stream, NULL, &first)) return false;
+    if (e->changed == 0) {
+        if (rank) rank[0] = UINT32_MAX;
+        if (pos_bits) *pos_bits = 0, *val_bits = 0;
+        return true;
+    }
+    const uint64_t tbytes = e->len - first;
+    const uint8_t *tab = stream + first;
+    bitr_t tr;
     /* the sub-streams, one after another */
     bitr_init(&tr, tab, tbytes);
     bitr_t r;

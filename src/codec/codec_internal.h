@@ -85,6 +85,14 @@ static inline uint64_t delta_table_bytes(uint32_t nsub, uint32_t len_bits) {
     return ((uint64_t)nsub * len_bits + 7) / 8;
 }
 
+/* Format 2: checks class k's length table (the longest entry's bit length
+ * is len_bits; the entries add up to the first part's bits less its
+ * padding; the table's padding bits zero; a class without changes has
+ * neither) and gives its entries, each sub-stream's bits, in lens[] (nsub
+ * of them, or NULL) and the bytes of the sub-streams before the table in
+ * *first. False when the table is wrong. */
+bool delta_class2_table(const delta_chunk_t *h, uint32_t k, const uint8_t *stream, uint32_t *lens, uint64_t *first);
+
 /* Format 2: decodes class k's stream of sparse chunk h (its sub-streams and
  * length table), checking everything the stream says: the table's entries
  * (the longest one's bit length is len_bits; they add up to the first
@@ -473,6 +481,7 @@ typedef struct apply_job {
     const uint32_t *rank[FERRY_DELTA_CLASSES_MAX];
     const int64_t *delta[FERRY_DELTA_CLASSES_MAX];
     const uint8_t *stream[FERRY_DELTA_CLASSES_MAX]; /* ... else its stream (delta_apply_batches_decode) */
+    const uint32_t *sub_len[FERRY_DELTA_CLASSES_MAX]; /* format 2: its length table's entries (checked) */
     delta_change_t *log;       /* room for every change: (position, old value) */
     struct XXH3_state_s *hash; /* takes the chunk's new contents */
     /* out */
@@ -494,9 +503,9 @@ static inline void apply_job_finish(apply_job_t *j, size_t n, const uint64_t *se
 /* The walk of a level (the best below it the CPU runs). */
 apply_batches_fn delta_apply_batches_at(delta_level_t level);
 void delta_apply_batches_avx512(apply_job_t *j); /* x86-64 with FERRY_CPU_AVX512_CODEC only */
-/* The AVX-512 walk over changes decoded beforehand (j->rank, j->delta):
-   format 2's, at the AVX-512 level. */
-void delta_apply_batches_avx512_decoded(apply_job_t *j);
+/* The AVX-512 walk of format 2, which reads each class's sub-streams as it
+   places (j->stream, j->sub_len); at the AVX-512 level. */
+void delta_apply_batches_avx512_fmt2(apply_job_t *j);
 /* Whether walk f reads the class streams itself (job.stream) rather than
  * decoded changes (job.rank, job.delta). */
 bool delta_apply_batches_decode(apply_batches_fn f);
@@ -536,7 +545,8 @@ struct ferry_delta_codec {
     uint8_t *cls, *sign, *csign;
     size_t pos_cap, order_cap, cls_cap, val_cap, sign_cap, cval_cap, csign_cap, off_cap;
     /* format 2, encoder and decoder: per class and sub-block element
-       counts, the encoder's changes per sub-block */
+       counts, the encoder's changes per sub-block, the AVX-512 walk's
+       length table entries */
     uint32_t *sub;
     size_t sub_cap;
     /* decoded changes and, once applied, the undo log */

@@ -460,6 +460,159 @@ static void test_corruption(void) {
     free(bad), free(d);
 }
 
+/* Applies record rec (rl bytes) with ferry_delta_chunk_apply onto a copy
+ * of region (E bf16 elements) at every level this CPU runs: the same status
+ * at each, the region the next contents on success (then rolled back) and
+ * untouched on a refusal. Returns the status. */
+static ferry_status_t apply_levels(const uint8_t *rec, size_t rl, const uint16_t *region, const uint16_t *next,
+                                   uint32_t E) {
+    uint16_t *r = malloc((size_t)E * 2);
+    ferry_status_t first = FERRY_OK;
+    bool any = false;
+    for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
+        if (!delta_codec_level(codec, (delta_level_t)l)) continue;
+        memcpy(r, region, (size_t)E * 2);
+        ferry_status_t st = ferry_delta_chunk_apply(codec, FERRY_DTYPE_BF16, rec, rl, r, E);
+        if (st == FERRY_OK) {
+            CHECK(memcmp(r, next, (size_t)E * 2) == 0);
+            ferry_delta_codec_rollback(codec);
+        } else {
+            CHECK(memcmp(r, region, (size_t)E * 2) == 0);
+        }
+        if (any && st != first)
+            fprintf(stderr, "level %s: %s, the first level: %s\n", delta_level_name((delta_level_t)l),
+                    ferry_status_name(st), ferry_status_name(first));
+        CHECK(!any || st == first);
+        first = st, any = true;
+    }
+    delta_codec_level(codec, delta_level_best());
+    free(r);
+    return first;
+}
+
+/* Damaged format 2 records applied at every level to the base and to wrong
+ * bases: the same status from each (format 2's AVX-512 walk decodes as it
+ * places and counts the classes as it goes, or after a refusal; the
+ * portable walk decodes and counts first). The damage: a bit flipped
+ * anywhere, class entries' change counts moved between classes (so that a
+ * class's stream holds more changes than its entry says, found where its
+ * last sub-stream starts, or fewer); a length table entry off; each
+ * resealed. The wrong bases: one whose classes hold other counts, one whose
+ * classes are right but its contents not. The chunk has a partial last
+ * sub-block and batch. */
+static void test_levels_refuse_alike(void) {
+    enum { E = 3 * 8192 + 1000 };
+    static uint16_t base[E], next[E], wrong1[E], wrong2[E];
+    static uint8_t rec[40 + 8 * 24 + E * 2], bad[sizeof rec];
+    make_base(FERRY_DTYPE_BF16, (uint8_t *)base, E);
+    for (int i = 0; i < E; i++) { /* smaller elements change more often (0.5% to 40%): several classes */
+        uint32_t b = (uint32_t)(base[i] >> 7) & 7, x = (uint32_t)(rng_next() % 100);
+        next[i] = base[i];
+        if (rng_next() % 1000 < 5 + 8 * (7 - b) * (7 - b))
+            next[i] = (uint16_t)(x < 60   ? base[i] + 1u
+                                 : x < 88 ? base[i] - 1u
+                                          : base[i] + 2u + (uint32_t)(rng_next() % 50));
+    }
+    memcpy(wrong1, base, sizeof base);
+    for (int i = 5; i < E; i += 97) wrong1[i] ^= 0x0800; /* other binades: other class counts */
+    memcpy(wrong2, base, sizeof base);
+    wrong2[E / 2] ^= 1; /* the same classes */
+    size_t rl;
+    CHECK_OK(ferry_delta_chunk_encode(codec, FERRY_DTYPE_BF16, 0, FERRY_DELTA_CHUNK_FORMAT2, base, next, E, rec,
+                                      sizeof rec, &rl, NULL, NULL),
+             ferry_delta_codec_detail(codec));
+    delta_chunk_t h;
+    ferry_errbuf_t err;
+    CHECK_OK(delta_chunk_parse(rec, rl, 2, true, &h, &err), err.text);
+    CHECK(h.mode == CHUNK_SPARSE && h.sub_log2 == 13 && h.classes >= 3);
+    const uint16_t *regions[3] = {base, wrong1, wrong2};
+    CHECK(apply_levels(rec, rl, base, next, E) == FERRY_OK);
+    CHECK(apply_levels(rec, rl, wrong1, next, E) == FERRY_ERR_MISMATCH);
+    CHECK(apply_levels(rec, rl, wrong2, next, E) == FERRY_ERR_MISMATCH);
+    int verdicts[3][3] = {{0}};
+    /* bits flipped anywhere but the record checksum */
+    for (int rep = 0; rep < 400; rep++) {
+        memcpy(bad, rec, rl);
+        size_t bit;
+        do bit = rng_next() % (rl * 8);
+        while (bit / 8 >= 32 && bit / 8 < 40);
+        bad[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        put_u64(bad + 32, delta_record_sum(bad, rl));
+        for (int g = 0; g < 3; g++) {
+            ferry_status_t st = apply_levels(bad, rl, regions[g], next, E);
+            verdicts[g][st == FERRY_OK ? 0 : st == FERRY_ERR_CORRUPT ? 1 : 2]++;
+        }
+    }
+    /* change counts moved between classes: by one, and by the count of the
+       donor's last sub-stream with changes */
+    const uint32_t nsub = delta_nsub(E, h.sub_log2);
+    uint32_t *sub = malloc(sizeof *sub * h.classes * nsub), lower[FERRY_DELTA_CLASSES_MAX];
+    for (uint32_t k = 0; k < h.classes; k++) lower[k] = h.cls[k].lower;
+    delta_count_subblocks(codec, (const uint8_t *)base, 2, E, h.classes, lower, h.sub_log2, sub);
+    const uint8_t *p = h.payload;
+    int moved = 0;
+    for (uint32_t a = 0; a < h.classes; a++) {
+        const delta_class_t *e = &h.cls[a];
+        uint32_t *rank = malloc(sizeof *rank * (e->changed + 1));
+        int64_t *dl = malloc(sizeof *dl * (e->changed + 1));
+        CHECK(delta_class2_decode(&h, a, p, sub + (size_t)a * nsub, rank, dl, NULL, NULL));
+        uint64_t before = 0, last = 0;
+        for (uint32_t b = 0; b < nsub; b++) { /* the changes of the last sub-block with any */
+            uint64_t in = 0;
+            for (uint32_t i = 0; i < e->changed; i++) in += rank[i] >= before && rank[i] < before + sub[a * nsub + b];
+            if (in) last = in;
+            before += sub[a * nsub + b];
+        }
+        uint32_t b2 = (a + 1) % h.classes;
+        for (uint64_t m = 1; m <= last; m += last - 1 ? last - 1 : 1) {
+            for (int dir = 0; dir < 2; dir++) {
+                uint32_t from = dir ? b2 : a, to = dir ? a : b2;
+                memcpy(bad, rec, rl);
+                uint8_t *ef = bad + CHUNK_HEADER + from * CLASS_ENTRY, *et = bad + CHUNK_HEADER + to * CLASS_ENTRY;
+                if (get_u32(ef + 8) < m + get_u32(ef + 12) || get_u32(et + 8) + m > get_u32(et + 4)) continue;
+                put_u32(ef + 8, get_u32(ef + 8) - (uint32_t)m);
+                put_u32(et + 8, get_u32(et + 8) + (uint32_t)m);
+                put_u64(bad + 32, delta_record_sum(bad, rl));
+                for (int g = 0; g < 3; g++) {
+                    ferry_status_t st = apply_levels(bad, rl, regions[g], next, E);
+                    CHECK(st == (g ? FERRY_ERR_MISMATCH : FERRY_ERR_CORRUPT));
+                }
+                moved++;
+            }
+        }
+        free(rank), free(dl);
+        /* a length table entry one more, the next one less (the sum kept) */
+        uint32_t W = e->len_bits;
+        size_t tb = delta_table_bytes(nsub, W), tab = (size_t)(p - rec) + e->len - tb;
+        for (uint32_t b = 0; b + 1 < nsub && W; b++) {
+            memcpy(bad, rec, rl);
+            bitr_t r;
+            bitr_init(&r, bad + tab, tb);
+            uint32_t v[64];
+            for (uint32_t x = 0; x < nsub; x++) v[x] = bitr_bits(&r, W);
+            if (!v[b + 1] || v[b] + 1 >= (1u << W)) continue;
+            v[b]++, v[b + 1]--;
+            bitw_t wr;
+            bitw_init(&wr, bad + tab, tb);
+            for (uint32_t x = 0; x < nsub; x++) bitw_put(&wr, v[x], W);
+            bitw_finish(&wr);
+            put_u64(bad + 32, delta_record_sum(bad, rl));
+            for (int g = 0; g < 3; g++) {
+                ferry_status_t st = apply_levels(bad, rl, regions[g], next, E);
+                CHECK(st == (g ? FERRY_ERR_MISMATCH : FERRY_ERR_CORRUPT));
+            }
+        }
+        p += e->len;
+    }
+    free(sub);
+    CHECK(moved >= 4);
+    for (int g = 0; g < 3; g++)
+        printf("format 2 levels alike, %s: flips applied %d, corrupt %d, mismatch %d\n",
+               g == 0 ? "the base" : g == 1 ? "other class counts" : "the same classes", verdicts[g][0],
+               verdicts[g][1], verdicts[g][2]);
+    CHECK(verdicts[0][1] > 100 && verdicts[1][2] > 100);
+}
+
 /* Synthetic Adam steps at three learning rates: format 2's cost against format 1. */
 static void test_sizes(void) {
     const size_t n = 1u << 21;
@@ -493,6 +646,7 @@ int main(void) {
     CHECK_OK(ferry_delta_codec_create(ctx, &codec), "codec");
     test_formats();
     test_levels_agree();
+    test_levels_refuse_alike();
     for (int l = DELTA_LEVEL_GENERIC; l < DELTA_LEVELS; l++) {
         if (!delta_codec_level(codec, (delta_level_t)l)) {
             printf("kernel level %s: not on this CPU\n", delta_level_name((delta_level_t)l));
