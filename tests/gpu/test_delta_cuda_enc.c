@@ -30,6 +30,8 @@
 #include "common/hash.h"
 #include "ferry/ctx.h"
 #include "gpu_check.h"
+#include "gpu_synth.h"
+#include "delta_rand.h"
 #include "synth.h"
 
 static ferry_ctx_t *g_ctx;
@@ -37,14 +39,6 @@ static ferry_delta_codec_t *g_codec;
 static ferry_delta_cuda_enc_t *g_enc;
 static ferry_delta_cuda_t *g_apply;
 static cudaStream_t g_stream;
-
-static uint64_t rng(uint64_t *s) {
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* One region: its versions on the host, on the GPU (at offset `off` from a
    16-aligned allocation), and the frames. */
@@ -62,19 +56,8 @@ typedef struct tcase {
     size_t cpu_len, cap;
 } tcase_t;
 
-/* Random patterns, a share p changed, a tenth by up to `big` steps. */
 static void make_random(tcase_t *t, double p, uint32_t big, uint64_t seed) {
-    uint64_t s = seed;
-    for (uint64_t i = 0; i < t->n; i++) {
-        uint32_t v = (uint32_t)rng(&s) & (t->w == 4 ? ~0u : (1u << (8 * t->w)) - 1), nv = v;
-        elem_put(t->base, t->w, i, v);
-        if ((double)(rng(&s) % 1000000) < p * 1e6) {
-            int64_t d = rng(&s) % 10 ? 1 : 2 + (int64_t)(rng(&s) % big);
-            if (rng(&s) & 1) d = -d;
-            if (!elem_unord(elem_ord(v, t->w) + d, t->w, &nv)) elem_unord(elem_ord(v, t->w) - d, t->w, &nv);
-        }
-        elem_put(t->next, t->w, i, nv);
-    }
+    delta_make_random(t->base, t->next, t->w, t->n, p, big, seed);
 }
 
 static void make_synth(tcase_t *t, double lr, uint64_t seed) {
@@ -298,40 +281,10 @@ static void test_refusals(void) {
 
 /* ---- the benchmark ----------------------------------------------------------- */
 
-typedef struct synth_job {
-    delta_synth_t *s;
-    size_t from, to;
-    uint16_t *out;
-} synth_job_t;
-
-static void *synth_thread(void *arg) {
-    synth_job_t *j = arg;
-    if (j->out) delta_synth_bf16(j->s, j->out, j->from, j->to);
-    else delta_synth_step_range(j->s, j->from, j->to);
-    return NULL;
-}
-
-static void synth_par(delta_synth_t *s, uint16_t *out) {
-    enum { T = 16 };
-    pthread_t th[T];
-    synth_job_t j[T];
-    for (int i = 0; i < T; i++) {
-        j[i] = (synth_job_t){s, s->n * i / T, s->n * (i + 1) / T, out};
-        CHECK(pthread_create(&th[i], NULL, synth_thread, &j[i]) == 0);
-    }
-    for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
-    if (!out) delta_synth_next(s);
-}
-
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static int bench(void) {
@@ -405,7 +358,7 @@ static int bench(void) {
         CHECK(len == it[0].len && memcmp(cpu, dst[0], len) == 0);
         free(cpu);
         double *v[] = {t_enc, t_copy, t_scan, t_plan, t_write, t_d2h};
-        for (int x = 0; x < 6; x++) qsort(v[x], REPS, sizeof(double), cmp_double);
+        for (int x = 0; x < 6; x++) median(v[x], REPS); /* sorted: [0] the least, [REPS - 1] the most */
         uint64_t changed = 0;
         for (uint64_t i = 0; i < n; i++) changed += b0[i] != b1[i];
         printf("lr %.0e: %.2f%% changed, %.3f bytes per changed element; encode %.4f s (range %.4f-%.4f): scan %.1f "

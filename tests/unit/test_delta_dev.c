@@ -15,6 +15,7 @@
 #define DK_TABLES_ONLY
 #include "codec/delta_dev.h"
 #include "common/hash.h"
+#include "delta_rand.h"
 #include "ferry/ctx.h"
 #include "synth.h"
 
@@ -172,27 +173,9 @@ static uint8_t *encode(ferry_dtype_t dt, const void *base, const void *next, uin
     return d;
 }
 
-static uint64_t rng(uint64_t *s) {
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Random patterns of width w, a share p changed (a tenth by up to 300 steps). */
 static void make_random(uint8_t *base, uint8_t *next, uint32_t w, uint64_t n, double p, uint64_t seed) {
-    uint64_t s = seed;
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)rng(&s) & (w == 4 ? ~0u : (1u << (8 * w)) - 1), nv = v;
-        elem_put(base, w, i, v);
-        if ((double)(rng(&s) % 1000000) < p * 1e6) {
-            int64_t d = rng(&s) % 10 ? 1 : 2 + (int64_t)(rng(&s) % 299);
-            if (rng(&s) & 1) d = -d;
-            if (!elem_unord(elem_ord(v, w) + d, w, &nv)) elem_unord(elem_ord(v, w) - d, w, &nv);
-        }
-        elem_put(next, w, i, nv);
-    }
+    delta_make_random(base, next, w, n, p, 299, seed);
 }
 
 int main(void) {
