@@ -16,7 +16,7 @@
 set(FERRY_PUBLIC_common status.h ctx.h)
 set(FERRY_PUBLIC_layout layout.h)
 set(FERRY_PUBLIC_plan plan.h)
-set(FERRY_PUBLIC_codec codec.h safetensors.h)
+set(FERRY_PUBLIC_codec codec.h safetensors.h fp8.h)
 set(FERRY_PUBLIC_xport xport.h)
 set(FERRY_PUBLIC_meta meta.h)
 set(FERRY_PUBLIC_channel channel.h)

@@ -9,6 +9,7 @@
 #include "ferry/xport.h"
 #include "ferry/meta.h"
 #include "ferry/codec.h"
+#include "ferry/fp8.h"
 #include "ferry/safetensors.h"
 #include "ferry/channel.h"
 #include "ferry/sync.h"

@@ -1,0 +1,56 @@
+/* ferry: block-scaled FP8, as FP8 engines hold weights.
+ *
+ * DeepSeek-V3, Kimi-K2 and vLLM's fp8 block quantization keep a weight of
+ * rows x cols as float8_e4m3fn values and an fp32 `weight_scale_inv` of
+ * ceil(rows / 128) x ceil(cols / 128): each 128 x 128 block b is stored as
+ * round(x / s_b) and read back as fp8 * s_b. ferry converts a trainer's
+ * bf16 or fp32 weight to that form on the writer's side, exactly as the
+ * reference does (DeepGEMM's per_block_cast_to_fp8, in torch; kept in
+ * tests/golden/fp8/make_golden.py):
+ *
+ *   amax_b = max(max |x| over the block, 1e-4)      (fp32; 1e-4: all-zero blocks)
+ *   s_b    = amax_b / 448                           (fp32, correctly rounded)
+ *            with FERRY_FP8_UE8M0: 2^ceil(log2(s_b)) (log2 in fp32, as torch's)
+ *   q      = e4m3(float(x) * (1 / s_b))             (fp32 product, then
+ *                                                    ferry_fp8_e4m3_from_f32, ferry/layout.h)
+ *
+ * Pure: caller buffers, no I/O, no threads; reentrant. */
+#ifndef FERRY_FP8_H
+#define FERRY_FP8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/layout.h"
+#include "ferry/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+#define FERRY_FP8_BLOCK 128u /* rows and columns of a scale block */
+
+enum {
+    FERRY_FP8_UE8M0 = 1u << 0, /* scales rounded up to powers of two (UE8M0, as DeepSeek-V3.1 and Blackwell use) */
+};
+
+/* Scales of a rows x cols weight: ceil(rows / 128) * ceil(cols / 128). */
+uint64_t ferry_fp8_scale_count(uint64_t rows, uint64_t cols);
+
+/* Quantizes the row-major rows x cols weight at src (FERRY_DTYPE_BF16 or
+ * FERRY_DTYPE_F32) into dst (rows * cols float8_e4m3fn bytes, row-major)
+ * and scale_inv (ferry_fp8_scale_count floats, row-major by block), bit for
+ * bit as the reference above. flags: 0 or FERRY_FP8_UE8M0. Errors:
+ * FERRY_ERR_UNSUPPORTED (another dtype), FERRY_ERR_INVALID_ARGUMENT (a NULL
+ * buffer with rows * cols > 0, unknown flags, a size past 2^62 elements). */
+ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows, uint64_t cols,
+                                        uint32_t flags, uint8_t *dst, float *scale_inv);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,99 @@
+/* FP8 block quantization (include/ferry/fp8.h) against its torch reference,
+ * byte for byte: the golden files tests/golden/fp8/make_golden.py wrote
+ * with torch (DeepGEMM's per_block_cast_to_fp8): bf16 and fp32 weights,
+ * whole and partial blocks, an all-zero and a tiny block (the 1e-4 floor),
+ * large values, with and without UE8M0 scales; and torch's float8_e4m3fn
+ * conversion of every rounding edge (midpoints and an ulp either side,
+ * subnormals, +-448 and past it, infinities, NaN). Then the refusals. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ferry/fp8.h"
+
+static uint8_t *slurp(const char *name, const char *ext, size_t *len) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/fp8/%s.%s", FERRY_TEST_GOLDEN, name, ext);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", path);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+    CHECK(p && fread(p, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+int main(void) {
+    size_t len, n;
+    /* the conversion alone */
+    uint8_t *in = slurp("cvt", "in", &len), *want = slurp("cvt", "fp8", &n);
+    CHECK(len == 4 * n);
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, in + 4 * i, 4);
+        uint8_t got = ferry_fp8_e4m3_from_f32(f);
+        if (got != want[i]) {
+            fprintf(stderr, "conversion of %a: 0x%02x, torch 0x%02x\n", (double)f, got, want[i]);
+            return 1;
+        }
+    }
+    printf("ok: %zu conversions as torch's\n", n);
+    free(in);
+    free(want);
+    /* the cases */
+    char path[512];
+    snprintf(path, sizeof path, "%s/fp8/cases.txt", FERRY_TEST_GOLDEN);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    char name[64], dt[8];
+    unsigned long long rows, cols;
+    int ue8m0, cases = 0;
+    while (fscanf(f, "%63s %7s %llu %llu %d", name, dt, &rows, &cols, &ue8m0) == 5) {
+        ferry_dtype_t dtype = strcmp(dt, "bf16") ? FERRY_DTYPE_F32 : FERRY_DTYPE_BF16;
+        size_t il, ql, sl;
+        uint8_t *x = slurp(name, "in", &il), *q = slurp(name, "fp8", &ql), *s = slurp(name, "scale", &sl);
+        CHECK(il == rows * cols * (dtype == FERRY_DTYPE_BF16 ? 2 : 4) && ql == rows * cols &&
+              sl == 4 * ferry_fp8_scale_count(rows, cols));
+        uint8_t *gq = malloc(ql + 1);
+        float *gs = malloc(sl + 4);
+        CHECK(gq && gs);
+        CHECK_OK(ferry_fp8_block_quantize(dtype, x, rows, cols, ue8m0 ? FERRY_FP8_UE8M0 : 0, gq, gs), name);
+        if (memcmp(gs, s, sl) != 0) {
+            for (size_t i = 0; i < sl / 4; i++) {
+                float w;
+                memcpy(&w, s + 4 * i, 4);
+                if (memcmp(&w, &gs[i], 4)) fprintf(stderr, "%s: scale %zu is %a, torch's %a\n", name, i, (double)gs[i], (double)w);
+            }
+            return 1;
+        }
+        for (size_t i = 0; i < ql; i++)
+            if (gq[i] != q[i]) {
+                fprintf(stderr, "%s: element %zu (row %llu) is 0x%02x, torch's 0x%02x\n", name, i,
+                        (unsigned long long)(i / cols), gq[i], q[i]);
+                return 1;
+            }
+        printf("ok: %s (%llu x %llu %s%s) as torch's\n", name, rows, cols, dt, ue8m0 ? ", ue8m0" : "");
+        cases++;
+        free(x), free(q), free(s), free(gq), free(gs);
+    }
+    fclose(f);
+    CHECK(cases == 8);
+    /* refusals */
+    uint8_t d[4];
+    float sc[1];
+    uint16_t w[4] = {0};
+    CHECK(ferry_fp8_block_quantize(FERRY_DTYPE_F16, w, 2, 2, 0, d, sc) == FERRY_ERR_UNSUPPORTED);
+    CHECK(ferry_fp8_block_quantize(FERRY_DTYPE_BF16, w, 2, 2, 2, d, sc) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_fp8_block_quantize(FERRY_DTYPE_BF16, NULL, 2, 2, 0, d, sc) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_fp8_block_quantize(FERRY_DTYPE_BF16, w, 2, 2, 0, d, NULL) == FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_fp8_block_quantize(FERRY_DTYPE_BF16, NULL, 0, 5, 0, NULL, NULL) == FERRY_OK);
+    CHECK(ferry_fp8_scale_count(200, 130) == 4 && ferry_fp8_scale_count(0, 7) == 0 && ferry_fp8_scale_count(1, 1) == 1);
+    printf("test_fp8: %d cases and the conversion bit-exact with torch; refusals\n", cases);
+    return 0;
+}
