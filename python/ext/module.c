@@ -358,7 +358,7 @@ PyMODINIT_FUNC PyInit__ferry(void) {
     if (!m) return NULL;
     if (!errors_init(m) || !pyf_structseq_init(m) || !pyf_model_init(m) || !pyf_layout_init(m) ||
         !pyf_member_init(m) || !pyf_table_init(m) || !pyf_channel_init(m) || !pyf_delta_init(m) ||
-        !pyf_plan_init(m) || !status_constants(m) ||
+        !pyf_plan_init(m) || !pyf_fp8_init(m) || !status_constants(m) ||
         PyModule_AddStringConstant(m, "__version__", ferry_version_string()) < 0) {
         Py_DECREF(m);
         return NULL;

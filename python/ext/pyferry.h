@@ -144,6 +144,7 @@ bool pyf_member_init(PyObject *module);
 bool pyf_table_init(PyObject *module);
 bool pyf_channel_init(PyObject *module);
 bool pyf_delta_init(PyObject *module);
+bool pyf_fp8_init(PyObject *module);
 bool pyf_plan_init(PyObject *module);
 
 #endif

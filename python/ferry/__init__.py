@@ -1,7 +1,7 @@
 """ferry: move model weights from RL trainers to inference engines.
 
 The C library's objects, named as Python users expect (docs/python.md):
-Model, Layout, Writer, Reader, TensorTable, Channel, delta, Plan, and
+Model, Layout, Writer, Reader, TensorTable, Channel, delta, fp8, Plan, and
 register() for a module's own parameters. Tensors go in through DLPack or
 the buffer protocol (torch, numpy) and are never copied on the way in:
 a Reader writes into the caller's tensors' own storage.
@@ -198,10 +198,11 @@ class TensorTable(_ferry.TensorTable):
 
 from ferry.params import NAMINGS, register  # noqa: E402,F401
 from ferry import delta  # noqa: E402,F401
+from ferry import fp8  # noqa: E402,F401
 
 __all__ = [
     "__version__", "bundled_models", "dtype_size", "register", "NAMINGS", "Status",
-    "Model", "Layout", "Writer", "Reader", "HostBuffer", "DeviceBuffer", "TensorTable", "Channel", "Plan", "delta",
+    "Model", "Layout", "Writer", "Reader", "HostBuffer", "DeviceBuffer", "TensorTable", "Channel", "Plan", "delta", "fp8",
     "TensorInfo", "BufferInfo", "Piece", "PublishInfo", "UpdateInfo", "ChannelUpdateInfo", "DeltaInfo",
     "CopyOp", "PlanBucket", "PlanPair",
     "Error", "InvalidArgumentError", "ConfigError", "UnsupportedError", "NotFoundError", "CoverageError",
