@@ -1,18 +1,15 @@
 /* Block-scaled FP8 (include/ferry/fp8.h): bf16 or fp32 weights to
  * float8_e4m3fn with a scale per 128 x 128 block, bit for bit as the torch
  * reference. Two passes per row of blocks: the blocks' amax, then the
- * scaled values, each rounded by layout's ferry_fp8_e4m3_from_f32 (to
- * nearest even, saturating; torch's conversion, test_fp8 checks). */
+ * scaled values. The arithmetic is fp8_rules.h's, which the GPU's kernel
+ * (fp8.cu) shares. */
 #include "ferry/fp8.h"
+
+#include "codec/fp8_rules.h"
 
 #include <math.h>
 #include <string.h>
 
-static float f32_of_bits(uint32_t b) {
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
 
 uint64_t ferry_fp8_scale_count(uint64_t rows, uint64_t cols) {
     return ((rows + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK) * ((cols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK);
@@ -22,20 +19,11 @@ static float load(ferry_dtype_t dtype, const uint8_t *src, uint64_t i) {
     if (dtype == FERRY_DTYPE_BF16) {
         uint16_t h;
         memcpy(&h, src + 2 * i, 2);
-        return f32_of_bits((uint32_t)h << 16);
+        return f8_float((uint32_t)h << 16);
     }
     float f;
     memcpy(&f, src + 4 * i, 4);
     return f;
-}
-
-/* The block's scale from its amax: the reference's floor, division and
-   (UE8M0) power of two, each in fp32 as torch computes it. */
-static float block_scale(float amax, uint32_t flags) {
-    if (!(amax >= 1e-4f)) amax = amax != amax ? amax : 1e-4f; /* clamp(1e-4); NaN stays */
-    float s = amax / 448.0f;
-    if (flags & FERRY_FP8_UE8M0) s = exp2f(ceilf(log2f(fabsf(s))));
-    return s;
 }
 
 ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src_, uint64_t rows, uint64_t cols,
@@ -59,14 +47,14 @@ ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src_, u
                     if (x != x || x > *m) *m = x; /* a NaN sticks (x > NaN is false), as torch's amax */
                 }
             for (uint64_t b = b0; b < b1; b++) {
-                float s = block_scale(amax[b - b0], flags);
+                float s = f8_scale(amax[b - b0], (flags & FERRY_FP8_UE8M0) != 0);
                 scale_inv[(r0 / FERRY_FP8_BLOCK) * bcols + b] = s;
                 inv[b - b0] = 1.0f / s;
             }
             for (uint64_t r = r0; r < r1; r++)
                 for (uint64_t c = c0; c < c1; c++)
                     dst[r * cols + c] =
-                        ferry_fp8_e4m3_from_f32(load(dtype, src, r * cols + c) * inv[c / FERRY_FP8_BLOCK - b0]);
+                        f8_e4m3(load(dtype, src, r * cols + c) * inv[c / FERRY_FP8_BLOCK - b0]);
         }
     }
     return FERRY_OK;

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "codec/fp8_rules.h"
 #include "ferry/fp8.h"
+#include "ferry/layout.h"
 
 static uint8_t *slurp(const char *name, const char *ext, size_t *len) {
     char path[512];
@@ -37,13 +39,14 @@ int main(void) {
     for (size_t i = 0; i < n; i++) {
         float f;
         memcpy(&f, in + 4 * i, 4);
-        uint8_t got = ferry_fp8_e4m3_from_f32(f);
-        if (got != want[i]) {
-            fprintf(stderr, "conversion of %a: 0x%02x, torch 0x%02x\n", (double)f, got, want[i]);
+        uint8_t got = ferry_fp8_e4m3_from_f32(f), rule = f8_e4m3(f); /* layout's, and the kernels' (fp8_rules.h) */
+        if (got != want[i] || rule != want[i]) {
+            fprintf(stderr, "conversion of %a: 0x%02x (fp8_rules.h 0x%02x), torch 0x%02x\n", (double)f, got, rule,
+                    want[i]);
             return 1;
         }
     }
-    printf("ok: %zu conversions as torch's\n", n);
+    printf("ok: %zu conversions as torch's (ferry_fp8_e4m3_from_f32 and fp8_rules.h)\n", n);
     free(in);
     free(want);
     /* the cases */
