@@ -126,40 +126,38 @@ static cudaError_t grow(void **p, size_t *cap, size_t n, size_t size, bool dev) 
     *cap = want;
     return cudaSuccess;
 }
+/* Grows arrays that share one capacity (*cap, elements) to n elements
+   each, of the given sizes; device (dev) or pinned host memory. */
+static cudaError_t grow_set(void **const *p, const size_t *size, size_t k, bool dev, size_t *cap, size_t n) {
+    if (n <= *cap) return cudaSuccess;
+    for (size_t i = 0; i < k; i++) {
+        size_t c = *cap;
+        cudaError_t e = grow(p[i], &c, n, size[i], dev);
+        if (e != cudaSuccess) return e; /* those grown keep their room: the set's cap stays the least */
+    }
+    *cap = n + n / 4 + 64; /* what grow gave each */
+    return cudaSuccess;
+}
 static cudaError_t grow_chunks(ferry_delta_cuda_enc_t *d, size_t n) {
-    size_t c = d->cap_chunks, c2 = d->cap_chunks, c3 = d->cap_chunks, c4 = d->cap_chunks;
-    cudaError_t e = grow((void **)&d->d_chunks, &c, n, sizeof(ek_chunk_t), true);
-    if (e == cudaSuccess) e = grow((void **)&d->d_hist, &c2, n, HIST_WORDS * 4, true);
-    if (e == cudaSuccess) e = grow((void **)&d->d_busy, &c3, n, 4, true);
-    if (e == cudaSuccess) e = grow((void **)&d->d_raw, &c4, n, 4, true);
-    if (e != cudaSuccess) return e;
-    d->cap_chunks = c < c2 ? c : c2; /* they grew together */
-    size_t h = d->hcap_chunks, h2 = d->hcap_chunks, h3 = d->hcap_chunks;
-    e = grow((void **)&d->h_chunks, &h, n, sizeof(ek_chunk_t), false);
-    if (e == cudaSuccess) e = grow((void **)&d->h_busy, &h2, n, 4, false);
-    if (e == cudaSuccess) e = grow((void **)&d->h_raw, &h3, n, 4, false);
-    if (e == cudaSuccess) d->hcap_chunks = h < h2 ? h : h2;
-    return e;
+    void **dp[] = {(void **)&d->d_chunks, (void **)&d->d_hist, (void **)&d->d_busy, (void **)&d->d_raw};
+    const size_t ds[] = {sizeof(ek_chunk_t), HIST_WORDS * 4, 4, 4};
+    void **hp[] = {(void **)&d->h_chunks, (void **)&d->h_busy, (void **)&d->h_raw};
+    const size_t hs[] = {sizeof(ek_chunk_t), 4, 4};
+    cudaError_t e = grow_set(dp, ds, 4, true, &d->cap_chunks, n);
+    return e == cudaSuccess ? grow_set(hp, hs, 3, false, &d->hcap_chunks, n) : e;
 }
 static cudaError_t grow_blks(ferry_delta_cuda_enc_t *d, size_t n) {
-    size_t c = d->cap_blks, c2 = d->cap_blks, c3 = d->cap_blks;
-    cudaError_t e = grow((void **)&d->d_blks, &c, n, sizeof(ek_subblk_t), true);
-    if (e == cudaSuccess) e = grow((void **)&d->d_sparse_blks, &c2, n, 4, true);
-    if (e == cudaSuccess) e = grow((void **)&d->d_subs, &c3, n, sizeof(ek_sub_t) * EK_CLASSES, true);
-    if (e != cudaSuccess) return e;
-    d->cap_blks = c;
-    size_t h = d->hcap_blks, h2 = d->hcap_blks;
-    e = grow((void **)&d->h_blks, &h, n, sizeof(ek_subblk_t), false);
-    if (e == cudaSuccess) e = grow((void **)&d->h_sparse_blks, &h2, n, 4, false);
-    if (e == cudaSuccess) d->hcap_blks = h;
-    return e;
+    void **dp[] = {(void **)&d->d_blks, (void **)&d->d_sparse_blks, (void **)&d->d_subs};
+    const size_t ds[] = {sizeof(ek_subblk_t), 4, sizeof(ek_sub_t) * EK_CLASSES};
+    void **hp[] = {(void **)&d->h_blks, (void **)&d->h_sparse_blks};
+    const size_t hs[] = {sizeof(ek_subblk_t), 4};
+    cudaError_t e = grow_set(dp, ds, 3, true, &d->cap_blks, n);
+    return e == cudaSuccess ? grow_set(hp, hs, 2, false, &d->hcap_blks, n) : e;
 }
 static cudaError_t grow_list(ferry_delta_cuda_enc_t *d, size_t n) {
-    size_t c = d->cap_list, c2 = d->cap_list;
-    cudaError_t e = grow((void **)&d->d_list, &c, n, 8, true);
-    if (e == cudaSuccess) e = grow((void **)&d->d_runs, &c2, n, 2, true);
-    if (e == cudaSuccess) d->cap_list = c;
-    return e;
+    void **dp[] = {(void **)&d->d_list, (void **)&d->d_runs};
+    const size_t ds[] = {8, 2};
+    return grow_set(dp, ds, 2, true, &d->cap_list, n);
 }
 static bool grow_host(void **p, size_t *cap, size_t n, size_t size) {
     if (n <= *cap) return true;
@@ -231,23 +229,19 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
                           cudaStream_t stream, ferry_errbuf_t *err) {
     /* round 1: the chunk table; scan */
     size_t nchunks = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t chunk, chunks;
-        if (items[i].status == FERRY_OK && check_item(&items[i], &chunk, &chunks, err) == FERRY_OK) nchunks += chunks;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (items[i].status == FERRY_OK) nchunks += d->frames[i].chunks;
     cudaError_t e = grow_chunks(d, nchunks);
     if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: chunk tables");
     if (!grow_host((void **)&d->chunk_item, &d->cap_chunk_item, nchunks, sizeof *d->chunk_item) ||
         !grow_host((void **)&d->item_out, &d->cap_items, n, sizeof *d->item_out) ||
-        !grow_host((void **)&d->sums, &d->cap_sums, 2 * nchunks, sizeof *d->sums) ||
-        !grow_host((void **)&d->frames, &d->cap_frames, n, sizeof *d->frames))
+        !grow_host((void **)&d->sums, &d->cap_sums, 2 * nchunks, sizeof *d->sums))
         return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
     size_t c = 0;
     for (size_t i = 0; i < n; i++) {
         ferry_delta_cuda_enc_item_t *it = &items[i];
-        uint32_t chunk, chunks;
-        if (it->status != FERRY_OK || check_item(it, &chunk, &chunks, err) != FERRY_OK) continue;
-        uint32_t w = delta_width(it->dtype);
+        if (it->status != FERRY_OK) continue;
+        const uint32_t w = delta_width(it->dtype), chunk = d->frames[i].chunk, chunks = d->frames[i].chunks;
         for (uint32_t k = 0; k < chunks; k++, c++) {
             ek_chunk_t *h = &d->h_chunks[c];
             uint64_t at = (uint64_t)k * chunk;
@@ -349,11 +343,10 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     for (size_t i = 0, first = 0; i < n; i++) {
         ferry_delta_cuda_enc_item_t *it = &items[i];
         enc_frame_t *f = &d->frames[i];
-        uint32_t chunk, chunks;
-        f->kept = false;
-        if (it->status != FERRY_OK || check_item(it, &chunk, &chunks, err) != FERRY_OK) continue;
-        *f = (enc_frame_t){.first = first, .chunks = chunks, .chunk = chunk, .dtype = it->dtype, .elems = it->elems,
-                           .base_version = it->base_version, .next_version = it->next_version,
+        if (it->status != FERRY_OK) continue;
+        const uint32_t chunks = f->chunks;
+        *f = (enc_frame_t){.first = first, .chunks = chunks, .chunk = f->chunk, .dtype = it->dtype,
+                           .elems = it->elems, .base_version = it->base_version, .next_version = it->next_version,
                            .len = DELTA_FRAME_HEADER + (uint64_t)chunks * 4, .kept = true};
         for (uint32_t k = 0; k < chunks; k++) {
             const ek_chunk_t *h = &d->h_chunks[first + k];
@@ -387,11 +380,17 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
 ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t *items, size_t n,
                                        cudaStream_t stream, ferry_errbuf_t *err) {
     if (!d || (n && !items)) return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta encode: no object or items");
-    ferry_errbuf_t ierr;
+    if (!grow_host((void **)&d->frames, &d->cap_frames, n, sizeof *d->frames))
+        return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    d->nframes = 0; /* the last batch's frames are gone */
+    ferry_errbuf_t ierr, first_err; /* the first refused item's why */
+    size_t first_bad = n;
     for (size_t i = 0; i < n; i++) {
-        uint32_t chunk, chunks;
+        enc_frame_t *f = &d->frames[i];
+        *f = (enc_frame_t){0};
         items[i].len = 0;
-        items[i].status = check_item(&items[i], &chunk, &chunks, &ierr);
+        items[i].status = check_item(&items[i], &f->chunk, &f->chunks, &ierr);
+        if (items[i].status != FERRY_OK && first_bad == n) first_bad = i, first_err = ierr;
     }
     int prev = 0;
     cudaError_t e = cudaGetDevice(&prev);
@@ -411,11 +410,10 @@ ferry_status_t ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *d, ferry_delta_cu
     }
     for (size_t i = 0; i < n; i++) {
         if (items[i].status == FERRY_OK) continue;
-        uint32_t chunk, chunks;
-        ferry_status_t why = items[i].status;
-        if (check_item(&items[i], &chunk, &chunks, &ierr) == FERRY_OK)
-            ferry_fail(&ierr, why, "the frame needs more than its %zu bytes of room", items[i].cap);
-        return ferry_fail(err, why, "delta %zu of %zu: %s", i + 1, n, ierr.text);
+        if (i == first_bad) /* refused before the batch */
+            return ferry_fail(err, items[i].status, "delta %zu of %zu: %s", i + 1, n, first_err.text);
+        return ferry_fail(err, items[i].status, "delta %zu of %zu: the frame needs more than its %zu bytes of room",
+                          i + 1, n, items[i].cap); /* FERRY_ERR_LIMIT, after the batch */
     }
     return FERRY_OK;
 }
