@@ -17,6 +17,11 @@ ferry_status_t ferry_cuda_ptr_query(const void *ptr, size_t size, ferry_cuda_ptr
     return ferry_cuda_init(err);
 }
 
+ferry_status_t ferry_cuda_reach(const void *ptr, ferry_errbuf_t *err) {
+    (void)ptr;
+    return ferry_cuda_init(err);
+}
+
 int ferry_cuda_current_device(ferry_errbuf_t *err) {
     ferry_cuda_init(err);
     return -1;
@@ -109,6 +114,31 @@ int ferry_cuda_current_device(ferry_errbuf_t *err) {
     return d;
 }
 
+ferry_status_t ferry_cuda_reach(const void *ptr, ferry_errbuf_t *err) {
+    ferry_cuda_ptr_t pi;
+    ferry_status_t st = ferry_cuda_ptr_query(ptr, 0, &pi, err);
+    if (st) return st;
+    int cur = ferry_cuda_current_device(err);
+    if (cur < 0) return FERRY_ERR_UNSUPPORTED;
+    if (cur == pi.device) return FERRY_OK;
+    if (pi.vmm)
+        return ferry_fail(err, FERRY_ERR_UNSUPPORTED,
+                          "%p is VMM memory of device %d in this process, not mapped for device %d: put both "
+                          "sides on one device or in separate processes", ptr, pi.device, cur);
+    int can = 0;
+    cudaError_t e = cudaDeviceCanAccessPeer(&can, cur, pi.device);
+    if (e != cudaSuccess) return ferry_cuda_fail(err, FERRY_ERR_UNSUPPORTED, e, "cudaDeviceCanAccessPeer");
+    if (!can)
+        return ferry_fail(err, FERRY_ERR_UNSUPPORTED, "%p is memory of device %d, which device %d has no peer access to",
+                          ptr, pi.device, cur);
+    e = cudaDeviceEnablePeerAccess(pi.device, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError(); /* not sticky, but cleared so later checks don't see it */
+        e = cudaSuccess;
+    }
+    return e == cudaSuccess ? FERRY_OK : ferry_cuda_fail(err, FERRY_ERR_UNSUPPORTED, e, "cudaDeviceEnablePeerAccess");
+}
+
 static const char *mem_kind(CUmemorytype t) {
     switch (t) {
     case CU_MEMORYTYPE_HOST: return "pinned host memory";
@@ -134,10 +164,16 @@ ferry_status_t ferry_cuda_ptr_query(const void *ptr, size_t size, ferry_cuda_ptr
                           managed ? "managed memory" : mem_kind((CUmemorytype)mt));
     if ((r = drv.PointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p)) != CUDA_SUCCESS)
         return ferry_cuda_fail_drv(err, FERRY_ERR_INVALID_ARGUMENT, r, "cuPointerGetAttribute(DEVICE_ORDINAL)");
+    /* cuMemGetAddressRange finds only allocations of the current context:
+       ask in the memory's own device (a process may hold several GPUs) */
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) cur = -1;
+    if (cur != dev) cudaSetDevice(dev);
     CUdeviceptr base = 0;
     size_t asize = 0;
-    if ((r = drv.MemGetAddressRange(&base, &asize, p)) != CUDA_SUCCESS)
-        return ferry_cuda_fail_drv(err, FERRY_ERR_INVALID_ARGUMENT, r, "cuMemGetAddressRange");
+    r = drv.MemGetAddressRange(&base, &asize, p);
+    if (cur >= 0 && cur != dev) cudaSetDevice(cur);
+    if (r != CUDA_SUCCESS) return ferry_cuda_fail_drv(err, FERRY_ERR_INVALID_ARGUMENT, r, "cuMemGetAddressRange");
     unsigned long long id = 0;
     if ((r = drv.PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p)) != CUDA_SUCCESS)
         return ferry_cuda_fail_drv(err, FERRY_ERR_INVALID_ARGUMENT, r, "cuPointerGetAttribute(BUFFER_ID)");

@@ -41,6 +41,16 @@ typedef struct ferry_cuda_ptr {
  * FERRY_ERR_UNSUPPORTED (no CUDA). */
 ferry_status_t ferry_cuda_ptr_query(const void *ptr, size_t size, ferry_cuda_ptr_t *out, ferry_errbuf_t *err);
 
+/* Makes device memory of this process at ptr usable by kernels on the
+ * calling thread's current device: nothing when it is that device's memory,
+ * else peer access from the current device to the memory's (enabled once per
+ * pair, process-wide). Memory of another process is opened through IPC
+ * instead (xport/cuda_ipc.h), which maps it for the opener.
+ * Errors: FERRY_ERR_UNSUPPORTED (the devices have no peer access, or the
+ * memory is VMM memory, whose access the owner's mapping sets),
+ * FERRY_ERR_INVALID_ARGUMENT (not device memory). */
+ferry_status_t ferry_cuda_reach(const void *ptr, ferry_errbuf_t *err);
+
 /* The calling thread's current device (-1 with an error if none). */
 int ferry_cuda_current_device(ferry_errbuf_t *err);
 

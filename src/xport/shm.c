@@ -641,6 +641,8 @@ static ferry_status_t cuda_unpack(ferry_xport_t *xp, shm_peer_t *peer, ferry_xpo
     if (peer->pid == (uint32_t)getpid()) {
         ferry_status_t st = ferry_cuda_init(&xp->err);
         if (st) return st;
+        /* kernels of this side's device may read or write it (another GPU's memory: peer access) */
+        if ((st = ferry_cuda_reach((void *)(uintptr_t)r->remote_addr, &xp->err))) return st;
         r->mapped = true;
         r->base = (uint8_t *)(uintptr_t)r->remote_addr;
         return FERRY_OK;

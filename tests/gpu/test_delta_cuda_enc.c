@@ -379,6 +379,7 @@ static int bench(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each figure as it comes, even into a file */
     gpu_require();
     char detail[256];
     CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);

@@ -1929,8 +1929,8 @@ static const config_t gpu_matrix[] = {
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_UCX, .wown = 1, .rown = 1, .cuda = 1, .pack_limit = 1},
     /* deltas encoded and applied on the GPUs: same layout, and resharded
        (readers' strided destinations gathered, applied, scattered back) */
-    {.name = "gpu, deltas: tiny-qwen3 tp2,pp2 -> tp2,pp2; sync in place",
-     .model = "golden:tiny-qwen3", .train = "tp=2,pp=2,vocab_multiple=4", .infer = "tp=2,pp=2,vocab_multiple=4",
+    {.name = "gpu, deltas: tiny-qwen3 tp2 -> tp2; sync in place",
+     .model = "golden:tiny-qwen3", .train = "tp=2,vocab_multiple=4", .infer = "tp=2,vocab_multiple=4",
      .mode = FERRY_SYNC_MODE_SYNC, .xport = FERRY_XPORT_SHM, .cuda = 1, .deltas = FERRY_SYNC_DELTAS_ALWAYS},
     {.name = "gpu, deltas: wide tp4 -> tp1,transpose=*proj*; sync in place (strided destinations)",
      .model = "inline:wide", .train = "tp=4", .infer = "tp=1,transpose=*proj*", .mode = FERRY_SYNC_MODE_SYNC,
