@@ -55,6 +55,15 @@ double demo_gpu_bench_run(demo_gpu_copy_bench_t *b) {
 }
 void demo_gpu_bench_destroy(demo_gpu_copy_bench_t *b) { (void)b; }
 int demo_gpu_count(void) { return 0; }
+bool demo_gpu_weights(void *dbuf, const demo_gpu_piece_t *p, char *err, size_t size) {
+    (void)dbuf, (void)p;
+    snprintf(err, size, "built without CUDA");
+    return false;
+}
+bool demo_gpu_wait(char *err, size_t size) {
+    snprintf(err, size, "built without CUDA");
+    return false;
+}
 
 #else
 

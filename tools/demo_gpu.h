@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "demo_weights.h"
+
 /* demo_opts_t.device: the host, every worker spread over the GPUs, or all on one. */
 #define DEMO_DEVICE_CPU (-2)
 #define DEMO_DEVICE_SPREAD (-1)
@@ -36,5 +38,22 @@ double demo_gpu_bench_run(demo_gpu_copy_bench_t *b);
 void demo_gpu_bench_destroy(demo_gpu_copy_bench_t *b);
 /* GPUs this process sees (0 without CUDA). */
 int demo_gpu_count(void);
+
+/* One piece of the demo's weights (demo_weights.h) to compute on the GPU:
+ * element idx of its box (row-major over extent) is tensor element
+ * sum((offset[d] + idx[d]) * tstride[d]), written at byte
+ * byte_offset + sum(idx[d] * pstride[d]) * element size of the buffer. */
+typedef struct demo_gpu_piece {
+    demo_tensor_t t;
+    int f32; /* the fp32 master, else its bf16 */
+    uint32_t ndim;
+    int64_t extent[FERRY_MAX_DIMS], offset[FERRY_MAX_DIMS], tstride[FERRY_MAX_DIMS], pstride[FERRY_MAX_DIMS];
+    uint64_t byte_offset;
+} demo_gpu_piece_t;
+/* Enqueues the computation of piece p into the current device's buffer dbuf
+ * (the same bits demo_weights_pass writes); demo_gpu_wait waits for all of
+ * them. false with err set on failure (or without CUDA). */
+bool demo_gpu_weights(void *dbuf, const demo_gpu_piece_t *p, char *err, size_t size);
+bool demo_gpu_wait(char *err, size_t size);
 
 #endif

@@ -10,7 +10,11 @@
  *             C_v = sum over s = 1..v-1 of 1/sqrt(s) (version 1: no step);
  *   stored  = bf16(master), round to nearest even (or the fp32 master for
  *             F32 tensors).
- * At lr 1e-6 about 1% of bf16 elements change per step, as in RL. */
+ * At lr 1e-6 about 1% of bf16 elements change per step, as in RL.
+ * The element functions also compile as CUDA device code (demo_gpu_weights.cu
+ * computes GPU members' weights where they live); the one expression that
+ * rounds is written with explicit round-to-nearest operations, so that no
+ * compiler fuses it into an FMA and both give the same bits. */
 #ifndef FERRY_TOOLS_DEMO_WEIGHTS_H
 #define FERRY_TOOLS_DEMO_WEIGHTS_H
 
@@ -20,13 +24,26 @@
 
 #include "ferry/layout.h"
 
+#ifdef __CUDACC__
+#define DEMO_FN static inline __host__ __device__
+#else
+#define DEMO_FN static inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define DEMO_DADD(a, b) __dadd_rn(a, b)
+#define DEMO_DMUL(a, b) __dmul_rn(a, b)
+#else
+#define DEMO_DADD(a, b) ((a) + (b))
+#define DEMO_DMUL(a, b) ((a) * (b))
+#endif
+
 typedef struct demo_tensor {
     uint64_t seed;   /* from the run's seed and the tensor's name */
     double center;   /* 0, or 1 for norm weights */
     double shift;    /* lr * C_v */
 } demo_tensor_t;
 
-static inline uint64_t demo_mix(uint64_t x) { /* splitmix64 */
+DEMO_FN uint64_t demo_mix(uint64_t x) { /* splitmix64 */
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -46,17 +63,17 @@ static inline demo_tensor_t demo_tensor(uint64_t seed, const char *name, double 
     return t;
 }
 
-static inline float demo_master(const demo_tensor_t *t, uint64_t i) {
+DEMO_FN float demo_master(const demo_tensor_t *t, uint64_t i) {
     uint64_t h = demo_mix(t->seed ^ i);
     /* Irwin-Hall of three 16-bit uniforms: mean 1.5, sd 0.5 (in 65536ths) */
     double z = ((double)(h & 0xFFFF) + (double)((h >> 16) & 0xFFFF) + (double)((h >> 32) & 0xFFFF)) / 65536.0;
     z = (z - 1.5) * 2.0;
     double dir = 0.5 + (double)((h >> 48) & 0x7FFF) / 32768.0;
     if (h >> 63) dir = -dir;
-    return (float)(t->center + 0.02 * z + t->shift * dir);
+    return (float)DEMO_DADD(DEMO_DADD(t->center, DEMO_DMUL(0.02, z)), DEMO_DMUL(t->shift, dir));
 }
 
-static inline uint16_t demo_bf16(float f) {
+DEMO_FN uint16_t demo_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */

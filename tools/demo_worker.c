@@ -40,17 +40,22 @@ int demo_fail(worker_t *w, const char *what, const char *detail) {
     return CLI_FAIL;
 }
 
+/* The global index of the rank's first buffer (its buffers are in layout order). */
+static uint32_t rank_first_buffer(const worker_t *w) {
+    uint32_t nb = ferry_layout_buffer_count(w->layout);
+    for (uint32_t b = 0; b < nb; b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(w->layout, b, &bi);
+        if (bi.rank == w->rank) return b;
+    }
+    return UINT32_MAX;
+}
+
 uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, uint64_t *changed,
                              uint64_t *elements) {
     size_t first, count;
     ferry_layout_rank_pieces(w->layout, w->rank, &first, &count);
-    uint32_t nb = ferry_layout_buffer_count(w->layout);
-    uint32_t base = UINT32_MAX; /* global index of the rank's first buffer */
-    for (uint32_t b = 0; b < nb && base == UINT32_MAX; b++) {
-        ferry_buffer_info_t bi;
-        ferry_layout_buffer(w->layout, b, &bi);
-        if (bi.rank == w->rank) base = b;
-    }
+    uint32_t base = rank_first_buffer(w);
     uint64_t bad = 0, diff = 0, n = 0;
     for (size_t i = first; i < first + count; i++) {
         const ferry_piece_t *p = &ferry_layout_pieces(w->layout)[i];
@@ -87,8 +92,6 @@ uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, u
     return bad;
 }
 
-/* --device cuda: the member's buffers are on the worker's GPU (ferry
- * allocates them there); the demo computes and checks host copies. */
 /* What writers and readers set alike: the pack limit, the delta chain, and where buffers are. */
 static void member_params(const worker_t *w, ferry_sync_params_t *sp) {
     if (w->o.pack_limit) {
@@ -115,23 +118,44 @@ static bool gpu_move(worker_t *w, bool to_gpu) {
     return true;
 }
 
-/* GPU buffers without checks: pseudo-random bytes at memory speed (the
- * bytes' values do not change what a dense GPU sync costs; the demo's
- * reference step takes minutes per 16 GB on one core). */
-static void fill_fast(worker_t *w) {
-    for (size_t b = 0; b < w->nbufs; b++) {
-        uint8_t *p = w->bufs[b];
-        uint64_t x = 0x9e3779b97f4a7c15ull * (b + 1);
-        size_t i = 0;
-        for (; i + 8 <= w->sizes[b]; i += 8) {
-            uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-            z ^= z >> 31;
-            memcpy(p + i, &z, 8);
+/* A GPU writer's version v, computed in its GPU buffers (demo_gpu_weights.cu):
+ * the same bits as demo_weights_pass, at memory speed (the host takes
+ * seconds per GiB on one core), so every version is a real RL-like step
+ * (deltas see what they would in training) and readers that verify check
+ * these kernels against the host's reference. */
+static bool gpu_weights(worker_t *w, uint64_t v) {
+    size_t first, count;
+    ferry_layout_rank_pieces(w->layout, w->rank, &first, &count);
+    uint32_t base = rank_first_buffer(w);
+    char err[256];
+    for (size_t i = first; i < first + count; i++) {
+        const ferry_piece_t *p = &ferry_layout_pieces(w->layout)[i];
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(w->model, p->tensor, &ti);
+        demo_gpu_piece_t g;
+        memset(&g, 0, sizeof g);
+        g.t = demo_tensor(w->o.seed, ti.name, w->o.lr, v);
+        g.f32 = ti.dtype != FERRY_DTYPE_BF16; /* F32 (checked at start) */
+        g.ndim = p->box.ndim;
+        g.byte_offset = p->byte_offset;
+        int64_t acc = 1;
+        for (int d = (int)p->box.ndim - 1; d >= 0; d--) {
+            g.extent[d] = p->box.extent[d];
+            g.offset[d] = p->box.offset[d];
+            g.pstride[d] = p->strides[d];
+            g.tstride[d] = acc;
+            acc *= ti.shape[d];
         }
-        for (; i < w->sizes[b]; i++) p[i] = (uint8_t)i;
+        if (!demo_gpu_weights(w->dbufs[p->buffer - base], &g, err, sizeof err)) {
+            demo_fail(w, "step", err);
+            return false;
+        }
     }
+    if (!demo_gpu_wait(err, sizeof err)) {
+        demo_fail(w, "step", err);
+        return false;
+    }
+    return true;
 }
 
 static int run_writer(worker_t *w, uint32_t world) {
@@ -157,17 +181,14 @@ static int run_writer(worker_t *w, uint32_t world) {
         goto out;
     }
     for (uint64_t v = 1; v <= w->o.steps; v++) {
-        /* the optimizer step. GPU buffers without checks (ferry bench sync
-         * --device): the weights are computed and uploaded once, every
-         * version moves all of them again (GPU members pull whole), and the
-         * host-side step (seconds per GiB on one core) stays out of the way */
-        if (w->gpu < 0 || w->o.verify || v == 1) {
-            if (w->gpu >= 0 && !w->o.verify) fill_fast(w);
-            else demo_weights_pass(w, v, true, NULL, NULL, NULL);
-            if (!gpu_move(w, true)) {
+        /* the optimizer step, where the buffers are */
+        if (w->gpu >= 0) {
+            if (!gpu_weights(w, v)) {
                 rc = CLI_FAIL;
                 goto out;
             }
+        } else {
+            demo_weights_pass(w, v, true, NULL, NULL, NULL);
         }
         demo_report("F %u %llu", w->rank, (unsigned long long)v);
         /* the parent's go (stdin): every reader checked v - 1 and is waiting, so
@@ -342,7 +363,7 @@ int demo_worker_main(int argc, char **argv) {
     }
     uint32_t world = ferry_parallel_world_size(&par);
     w.gpu = -1;
-    if (w.o.device != DEMO_DEVICE_CPU) { /* host copies to compute and check; GPU buffers from ferry */
+    if (w.o.device != DEMO_DEVICE_CPU) { /* GPU buffers from ferry; readers check host copies */
         char err[256];
         if ((w.gpu = demo_gpu_pick(w.o.device, writer, w.rank, err, sizeof err)) < 0) {
             rc = demo_fail(&w, "device", err);
