@@ -47,6 +47,29 @@ static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t 
 
 /* ---- scan ----------------------------------------------------------------------- */
 
+/* The elements of 16 bytes of base (b) and next (n), element i0 first:
+ * each sampled one's bucket and each changed one's counted. */
+static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t w, uint32_t i0, uint32_t smask,
+                                                uint32_t *hs, uint32_t *hc, uint32_t *mine) {
+    const uint32_t bw[4] = {b.x, b.y, b.z, b.w}, nw[4] = {n.x, n.y, n.z, n.w};
+    const uint32_t per = 4 / w, bits = 8 * w, mask = w == 4 ? 0xffffffffu : (1u << bits) - 1;
+#pragma unroll
+    for (uint32_t q = 0; q < 4; q++) {
+        /* the common case: no change, and (smask + 1 a multiple of per) the
+           word's one candidate for the sample, its first, not sampled */
+        if (bw[q] == nw[q] && ((i0 + q * per) & smask) != 0) continue;
+        for (uint32_t e = 0; e < per; e++) {
+            const uint32_t i = i0 + q * per + e;
+            const uint32_t bv = (bw[q] >> (bits * e)) & mask, nv = (nw[q] >> (bits * e)) & mask, bk = ek_bucket(bv, w);
+            if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
+            if (bv != nv) {
+                atomicAdd(&hc[bk], 1u);
+                (*mine)++;
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
     __shared__ uint32_t hs[256], hc[256], nchg;
     __shared__ uint8_t sec[192];
@@ -72,7 +95,30 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
     uint32_t mine = 0;
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t t1 = elems - t0 < EK_TILE ? elems : t0 + EK_TILE;
-        for (uint32_t i = t0 + tid; i < t1; i += THREADS) {
+        uint32_t i = t0 + tid; /* the scalar loop's first element: the tile's, or the tail's */
+        if (fused) {
+            /* 16-byte loads, all of a thread's issued before any is used
+               (w of them per stream and tile), so that enough bytes are in
+               flight at this kernel's occupancy; the tail of a chunk that
+               ends within a vector goes through the scalar loop below */
+            const uint32_t per = 16 / w, v0 = t0 / per, v1 = t1 / per;
+            const uint4 *bp = (const uint4 *)base, *np = (const uint4 *)next;
+            uint4 vb[4], vn[4];
+#pragma unroll
+            for (uint32_t j = 0; j < 4; j++) {
+                const uint32_t v = v0 + tid + j * THREADS;
+                const bool in = j < w && v < v1;
+                vb[j] = in ? bp[v] : make_uint4(0, 0, 0, 0);
+                vn[j] = in ? np[v] : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (uint32_t j = 0; j < 4; j++) {
+                const uint32_t v = v0 + tid + j * THREADS;
+                if (j < w && v < v1) scan_vec(vb[j], vn[j], w, v * per, smask, hs, hc, &mine);
+            }
+            i = v1 * per + tid;
+        }
+        for (; i < t1; i += THREADS) {
             uint32_t bv = elem_load(base, w, i), nv = elem_load(next, w, i), bk = ek_bucket(bv, w);
             if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
             if (bv != nv) {
@@ -155,6 +201,23 @@ static __device__ __forceinline__ void bump(uint64_t *lo, uint64_t *hi, uint32_t
     else *hi += 1ull << (16 * (k - 4));
 }
 
+/* Elements [first, first + 16) of p (W bytes each, 16-aligned) with W
+ * 16-byte loads: the rank pass's thread reads its 16 that way instead of
+ * one element per load (a sixteenth of the L1 requests). */
+template <uint32_t W>
+static __device__ __forceinline__ void load16(const uint8_t *p, uint32_t first, uint32_t out[EPT]) {
+    const uint4 *vp = (const uint4 *)(p + (uint64_t)first * W);
+    uint32_t word[4 * W];
+#pragma unroll
+    for (uint32_t j = 0; j < W; j++) {
+        const uint4 v = vp[j];
+        word[4 * j] = v.x, word[4 * j + 1] = v.y, word[4 * j + 2] = v.z, word[4 * j + 3] = v.w;
+    }
+#pragma unroll
+    for (uint32_t e = 0; e < EPT; e++)
+        out[e] = W == 4 ? word[e] : W == 2 ? (word[e / 2] >> (16 * (e % 2))) & 0xFFFF : (word[e / 4] >> (8 * (e % 4))) & 0xFF;
+}
+
 __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
     __shared__ uint8_t class_of[256];
     __shared__ uint64_t wlo[WARPS], whi[WARPS];
@@ -167,6 +230,7 @@ __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
     const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
     const uint32_t w = c->width, elems = c->elems, S = c->sub_log2;
     uint64_t *list = b.list + c->list0;
+    const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0; /* then every thread's 16 are 16-aligned */
     if (tid == 0) ek_class_table(c, class_of);
     if (tid < EK_CLASSES) carry[tid] = sub_m[tid] = sub_nu[tid] = 0;
     if (tid == 0) chg_before = sub_first = 0;
@@ -176,12 +240,21 @@ __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
         uint32_t bv[EPT], nv[EPT];
         uint64_t lo = 0, hi = 0;
         uint32_t nch = 0;
+        if (vec && first + EPT <= elems) {
+            if (w == 2) load16<2>(base, first, bv), load16<2>(next, first, nv);
+            else if (w == 4) load16<4>(base, first, bv), load16<4>(next, first, nv);
+            else load16<1>(base, first, bv), load16<1>(next, first, nv);
+        } else {
+#pragma unroll
+            for (uint32_t e = 0; e < EPT; e++) {
+                bool in = first + e < elems;
+                bv[e] = in ? elem_load(base, w, first + e) : 0;
+                nv[e] = in ? elem_load(next, w, first + e) : 0;
+            }
+        }
 #pragma unroll
         for (uint32_t e = 0; e < EPT; e++) {
-            bool in = first + e < elems;
-            bv[e] = in ? elem_load(base, w, first + e) : 0;
-            nv[e] = in ? elem_load(next, w, first + e) : 0;
-            if (in) bump(&lo, &hi, class_of[ek_bucket(bv[e], w)]);
+            if (first + e < elems) bump(&lo, &hi, class_of[ek_bucket(bv[e], w)]);
             nch += bv[e] != nv[e];
         }
         /* inclusive scans over the warp, then over the warps */
