@@ -196,10 +196,6 @@ __global__ void __launch_bounds__(32) ek_classes(ek_batch_t b) {
 static __device__ __forceinline__ uint32_t field(uint64_t lo, uint64_t hi, uint32_t k) {
     return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
 }
-static __device__ __forceinline__ void bump(uint64_t *lo, uint64_t *hi, uint32_t k) {
-    if (k < 4) *lo += 1ull << (16 * k);
-    else *hi += 1ull << (16 * (k - 4));
-}
 
 /* Elements [first, first + 16) of p (W bytes each, 16-aligned) with W
  * 16-byte loads: the rank pass's thread reads its 16 that way instead of
@@ -220,6 +216,7 @@ static __device__ __forceinline__ void load16(const uint8_t *p, uint32_t first, 
 
 __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
     __shared__ uint8_t class_of[256];
+    __shared__ uint64_t ctab[256]; /* per bucket: 1 << 5 * its class (a thread's 16 counted in 5-bit fields) */
     __shared__ uint64_t wlo[WARPS], whi[WARPS];
     __shared__ uint32_t wch[WARPS];
     __shared__ uint32_t carry[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
@@ -232,6 +229,8 @@ __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
     uint64_t *list = b.list + c->list0;
     const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0; /* then every thread's 16 are 16-aligned */
     if (tid == 0) ek_class_table(c, class_of);
+    __syncthreads();
+    ctab[tid] = 1ull << (5 * class_of[tid]); /* THREADS == 256 buckets */
     if (tid < EK_CLASSES) carry[tid] = sub_m[tid] = sub_nu[tid] = 0;
     if (tid == 0) chg_before = sub_first = 0;
     __syncthreads();
@@ -252,10 +251,17 @@ __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
                 nv[e] = in ? elem_load(next, w, first + e) : 0;
             }
         }
+        uint64_t c5 = 0; /* the thread's class counts, 5 bits each (at most 16) */
 #pragma unroll
         for (uint32_t e = 0; e < EPT; e++) {
-            if (first + e < elems) bump(&lo, &hi, class_of[ek_bucket(bv[e], w)]);
+            if (first + e < elems) c5 += ctab[ek_bucket(bv[e], w)];
             nch += bv[e] != nv[e];
+        }
+#pragma unroll
+        for (uint32_t k = 0; k < EK_CLASSES; k++) {
+            const uint64_t n = (c5 >> (5 * k)) & 31;
+            if (k < 4) lo |= n << (16 * k);
+            else hi |= n << (16 * (k - 4));
         }
         /* inclusive scans over the warp, then over the warps */
         uint64_t slo = lo, shi = hi;
@@ -277,18 +283,20 @@ __global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
         uint32_t tch = 0;
         for (unsigned x = 0; x < WARPS; x++) tlo += wlo[x], thi += whi[x], tch += wch[x];
         uint32_t at = chg_before + pch;
+        uint64_t run5 = 0; /* the thread's elements so far, per class in 5-bit fields */
 #pragma unroll
         for (uint32_t e = 0; e < EPT; e++) {
             if (first + e >= elems) break;
-            uint32_t k = class_of[ek_bucket(bv[e], w)];
+            const uint32_t bk = ek_bucket(bv[e], w);
             if (bv[e] != nv[e]) {
+                const uint32_t k = class_of[bk];
                 uint32_t val, sign;
                 ek_change(bv[e], nv[e], w, &val, &sign);
-                list[at++] = ek_entry(carry[k] + field(plo, phi, k), k, sign, val);
+                list[at++] = ek_entry(carry[k] + field(plo, phi, k) + (uint32_t)((run5 >> (5 * k)) & 31), k, sign, val);
                 atomicAdd(&sub_m[k], 1u);
                 if (val) atomicAdd(&sub_nu[k], 1u);
             }
-            bump(&plo, &phi, k);
+            run5 += ctab[bk];
         }
         __syncthreads(); /* every thread has read carry and chg_before */
         const uint32_t t1 = t0 + EK_TILE;
