@@ -79,7 +79,7 @@ static void expect_plain_at(int line, const ferry_model_t *m, const char *name, 
 #define EXPECT_PLAIN(m, name, dt) expect_plain_at(__LINE__, (m), (name), (dt))
 
 static char *layer(char *buf, int64_t l, const char *suffix) {
-    snprintf(buf, 256, "model.layers.%lld.%s", (long long)l, suffix);
+    snprintf(buf, 256, "model.layers.%lld.%.200s", (long long)l, suffix);
     return buf;
 }
 
