@@ -30,11 +30,8 @@ extern "C" {
 
 #pragma GCC visibility push(default)
 
-#define FERRY_FP8_BLOCK 128u /* rows and columns of a scale block */
-
-enum {
-    FERRY_FP8_UE8M0 = 1u << 0, /* scales rounded up to powers of two (UE8M0, as DeepSeek-V3.1 and Blackwell use) */
-};
+/* FERRY_FP8_BLOCK (128) and the flag FERRY_FP8_UE8M0 are in ferry/layout.h:
+ * model specs declare tensors FP8 block-quantized with them too. */
 
 /* Scales of a rows x cols weight: ceil(rows / 128) * ceil(cols / 128). */
 uint64_t ferry_fp8_scale_count(uint64_t rows, uint64_t cols);
