@@ -45,6 +45,20 @@ uint64_t ferry_fp8_scale_count(uint64_t rows, uint64_t cols);
 ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows, uint64_t cols,
                                         uint32_t flags, uint8_t *dst, float *scale_inv);
 
+/* The same for a rows x cols matrix whose rows lie apart: row r of the
+ * weight starts at element r * src_ld of src, its bytes go to r * dst_ld of
+ * dst, and row b of blocks' scales to b * scale_ld of scale_inv (each ld at
+ * least the row's length: cols, cols, ceil(cols / 128)). Blocks start at the
+ * matrix's first row and column. So a shard of a larger weight that starts
+ * at multiples of 128 in both dimensions, as FP8 engines' shards do, comes
+ * out as that part of the whole weight's quantization, bit for bit: a
+ * writer quantizes each engine shard where the weight is, into where the
+ * engine wants it. Errors as ferry_fp8_block_quantize's, and
+ * FERRY_ERR_INVALID_ARGUMENT for an ld shorter than its row. */
+ferry_status_t ferry_fp8_block_quantize_ld(ferry_dtype_t dtype, const void *src, uint64_t src_ld, uint64_t rows,
+                                           uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld,
+                                           float *scale_inv, uint64_t scale_ld);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus
