@@ -57,6 +57,8 @@ ferry_ctx_t *cli_ctx(void);
 /* Resolves --model: an existing path, else $FERRY_MODELS_DIR/NAME.json,
  * else the source tree's models/NAME.json. Prints errors. */
 ferry_model_t *cli_load_model(ferry_ctx_t *ctx, const char *arg, bool mtp);
+/* Same, with quantization (FERRY_MODEL_QUANT_NONE is cli_load_model). */
+ferry_model_t *cli_load_model_quant(ferry_ctx_t *ctx, const char *arg, bool mtp, ferry_model_quant_t quant);
 
 /* "16.38 GiB"-style sizes into buf. */
 const char *cli_bytes(uint64_t bytes, char *buf, size_t size);

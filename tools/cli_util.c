@@ -20,7 +20,13 @@ ferry_ctx_t *cli_ctx(void) {
 }
 
 ferry_model_t *cli_load_model(ferry_ctx_t *ctx, const char *arg, bool mtp) {
-    ferry_model_options_t opts = {.field_mask = FERRY_MODEL_OPT_MTP, .include_mtp = mtp};
+    return cli_load_model_quant(ctx, arg, mtp, FERRY_MODEL_QUANT_NONE);
+}
+
+ferry_model_t *cli_load_model_quant(ferry_ctx_t *ctx, const char *arg, bool mtp, ferry_model_quant_t quant) {
+    ferry_model_options_t opts = {.field_mask = FERRY_MODEL_OPT_MTP | FERRY_MODEL_OPT_QUANT,
+                                  .include_mtp = mtp,
+                                  .quant = quant};
     char path[4096];
     const char *dirs[2] = {ferry_ctx_config_value(ctx, "FERRY_MODELS_DIR", NULL),
                            FERRY_SOURCE_MODELS_DIR};

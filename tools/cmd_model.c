@@ -4,12 +4,14 @@
 
 #include "cli.h"
 
-enum { CAT_EMBED, CAT_ATTN, CAT_MLP, CAT_EXPERTS, CAT_SHARED, CAT_ROUTER, CAT_NORM, CAT_MTP, CAT_N };
+enum { CAT_EMBED, CAT_ATTN, CAT_MLP, CAT_EXPERTS, CAT_SHARED, CAT_ROUTER, CAT_NORM, CAT_MTP, CAT_SCALE, CAT_N };
 static const char *cat_names[CAT_N] = {"embedding/lm_head", "attention", "dense mlp",
                                        "routed experts", "shared experts", "router",
-                                       "norms", "mtp extras"};
+                                       "norms", "mtp extras", "fp8 scales"};
 
-static int category(const char *name) {
+static int category(const ferry_model_t *m, uint32_t i, const char *name) {
+    ferry_tensor_quant_t q;
+    if (ferry_model_tensor_quant(m, i, &q) && q.kind == FERRY_QUANT_FP8_SCALE) return CAT_SCALE;
     if (strstr(name, "embed_tokens") || strstr(name, "lm_head") || strstr(name, "shared_head.head"))
         return CAT_EMBED;
     if (strstr(name, "enorm") || strstr(name, "hnorm") || strstr(name, "eh_proj")) return CAT_MTP;
@@ -28,10 +30,12 @@ static uint64_t numel(const ferry_tensor_info_t *t) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ferry model --model M [--mtp] [--tensors] [--json]\n"
+    fprintf(f, "usage: ferry model --model M [--mtp] [--quant none|auto|fp8] [--tensors] [--json]\n"
                "  M: a config.json path or a bundled name (qwen3-0.6b, qwen3-8b, qwen3-30b-a3b,\n"
                "     deepseek-v3, kimi-k2)\n"
                "  --mtp      include DeepSeek multi-token-prediction layers\n"
+               "  --quant    none (default: a trainer's spec, quantization_config ignored), auto (an fp8\n"
+               "             engine's spec where quantization_config says fp8), fp8 (fp8 regardless)\n"
                "  --tensors  list every tensor with dtype and shape\n"
                "  --json     machine-readable output\n");
 }
@@ -39,6 +43,7 @@ static void usage(FILE *f) {
 int cmd_model(int argc, char **argv) {
     const char *model_arg = NULL;
     bool tensors = false, json = false, mtp = false;
+    ferry_model_quant_t quant = FERRY_MODEL_QUANT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (cli_opt(argc, argv, &i, "--model", &v)) {
@@ -50,6 +55,18 @@ int cmd_model(int argc, char **argv) {
             json = true;
         } else if (!strcmp(argv[i], "--mtp")) {
             mtp = true;
+        } else if (cli_opt(argc, argv, &i, "--quant", &v)) {
+            if (!v) return CLI_USAGE;
+            if (!strcmp(v, "none")) {
+                quant = FERRY_MODEL_QUANT_NONE;
+            } else if (!strcmp(v, "auto")) {
+                quant = FERRY_MODEL_QUANT_AUTO;
+            } else if (!strcmp(v, "fp8")) {
+                quant = FERRY_MODEL_QUANT_FP8;
+            } else {
+                fprintf(stderr, "ferry model: --quant must be none, auto or fp8, not \"%s\"\n", v);
+                return CLI_USAGE;
+            }
         } else if (!strcmp(argv[i], "--help")) {
             usage(stdout);
             return CLI_OK;
@@ -65,7 +82,7 @@ int cmd_model(int argc, char **argv) {
     }
     ferry_ctx_t *ctx = cli_ctx();
     if (!ctx) return CLI_USAGE;
-    ferry_model_t *m = cli_load_model(ctx, model_arg, mtp);
+    ferry_model_t *m = cli_load_model_quant(ctx, model_arg, mtp, quant);
     if (!m) {
         ferry_ctx_destroy(ctx);
         return CLI_USAGE;
@@ -73,11 +90,27 @@ int cmd_model(int argc, char **argv) {
     const ferry_arch_t *a = ferry_model_arch(m);
     uint64_t per_cat[CAT_N] = {0};
     uint32_t n = ferry_model_tensor_count(m);
+    /* fp8 weights and their scales */
+    uint64_t fp8_elems = 0, fp8_bytes = 0, scales = 0, scale_bytes = 0;
+    uint32_t nscale = 0;
+    bool ue8m0 = false;
     for (uint32_t i = 0; i < n; i++) {
         ferry_tensor_info_t t;
+        ferry_tensor_quant_t q;
         ferry_model_tensor(m, i, &t);
-        per_cat[category(t.name)] += numel(&t);
+        ferry_model_tensor_quant(m, i, &q);
+        per_cat[category(m, i, t.name)] += numel(&t);
+        if (q.kind == FERRY_QUANT_FP8_BLOCK) {
+            fp8_elems += numel(&t);
+            fp8_bytes += numel(&t) * ferry_dtype_size(t.dtype);
+            ue8m0 = ue8m0 || (q.flags & FERRY_FP8_UE8M0);
+        } else if (q.kind == FERRY_QUANT_FP8_SCALE) {
+            nscale++;
+            scales += numel(&t);
+            scale_bytes += numel(&t) * ferry_dtype_size(t.dtype);
+        }
     }
+    uint32_t nfp8 = ferry_model_quant_count(m);
     uint64_t total = ferry_model_param_count(m);
     uint64_t active = total;
     if (a->num_experts > 0)
@@ -97,6 +130,16 @@ int cmd_model(int argc, char **argv) {
         for (int c = 0; c < CAT_N; c++)
             if (per_cat[c]) json_object_set_new(cats, cat_names[c], json_integer((json_int_t)per_cat[c]));
         json_object_set_new(o, "by_kind", cats);
+        json_t *qo = json_object();
+        json_object_set_new(qo, "fp8_tensors", json_integer(nfp8));
+        json_object_set_new(qo, "fp8_elements", json_integer((json_int_t)fp8_elems));
+        json_object_set_new(qo, "fp8_bytes", json_integer((json_int_t)fp8_bytes));
+        json_object_set_new(qo, "scale_tensors", json_integer(nscale));
+        json_object_set_new(qo, "scales", json_integer((json_int_t)scales));
+        json_object_set_new(qo, "scale_bytes", json_integer((json_int_t)scale_bytes));
+        json_object_set_new(qo, "block", json_pack("[i, i]", (int)FERRY_FP8_BLOCK, (int)FERRY_FP8_BLOCK));
+        json_object_set_new(qo, "ue8m0", json_boolean(ue8m0));
+        json_object_set_new(o, "fp8", qo);
         if (tensors) {
             json_t *arr = json_array();
             for (uint32_t i = 0; i < n; i++) {
@@ -104,8 +147,16 @@ int cmd_model(int argc, char **argv) {
                 ferry_model_tensor(m, i, &t);
                 json_t *shape = json_array();
                 for (uint32_t d = 0; d < t.ndim; d++) json_array_append_new(shape, json_integer(t.shape[d]));
-                json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", t.name, "dtype",
-                                                     ferry_dtype_name(t.dtype), "shape", shape));
+                json_t *e = json_pack("{s:s, s:s, s:o}", "name", t.name, "dtype", ferry_dtype_name(t.dtype),
+                                      "shape", shape);
+                ferry_tensor_quant_t q;
+                ferry_model_tensor_quant(m, i, &q);
+                ferry_tensor_info_t pt;
+                if (q.kind != FERRY_QUANT_NONE && ferry_model_tensor(m, q.partner, &pt)) {
+                    json_object_set_new(e, q.kind == FERRY_QUANT_FP8_BLOCK ? "scale" : "scales_of",
+                                        json_string(pt.name));
+                }
+                json_array_append_new(arr, e);
             }
             json_object_set_new(o, "tensor_list", arr);
         }
@@ -134,6 +185,14 @@ int cmd_model(int argc, char **argv) {
         printf("parameters   %s (%llu) in %u tensors, %s\n", cli_count(total, b1, sizeof b1),
                (unsigned long long)total, n, cli_bytes(ferry_model_byte_size(m), b2, sizeof b2));
         if (a->num_experts) printf("activated    %s per token\n", cli_count(active, b3, sizeof b3));
+        if (nfp8)
+            printf("fp8          %u tensors, %s elements: %s as float8_e4m3fn, 128x128 blocks%s\n", nfp8,
+                   cli_count(fp8_elems, b1, sizeof b1), cli_bytes(fp8_bytes, b2, sizeof b2),
+                   ue8m0 ? ", UE8M0 scales" : "");
+        if (nscale)
+            printf("scales       %u weight_scale_inv tensors, %s floats (%llu): %s\n", nscale,
+                   cli_count(scales, b1, sizeof b1), (unsigned long long)scales,
+                   cli_bytes(scale_bytes, b2, sizeof b2));
         for (int c = 0; c < CAT_N; c++)
             if (per_cat[c])
                 printf("  %-18s %12s  %5.1f%%\n", cat_names[c], cli_count(per_cat[c], b1, sizeof b1),

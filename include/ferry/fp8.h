@@ -30,11 +30,8 @@ extern "C" {
 
 #pragma GCC visibility push(default)
 
-#define FERRY_FP8_BLOCK 128u /* rows and columns of a scale block */
-
-enum {
-    FERRY_FP8_UE8M0 = 1u << 0, /* scales rounded up to powers of two (UE8M0, as DeepSeek-V3.1 and Blackwell use) */
-};
+/* FERRY_FP8_BLOCK (128) and the flag FERRY_FP8_UE8M0 are in ferry/layout.h:
+ * model specs declare tensors FP8 block-quantized with them too. */
 
 /* Scales of a rows x cols weight: ceil(rows / 128) * ceil(cols / 128). */
 uint64_t ferry_fp8_scale_count(uint64_t rows, uint64_t cols);
@@ -47,6 +44,20 @@ uint64_t ferry_fp8_scale_count(uint64_t rows, uint64_t cols);
  * buffer with rows * cols > 0, unknown flags, a size past 2^62 elements). */
 ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows, uint64_t cols,
                                         uint32_t flags, uint8_t *dst, float *scale_inv);
+
+/* The same for a rows x cols matrix whose rows lie apart: row r of the
+ * weight starts at element r * src_ld of src, its bytes go to r * dst_ld of
+ * dst, and row b of blocks' scales to b * scale_ld of scale_inv (each ld at
+ * least the row's length: cols, cols, ceil(cols / 128)). Blocks start at the
+ * matrix's first row and column. So a shard of a larger weight that starts
+ * at multiples of 128 in both dimensions, as FP8 engines' shards do, comes
+ * out as that part of the whole weight's quantization, bit for bit: a
+ * writer quantizes each engine shard where the weight is, into where the
+ * engine wants it. Errors as ferry_fp8_block_quantize's, and
+ * FERRY_ERR_INVALID_ARGUMENT for an ld shorter than its row. */
+ferry_status_t ferry_fp8_block_quantize_ld(ferry_dtype_t dtype, const void *src, uint64_t src_ld, uint64_t rows,
+                                           uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld,
+                                           float *scale_inv, uint64_t scale_ld);
 
 #pragma GCC visibility pop
 

@@ -170,14 +170,59 @@ typedef struct ferry_model ferry_model_t;
 /* Options for specs generated from config.json. */
 enum {
     FERRY_MODEL_OPT_DTYPE = 1u << 0,    /* override torch_dtype */
-    FERRY_MODEL_OPT_MTP = 1u << 1       /* include multi-token-prediction layers */
+    FERRY_MODEL_OPT_MTP = 1u << 1,      /* include multi-token-prediction layers */
+    FERRY_MODEL_OPT_QUANT = 1u << 2     /* quant and quant_flags */
 };
+
+/* Which tensors a generated spec declares quantized (FERRY_MODEL_OPT_QUANT).
+ * Values are pinned. */
+typedef enum ferry_model_quant {
+    /* the default: every tensor as torch_dtype says; quantization_config is
+     * not read at all (a trainer's spec) */
+    FERRY_MODEL_QUANT_NONE = 0,
+    /* as config.json's quantization_config says: with quant_method "fp8" the
+     * engine's linears are FP8 block-quantized (docs/fp8.md), without one
+     * the spec is NONE's */
+    FERRY_MODEL_QUANT_AUTO = 1,
+    /* FP8 block quantization whether or not config.json asks for it (a
+     * quantization_config present must still be a supported fp8 one) */
+    FERRY_MODEL_QUANT_FP8 = 2
+} ferry_model_quant_t;
 
 typedef struct ferry_model_options {
     uint64_t field_mask;
     ferry_dtype_t dtype;
     bool include_mtp;
+    ferry_model_quant_t quant;  /* default FERRY_MODEL_QUANT_NONE */
+    uint32_t quant_flags;       /* FERRY_FP8_UE8M0, or-ed with scale_fmt's; default 0 */
 } ferry_model_options_t;
+
+/* ---- quantized tensors ------------------------------------------------- */
+
+/* FP8 block quantization, as DeepSeek-V3, Kimi-K2 and vLLM hold weights: a
+ * weight W of [..., rows, cols] is float8_e4m3fn (FERRY_DTYPE_F8_E4M3, same
+ * shape) and its F32 partner `<W's name>_scale_inv` is [..., ceil(rows /
+ * 128), ceil(cols / 128)] (leading dims kept: one scale per 128 x 128 block
+ * of each [rows, cols] matrix). ferry/fp8.h holds the arithmetic. */
+#define FERRY_FP8_BLOCK 128u /* rows and columns of a scale block */
+
+enum {
+    FERRY_FP8_UE8M0 = 1u << 0, /* scales rounded up to powers of two (UE8M0, as DeepSeek-V3.1 and Blackwell use) */
+};
+
+/* What a tensor of a spec is. Values are pinned (they travel in layouts). */
+typedef enum ferry_quant {
+    FERRY_QUANT_NONE = 0,      /* a plain tensor */
+    FERRY_QUANT_FP8_BLOCK = 1, /* float8_e4m3fn, scaled per 128 x 128 block by its partner */
+    FERRY_QUANT_FP8_SCALE = 2  /* the F32 weight_scale_inv of its partner */
+} ferry_quant_t;
+
+typedef struct ferry_tensor_quant {
+    ferry_quant_t kind;
+    uint32_t partner;  /* FP8_BLOCK: its scale tensor; FP8_SCALE: the weight it scales; NONE: UINT32_MAX */
+    uint32_t block[2]; /* rows, cols of a block of the last two dims (128, 128); NONE: 0, 0 */
+    uint32_t flags;    /* FERRY_FP8_UE8M0 */
+} ferry_tensor_quant_t;
 
 /* Creates an empty custom spec to fill with ferry_model_add_tensor.
  * Ownership: caller owns *out (ferry_model_destroy); name is copied.
@@ -187,6 +232,19 @@ ferry_status_t ferry_model_create(ferry_ctx_t *ctx, const char *name, ferry_mode
 /* Generates a spec from the text of a Hugging Face config.json; dispatches on
  * model_type (llama, qwen2, qwen3, qwen3_moe, deepseek_v3, kimi_k2). Every
  * missing, mistyped or absurd field is reported by name.
+ * Quantization (opts->quant, FERRY_MODEL_OPT_QUANT): with AUTO (and a
+ * quantization_config of quant_method "fp8") or FP8, a deepseek_v3 /
+ * kimi_k2 spec has its attention and MLP/expert linears FP8 block-quantized
+ * (ferry_model_add_fp8; the scale tensors follow every generated tensor, in
+ * their weights' order), except modules under a prefix in
+ * quantization_config's ignored_layers / modules_to_not_convert
+ * ("model.layers.3.mlp" covers that module and everything in it); embeddings,
+ * norms, lm_head, the router gate and its bias and the MTP eh_proj stay as
+ * torch_dtype says. scale_fmt "ue8m0" sets FERRY_FP8_UE8M0. A
+ * quantization_config ferry cannot honour (another quant_method, fmt,
+ * activation_scheme, weight_block_size or scale_fmt; other model types)
+ * fails with FERRY_ERR_UNSUPPORTED naming the field and its value; NONE never
+ * reads quantization_config.
  * Ownership: caller owns *out; json is only read. opts may be NULL.
  * Thread-safety: one thread at a time per ctx. Errors: detail on ctx. */
 ferry_status_t ferry_model_from_hf_config(ferry_ctx_t *ctx, const char *name, const char *json,
@@ -208,6 +266,33 @@ void ferry_model_destroy(ferry_model_t *model);
 ferry_status_t ferry_model_add_tensor(ferry_model_t *model, const char *name, ferry_dtype_t dtype,
                                       uint32_t ndim, const int64_t *shape, uint32_t *index);
 
+/* Declares tensor `weight` FP8 block-quantized: its dtype becomes
+ * FERRY_DTYPE_F8_E4M3 (same shape) and an F32 tensor named `<weight's
+ * name>_scale_inv`, shape as above, is appended as its partner; *scale (if
+ * not NULL) gets the scale tensor's index. The weight must be 2-d [rows,
+ * cols] or 3-d [experts, rows, cols], of dtype BF16 or F32 (what it is
+ * quantized from; an engine spec's dtype only says what lands) or already
+ * F8_E4M3, and not quantized or a scale already. flags: 0 or
+ * FERRY_FP8_UE8M0. Errors (detail on the model; a failed call changes
+ * nothing): FERRY_ERR_INVALID_ARGUMENT (index out of range, unknown flags,
+ * already quantized, the scale's name taken),
+ * FERRY_ERR_UNSUPPORTED (other ndim or dtype).
+ * Thread-safety: one thread at a time per model. */
+ferry_status_t ferry_model_add_fp8(ferry_model_t *model, uint32_t weight, uint32_t flags,
+                                   uint32_t *scale);
+
+/* Declares two tensors already in the spec an FP8 pair: `weight`
+ * (F8_E4M3, 2-d or 3-d) and `scale` (F32, the shape above), for specs whose
+ * tensor list already holds both (a checkpoint's, a layout received from
+ * another process). Names are not checked. flags as ferry_model_add_fp8.
+ * Errors (detail on the model; a failed call changes nothing):
+ * FERRY_ERR_INVALID_ARGUMENT (an index out of range, the same tensor twice,
+ * either already quantized, unknown flags, a dtype or shape that does not
+ * fit), FERRY_ERR_UNSUPPORTED (a weight that is not 2-d or 3-d).
+ * Thread-safety: one thread at a time per model. */
+ferry_status_t ferry_model_link_fp8(ferry_model_t *model, uint32_t weight, uint32_t scale,
+                                    uint32_t flags);
+
 /* Accessors. Strings belong to the model. Thread-safety: any number of
  * readers while nobody modifies the model. */
 const char *ferry_model_name(const ferry_model_t *model);
@@ -217,6 +302,12 @@ uint32_t ferry_model_tensor_count(const ferry_model_t *model);
 bool ferry_model_tensor(const ferry_model_t *model, uint32_t index, ferry_tensor_info_t *out);
 /* Returns false if no tensor has that name. */
 bool ferry_model_find(const ferry_model_t *model, const char *name, uint32_t *index);
+/* What tensor `index` is (kind FERRY_QUANT_NONE for a plain tensor). Returns
+ * false if index is out of range; *out is written only on success. */
+bool ferry_model_tensor_quant(const ferry_model_t *model, uint32_t index, ferry_tensor_quant_t *out);
+/* Tensors of kind FERRY_QUANT_FP8_BLOCK (each has one FP8_SCALE partner). */
+uint32_t ferry_model_quant_count(const ferry_model_t *model);
+/* Elements of every tensor, scales included. */
 uint64_t ferry_model_param_count(const ferry_model_t *model);
 uint64_t ferry_model_byte_size(const ferry_model_t *model);
 /* Detail text of the last failed call on this model ("" if none). */
@@ -357,8 +448,9 @@ void ferry_layout_rank_pieces(const ferry_layout_t *layout, uint32_t rank, size_
 bool ferry_layout_rank_info(const ferry_layout_t *layout, uint32_t rank, ferry_rank_info_t *out);
 /* The parallel configuration it was built from; NULL for hand-made layouts. */
 const ferry_parallel_t *ferry_layout_parallel(const ferry_layout_t *layout);
-/* xxh3-64 digest of the model's tensor list and every piece and buffer:
- * equal digests mean identical layouts. */
+/* xxh3-64 digest of the model's tensor list (names, dtypes, shapes, fp8
+ * kinds, partners and flags) and every piece and buffer: equal digests mean
+ * identical layouts. */
 uint64_t ferry_layout_digest(const ferry_layout_t *layout);
 const char *ferry_layout_error(const ferry_layout_t *layout);
 

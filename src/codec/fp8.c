@@ -26,14 +26,24 @@ static float load(ferry_dtype_t dtype, const uint8_t *src, uint64_t i) {
     return f;
 }
 
-ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src_, uint64_t rows, uint64_t cols,
-                                        uint32_t flags, uint8_t *dst, float *scale_inv) {
+/* Whether n elements of rows spaced ld apart stay below 2^62 elements. */
+static int fits(uint64_t rows, uint64_t cols, uint64_t ld) {
+    const uint64_t lim = 1ull << 62;
+    return cols <= ld && cols <= lim && (rows <= 1 || (ld <= lim && rows - 1 <= (lim - cols) / ld));
+}
+
+ferry_status_t ferry_fp8_block_quantize_ld(ferry_dtype_t dtype, const void *src_, uint64_t src_ld, uint64_t rows,
+                                           uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld,
+                                           float *scale_inv, uint64_t scale_ld) {
     if (dtype != FERRY_DTYPE_BF16 && dtype != FERRY_DTYPE_F32) return FERRY_ERR_UNSUPPORTED;
     if (flags & ~(uint32_t)FERRY_FP8_UE8M0) return FERRY_ERR_INVALID_ARGUMENT;
-    if (rows && cols && (rows > (1ull << 62) / cols || !src_ || !dst || !scale_inv))
+    if (!rows || !cols) return FERRY_OK;
+    const uint64_t bcols = (cols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
+    const uint64_t brows = (rows + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
+    if (!src_ || !dst || !scale_inv || !fits(rows, cols, src_ld) || !fits(rows, cols, dst_ld) ||
+        !fits(brows, bcols, scale_ld))
         return FERRY_ERR_INVALID_ARGUMENT;
     const uint8_t *src = src_;
-    const uint64_t bcols = (cols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
     float amax[64], inv[64]; /* per block of a row of blocks, 64 at a time */
     for (uint64_t r0 = 0; r0 < rows; r0 += FERRY_FP8_BLOCK) {
         uint64_t r1 = rows - r0 < FERRY_FP8_BLOCK ? rows : r0 + FERRY_FP8_BLOCK;
@@ -43,19 +53,24 @@ ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src_, u
             for (uint64_t b = b0; b < b1; b++) amax[b - b0] = 0.0f;
             for (uint64_t r = r0; r < r1; r++)
                 for (uint64_t c = c0; c < c1; c++) {
-                    float x = fabsf(load(dtype, src, r * cols + c)), *m = &amax[c / FERRY_FP8_BLOCK - b0];
+                    float x = fabsf(load(dtype, src, r * src_ld + c)), *m = &amax[c / FERRY_FP8_BLOCK - b0];
                     if (x != x || x > *m) *m = x; /* a NaN sticks (x > NaN is false), as torch's amax */
                 }
             for (uint64_t b = b0; b < b1; b++) {
                 float s = f8_scale(amax[b - b0], (flags & FERRY_FP8_UE8M0) != 0);
-                scale_inv[(r0 / FERRY_FP8_BLOCK) * bcols + b] = s;
+                scale_inv[(r0 / FERRY_FP8_BLOCK) * scale_ld + b] = s;
                 inv[b - b0] = 1.0f / s;
             }
             for (uint64_t r = r0; r < r1; r++)
                 for (uint64_t c = c0; c < c1; c++)
-                    dst[r * cols + c] =
-                        f8_e4m3(load(dtype, src, r * cols + c) * inv[c / FERRY_FP8_BLOCK - b0]);
+                    dst[r * dst_ld + c] = f8_e4m3(load(dtype, src, r * src_ld + c) * inv[c / FERRY_FP8_BLOCK - b0]);
         }
     }
     return FERRY_OK;
+}
+
+ferry_status_t ferry_fp8_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows, uint64_t cols,
+                                        uint32_t flags, uint8_t *dst, float *scale_inv) {
+    return ferry_fp8_block_quantize_ld(dtype, src, cols, rows, cols, flags, dst, cols, scale_inv,
+                                       (cols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK);
 }

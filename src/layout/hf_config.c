@@ -3,6 +3,7 @@
  * the field. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layout/model_internal.h"
@@ -216,6 +217,143 @@ static ferry_status_t read_deepseek(cfg_t *c, const ferry_model_options_t *opts,
     return FERRY_OK;
 }
 
+/* ---- quantization_config ------------------------------------------------ */
+
+static ferry_status_t q_str(cfg_t *c, json_t *qc, const char *key, const char **out) {
+    json_t *v = json_object_get(qc, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return FERRY_OK;
+    if (!json_is_string(v))
+        return ferry_fail(c->err, FERRY_ERR_INVALID_CONFIG,
+                          "config.json (model_type %s): quantization_config.%s must be a string", c->model_type,
+                          key);
+    *out = json_string_value(v);
+    return FERRY_OK;
+}
+
+/* A string field that, when present, must be one of the values ferry
+ * implements (want); refusals name the field and the value. */
+static ferry_status_t q_only(cfg_t *c, json_t *qc, const char *key, const char *want, const char *what,
+                             const char **out) {
+    TRY(q_str(c, qc, key, out));
+    if (*out && strcmp(*out, want) != 0)
+        return ferry_fail(c->err, FERRY_ERR_UNSUPPORTED,
+                          "config.json (model_type %s): quantization_config.%s = \"%.64s\" is not supported (%s)",
+                          c->model_type, key, *out, what);
+    return FERRY_OK;
+}
+
+/* Appends the module prefixes of list `key` (absent or null: none) to q. */
+static ferry_status_t q_prefixes(ferry_ctx_t *ctx, cfg_t *c, json_t *qc, const char *key, model_qcfg_t *q,
+                                 size_t *cap, size_t *len) {
+    json_t *v = json_object_get(qc, key);
+    if (!v || json_is_null(v)) return FERRY_OK;
+    if (!json_is_array(v))
+        return ferry_fail(c->err, FERRY_ERR_INVALID_CONFIG,
+                          "config.json (model_type %s): quantization_config.%s must be a list of module names",
+                          c->model_type, key);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e) || json_string_length(e) == 0 ||
+            strlen(json_string_value(e)) != json_string_length(e))
+            return ferry_fail(c->err, FERRY_ERR_INVALID_CONFIG,
+                              "config.json (model_type %s): quantization_config.%s[%zu] is not a module name",
+                              c->model_type, key, i);
+        size_t n = json_string_length(e) + 1;
+        if (ferry_grow(ctx, (void **)&q->ignore, 1, cap, *len + n))
+            return ferry_fail(c->err, FERRY_ERR_NO_MEMORY, "out of memory reading quantization_config.%s", key);
+        memcpy(q->ignore + *len, json_string_value(e), n);
+        *len += n;
+        q->nignore++;
+    }
+    return FERRY_OK;
+}
+
+/* quantization_config under opts->quant: NONE never looks at it; AUTO
+ * quantizes when it says fp8; FP8 always (with its fields when present). */
+static ferry_status_t read_quant(ferry_ctx_t *ctx, cfg_t *c, const ferry_model_options_t *opts,
+                                 const ferry_arch_t *a, model_qcfg_t *q) {
+    ferry_model_quant_t mode = FERRY_MODEL_QUANT_NONE;
+    uint32_t flags = 0;
+    if (opts && (opts->field_mask & FERRY_MODEL_OPT_QUANT)) {
+        mode = opts->quant;
+        flags = opts->quant_flags;
+        if (mode != FERRY_MODEL_QUANT_NONE && mode != FERRY_MODEL_QUANT_AUTO && mode != FERRY_MODEL_QUANT_FP8)
+            return ferry_fail(c->err, FERRY_ERR_INVALID_ARGUMENT, "model options: invalid quant %d", (int)mode);
+        if (flags & ~(uint32_t)FERRY_FP8_UE8M0)
+            return ferry_fail(c->err, FERRY_ERR_INVALID_ARGUMENT, "model options: unknown quant_flags 0x%x", flags);
+    }
+    if (mode == FERRY_MODEL_QUANT_NONE) return FERRY_OK;
+    json_t *qc = json_object_get(c->root, "quantization_config");
+    if (qc && json_is_null(qc)) qc = NULL;
+    if (!qc && mode == FERRY_MODEL_QUANT_AUTO) return FERRY_OK;
+    if (qc) {
+        if (!json_is_object(qc))
+            return ferry_fail(c->err, FERRY_ERR_INVALID_CONFIG,
+                              "config.json (model_type %s): quantization_config must be an object", c->model_type);
+        const char *s;
+        TRY(q_str(c, qc, "quant_method", &s));
+        if (!s)
+            return ferry_fail(c->err, FERRY_ERR_INVALID_CONFIG,
+                              "config.json (model_type %s): quantization_config has no quant_method", c->model_type);
+        TRY(q_only(c, qc, "quant_method", "fp8", "ferry quantizes to fp8 only", &s));
+        TRY(q_only(c, qc, "fmt", "e4m3", "float8_e4m3fn only", &s));
+        TRY(q_only(c, qc, "activation_scheme", "dynamic", "dynamic activation scales only", &s));
+        TRY(q_only(c, qc, "scale_fmt", "ue8m0", "ue8m0 or none", &s));
+        if (s) flags |= FERRY_FP8_UE8M0;
+        json_t *bs = json_object_get(qc, "weight_block_size");
+        if (!bs || json_is_null(bs))
+            return ferry_fail(c->err, FERRY_ERR_UNSUPPORTED,
+                              "config.json (model_type %s): quantization_config has no weight_block_size: per-tensor "
+                              "fp8 is not supported ([128, 128] blocks only)",
+                              c->model_type);
+        bool ok = json_is_array(bs) && json_array_size(bs) == 2;
+        for (size_t i = 0; ok && i < 2; i++) {
+            json_t *d = json_array_get(bs, i);
+            ok = json_is_integer(d) && json_integer_value(d) == FERRY_FP8_BLOCK;
+        }
+        if (!ok) {
+            char *txt = json_dumps(bs, JSON_COMPACT | JSON_ENCODE_ANY);
+            ferry_status_t st = ferry_fail(
+                c->err, FERRY_ERR_UNSUPPORTED,
+                "config.json (model_type %s): quantization_config.weight_block_size = %.64s is not supported "
+                "([128, 128] only)",
+                c->model_type, txt ? txt : "?");
+            free(txt);
+            return st;
+        }
+    }
+    if (a->family != FERRY_FAMILY_DEEPSEEK)
+        return ferry_fail(c->err, FERRY_ERR_UNSUPPORTED,
+                          "config.json (model_type %s): fp8 engine specs are generated for deepseek_v3 and kimi_k2 "
+                          "only",
+                          c->model_type);
+    model_qcfg_t r = {.fp8 = true, .flags = flags};
+    size_t cap = 0, len = 0;
+    ferry_status_t st = FERRY_OK;
+    if (qc && (st = q_prefixes(ctx, c, qc, "ignored_layers", &r, &cap, &len)) == FERRY_OK)
+        st = q_prefixes(ctx, c, qc, "modules_to_not_convert", &r, &cap, &len);
+    if (st != FERRY_OK) {
+        model_qcfg_free(ctx, &r);
+        return st;
+    }
+    *q = r;
+    return FERRY_OK;
+}
+
+void model_qcfg_free(ferry_ctx_t *ctx, model_qcfg_t *q) {
+    if (!q) return;
+    ferry_free(ctx, q->ignore);
+    memset(q, 0, sizeof *q);
+}
+
+bool model_prefix_covers(const char *prefix, const char *name) {
+    size_t n = strlen(prefix);
+    if (n == 0 || strncmp(prefix, name, n) != 0) return false;
+    return name[n] == '\0' || name[n] == '.' || prefix[n - 1] == '.';
+}
+
 bool ferry_arch_layer_is_moe(const ferry_arch_t *a, int64_t l) {
     if (a->num_experts <= 0 || l < a->first_k_dense || l < 0) return false;
     if (a->moe_layer_freq > 0 && l % a->moe_layer_freq != 0) return false;
@@ -224,9 +362,9 @@ bool ferry_arch_layer_is_moe(const ferry_arch_t *a, int64_t l) {
     return true;
 }
 
-ferry_status_t ferry_arch_from_hf_config(const char *json, size_t len,
+ferry_status_t ferry_arch_from_hf_config(ferry_ctx_t *ctx, const char *json, size_t len,
                                          const ferry_model_options_t *opts, ferry_arch_t *out,
-                                         ferry_errbuf_t *err) {
+                                         model_qcfg_t *q, ferry_errbuf_t *err) {
     /* JSON text never holds a raw NUL; refuse it rather than let the parser
      * see a shorter document than the caller passed */
     const char *nul = memchr(json, '\0', len);
@@ -285,7 +423,14 @@ ferry_status_t ferry_arch_from_hf_config(const char *json, size_t len,
                         "config.json (model_type %s): moe_intermediate_size must be positive", mt);
         goto done;
     }
+    model_qcfg_t qc;
+    memset(&qc, 0, sizeof qc);
+    if ((st = read_quant(ctx, &c, opts, &a, &qc)) != FERRY_OK) goto done;
     *out = a;
+    if (q)
+        *q = qc;
+    else
+        model_qcfg_free(ctx, &qc);
 done:
     json_decref(root);
     return st;

@@ -239,7 +239,11 @@ uint64_t ferry_layout_digest(const ferry_layout_t *l) {
     for (size_t i = 0; i < m->ntensors; i++) {
         const model_tensor_t *t = &m->tensors[i];
         h_str(s, model_tensor_name(m, (uint32_t)i));
-        h_u64(s, (uint64_t)t->dtype);
+        /* quant kind and flags ride in the dtype word, zero for plain
+         * tensors (their digests stay what they were); the partner follows
+         * only when the word says so */
+        h_u64(s, (uint64_t)t->dtype | (uint64_t)t->quant << 32 | (uint64_t)t->quant_flags << 40);
+        if (t->quant != FERRY_QUANT_NONE) h_u64(s, ((uint64_t)t->partner << 16) | FERRY_FP8_BLOCK);
         h_u64(s, t->ndim);
         for (uint32_t d = 0; d < t->ndim; d++) h_u64(s, (uint64_t)t->shape[d]);
     }

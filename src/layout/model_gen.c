@@ -14,6 +14,9 @@
 typedef struct {
     ferry_model_t *m;
     ferry_status_t st;
+    bool fp8;          /* record the linears to declare fp8 */
+    uint32_t *lin;     /* their indices, in order */
+    size_t nlin, cap_lin;
 } gen_t;
 
 static void add(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...)
@@ -31,13 +34,35 @@ static void add(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *
     g->st = ferry_model_add_tensor(g->m, name, dt, d1 ? 2 : 1, shape, NULL);
 }
 
+/* Adds the weight of a linear layer an fp8 engine quantizes (vLLM's
+ * LinearBase and FusedMoE under Fp8Config: attention projections, dense,
+ * shared and routed expert MLPs); everything else goes through add(). */
+static void add_linear(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...)
+    FERRY_PRINTF(5, 6);
+
+static void add_linear(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...) {
+    if (g->st != FERRY_OK) return;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    add(g, dt, d0, d1, "%s", name);
+    if (g->st != FERRY_OK || !g->fp8) return;
+    if (ferry_grow(g->m->ctx, (void **)&g->lin, sizeof *g->lin, &g->cap_lin, g->nlin + 1)) {
+        g->st = ferry_fail(&g->m->err, FERRY_ERR_NO_MEMORY, "out of memory generating %s", name);
+        return;
+    }
+    g->lin[g->nlin++] = (uint32_t)g->m->ntensors - 1;
+}
+
 static void gen_mlp(gen_t *g, const char *prefix, int64_t inter, bool bias) {
     const ferry_arch_t *a = &g->m->arch;
     ferry_dtype_t dt = a->dtype;
     int64_t h = a->hidden_size;
-    add(g, dt, inter, h, "%s.gate_proj.weight", prefix);
-    add(g, dt, inter, h, "%s.up_proj.weight", prefix);
-    add(g, dt, h, inter, "%s.down_proj.weight", prefix);
+    add_linear(g, dt, inter, h, "%s.gate_proj.weight", prefix);
+    add_linear(g, dt, inter, h, "%s.up_proj.weight", prefix);
+    add_linear(g, dt, h, inter, "%s.down_proj.weight", prefix);
     if (bias) {
         add(g, dt, inter, 0, "%s.gate_proj.bias", prefix);
         add(g, dt, inter, 0, "%s.up_proj.bias", prefix);
@@ -71,17 +96,18 @@ static void gen_mla_attention(gen_t *g, const char *p) {
     int64_t h = a->hidden_size, nh = a->num_heads;
     int64_t qk = a->qk_nope_head_dim + a->qk_rope_head_dim;
     if (a->q_lora_rank) {
-        add(g, dt, a->q_lora_rank, h, "%s.self_attn.q_a_proj.weight", p);
+        add_linear(g, dt, a->q_lora_rank, h, "%s.self_attn.q_a_proj.weight", p);
         add(g, dt, a->q_lora_rank, 0, "%s.self_attn.q_a_layernorm.weight", p);
-        add(g, dt, nh * qk, a->q_lora_rank, "%s.self_attn.q_b_proj.weight", p);
+        add_linear(g, dt, nh * qk, a->q_lora_rank, "%s.self_attn.q_b_proj.weight", p);
     } else {
-        add(g, dt, nh * qk, h, "%s.self_attn.q_proj.weight", p);
+        add_linear(g, dt, nh * qk, h, "%s.self_attn.q_proj.weight", p);
     }
-    add(g, dt, a->kv_lora_rank + a->qk_rope_head_dim, h, "%s.self_attn.kv_a_proj_with_mqa.weight", p);
+    add_linear(g, dt, a->kv_lora_rank + a->qk_rope_head_dim, h, "%s.self_attn.kv_a_proj_with_mqa.weight",
+               p);
     add(g, dt, a->kv_lora_rank, 0, "%s.self_attn.kv_a_layernorm.weight", p);
-    add(g, dt, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank,
-        "%s.self_attn.kv_b_proj.weight", p);
-    add(g, dt, h, nh * a->v_head_dim, "%s.self_attn.o_proj.weight", p);
+    add_linear(g, dt, nh * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank,
+               "%s.self_attn.kv_b_proj.weight", p);
+    add_linear(g, dt, h, nh * a->v_head_dim, "%s.self_attn.o_proj.weight", p);
 }
 
 static void gen_moe(gen_t *g, const char *p) {
@@ -133,8 +159,21 @@ static void gen_mtp_extras(gen_t *g, int64_t l) {
     add(g, a->dtype, a->vocab_size, h, "model.layers.%lld.shared_head.head.weight", (long long)l);
 }
 
-ferry_status_t ferry_model_generate(ferry_model_t *m) {
-    gen_t g = {m, FERRY_OK};
+/* Declares the recorded linears fp8 (their scales appended in order),
+ * except those under an ignored module prefix. */
+static void mark_fp8(gen_t *g, const model_qcfg_t *q) {
+    for (size_t i = 0; i < g->nlin && g->st == FERRY_OK; i++) {
+        const char *name = model_tensor_name(g->m, g->lin[i]);
+        bool skip = false;
+        const char *pre = q->ignore;
+        for (size_t k = 0; k < q->nignore && !skip; k++, pre += strlen(pre) + 1)
+            skip = model_prefix_covers(pre, name);
+        if (!skip) g->st = ferry_model_add_fp8(g->m, g->lin[i], q->flags, NULL);
+    }
+}
+
+ferry_status_t ferry_model_generate(ferry_model_t *m, const model_qcfg_t *q) {
+    gen_t g = {.m = m, .st = FERRY_OK, .fp8 = q && q->fp8};
     const ferry_arch_t *a = &m->arch;
     add(&g, a->dtype, a->vocab_size, a->hidden_size, "model.embed_tokens.weight");
     for (int64_t l = 0; l < a->num_layers + a->num_mtp_layers && g.st == FERRY_OK; l++) {
@@ -143,6 +182,8 @@ ferry_status_t ferry_model_generate(ferry_model_t *m) {
     }
     add(&g, a->dtype, a->hidden_size, 0, "model.norm.weight");
     if (!a->tie_embeddings) add(&g, a->dtype, a->vocab_size, a->hidden_size, "lm_head.weight");
+    if (g.fp8) mark_fp8(&g, q);
+    ferry_free(m->ctx, g.lin);
     return g.st;
 }
 
@@ -154,17 +195,24 @@ ferry_status_t ferry_model_from_hf_config(ferry_ctx_t *ctx, const char *name, co
         return ferry_fail(ferry_ctx_errbuf(ctx), FERRY_ERR_INVALID_ARGUMENT,
                           "ferry_model_from_hf_config: name, json and out must not be NULL");
     ferry_arch_t arch;
-    ferry_status_t st = ferry_arch_from_hf_config(json, json_len, opts, &arch, ferry_ctx_errbuf(ctx));
+    model_qcfg_t q;
+    ferry_status_t st =
+        ferry_arch_from_hf_config(ctx, json, json_len, opts, &arch, &q, ferry_ctx_errbuf(ctx));
     if (st != FERRY_OK) return st;
     ferry_model_t *m;
-    if ((st = ferry_model_create_arch(ctx, name, &arch, &m)) != FERRY_OK) return st;
-    if ((st = ferry_model_generate(m)) != FERRY_OK) {
+    if ((st = ferry_model_create_arch(ctx, name, &arch, &m)) != FERRY_OK) {
+        model_qcfg_free(ctx, &q);
+        return st;
+    }
+    st = ferry_model_generate(m, &q);
+    model_qcfg_free(ctx, &q);
+    if (st != FERRY_OK) {
         ferry_fail(ferry_ctx_errbuf(ctx), st, "model %s: %s", name, m->err.text);
         ferry_model_destroy(m);
         return st;
     }
-    ferry_log(ctx, FERRY_LOG_DEBUG, "model %s: %s, %u tensors, %llu parameters", name,
-              arch.model_type, ferry_model_tensor_count(m),
+    ferry_log(ctx, FERRY_LOG_DEBUG, "model %s: %s, %u tensors (%u fp8), %llu parameters", name,
+              arch.model_type, ferry_model_tensor_count(m), m->nquant,
               (unsigned long long)ferry_model_param_count(m));
     *out = m;
     return FERRY_OK;

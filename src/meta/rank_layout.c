@@ -1,4 +1,5 @@
 /* One member's layout on the wire: see rank_layout.h. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "meta/proto.h"
@@ -22,6 +23,11 @@ ferry_status_t meta_rank_layout_encode(ferry_ctx_t *ctx, const meta_rank_layout_
         tens[t].dtype = rl->tensors[t].dtype;
         tens[t].n_shape = rl->tensors[t].ndim;
         tens[t].shape = (int64_t *)rl->tensors[t].shape;
+        if (rl->tensors[t].quant) { /* plain tensors encode as they always did */
+            tens[t].quant = rl->tensors[t].quant;
+            tens[t].quant_partner = (char *)(rl->tensors[t].quant_partner ? rl->tensors[t].quant_partner : "");
+            tens[t].quant_flags = rl->tensors[t].quant_flags;
+        }
         tenp[t] = &tens[t];
     }
     for (size_t b = 0; b < nb; b++) {
@@ -92,6 +98,11 @@ static ferry_status_t check_rank_layout(const FerryMeta__RankLayout *rl, uint32_
         const FerryMeta__Tensor *tt = rl->tensors[t];
         if (!tt->name || !*tt->name || strlen(tt->name) > META_MAX_TENSOR_NAME || tt->n_shape > META_MAX_DIMS)
             return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: tensor %zu is malformed", what, want_rank, t);
+        bool partner = tt->quant_partner && *tt->quant_partner;
+        if ((tt->quant != 0) != partner || (tt->quant == 0 && tt->quant_flags != 0) ||
+            (partner && strlen(tt->quant_partner) > META_MAX_TENSOR_NAME))
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s %u: tensor %s has a malformed quant %u (partner \"%.64s\")",
+                              what, want_rank, tt->name, tt->quant, partner ? tt->quant_partner : "");
     }
     for (size_t b = 0; b < rl->n_buffers; b++)
         if (!rl->buffers[b]->name || strlen(rl->buffers[b]->name) > META_MAX_TENSOR_NAME)
@@ -128,8 +139,10 @@ ferry_status_t meta_rank_layout_decode(ferry_ctx_t *ctx, const uint8_t *data, si
     rl->rank = m->rank;
     rl->host = m->host ? m->host : "";
     for (size_t t = 0; t < m->n_tensors; t++)
-        tens[t] = (meta_rank_tensor_t){m->tensors[t]->name, m->tensors[t]->dtype, (uint32_t)m->tensors[t]->n_shape,
-                                       m->tensors[t]->shape};
+        tens[t] = (meta_rank_tensor_t){m->tensors[t]->name,          m->tensors[t]->dtype,
+                                       (uint32_t)m->tensors[t]->n_shape, m->tensors[t]->shape,
+                                       m->tensors[t]->quant,         m->tensors[t]->quant_partner,
+                                       m->tensors[t]->quant_flags};
     for (size_t b = 0; b < m->n_buffers; b++)
         bufs[b] = (meta_rank_buffer_t){m->buffers[b]->name, m->buffers[b]->dtype, m->buffers[b]->size};
     rl->tensors = tens;

@@ -17,6 +17,9 @@ typedef struct meta_rank_tensor {
     uint32_t dtype; /* ferry_dtype_t */
     uint32_t ndim;  /* at most META_MAX_DIMS */
     const int64_t *shape;
+    uint32_t quant;            /* ferry_quant_t; 0: plain (the fields below unused) */
+    const char *quant_partner; /* name of its weight or scale; NULL or "" when plain */
+    uint32_t quant_flags;
 } meta_rank_tensor_t;
 
 typedef struct meta_rank_buffer {
@@ -54,7 +57,7 @@ ferry_status_t meta_rank_layout_encode(ferry_ctx_t *ctx, const meta_rank_layout_
  * and names within limits, piece columns of equal length, at most
  * META_MAX_DIMS dims, every tensor and buffer index in range, box and
  * stride columns matching the dims, tensors named with at most
- * META_MAX_DIMS dims. Errors (naming what and the rank): FERRY_ERR_CORRUPT,
+ * META_MAX_DIMS dims, a quant partner named exactly when quant is set. Errors (naming what and the rank): FERRY_ERR_CORRUPT,
  * FERRY_ERR_LIMIT, FERRY_ERR_NO_MEMORY. *out: free with
  * meta_rank_layout_free. */
 ferry_status_t meta_rank_layout_decode(ferry_ctx_t *ctx, const uint8_t *data, size_t len, uint32_t want_rank,

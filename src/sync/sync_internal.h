@@ -109,11 +109,16 @@ ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64
                                     const meta_bytes_t *descs, size_t n, const char *what, uint32_t rank);
 void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx);
 
-/* wire.c: a rank's layout <-> its wire columns (meta/rank_layout.h) */
+/* wire.c: a rank's layout <-> its wire columns (meta/rank_layout.h). A
+ * rank's columns name the tensors its pieces name, each fp8 one with its
+ * partner (weight or scale) whether a piece names it or not. */
 ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, uint32_t rank, const char *host,
                                 uint8_t **out, size_t *len, ferry_errbuf_t *err);
 /* Rebuilds a side from its members' encoded RankLayouts (blobs[r] is rank
- * r's), with tensors sorted by name; everything is bounds-checked. */
+ * r's), with tensors sorted by name and fp8 pairs linked (ranks must agree
+ * on each tensor's quant; a pair must name each other and fit
+ * ferry_model_link_fp8, else FERRY_ERR_CORRUPT); everything is
+ * bounds-checked. */
 ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, size_t n, const char *what,
                                 sync_side_t *side, char ***hosts, ferry_errbuf_t *err);
 void sync_side_free(ferry_ctx_t *ctx, sync_side_t *side);

@@ -46,13 +46,21 @@ ferry_status_t sync_wire_encode(ferry_ctx_t *ctx, const ferry_layout_t *local, u
     }
     for (size_t i = 0; i < np; i++) {
         const ferry_piece_t *p = &ps[i];
-        if (tmap[p->tensor] == UINT32_MAX) {
+        /* a named fp8 tensor brings its partner along, piece or not, so the
+         * pair can be linked again on the other side */
+        for (uint32_t k = 0, t = p->tensor; k < 2 && t != UINT32_MAX && tmap[t] == UINT32_MAX; k++) {
             ferry_tensor_info_t ti;
-            ferry_model_tensor(model, p->tensor, &ti);
+            ferry_tensor_quant_t q;
+            ferry_model_tensor(model, t, &ti);
+            ferry_model_tensor_quant(model, t, &q);
             int64_t *shape = shapes + (size_t)ntw * FERRY_MAX_DIMS;
             memcpy(shape, ti.shape, ti.ndim * sizeof *ti.shape);
-            tens[ntw] = (meta_rank_tensor_t){ti.name, (uint32_t)ti.dtype, ti.ndim, shape};
-            tmap[p->tensor] = (uint32_t)ntw++;
+            ferry_tensor_info_t pi = {0};
+            if (q.kind != FERRY_QUANT_NONE) ferry_model_tensor(model, q.partner, &pi);
+            tens[ntw] = (meta_rank_tensor_t){ti.name, (uint32_t)ti.dtype, ti.ndim, shape, (uint32_t)q.kind,
+                                             q.kind != FERRY_QUANT_NONE ? pi.name : NULL, q.flags};
+            tmap[t] = (uint32_t)ntw++;
+            t = q.kind != FERRY_QUANT_NONE ? q.partner : UINT32_MAX;
         }
         c_t[i] = tmap[p->tensor];
         c_b[i] = bmap[p->buffer];
@@ -105,6 +113,39 @@ static int cmp_tensor_name(const void *a, const void *b) {
     return strcmp((*(const meta_rank_tensor_t *const *)a)->name, (*(const meta_rank_tensor_t *const *)b)->name);
 }
 
+/* Links the fp8 pairs the wire tensors (sorted, duplicates agreeing) name,
+ * then checks that every tensor is what its entry says: a scale names the
+ * weight that names it, a plain tensor is nobody's partner. */
+static ferry_status_t link_quant(ferry_model_t *model, const meta_rank_tensor_t *const *all, size_t n,
+                                 const char *what, ferry_errbuf_t *err) {
+    for (size_t i = 0; i < n; i++) {
+        const meta_rank_tensor_t *a = all[i];
+        if (!a->quant || (i > 0 && strcmp(a->name, all[i - 1]->name) == 0)) continue;
+        uint32_t self = 0, other = 0;
+        ferry_model_find(model, a->name, &self);
+        if (!ferry_model_find(model, a->quant_partner, &other))
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s tensor %s is fp8 with partner %.200s, which no %s names",
+                              what, a->name, a->quant_partner, what);
+        if (a->quant != FERRY_QUANT_FP8_BLOCK) continue; /* linked from its weight */
+        ferry_status_t st = ferry_model_link_fp8(model, self, other, a->quant_flags);
+        if (st != FERRY_OK)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "%s tensor %s: %s", what, a->name, ferry_model_error(model));
+    }
+    for (size_t i = 0; i < n; i++) {
+        const meta_rank_tensor_t *a = all[i];
+        uint32_t self = 0, other = UINT32_MAX;
+        ferry_model_find(model, a->name, &self);
+        if (a->quant) ferry_model_find(model, a->quant_partner, &other);
+        ferry_tensor_quant_t q;
+        ferry_model_tensor_quant(model, self, &q);
+        if ((uint32_t)q.kind != a->quant || q.partner != other || q.flags != a->quant_flags)
+            return ferry_fail(err, FERRY_ERR_CORRUPT,
+                              "%s tensor %s: the fp8 pairs do not match (it says quant %u, partner \"%.200s\")",
+                              what, a->name, a->quant, a->quant ? a->quant_partner : "");
+    }
+    return FERRY_OK;
+}
+
 ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, size_t n, const char *what,
                                 sync_side_t *side, char ***hosts_out, ferry_errbuf_t *err) {
     memset(side, 0, sizeof *side);
@@ -152,7 +193,16 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, siz
                 st = ferry_fail(err, FERRY_ERR_MISMATCH, "%ss disagree on tensor %s's dtype or shape", what, a->name);
                 goto done;
             }
+            if (a->quant != b->quant || a->quant_flags != b->quant_flags ||
+                (a->quant && strcmp(a->quant_partner, b->quant_partner) != 0)) {
+                st = ferry_fail(err, FERRY_ERR_MISMATCH, "%ss disagree on tensor %s's fp8 quantization", what, a->name);
+                goto done;
+            }
             continue;
+        }
+        if (all[i]->quant > FERRY_QUANT_FP8_SCALE) {
+            st = ferry_fail(err, FERRY_ERR_CORRUPT, "%s tensor %s: quant %u", what, all[i]->name, all[i]->quant);
+            goto done;
         }
         if (all[i]->dtype > 255) {
             st = ferry_fail(err, FERRY_ERR_CORRUPT, "%s tensor %s: dtype %u", what, all[i]->name, all[i]->dtype);
@@ -165,6 +215,7 @@ ferry_status_t sync_wire_decode(ferry_ctx_t *ctx, const meta_bytes_t *blobs, siz
             goto done;
         }
     }
+    if ((st = link_quant(side->model, all, total_t, what, err)) != FERRY_OK) goto done;
     side->world = (uint32_t)n;
     side->buf_base = ferry_calloc(ctx, n + 1, sizeof *side->buf_base);
     if (!side->buf_base || (st = ferry_layout_create(ctx, side->model, (uint32_t)n, &side->layout)) != FERRY_OK) {

@@ -1,6 +1,8 @@
 /* Fuzz target: config.json text -> model spec -> (when small) a layout that
  * must validate. The parser must reject bad input with an error, never crash,
- * and anything it accepts must lay out cleanly. */
+ * and anything it accepts must lay out cleanly. The same text read with
+ * quant auto (quantization_config) must give consistent fp8 pairs or a
+ * refusal that says why. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,33 @@ static void try_layout(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t si
     ferry_layout_destroy(l);
 }
 
+/* An fp8 engine's spec (quant auto): every pair names each other, weights
+ * F8_E4M3, scales F32 of ceil(rows/128) x ceil(cols/128); not laid out (the
+ * builders refuse fp8 specs for now). */
+static void try_quant(ferry_ctx_t *ctx, const uint8_t *data, size_t size) {
+    ferry_model_options_t o = {.field_mask = FERRY_MODEL_OPT_QUANT, .quant = FERRY_MODEL_QUANT_AUTO};
+    ferry_model_t *m = NULL;
+    if (ferry_model_from_hf_config(ctx, "fuzz", (const char *)data, size, &o, &m) != FERRY_OK) {
+        if (ferry_ctx_error(ctx)[0] == '\0') abort();
+        return;
+    }
+    uint32_t nt = ferry_model_tensor_count(m), weights = 0;
+    for (uint32_t t = 0; t < nt; t++) {
+        ferry_tensor_info_t ti, pi;
+        ferry_tensor_quant_t q, pq;
+        if (!ferry_model_tensor(m, t, &ti) || !ferry_model_tensor_quant(m, t, &q)) abort();
+        if (q.kind != FERRY_QUANT_FP8_BLOCK) continue;
+        weights++;
+        if (!ferry_model_tensor(m, q.partner, &pi) || !ferry_model_tensor_quant(m, q.partner, &pq)) abort();
+        if (pq.kind != FERRY_QUANT_FP8_SCALE || pq.partner != t || ti.dtype != FERRY_DTYPE_F8_E4M3 ||
+            pi.dtype != FERRY_DTYPE_F32 || ti.ndim != 2 || pi.ndim != 2 ||
+            pi.shape[0] != (ti.shape[0] + 127) / 128 || pi.shape[1] != (ti.shape[1] + 127) / 128)
+            abort();
+    }
+    if (weights != ferry_model_quant_count(m)) abort();
+    ferry_model_destroy(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ferry_ctx_t *ctx = NULL;
     if (ferry_ctx_create(NULL, &ctx, NULL, 0) != FERRY_OK) abort();
@@ -38,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (ferry_ctx_error(ctx)[0] == '\0') {
         abort(); /* every failure must say why */
     }
+    try_quant(ctx, data, size);
     ferry_ctx_destroy(ctx);
     return 0;
 }

@@ -9,7 +9,7 @@
  * through the public layout API: the world is the member count, every
  * buffer lies in its rank's range [buf_base[r], buf_base[r+1]), every piece
  * names a tensor of the model and a buffer of its own rank, the model's
- * tensors are sorted by name; ferry_layout_validate may refuse the layout
+ * tensors are sorted by name, fp8 pairs name each other; ferry_layout_validate may refuse the layout
  * (with a detail) but must not crash. Re-encoding every rank with
  * sync_wire_encode and decoding again must give the same pieces and, when
  * every tensor is named by some piece (encoding drops the others), the same
@@ -74,6 +74,15 @@ static void check_side(const sync_side_t *side, char **hosts, size_t n, size_t s
         uint32_t found;
         if (!ferry_model_find(m, ti.name, &found) || found != t) FAIL("a model tensor is not found by its name");
         prev = ti.name;
+        /* fp8 pairs: a weight (F8_E4M3) and its F32 scale name each other */
+        ferry_tensor_quant_t q, pq;
+        if (!ferry_model_tensor_quant(m, t, &q)) FAIL("a model tensor's quant is unreadable");
+        if (q.kind == FERRY_QUANT_NONE) continue;
+        if (q.partner >= nt || !ferry_model_tensor_quant(m, q.partner, &pq) || pq.partner != t ||
+            pq.flags != q.flags || pq.kind == q.kind || pq.kind == FERRY_QUANT_NONE)
+            FAIL("an fp8 tensor's partner does not name it back");
+        if (q.kind == FERRY_QUANT_FP8_BLOCK ? ti.dtype != FERRY_DTYPE_F8_E4M3 : ti.dtype != FERRY_DTYPE_F32)
+            FAIL("an fp8 pair has the wrong dtypes");
     }
     /* buffers: each rank's a contiguous range starting at buf_base[r] */
     uint32_t nb = ferry_layout_buffer_count(l);
