@@ -16,8 +16,9 @@ static __device__ __forceinline__ float load(const uint8_t *src, uint32_t w, uin
     return w == 2 ? f8_float((uint32_t)((const uint16_t *)src)[i] << 16) : ((const float *)src)[i];
 }
 
-__global__ void __launch_bounds__(THREADS) fp8_quantize(const uint8_t *src, uint32_t w, uint64_t rows, uint64_t cols,
-                                                        int ue8m0, uint8_t *dst, float *scale_inv) {
+__global__ void __launch_bounds__(THREADS) fp8_quantize(const uint8_t *src, uint64_t src_ld, uint32_t w, uint64_t rows,
+                                                        uint64_t cols, int ue8m0, uint8_t *dst, uint64_t dst_ld,
+                                                        float *scale_inv, uint64_t scale_ld) {
     __shared__ float wmax[THREADS / 32];
     __shared__ float inv;
     const uint64_t r0 = (uint64_t)blockIdx.y * B, c0 = (uint64_t)blockIdx.x * B;
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(THREADS) fp8_quantize(const uint8_t *src, uint
     float m = 0.0f;
     for (uint64_t r = r0 + tid / 2; r < r1; r += THREADS / 2)
         for (uint64_t c = c0 + (tid & 1) * (B / 2); c < c1 && c < c0 + ((tid & 1) + 1) * (B / 2); c++) {
-            float x = fabsf(load(src, w, r * cols + c));
+            float x = fabsf(load(src, w, r * src_ld + c));
             if (x != x || x > m) m = x; /* a NaN sticks, as torch's amax */
         }
     for (unsigned o = 16; o; o >>= 1) {
@@ -41,28 +42,43 @@ __global__ void __launch_bounds__(THREADS) fp8_quantize(const uint8_t *src, uint
         for (unsigned i = 1; i < THREADS / 32; i++)
             if (wmax[i] != wmax[i] || wmax[i] > a) a = wmax[i];
         float s = f8_scale(a, ue8m0);
-        scale_inv[(uint64_t)blockIdx.y * gridDim.x + blockIdx.x] = s;
+        scale_inv[(uint64_t)blockIdx.y * scale_ld + blockIdx.x] = s;
         inv = 1.0f / s;
     }
     __syncthreads();
     const float iv = inv;
     for (uint64_t r = r0 + tid / 2; r < r1; r += THREADS / 2)
         for (uint64_t c = c0 + (tid & 1) * (B / 2); c < c1 && c < c0 + ((tid & 1) + 1) * (B / 2); c++)
-            dst[r * cols + c] = f8_e4m3(load(src, w, r * cols + c) * iv);
+            dst[r * dst_ld + c] = f8_e4m3(load(src, w, r * src_ld + c) * iv);
 }
 
-extern "C" ferry_status_t ferry_fp8_cuda_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows,
-                                                        uint64_t cols, uint32_t flags, uint8_t *dst, float *scale_inv,
-                                                        cudaStream_t stream) {
+/* Whether rows spaced ld apart, cols long, stay below 2^62 elements. */
+static bool fits(uint64_t rows, uint64_t cols, uint64_t ld) {
+    const uint64_t lim = 1ull << 62;
+    return cols <= ld && cols <= lim && (rows <= 1 || (ld <= lim && rows - 1 <= (lim - cols) / ld));
+}
+
+extern "C" ferry_status_t ferry_fp8_cuda_block_quantize_ld(ferry_dtype_t dtype, const void *src, uint64_t src_ld,
+                                                           uint64_t rows, uint64_t cols, uint32_t flags, uint8_t *dst,
+                                                           uint64_t dst_ld, float *scale_inv, uint64_t scale_ld,
+                                                           cudaStream_t stream) {
     if (dtype != FERRY_DTYPE_BF16 && dtype != FERRY_DTYPE_F32) return FERRY_ERR_UNSUPPORTED;
     if (flags & ~(uint32_t)FERRY_FP8_UE8M0) return FERRY_ERR_INVALID_ARGUMENT;
     if (!rows || !cols) return FERRY_OK;
     const uint64_t by = (rows + B - 1) / B, bx = (cols + B - 1) / B;
     /* grid y holds 65535 block rows (8 M rows: no weight is that tall) */
-    if (!src || !dst || !scale_inv || by > 65535u || bx > 0x7FFFFFFFu || rows > (1ull << 62) / cols)
+    if (!src || !dst || !scale_inv || by > 65535u || bx > 0x7FFFFFFFu || !fits(rows, cols, src_ld) ||
+        !fits(rows, cols, dst_ld) || !fits(by, bx, scale_ld))
         return FERRY_ERR_INVALID_ARGUMENT;
     dim3 grid((unsigned)bx, (unsigned)by);
-    fp8_quantize<<<grid, THREADS, 0, stream>>>((const uint8_t *)src, dtype == FERRY_DTYPE_BF16 ? 2 : 4, rows, cols,
-                                               (flags & FERRY_FP8_UE8M0) != 0, dst, scale_inv);
+    fp8_quantize<<<grid, THREADS, 0, stream>>>((const uint8_t *)src, src_ld, dtype == FERRY_DTYPE_BF16 ? 2 : 4, rows,
+                                               cols, (flags & FERRY_FP8_UE8M0) != 0, dst, dst_ld, scale_inv, scale_ld);
     return cudaGetLastError() == cudaSuccess ? FERRY_OK : FERRY_ERR_IO;
+}
+
+extern "C" ferry_status_t ferry_fp8_cuda_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows,
+                                                        uint64_t cols, uint32_t flags, uint8_t *dst, float *scale_inv,
+                                                        cudaStream_t stream) {
+    return ferry_fp8_cuda_block_quantize_ld(dtype, src, cols, rows, cols, flags, dst, cols, scale_inv, (cols + B - 1) / B,
+                                            stream);
 }

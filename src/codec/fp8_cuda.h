@@ -26,6 +26,13 @@ extern "C" {
 ferry_status_t ferry_fp8_cuda_block_quantize(ferry_dtype_t dtype, const void *src, uint64_t rows, uint64_t cols,
                                              uint32_t flags, uint8_t *dst, float *scale_inv, cudaStream_t stream);
 
+/* The same for a matrix whose rows lie apart (ferry_fp8_block_quantize_ld's
+ * leading dimensions, in device memory): a writer's engine shard quantized
+ * where it lies in the whole weight. */
+ferry_status_t ferry_fp8_cuda_block_quantize_ld(ferry_dtype_t dtype, const void *src, uint64_t src_ld, uint64_t rows,
+                                                uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld,
+                                                float *scale_inv, uint64_t scale_ld, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,35 @@ static void check(const char *what, ferry_dtype_t dt, const void *w, uint64_t ro
     free(q), free(cq), free(s), free(cs);
 }
 
+/* A shard (nr x nc at r0, c0) of a rows x cols weight quantized where it
+ * lies, into padded rows (ferry_fp8_cuda_block_quantize_ld): the CPU's
+ * bytes (ferry_fp8_block_quantize_ld), padding untouched on both. */
+static void check_shard(ferry_dtype_t dt, const uint8_t *w, uint64_t rows, uint64_t cols, uint64_t r0, uint64_t c0,
+                        uint64_t nr, uint64_t nc, uint32_t flags) {
+    const uint64_t esz = dt == FERRY_DTYPE_BF16 ? 2 : 4, dld = nc + 3, nbr = (nr + 127) / 128, sld = (nc + 127) / 128 + 1;
+    uint8_t *q = malloc(nr * dld), *cq = malloc(nr * dld), *dw, *dq;
+    float *s = malloc(4 * nbr * sld), *cs = malloc(4 * nbr * sld), *ds;
+    CHECK(q && cq && s && cs);
+    memset(cq, 0xAB, nr * dld);
+    memset(cs, 0xAB, 4 * nbr * sld);
+    CUDA_OK(cudaMalloc((void **)&dw, rows * cols * esz));
+    CUDA_OK(cudaMalloc((void **)&dq, nr * dld));
+    CUDA_OK(cudaMalloc((void **)&ds, 4 * nbr * sld));
+    CUDA_OK(cudaMemcpy(dw, w, rows * cols * esz, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dq, 0xAB, nr * dld));
+    CUDA_OK(cudaMemset(ds, 0xAB, 4 * nbr * sld));
+    const uint64_t at = (r0 * cols + c0) * esz;
+    CHECK_OK(ferry_fp8_cuda_block_quantize_ld(dt, dw + at, cols, nr, nc, flags, dq, dld, ds, sld, 0), "shard");
+    CHECK_OK(ferry_fp8_block_quantize_ld(dt, w + at, cols, nr, nc, flags, cq, dld, cs, sld), "shard (CPU)");
+    CUDA_OK(cudaMemcpy(q, dq, nr * dld, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(s, ds, 4 * nbr * sld, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(q, cq, nr * dld) == 0 && memcmp(s, cs, 4 * nbr * sld) == 0);
+    printf("ok: a %llu x %llu shard at (%llu, %llu) in place, padded rows\n", (unsigned long long)nr,
+           (unsigned long long)nc, (unsigned long long)r0, (unsigned long long)c0);
+    cudaFree(dw), cudaFree(dq), cudaFree(ds);
+    free(q), free(cq), free(s), free(cs);
+}
+
 static uint8_t *slurp(const char *name, const char *ext) {
     char path[512];
     snprintf(path, sizeof path, "%s/fp8/%s.%s", FERRY_TEST_GOLDEN, name, ext);
@@ -93,9 +122,12 @@ int main(void) {
     }
     check("random f32", FERRY_DTYPE_F32, w, rows, cols, 0, NULL, NULL);
     check("random f32, ue8m0", FERRY_DTYPE_F32, w, rows, cols, FERRY_FP8_UE8M0, NULL, NULL);
+    check_shard(FERRY_DTYPE_F32, w, rows, cols, 1024, 2048, 1000, 1500, 0);
+    check_shard(FERRY_DTYPE_F32, w, rows, cols, 2944, 4992, 56, 8, FERRY_FP8_UE8M0); /* the weight's last corner */
     for (uint64_t i = 0; i < rows * cols; i++) memcpy(w + 2 * i, w + 4 * i + 2, 2); /* bf16: the high halves */
     check("random bf16", FERRY_DTYPE_BF16, w, rows, cols - 1, 0, NULL, NULL);
     check("random bf16, ue8m0", FERRY_DTYPE_BF16, w, rows - 7, cols, FERRY_FP8_UE8M0, NULL, NULL);
+    check_shard(FERRY_DTYPE_BF16, w, rows, cols, 128, 0, 640, 5000, 0);
     free(w), free(scratch);
     /* refusals */
     uint8_t *dq;
@@ -104,6 +136,8 @@ int main(void) {
     CHECK(ferry_fp8_cuda_block_quantize(FERRY_DTYPE_BF16, dq, 2, 2, 4, dq, (float *)dq, 0) == FERRY_ERR_INVALID_ARGUMENT);
     CHECK(ferry_fp8_cuda_block_quantize(FERRY_DTYPE_BF16, NULL, 2, 2, 0, dq, (float *)dq, 0) ==
           FERRY_ERR_INVALID_ARGUMENT);
+    CHECK(ferry_fp8_cuda_block_quantize_ld(FERRY_DTYPE_BF16, dq, 1, 2, 2, 0, dq, 2, (float *)dq, 1, 0) ==
+          FERRY_ERR_INVALID_ARGUMENT); /* a source row shorter than the matrix's */
     cudaFree(dq);
     printf("fp8 block quantization on the GPU: the CPU's and torch's bytes\n");
     return 0;
