@@ -414,10 +414,13 @@ def engine_main(a):
     if a.bcast_rounds:
         names = [t.name for t in spec.tensors]
         before = {n: p.detach().clone() for n, p in engine.params.items()}
-        backend, times = broadcast_baseline(1, engine.hf_views(), names, device, a)
+        views = engine.hf_views()
+        for t in views.values():  # what the broadcast fills must come from the broadcast
+            t.zero_()
+        backend, times = broadcast_baseline(1, views, names, device, a)
         same = all(torch.equal(before[n], p) for n, p in engine.params.items())
         emit("baseline", backend=backend, times=times, same=same,
-             bytes=sum(t.numel() * 2 for t in engine.hf_views().values()))
+             bytes=sum(t.numel() * t.element_size() for t in views.values()))
     emit("engine_done", held=held)
 
 
@@ -536,10 +539,16 @@ def launch(a):
     start_engine(1)  # beside the trainer: it waits for the service's address
 
     while live:
-        left = deadline - time.monotonic()
+        if kill["state"] == "asked" and time.monotonic() > kill["by"]:
+            failures.append(f"the engine did not confirm within 60 s that it was inside its update for version "
+                            f"{a.kill_engine_at}")
+            break
+        left = min(deadline, kill.get("by", deadline)) - time.monotonic()
         try:
             child, line = q.get(timeout=max(0.01, left))
         except queue.Empty:
+            if time.monotonic() < deadline:
+                continue
             failures.append(f"timed out after {a.timeout:.0f} s (--timeout); still running: "
                             + ", ".join(c.name for c in live) + " (their stacks: on stderr)")
             for c in live:
@@ -588,7 +597,7 @@ def launch(a):
             # the trainer holds version V until the kill, so the engine now
             # waits inside update('next') for it; it confirms, then dies
             time.sleep(0.2)
-            kill.update(state="asked", pid=child.proc.pid)
+            kill.update(state="asked", pid=child.proc.pid, by=time.monotonic() + 60)
             os.kill(child.proc.pid, signal.SIGUSR1)
         elif kind == "inside_update" and kill["state"] == "asked":
             if not ev["inside"]:
@@ -596,7 +605,7 @@ def launch(a):
                 break
             os.kill(child.proc.pid, signal.SIGKILL)
             rc = child.proc.wait(timeout=30)
-            kill["state"] = "done"
+            kill.update(state="done", by=deadline)
             notes.append(f"killed the engine (pid {child.proc.pid}, status {rc}) with SIGKILL inside its "
                          f"update for version {a.kill_engine_at}")
             write_json(os.path.join(a.run_dir, "killed"), {})
@@ -618,8 +627,9 @@ def report(a, published, landed, rollouts, notes, failures, baseline):
         p, l = published.get(v), landed.get(v)
         changed = f"{100 * p['changed']:.3f}%" if p else "-"
         if l is None:
-            why = "engine killed, restarting" if a.kill_engine_at and v >= a.kill_engine_at and \
-                all(x["version"] < v for x in landed.values() if x["incarnation"] > 1) else "a newer one was taken"
+            back = min((x["version"] for x in landed.values() if x["incarnation"] > 1), default=a.steps + 1)
+            why = "engine killed, restarting" if a.kill_engine_at and a.kill_engine_at <= v < back \
+                else "a newer one was taken"
             lines.append(f"{v:>7}  {changed:>8}  {'-':>11}  {'-':>8}  {'-':>8}  {'-':<12}  not landed: {why}")
             continue
         bc = f"{times[rows]:.4f}" if rows < len(times) else "-"
