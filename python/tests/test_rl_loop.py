@@ -102,3 +102,25 @@ def test_bad_arguments(args, says):
     p = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=60)
     assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("shape", ["tiny", "0.6b"])
+def test_engine_module_is_ferry_infer_layout(shape):
+    """The example's engine holds exactly the buffers of ferry's tp=1 engine
+    layout, and its unfused views are the model's tensors: also for
+    Qwen3-0.6B, the shape GPU runs use (built on the meta device here)."""
+    import importlib.util
+
+    import ferry
+    spec_ = importlib.util.spec_from_file_location("rl_loop", SCRIPT)
+    ex = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(ex)
+    cfg = ex.qwen3_config(shape)
+    spec = ferry.Model.from_config(cfg, dtype="BF16")
+    engine = ex.FusedQwen3(cfg, "meta")
+    bufs = ferry.Layout.infer(spec, "tp=1").buffers(0)
+    assert [(n, tuple(p.shape)) for n, p in engine.params.items()] == [(b.name, tuple(b.shape)) for b in bufs]
+    views = engine.hf_views()
+    assert {n: tuple(t.shape) for n, t in views.items()} == {t.name: tuple(t.shape) for t in spec.tensors}
+    if shape == "0.6b":
+        assert spec.param_count == 596049920  # Qwen3-0.6B's, tied embeddings counted once
