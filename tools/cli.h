@@ -24,6 +24,7 @@ int cmd_meta(int argc, char **argv);
 int bench_sync(int argc, char **argv);
 int bench_sync_reader_main(int argc, char **argv);
 int bench_delta(int argc, char **argv);
+int bench_fp8(int argc, char **argv);
 int cmd_delta(int argc, char **argv);
 
 /* A file mapped read-only (cli_map_file prints why it failed and returns -1).

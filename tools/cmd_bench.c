@@ -26,6 +26,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry bench sync --help   (end-to-end sync vs files, TCP broadcast, memcpy)\n"
             "       ferry bench delta --help  (sparse delta size and speed vs TRL, zstd, memcpy)\n"
+            "       ferry bench fp8-delta --help  (what an RL step changes in an FP8 engine's weights)\n"
             "       ferry bench xport [--backend shm|ucx] [--size 64M,1G] [--threads N]\n"
             "                         [--memory alloc|user] [--repeat R] [--tls LIST]\n"
             "                         [--device cpu|cuda|cuda:N]\n"
@@ -487,6 +488,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "xport")) return bench_xport(argc, argv);
     if (!strcmp(argv[1], "sync")) return bench_sync(argc - 1, argv + 1);
     if (!strcmp(argv[1], "delta")) return bench_delta(argc - 1, argv + 1);
-    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport, sync, delta)\n", argv[1]);
+    if (!strcmp(argv[1], "fp8-delta")) return bench_fp8(argc - 1, argv + 1);
+    fprintf(stderr, "ferry bench: unknown benchmark \"%s\" (xport, sync, delta, fp8-delta)\n", argv[1]);
     return CLI_USAGE;
 }

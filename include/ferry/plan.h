@@ -104,8 +104,11 @@ typedef struct ferry_plan_params {
 enum {
     FERRY_OP_PACK = 1u << 0,   /* the source rank gathers the box into its pack area */
     FERRY_OP_SCATTER = 1u << 1, /* the destination box is not one contiguous run */
-    FERRY_OP_GATHER = 1u << 2   /* the source box is not one contiguous run and not packed (pack_limit):
+    FERRY_OP_GATHER = 1u << 2,  /* the source box is not one contiguous run and not packed (pack_limit):
                                    its reader reads it run by run, row-major */
+    FERRY_OP_QUANT = 1u << 3    /* (with PACK) bytes a quant op wrote in the source's pack area: an FP8
+                                   destination's fp8 weight box, or its block scales (tensor: the scale
+                                   tensor, box in block units); the source piece is the weight's */
 };
 
 typedef struct ferry_copy_op {
@@ -134,6 +137,29 @@ enum {
     FERRY_BUCKET_GATHER = 1u << 2  /* one FERRY_OP_GATHER op, read run by run from src_offset under its
                                       src_strides: bytes is its row-major size, not one contiguous read */
 };
+
+/* What a source rank computes into its pack area before serving an FP8
+ * destination (ferry/fp8.h): the block-aligned box of the weight, read from
+ * its own piece (src_offset, src_strides, in src_dtype: BF16 or F32), as
+ * float8_e4m3fn bytes row-major at fp8_offset and the box's block scales,
+ * fp32 row-major (ceil(rows / 128) x ceil(cols / 128) over the last two
+ * dimensions, per leading index) at scale_offset, 4-aligned. Each box of
+ * each weight is quantized by one source rank once per version, for every
+ * reader of it (engine replicas read the same bytes). */
+typedef struct ferry_quant_op {
+    uint32_t tensor;        /* the fp8 weight, in the destination model */
+    uint32_t scale_tensor;  /* its weight_scale_inv */
+    ferry_box_t box;        /* of the weight: block-aligned in its last two dimensions */
+    uint32_t src_rank;
+    uint32_t src_buffer;
+    size_t src_piece;
+    uint64_t src_offset;    /* byte offset of the box's first element in src_buffer */
+    int64_t src_strides[FERRY_MAX_DIMS];
+    ferry_dtype_t src_dtype;
+    uint32_t flags;         /* FERRY_FP8_UE8M0 */
+    uint64_t fp8_offset;    /* in src_rank's pack area */
+    uint64_t scale_offset;
+} ferry_quant_op_t;
 
 typedef struct ferry_plan_bucket {
     size_t first_op;       /* ops [first_op, first_op + op_count) of the plan */
@@ -172,12 +198,18 @@ typedef struct ferry_plan_stats {
     uint64_t buckets;        /* transfers */
     uint64_t pairs;
     uint64_t op_bytes;       /* bytes of these ops */
+    uint64_t quant_ops;      /* quant ops this plan holds (a writer's, or all) */
+    uint64_t quant_bytes;    /* their fp8 and scale bytes */
 } ferry_plan_stats_t;
 
 typedef struct ferry_plan ferry_plan_t;
 
 /* Plans the copies from src to dst. Tensors are matched by name; each one the
- * destination holds must exist in the source with the same dtype and shape,
+ * destination holds must exist in the source with the same dtype and shape
+ * (or, for an FP8 destination weight (ferry_model_tensor_quant), the same
+ * shape in BF16 or F32: its source quantizes it, see ferry_quant_op_t; its
+ * scale tensor has no source: its pieces take the scales of the weight
+ * pieces they mirror, on the same rank),
  * and every element of every destination piece must be held by some source
  * piece; source boxes may overlap (any holder may serve). A destination rank
  * may hold an element twice (a tied embedding kept as two parameters), but
@@ -205,6 +237,13 @@ size_t ferry_plan_bucket_count(const ferry_plan_t *plan);
 const ferry_plan_bucket_t *ferry_plan_buckets(const ferry_plan_t *plan);
 size_t ferry_plan_pair_count(const ferry_plan_t *plan);
 const ferry_plan_pair_t *ferry_plan_pairs(const ferry_plan_t *plan);
+
+/* Quant ops (FP8 destinations): a source rank's, for a local writer plan;
+ * every rank's, for a global one; none for a reader's. Sorted by source
+ * rank, then pack offset. Pointers belong to the plan. Thread-safety: any
+ * number of readers. */
+size_t ferry_plan_quant_op_count(const ferry_plan_t *plan);
+const ferry_quant_op_t *ferry_plan_quant_ops(const ferry_plan_t *plan);
 
 /* Global figures, known to every local plan: bytes a source rank serves, a
  * destination rank receives, the size of a source rank's pack area (0 for

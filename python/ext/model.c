@@ -21,8 +21,21 @@ static pyf_model_t *model_new_empty(PyTypeObject *cls) {
     return self;
 }
 
-static bool options(PyObject *dtype, int mtp, ferry_model_options_t *o) {
+/* quant: None or "none", "auto", "fp8" (FERRY_MODEL_QUANT_*). */
+static bool options(PyObject *dtype, int mtp, const char *quant, ferry_model_options_t *o) {
     memset(o, 0, sizeof *o);
+    if (quant) {
+        static const char *const q[] = {"none", "auto", "fp8"};
+        int k = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(quant, q[i])) k = i;
+        if (k < 0) {
+            PyErr_Format(PyExc_ValueError, "quant='%.100s': want 'none', 'auto' or 'fp8'", quant);
+            return false;
+        }
+        o->field_mask |= FERRY_MODEL_OPT_QUANT;
+        o->quant = (ferry_model_quant_t)k;
+    }
     bool given;
     if (!pyf_dtype_arg(dtype, &o->dtype, &given)) return false;
     if (given) o->field_mask |= FERRY_MODEL_OPT_DTYPE;
@@ -34,14 +47,16 @@ static bool options(PyObject *dtype, int mtp, ferry_model_options_t *o) {
 }
 
 static PyObject *model_from_file(PyObject *cls, PyObject *args, PyObject *kw) {
-    static char *kws[] = {"path", "dtype", "mtp", NULL};
+    static char *kws[] = {"path", "dtype", "mtp", "quant", NULL};
     PyObject *path_obj, *dtype = Py_None;
     int mtp = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$Op:from_file", kws, PyUnicode_FSConverter, &path_obj, &dtype, &mtp))
+    const char *quant = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$Opz:from_file", kws, PyUnicode_FSConverter, &path_obj, &dtype, &mtp,
+                                     &quant))
         return NULL;
     ferry_model_options_t o;
     pyf_model_t *self = NULL;
-    if (options(dtype, mtp, &o) && (self = model_new_empty((PyTypeObject *)cls))) {
+    if (options(dtype, mtp, quant, &o) && (self = model_new_empty((PyTypeObject *)cls))) {
         ferry_status_t st = ferry_model_from_hf_config_file(self->ctx, PyBytes_AS_STRING(path_obj), &o, &self->model);
         if (st != FERRY_OK) {
             pyf_raise(st, ferry_ctx_error(self->ctx));
@@ -53,15 +68,15 @@ static PyObject *model_from_file(PyObject *cls, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *model_from_json(PyObject *cls, PyObject *args, PyObject *kw) {
-    static char *kws[] = {"text", "name", "dtype", "mtp", NULL};
-    const char *text, *name = "model";
+    static char *kws[] = {"text", "name", "dtype", "mtp", "quant", NULL};
+    const char *text, *name = "model", *quant = NULL;
     Py_ssize_t len;
     PyObject *dtype = Py_None;
     int mtp = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s#|s$Op:from_json", kws, &text, &len, &name, &dtype, &mtp))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s#|s$Opz:from_json", kws, &text, &len, &name, &dtype, &mtp, &quant))
         return NULL;
     ferry_model_options_t o;
-    if (!options(dtype, mtp, &o)) return NULL;
+    if (!options(dtype, mtp, quant, &o)) return NULL;
     pyf_model_t *self = model_new_empty((PyTypeObject *)cls);
     if (!self) return NULL;
     ferry_status_t st = ferry_model_from_hf_config(self->ctx, name, text, (size_t)len, &o, &self->model);
@@ -123,6 +138,28 @@ static PyObject *model_tensor(pyf_model_t *self, PyObject *name) {
         return pyf_raise(FERRY_ERR_NOT_FOUND, msg);
     }
     return tensor_info(&t);
+}
+
+/* None for a plain tensor; else a dict: kind 'fp8' (a block-quantized
+ * weight: its 'scale' tensor) or 'fp8_scale' (its 'weight'), 'block',
+ * 'ue8m0'. */
+static PyObject *model_tensor_quant(pyf_model_t *self, PyObject *name) {
+    const char *s = PyUnicode_AsUTF8(name);
+    if (!s) return NULL;
+    uint32_t i;
+    ferry_tensor_quant_t q;
+    if (!ferry_model_find(self->model, s, &i) || !ferry_model_tensor_quant(self->model, i, &q)) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "model '%s' has no tensor '%.200s'", ferry_model_name(self->model), s);
+        return pyf_raise(FERRY_ERR_NOT_FOUND, msg);
+    }
+    if (q.kind == FERRY_QUANT_NONE) Py_RETURN_NONE;
+    ferry_tensor_info_t pt;
+    ferry_model_tensor(self->model, q.partner, &pt);
+    bool weight = q.kind == FERRY_QUANT_FP8_BLOCK;
+    return Py_BuildValue("{s:s,s:s,s:(II),s:O}", "kind", weight ? "fp8" : "fp8_scale", weight ? "scale" : "weight",
+                         pt.name, "block", q.block[0], q.block[1], "ue8m0",
+                         (q.flags & FERRY_FP8_UE8M0) ? Py_True : Py_False);
 }
 
 static PyObject *model_get_tensors(pyf_model_t *self, void *c) {
@@ -189,16 +226,21 @@ static PyObject *model_repr(pyf_model_t *self) {
 
 static PyMethodDef model_methods[] = {
     {"from_file", (PyCFunction)(void (*)(void))model_from_file, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_file(path, *, dtype=None, mtp=False) -> Model\n\nThe spec of a Hugging Face config.json file "
+     "from_file(path, *, dtype=None, mtp=False, quant=None) -> Model\n\nThe spec of a Hugging Face config.json file "
      "(llama, qwen2, qwen3, qwen3_moe, deepseek_v3, kimi_k2). dtype overrides torch_dtype; mtp includes "
      "multi-token-prediction layers. Raises ConfigError naming a missing or malformed field."},
     {"from_json", (PyCFunction)(void (*)(void))model_from_json, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_json(text, name='model', *, dtype=None, mtp=False) -> Model\n\nAs from_file, from config.json text."},
+     "from_json(text, name='model', *, dtype=None, mtp=False, quant=None) -> Model\n\nAs from_file, from config.json "
+     "text."},
     {"custom", (PyCFunction)model_custom, METH_VARARGS | METH_CLASS,
      "custom(name) -> Model\n\nAn empty spec to fill with add_tensor."},
     {"add_tensor", (PyCFunction)model_add_tensor, METH_VARARGS,
      "add_tensor(name, dtype, shape) -> index\n\nAdds a logical tensor to a custom spec (unique name, positive shape)."},
     {"tensor", (PyCFunction)model_tensor, METH_O, "tensor(name) -> TensorInfo; NotFoundError if absent."},
+    {"tensor_quant", (PyCFunction)model_tensor_quant, METH_O,
+     "tensor_quant(name) -> None | dict\n\nNone for a plain tensor. For an FP8 block-quantized weight: "
+     "{'kind': 'fp8', 'scale': its weight_scale_inv tensor, 'block': (128, 128), 'ue8m0': bool}; for the "
+     "scale tensor: {'kind': 'fp8_scale', 'weight': ..., ...}. NotFoundError if absent."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,13 +46,17 @@ class Model(_ferry.Model):
     __doc__ = _ferry.Model.__doc__
 
     @classmethod
-    def from_config(cls, source, *, name=None, dtype=None, mtp=False):
-        """Model.from_config(source, *, name=None, dtype=None, mtp=False) -> Model
+    def from_config(cls, source, *, name=None, dtype=None, mtp=False, quant=None):
+        """Model.from_config(source, *, name=None, dtype=None, mtp=False, quant=None) -> Model
 
         source: a config.json path, a bundled name (see bundled_models()), a
         dict as config.json holds it, or an object with to_dict() (a
         transformers PretrainedConfig). dtype overrides the config's
-        torch_dtype/dtype; mtp includes multi-token-prediction layers.
+        torch_dtype/dtype; mtp includes multi-token-prediction layers. quant:
+        None or 'none' (every tensor as torch_dtype says: a trainer's spec),
+        'auto' (as the config's quantization_config says: an FP8 engine's
+        linears float8_e4m3fn with weight_scale_inv tensors, docs/fp8.md)
+        or 'fp8' (so whatever the config says); see tensor_quant().
         Raises ConfigError naming a missing or malformed field, NotFoundError
         for a name that is neither a file nor bundled.
         """
@@ -61,7 +65,7 @@ class Model(_ferry.Model):
         if isinstance(source, dict):
             text = _json.dumps(source, default=str)
             return cls.from_json(text, name or source.get("_name_or_path") or source.get("model_type", "model"),
-                                 dtype=dtype, mtp=mtp)
+                                 dtype=dtype, mtp=mtp, quant=quant)
         path = _os.fspath(source)
         if not _os.path.exists(path):
             for d in _MODELS_DIRS:
@@ -72,7 +76,7 @@ class Model(_ferry.Model):
             else:
                 raise _ferry.error(Status.NOT_FOUND,
                                    f"model {path!r}: no such file, and not a bundled name ({', '.join(bundled_models())})")
-        return cls.from_file(path, dtype=dtype, mtp=mtp)
+        return cls.from_file(path, dtype=dtype, mtp=mtp, quant=quant)
 
 
 class Layout(_ferry.Layout):

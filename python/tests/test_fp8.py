@@ -54,3 +54,27 @@ def test_refusals():
     with pytest.raises(ferry.InvalidArgumentError, match="scale_inv 1"):
         ferry.fp8.block_quantize(torch.zeros((4, 4), dtype=torch.bfloat16),
                                  out=(torch.empty((4, 4), dtype=torch.uint8), torch.empty((2,), dtype=torch.float32)))
+
+
+def test_fp8_engine_specs():
+    """quant='auto' reads a DeepSeek-V3 config's quantization_config: its
+    linears float8_e4m3fn, each with a weight_scale_inv of ceil(rows/128) x
+    ceil(cols/128); the router, norms and embeddings stay bf16; a trainer's
+    spec (quant None) has none of it."""
+    eng = ferry.Model.from_config("deepseek-v3", quant="auto")
+    w = "model.layers.3.mlp.experts.0.gate_proj.weight"
+    q = eng.tensor_quant(w)
+    assert q == {"kind": "fp8", "scale": w + "_scale_inv", "block": (128, 128), "ue8m0": False}
+    assert eng.tensor(w).dtype == "F8_E4M3" and eng.tensor(w).shape == (2048, 7168)
+    s = eng.tensor(w + "_scale_inv")
+    assert s.dtype == "F32" and s.shape == (16, 56)
+    assert eng.tensor_quant(w + "_scale_inv")["weight"] == w
+    for plain in ("model.layers.3.mlp.gate.weight", "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+        assert eng.tensor_quant(plain) is None and eng.tensor(plain).dtype != "F8_E4M3"
+    trainer = ferry.Model.from_config("deepseek-v3")
+    assert trainer.tensor_quant(w) is None and trainer.tensor(w).dtype == "BF16"
+    assert w + "_scale_inv" not in trainer and len(eng) > len(trainer)
+    with pytest.raises(ValueError, match="quant='int4'"):
+        ferry.Model.from_config("deepseek-v3", quant="int4")
+    with pytest.raises(ferry.NotFoundError):
+        eng.tensor_quant("no.such.tensor")

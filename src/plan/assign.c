@@ -49,10 +49,11 @@ static ferry_status_t make_routes(ferry_plan_t *p) {
     for (size_t f = 0; f < p->nfrags; f++) {
         plan_frag_t *fr = &p->frags[f];
         uint32_t ss = p->src.boxes[fr->cell].set, ds = p->dst.boxes[fr->dbox].set;
-        size_t k = (size_t)plan_mix64(((uint64_t)ss << 32) | ds) & (nslots - 1);
+        uint32_t q = plan_is_quant(p, p->dst.boxes[fr->dbox].tensor);
+        size_t k = (size_t)plan_mix64((((uint64_t)ss << 32) | ds) ^ ((uint64_t)q << 63)) & (nslots - 1);
         for (; slots[k]; k = (k + 1) & (nslots - 1)) {
             plan_route_t *r = &p->routes[slots[k] - 1];
-            if (r->src_set == ss && r->dst_set == ds) break;
+            if (r->src_set == ss && r->dst_set == ds && r->quant == q) break;
         }
         if (!slots[k]) {
             if (ferry_grow(p->ctx, (void **)&p->routes, sizeof *p->routes, &cap, p->nroutes + 1)) {
@@ -63,6 +64,7 @@ static ferry_status_t make_routes(ferry_plan_t *p) {
             memset(r, 0, sizeof *r);
             r->src_set = ss;
             r->dst_set = ds;
+            r->quant = q;
             r->holders = p->sets.first[ss + 1] - p->sets.first[ss];
             r->readers = p->sets.first[ds + 1] - p->sets.first[ds];
             slots[k] = (uint32_t)++p->nroutes;
@@ -117,8 +119,10 @@ static ferry_status_t cut_routes(ferry_plan_t *p) {
         rt->first_frag = at;
         at += rt->frag_count;
         uint32_t k = rt->holders, m = rt->readers;
-        /* whole routes are balanced enough once each holder has 20+ readers */
-        uint32_t c = k > 1 && (uint64_t)m < 20ull * k ? k / (uint32_t)ferry_gcd_u64(k, m) : 1;
+        /* whole routes are balanced enough once each holder has 20+ readers;
+           an FP8 route's parts each have one holder for all readers (each
+           block quantized once), so it takes a part per holder */
+        uint32_t c = rt->quant ? k : k > 1 && (uint64_t)m < 20ull * k ? k / (uint32_t)ferry_gcd_u64(k, m) : 1;
         if (c > rt->frag_count) c = rt->frag_count;
         if (c > PLAN_MAX_CHUNKS) c = PLAN_MAX_CHUNKS;
         if (c == 0) c = 1;
@@ -220,12 +224,36 @@ static void place_unit_dealt(ferry_plan_t *p, uint32_t ri, uint32_t c, holder_ke
     }
 }
 
+/* An FP8 route's part: one holder, the least loaded (then by host, then a
+ * rotation), quantizes it and serves every reader. */
+static void place_quant_unit(ferry_plan_t *p, uint32_t ri, uint32_t c) {
+    plan_route_t *r = &p->routes[ri];
+    const uint32_t *hold = set_items(p, r->src_set);
+    uint32_t k = r->holders, m = r->readers, want = (uint32_t)(((uint64_t)c + ri) % k), best = 0;
+    uint64_t bytes = p->chunk_bytes[r->first_chunk + c], bkey[3] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    for (uint32_t h = 0; h < k; h++) {
+        uint32_t s = hold[h];
+        uint64_t key[3] = {p->src_load[s], p->host_load[p->src_host[s]], (h + k - want) % k};
+        if (key[0] < bkey[0] || (key[0] == bkey[0] && (key[1] < bkey[1] || (key[1] == bkey[1] && key[2] < bkey[2])))) {
+            best = h;
+            memcpy(bkey, key, sizeof key);
+        }
+    }
+    for (uint32_t j = 0; j < m; j++) p->assign[r->first_assign + c * m + j] = best;
+    p->src_load[hold[best]] += bytes * m;
+    p->host_load[p->src_host[hold[best]]] += bytes * m;
+}
+
 /* Chooses holders for the readers of part c of route ri; loads are updated. */
 static void place_unit(ferry_plan_t *p, uint32_t ri, uint32_t c, holder_key_t *keys) {
     plan_route_t *r = &p->routes[ri];
     const uint32_t *hold = set_items(p, r->src_set), *read = set_items(p, r->dst_set);
     uint32_t k = r->holders, m = r->readers;
     uint64_t bytes = p->chunk_bytes[r->first_chunk + c];
+    if (r->quant) {
+        place_quant_unit(p, ri, c);
+        return;
+    }
     if ((uint64_t)m * k > PLAN_EXACT_PLACEMENT) {
         place_unit_dealt(p, ri, c, keys);
         return;
@@ -292,7 +320,7 @@ ferry_status_t plan_assign(ferry_plan_t *p) {
         }
         for (uint32_t c = 0; c < rt->chunks; c++) {
             unit_t *u = &units[nflex++];
-            u->bytes = p->chunk_bytes[rt->first_chunk + c];
+            u->bytes = p->chunk_bytes[rt->first_chunk + c] * (rt->quant ? m : 1); /* (placed whole) */
             u->route = r;
             u->chunk = c;
         }

@@ -59,6 +59,8 @@ void plan_digest(ferry_plan_t *p) {
         ferry_model_tensor(p->dst_model, t, &ti);
         h_u64(s, XXH3_64bits(ti.name, strlen(ti.name)));
         h_u64(s, (uint64_t)ti.dtype);
+        if (plan_is_quant(p, t)) /* quantized from the source (plain plans keep their digests) */
+            h_u64(s, 0x6670380000000000ull ^ ((uint64_t)p->dst_partner[t] << 8) ^ p->dst_qflags[t]);
         h_u64(s, ti.ndim);
         for (uint32_t d = 0; d < ti.ndim; d++) h_u64(s, (uint64_t)ti.shape[d]);
         for (uint32_t b = p->dst.tensor_first[t]; b < p->dst.tensor_first[t + 1]; b++) {

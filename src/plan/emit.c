@@ -8,7 +8,53 @@
 
 #include "plan/plan_internal.h"
 
+/* An FP8 weight's fragment for reader piece dpiece, served from holder h's
+ * quant slot: the fp8 box into the weight piece, then its block scales into
+ * the scale piece that mirrors it. The source fields name the weight's
+ * source piece (the fp8 op: where its box lies there). */
+static int push_quant_ops(ferry_plan_t *p, const plan_frag_t *fr, uint32_t f, uint32_t h, uint32_t dpiece) {
+    if (ferry_grow(p->ctx, (void **)&p->ops, sizeof *p->ops, &p->cap_ops, p->nops + 2)) return -1;
+    const plan_box_t *cell = &p->src.boxes[fr->cell];
+    const plan_box_t *db = &p->dst.boxes[fr->dbox];
+    uint32_t spiece = p->src.holders[cell->first_holder + h], scale = p->scale_piece[dpiece];
+    const ferry_piece_t *sq = &p->src.pieces[spiece];
+    ferry_tensor_info_t si;
+    ferry_model_tensor(ferry_layout_model(p->src.layout), sq->tensor, &si);
+    uint64_t slot = p->pack_slot[p->frag_pack_first[f] + h];
+    ferry_box_t box;
+    plan_box_intersect(cell->box, db->box, &box);
+    for (int k = 0; k < 2; k++) {
+        const ferry_piece_t *dq = &p->dst.pieces[k ? scale : dpiece];
+        ferry_copy_op_t *op = &p->ops[p->nops++];
+        memset(op, 0, sizeof *op);
+        op->tensor = k ? p->dst_partner[db->tensor] : db->tensor;
+        op->box = k ? plan_block_box(&box) : box;
+        size_t esize = k ? 4 : 1;
+        op->flags = FERRY_OP_PACK | FERRY_OP_QUANT;
+        op->src_rank = sq->rank;
+        op->src_buffer = sq->buffer;
+        op->src_piece = spiece;
+        if (!k) {
+            op->src_offset = plan_piece_offset(sq, &box, ferry_dtype_size(si.dtype));
+            memcpy(op->src_strides, sq->strides, sizeof op->src_strides);
+        }
+        op->dst_rank = dq->rank;
+        op->dst_buffer = dq->buffer;
+        op->dst_piece = k ? scale : dpiece;
+        op->dst_offset = plan_piece_offset(dq, &op->box, esize);
+        memcpy(op->dst_strides, dq->strides, sizeof op->dst_strides);
+        int64_t numel = ferry_box_numel(&op->box);
+        op->bytes = (uint64_t)numel * esize;
+        op->run_bytes = (uint64_t)plan_run_elems(&op->box, op->dst_strides, NULL) * esize; /* packed row-major */
+        op->runs = op->bytes / op->run_bytes;
+        if (op->run_bytes != op->bytes) op->flags |= FERRY_OP_SCATTER;
+        op->pack_offset = k ? slot + plan_quant_fp8_bytes(&box) : slot;
+    }
+    return 0;
+}
+
 static int push_op(ferry_plan_t *p, const plan_frag_t *fr, uint32_t f, uint32_t h, uint32_t dpiece) {
+    if (plan_is_quant(p, p->dst.boxes[fr->dbox].tensor)) return push_quant_ops(p, fr, f, h, dpiece);
     if (ferry_grow(p->ctx, (void **)&p->ops, sizeof *p->ops, &p->cap_ops, p->nops + 1)) return -1;
     const plan_box_t *cell = &p->src.boxes[fr->cell];
     const plan_box_t *db = &p->dst.boxes[fr->dbox];
@@ -237,8 +283,58 @@ static ferry_status_t emit_writer(ferry_plan_t *p, uint32_t s) {
     return st ? st : make_pairs(p, 0);
 }
 
+static int cmp_qop(const void *x, const void *y) {
+    const ferry_quant_op_t *a = x, *b = y;
+    if (a->src_rank != b->src_rank) return a->src_rank < b->src_rank ? -1 : 1;
+    return a->fp8_offset < b->fp8_offset ? -1 : a->fp8_offset > b->fp8_offset;
+}
+
+/* The quant ops of source rank `only` (or every rank's, when only is
+ * PLAN_NONE): one per FP8 fragment and holder with a slot. */
+static ferry_status_t emit_quant(ferry_plan_t *p, uint32_t only) {
+    if (!p->nquant) return FERRY_OK;
+    const ferry_model_t *sm = ferry_layout_model(p->src.layout);
+    for (size_t f = 0; f < p->nfrags; f++) {
+        const plan_frag_t *fr = &p->frags[f];
+        const plan_box_t *db = &p->dst.boxes[fr->dbox], *cell = &p->src.boxes[fr->cell];
+        if (!plan_is_quant(p, db->tensor)) continue;
+        for (uint32_t h = 0; h < cell->holder_count; h++) {
+            uint64_t slot = p->pack_slot[p->frag_pack_first[f] + h];
+            uint32_t rank = p->src.holder_rank[cell->first_holder + h];
+            if (slot == UINT64_MAX || (only != PLAN_NONE && rank != only)) continue;
+            if (ferry_grow(p->ctx, (void **)&p->qops, sizeof *p->qops, &p->cap_qops, p->nqops + 1))
+                return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory emitting quant ops");
+            uint32_t spiece = p->src.holders[cell->first_holder + h];
+            const ferry_piece_t *sq = &p->src.pieces[spiece];
+            ferry_tensor_info_t si;
+            ferry_model_tensor(sm, sq->tensor, &si);
+            ferry_quant_op_t *q = &p->qops[p->nqops++];
+            memset(q, 0, sizeof *q);
+            q->tensor = db->tensor;
+            q->scale_tensor = p->dst_partner[db->tensor];
+            plan_box_intersect(cell->box, db->box, &q->box);
+            q->src_rank = rank;
+            q->src_buffer = sq->buffer;
+            q->src_piece = spiece;
+            q->src_offset = plan_piece_offset(sq, &q->box, ferry_dtype_size(si.dtype));
+            memcpy(q->src_strides, sq->strides, sizeof q->src_strides);
+            q->src_dtype = si.dtype;
+            q->flags = p->dst_qflags[db->tensor];
+            q->fp8_offset = slot;
+            q->scale_offset = slot + plan_quant_fp8_bytes(&q->box);
+            p->stats.quant_bytes += plan_quant_fp8_bytes(&q->box) + plan_quant_scale_bytes(&q->box);
+        }
+    }
+    if (p->nqops > 1) qsort(p->qops, p->nqops, sizeof *p->qops, cmp_qop);
+    p->stats.quant_ops = p->nqops;
+    return FERRY_OK;
+}
+
 ferry_status_t plan_emit(ferry_plan_t *p) {
     ferry_status_t st = FERRY_OK;
+    if (!p->only) st = emit_quant(p, PLAN_NONE);
+    else if (p->only_side == FERRY_SIDE_TRAIN) st = emit_quant(p, p->only_rank);
+    if (st) return st;
     if (p->only && p->only_side == FERRY_SIDE_TRAIN) {
         st = emit_writer(p, p->only_rank);
     } else if (p->only) {

@@ -72,6 +72,7 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
         size_t sfirst = src->tensor_first[t], sn = src->tensor_first[t + 1] - sfirst;
         index_cells(src, sfirst, sn, &ix);
         size_t esize = plan_tensor_esize(p, t);
+        const bool quant = plan_is_quant(p, t);
         uint32_t dim = ix.dim;
         for (size_t k = 0; k < dn; k++) {
             plan_box_t *db = &dst->boxes[dfirst + k];
@@ -118,7 +119,8 @@ ferry_status_t plan_fragments(ferry_plan_t *p) {
                 f->cell = found[u];
                 f->dbox = (uint32_t)(dfirst + k);
                 f->route = PLAN_NONE;
-                f->bytes = (uint64_t)numel * esize;
+                /* an fp8 fragment: its quant slot, fp8 bytes and scales (quant.c) */
+                f->bytes = quant ? plan_quant_fp8_bytes(&x) + plan_quant_scale_bytes(&x) : (uint64_t)numel * esize;
                 f->whole = numel == ferry_box_numel(src->boxes[found[u]].box);
             }
             db->frag_count = (uint32_t)nf;

@@ -78,7 +78,7 @@ static ferry_status_t check_tensor(ferry_plan_t *p, uint32_t t, uint32_t st, con
                           "tensor %s: the destination holds it but the source model has no "
                           "tensor of that name", di.name);
     ferry_model_tensor(p->src_model, st, &si);
-    if (si.dtype != di.dtype)
+    if (si.dtype != di.dtype && !plan_is_quant(p, t))
         return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
                           "tensor %s: dtype %s in the source, %s in the destination (no "
                           "conversion requested)", di.name, ferry_dtype_name(si.dtype),
@@ -148,7 +148,9 @@ static ferry_status_t index_side(ferry_plan_t *p, plan_side_t *s, bool is_src, c
             if (t != PLAN_NONE) has_src[t] = 1;
         } else {
             t = q->tensor;
-            if (!needed[t]) needed[t] = (uint32_t)i + 1;
+            /* an FP8 weight's scales come with its fragments (quant.c, emit.c) */
+            if (p->dst_quant && p->dst_quant[t] == FERRY_QUANT_FP8_SCALE) t = PLAN_NONE;
+            else if (!needed[t]) needed[t] = (uint32_t)i + 1;
         }
         s->piece_tensor[i] = t;
         s->piece_box[i] = PLAN_NONE;
@@ -384,6 +386,35 @@ static ferry_status_t check_dst_overlaps(ferry_plan_t *p) {
     return st;
 }
 
+/* The destination's FP8 weights that the source holds in BF16 or F32 (a
+ * source that holds them in fp8 too, with its own scales, is copied as is),
+ * and their scale tensors. */
+static ferry_status_t quant_setup(ferry_plan_t *p, const uint32_t *inverse) {
+    uint32_t nt = ferry_model_tensor_count(p->dst_model);
+    if (!ferry_model_quant_count(p->dst_model)) return FERRY_OK;
+    p->dst_quant = ferry_calloc(p->ctx, nt ? nt : 1, 1);
+    p->dst_partner = ferry_alloc(p->ctx, (nt ? nt : 1) * sizeof *p->dst_partner);
+    p->dst_qflags = ferry_calloc(p->ctx, nt ? nt : 1, sizeof *p->dst_qflags);
+    if (!p->dst_quant || !p->dst_partner || !p->dst_qflags)
+        return ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory reading fp8 tensors");
+    for (uint32_t t = 0; t < nt; t++) p->dst_partner[t] = PLAN_NONE;
+    for (uint32_t t = 0; t < nt; t++) {
+        ferry_tensor_quant_t q;
+        if (!ferry_model_tensor_quant(p->dst_model, t, &q) || q.kind != FERRY_QUANT_FP8_BLOCK) continue;
+        ferry_tensor_info_t si;
+        if (inverse[t] == PLAN_NONE || !ferry_model_tensor(p->src_model, inverse[t], &si) ||
+            (si.dtype != FERRY_DTYPE_BF16 && si.dtype != FERRY_DTYPE_F32))
+            continue; /* no source (an error later), or the source is fp8 too: plain copies */
+        p->dst_quant[t] = FERRY_QUANT_FP8_BLOCK;
+        p->dst_quant[q.partner] = FERRY_QUANT_FP8_SCALE;
+        p->dst_partner[t] = q.partner;
+        p->dst_partner[q.partner] = t;
+        p->dst_qflags[t] = p->dst_qflags[q.partner] = q.flags;
+        p->nquant++;
+    }
+    return FERRY_OK;
+}
+
 ferry_status_t plan_index(ferry_plan_t *p) {
     uint32_t nt = ferry_model_tensor_count(p->dst_model);
     uint32_t *map = NULL, *has_src = NULL;
@@ -396,15 +427,16 @@ ferry_status_t plan_index(ferry_plan_t *p) {
         st = ferry_fail(&p->err, FERRY_ERR_NO_MEMORY, "out of memory indexing pieces");
         goto out;
     }
-    /* the destination first: it says which tensors the source must provide */
-    if ((st = index_side(p, &p->dst, false, map, needed, has_src)) != FERRY_OK) goto out;
-    if ((st = index_side(p, &p->src, true, map, needed, has_src)) != FERRY_OK) goto out;
     for (uint32_t t = 0; t < nt; t++) inverse[t] = PLAN_NONE;
     for (uint32_t t = 0, ns = ferry_model_tensor_count(p->src_model); t < ns; t++)
         if (map[t] != PLAN_NONE) inverse[map[t]] = t;
+    if ((st = quant_setup(p, inverse)) != FERRY_OK) goto out;
+    /* the destination first: it says which tensors the source must provide */
+    if ((st = index_side(p, &p->dst, false, map, needed, has_src)) != FERRY_OK) goto out;
+    if ((st = index_side(p, &p->src, true, map, needed, has_src)) != FERRY_OK) goto out;
     for (uint32_t t = 0; t < nt; t++)
         if (needed[t] && (st = check_tensor(p, t, inverse[t], has_src, needed)) != FERRY_OK) goto out;
-    st = check_dst_overlaps(p);
+    if ((st = check_dst_overlaps(p)) == FERRY_OK) st = plan_quant_pairs(p);
 out:
     ferry_free(p->ctx, map);
     ferry_free(p->ctx, has_src);

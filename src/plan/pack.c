@@ -9,7 +9,8 @@
  * With a pack_limit, a fragment that would take a rank's area past it is
  * not packed there (emit makes it a direct read or a FERRY_OP_GATHER),
  * unless its source runs are too short to read one by one: such fragments
- * are packed past the limit. */
+ * are packed past the limit. An FP8 weight's fragments always have a slot on
+ * the holder that quantizes them (quant.c), 4-aligned, past any limit. */
 #include <string.h>
 
 #include "plan/plan_internal.h"
@@ -71,6 +72,17 @@ ferry_status_t plan_pack(ferry_plan_t *p) {
         }
         /* A fragment that is a whole unrefined cell is a whole holder piece,
          * whose density the index computed; only cut fragments need strides. */
+        if (rt->quant) { /* quantized there: always a slot (fp8 bytes, then 4-aligned scales), past any limit */
+            for (uint32_t h = 0; h < k; h++) {
+                uint64_t *slot = &p->pack_slot[p->frag_pack_first[f] + h];
+                *slot = UINT64_MAX;
+                if (!used[h]) continue;
+                uint32_t rank = p->src.holder_rank[cell->first_holder + h];
+                *slot = (p->pack_size[rank] + 3) & ~(uint64_t)3;
+                p->pack_size[rank] = *slot + fr->bytes;
+            }
+            continue;
+        }
         bool refined = p->ncell_boxes && cell->box >= p->cell_boxes && cell->box < p->cell_boxes + p->ncell_boxes;
         bool cut = refined || !fr->whole, have_box = false;
         ferry_box_t box;

@@ -32,9 +32,17 @@ static void plan_free_work(ferry_plan_t *p) {
     ferry_free(c, p->src_host);
     ferry_free(c, p->dst_host);
     ferry_free(c, p->sort_keys);
+    ferry_free(c, p->dst_quant);
+    ferry_free(c, p->dst_partner);
+    ferry_free(c, p->dst_qflags);
+    ferry_free(c, p->scale_piece);
     ferry_free(c, p->sort_ops);
     p->sort_keys = NULL;
     p->sort_ops = NULL;
+    p->dst_quant = NULL; /* (plan_is_quant answers false from here on) */
+    p->dst_partner = NULL;
+    p->dst_qflags = NULL;
+    p->scale_piece = NULL;
     p->cap_sort_keys = p->cap_sort_ops = 0;
     p->cell_boxes = NULL;
     p->frags = NULL;
@@ -55,6 +63,7 @@ void ferry_plan_destroy(ferry_plan_t *p) {
     ferry_free(p->ctx, p->src_load);
     ferry_free(p->ctx, p->dst_load);
     ferry_free(p->ctx, p->ops);
+    ferry_free(p->ctx, p->qops);
     ferry_free(p->ctx, p->buckets);
     ferry_free(p->ctx, p->pairs);
     ferry_free(p->ctx, p);
@@ -181,6 +190,7 @@ ferry_status_t ferry_plan_build(ferry_ctx_t *ctx, const ferry_layout_t *src,
     }
     if (st == FERRY_OK) st = plan_index(p);
     if (st == FERRY_OK) st = plan_cells(p);
+    if (st == FERRY_OK) st = plan_quant_check(p);
     if (st == FERRY_OK) st = plan_fragments(p);
     if (st == FERRY_OK) st = plan_assign(p);
     if (st == FERRY_OK) st = plan_pack(p);
@@ -199,6 +209,8 @@ ferry_status_t ferry_plan_build(ferry_ctx_t *ctx, const ferry_layout_t *src,
 
 size_t ferry_plan_op_count(const ferry_plan_t *p) { return p->nops; }
 const ferry_copy_op_t *ferry_plan_ops(const ferry_plan_t *p) { return p->ops; }
+size_t ferry_plan_quant_op_count(const ferry_plan_t *p) { return p->nqops; }
+const ferry_quant_op_t *ferry_plan_quant_ops(const ferry_plan_t *p) { return p->qops; }
 size_t ferry_plan_bucket_count(const ferry_plan_t *p) { return p->nbuckets; }
 const ferry_plan_bucket_t *ferry_plan_buckets(const ferry_plan_t *p) { return p->buckets; }
 size_t ferry_plan_pair_count(const ferry_plan_t *p) { return p->npairs; }

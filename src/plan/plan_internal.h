@@ -65,6 +65,7 @@ typedef struct plan_frag {
  * engines). Each unit is read from one holder. */
 typedef struct plan_route {
     uint32_t src_set, dst_set;
+    uint32_t quant;           /* an FP8 weight's fragments: each part served to every reader by one holder */
     uint32_t holders, readers;
     uint64_t weight;          /* bytes one reader receives over this route */
     uint32_t chunks;
@@ -134,6 +135,15 @@ struct ferry_plan {
     ferry_plan_pair_t *pairs;
     size_t npairs, cap_pairs;
 
+    /* FP8 destinations (ferry_model_tensor_quant of the destination model) */
+    uint32_t nquant;          /* FP8_BLOCK tensors the destination holds */
+    uint8_t *dst_quant;       /* per destination tensor: FERRY_QUANT_* */
+    uint32_t *dst_partner;    /* per destination tensor: its scale (of a weight) or weight (of a scale) */
+    uint32_t *dst_qflags;     /* per destination tensor: FERRY_FP8_* of the pair */
+    uint32_t *scale_piece;    /* per destination piece of an fp8 weight: its scale piece (same rank) */
+    ferry_quant_op_t *qops;
+    size_t nqops, cap_qops;
+
     ferry_plan_stats_t stats;
     uint64_t src_address_sum; /* order-free hashes of the pieces' addresses */
     uint64_t dst_address_sum;
@@ -142,6 +152,11 @@ struct ferry_plan {
 
 /* stages, in order; each returns FERRY_OK or fails with detail on plan->err */
 ferry_status_t plan_index(ferry_plan_t *p);
+/* quant.c: after index, the destination's FP8 pairs: which scale piece
+ * mirrors each weight piece; after cells, that every source cell and
+ * destination box of an fp8 weight keeps 128 x 128 blocks whole. */
+ferry_status_t plan_quant_pairs(ferry_plan_t *p);
+ferry_status_t plan_quant_check(ferry_plan_t *p);
 ferry_status_t plan_cells(ferry_plan_t *p);
 ferry_status_t plan_fragments(ferry_plan_t *p);
 ferry_status_t plan_assign(ferry_plan_t *p);
@@ -150,6 +165,15 @@ ferry_status_t plan_emit(ferry_plan_t *p);
 void plan_digest(ferry_plan_t *p);
 
 /* helpers */
+static inline bool plan_is_quant(const ferry_plan_t *p, uint32_t tensor) {
+    return p->dst_quant && p->dst_quant[tensor] == FERRY_QUANT_FP8_BLOCK;
+}
+/* The block box of a weight box: its last two dimensions in units of 128
+ * blocks (ceil for extents that reach past a multiple), others as they are. */
+ferry_box_t plan_block_box(const ferry_box_t *b);
+/* Bytes of a quant slot for weight box b: fp8 bytes padded to 4, then the scales. */
+uint64_t plan_quant_fp8_bytes(const ferry_box_t *b);
+uint64_t plan_quant_scale_bytes(const ferry_box_t *b);
 const char *plan_tensor_name(const ferry_plan_t *p, uint32_t tensor);
 size_t plan_tensor_esize(const ferry_plan_t *p, uint32_t tensor);
 int plan_box_cmp(const ferry_box_t *a, const ferry_box_t *b);

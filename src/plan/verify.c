@@ -43,15 +43,94 @@ static ferry_status_t check_side(ferry_plan_t *p, const ferry_layout_t *l, const
     return FERRY_OK;
 }
 
+/* A quant op: its box block-aligned and inside its source piece (of the
+ * weight's name, in BF16 or F32), at the piece's address; its fp8 and scale
+ * slots inside the rank's pack area, the scales 4-aligned after the fp8
+ * bytes; no two slots of a rank overlapping (they are sorted). */
+static ferry_status_t check_quant(ferry_plan_t *p, const ferry_layout_t *src, const ferry_model_t *dm, size_t i) {
+    const ferry_quant_op_t *q = &p->qops[i];
+    ferry_tensor_info_t ti, si;
+    ferry_tensor_quant_t tq;
+    char b[200];
+    ferry_box_format(&q->box, b, sizeof b);
+    if (!ferry_model_tensor(dm, q->tensor, &ti) || !ferry_model_tensor_quant(dm, q->tensor, &tq) ||
+        tq.kind != FERRY_QUANT_FP8_BLOCK || tq.partner != q->scale_tensor)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "quant op %zu: tensor %u is no fp8 weight of scale %u", i,
+                          q->tensor, q->scale_tensor);
+    if (q->src_piece >= ferry_layout_piece_count(src))
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "quant op %zu (%s %s): no source piece %zu", i, ti.name, b,
+                          q->src_piece);
+    const ferry_piece_t *sq = &ferry_layout_pieces(src)[q->src_piece];
+    ferry_model_tensor(ferry_layout_model(src), sq->tensor, &si);
+    ferry_box_t blocks = plan_block_box(&q->box);
+    bool aligned = true;
+    for (uint32_t d = q->box.ndim >= 2 ? q->box.ndim - 2 : 0; d < q->box.ndim; d++)
+        aligned &= q->box.offset[d] % FERRY_FP8_BLOCK == 0 &&
+                   ((q->box.offset[d] + q->box.extent[d]) % FERRY_FP8_BLOCK == 0 ||
+                    q->box.offset[d] + q->box.extent[d] == ti.shape[d]);
+    if (strcmp(si.name, ti.name) != 0 || si.dtype != q->src_dtype ||
+        (si.dtype != FERRY_DTYPE_BF16 && si.dtype != FERRY_DTYPE_F32) || sq->rank != q->src_rank ||
+        sq->buffer != q->src_buffer || !ferry_box_contains(&sq->box, &q->box) || !aligned ||
+        q->src_offset != plan_piece_offset(sq, &q->box, ferry_dtype_size(si.dtype)) ||
+        memcmp(q->src_strides, sq->strides, sizeof sq->strides) != 0)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                          "quant op %zu (%s %s): its source piece %zu (%s, rank %u), address or block alignment "
+                          "disagree", i, ti.name, b, q->src_piece, si.name, sq->rank);
+    uint64_t fb = (uint64_t)ferry_box_numel(&q->box), sb = 4 * (uint64_t)ferry_box_numel(&blocks);
+    uint64_t end = q->scale_offset + sb, area = q->src_rank < p->src.world ? p->pack_size[q->src_rank] : 0;
+    bool overlap = false; /* with the previous op of the rank (sorted by offset) */
+    if (i > 0 && p->qops[i - 1].src_rank == q->src_rank) {
+        ferry_box_t rb = plan_block_box(&p->qops[i - 1].box);
+        overlap = p->qops[i - 1].scale_offset + 4 * (uint64_t)ferry_box_numel(&rb) > q->fp8_offset;
+    }
+    if (q->scale_offset % 4 || q->scale_offset < q->fp8_offset + fb || end > area || overlap)
+        return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                          "quant op %zu (%s %s): its slots (fp8 at %llu, scales at %llu) are not inside rank %u's pack "
+                          "area of %llu bytes, in order and apart from the others", i, ti.name, b,
+                          (unsigned long long)q->fp8_offset, (unsigned long long)q->scale_offset, q->src_rank,
+                          (unsigned long long)area);
+    return FERRY_OK;
+}
+
+/* A QUANT op reads what a quant op of its source rank wrote: the fp8 slot
+ * of that op's box (a box inside it, at its row-major offset), or its scales
+ * (the block box). Only where the plan holds quant ops (a global or a
+ * writer's plan). */
+static bool quant_source(const ferry_plan_t *p, const ferry_copy_op_t *op, bool scale) {
+    for (size_t i = 0; i < p->nqops; i++) {
+        const ferry_quant_op_t *q = &p->qops[i];
+        if (q->src_rank != op->src_rank || (scale ? q->scale_tensor : q->tensor) != op->tensor) continue;
+        ferry_box_t qb = scale ? plan_block_box(&q->box) : q->box;
+        if (!ferry_box_equal(&qb, &op->box)) continue;
+        return op->pack_offset == (scale ? q->scale_offset : q->fp8_offset);
+    }
+    return false;
+}
+
 ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, const ferry_layout_t *dst) {
     if (!src || !dst) return ferry_fail(&p->err, FERRY_ERR_INVALID_ARGUMENT, "verify: NULL layout");
     const ferry_model_t *dm = ferry_layout_model(dst);
     size_t nd = ferry_layout_piece_count(dst);
+    for (size_t i = 0; i < p->nqops; i++) {
+        ferry_status_t st = check_quant(p, src, dm, i);
+        if (st) return st;
+    }
     for (size_t i = 0; i < p->nops; i++) {
         const ferry_copy_op_t *op = &p->ops[i];
         ferry_tensor_info_t ti;
         if (!ferry_model_tensor(dm, op->tensor, &ti))
             return ferry_fail(&p->err, FERRY_ERR_MISMATCH, "op %zu: no tensor %u", i, op->tensor);
+        if (op->flags & FERRY_OP_QUANT) { /* read from a quant slot: the destination side as any op's */
+            ferry_tensor_quant_t tq;
+            bool scale = ferry_model_tensor_quant(dm, op->tensor, &tq) && tq.kind == FERRY_QUANT_FP8_SCALE;
+            ferry_status_t st = check_side(p, dst, op, i, false, ti.name, ti.dtype);
+            if (st) return st;
+            if (!(op->flags & FERRY_OP_PACK) || (op->flags & FERRY_OP_GATHER) ||
+                (p->nqops && !quant_source(p, op, scale)))
+                return ferry_fail(&p->err, FERRY_ERR_MISMATCH,
+                                  "op %zu (%s): a quantized op that reads no quant op's slot", i, ti.name);
+            continue;
+        }
         ferry_status_t st = check_side(p, src, op, i, true, ti.name, ti.dtype);
         if (st == FERRY_OK) st = check_side(p, dst, op, i, false, ti.name, ti.dtype);
         if (st) return st;

@@ -666,6 +666,9 @@ ferry_status_t ferry_table_multi_get(ferry_table_t *t, uint64_t seq_id, ferry_ta
         st = ferry_plan_build(t->m.ctx, g.src, g.dst, &pp, &plan);
         if (st != FERRY_OK) st = ferry_fail(&t->m.err, st, "table get from sequence %llu: %s", (unsigned long long)seq_id,
                                             ferry_ctx_error(t->m.ctx));
+        else if (ferry_plan_quant_op_count(plan))
+            st = ferry_fail(&t->m.err, FERRY_ERR_UNSUPPORTED, "table get: FP8 destinations of bf16/fp32 entries are "
+                                                              "not supported (tables move tensors as they are)");
     }
     /* GPU destinations: the get lands and is verified in host copies, which
        go to the GPU only once every tile checked out */

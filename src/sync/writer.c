@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "codec/delta_cuda_enc.h"
+#include "ferry/fp8.h"
 #include "common/sum.h"
 
 #include "sync/sync_internal.h"
@@ -550,6 +551,7 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
         return ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t k = 0; k < w->npack_ops; k++) {
         const ferry_copy_op_t *op = &ops[w->pack_ops[k]];
+        if (op->flags & FERRY_OP_QUANT) continue; /* its slot is a quant op's (below) */
         ferry_tensor_info_t ti;
         ferry_model_tensor(dm, op->tensor, &ti);
         uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
@@ -561,9 +563,30 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
             sync_gather(pack + op->pack_offset, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box,
                         ferry_dtype_size(ti.dtype));
     }
-    ferry_status_t st = jobs ? sync_dev_boxes(w->m.dev, jobs, w->npack_ops, &w->m.err) : FERRY_OK;
+    size_t njobs = 0; /* (jobs of QUANT ops stayed empty: compact the rest) */
+    for (size_t k = 0; jobs && k < w->npack_ops; k++)
+        if (jobs[k].dst) jobs[njobs++] = jobs[k];
+    ferry_status_t st = jobs && njobs ? sync_dev_boxes(w->m.dev, jobs, njobs, &w->m.err) : FERRY_OK;
     if (st == FERRY_OK && w->m.dev) st = sync_dev_wait(w->m.dev, &w->m.err);
     ferry_free(w->m.ctx, jobs);
+    /* FP8 destinations: each quant op's box of this version's weight into
+       its slots (a host writer: sync_check_quant refused the rest) */
+    const ferry_quant_op_t *q = ferry_plan_quant_ops(w->m.plan);
+    for (size_t i = 0; i < ferry_plan_quant_op_count(w->m.plan) && st == FERRY_OK; i++) {
+        const uint32_t nd = q[i].box.ndim;
+        const uint64_t lead = nd == 3 ? (uint64_t)q[i].box.extent[0] : 1, rows = (uint64_t)q[i].box.extent[nd - 2],
+                       cols = (uint64_t)q[i].box.extent[nd - 1], bcols = (cols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
+        const uint64_t esz = ferry_dtype_size(q[i].src_dtype), per_s = ferry_fp8_scale_count(rows, cols);
+        const uint8_t *src = buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, q[i].src_buffer)) + q[i].src_offset;
+        for (uint64_t e = 0; e < lead && st == FERRY_OK; e++) {
+            st = ferry_fp8_block_quantize_ld(q[i].src_dtype, src + e * (uint64_t)(nd == 3 ? q[i].src_strides[0] : 0) * esz,
+                                             (uint64_t)q[i].src_strides[nd - 2], rows, cols, q[i].flags,
+                                             pack + q[i].fp8_offset + e * rows * cols, cols,
+                                             (float *)(void *)(pack + q[i].scale_offset) + e * per_s, bcols);
+            if (st != FERRY_OK)
+                st = ferry_fail(&w->m.err, st, "quantizing tensor %u for an FP8 engine failed", q[i].tensor);
+        }
+    }
     return st;
 }
 

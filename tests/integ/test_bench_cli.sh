@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ferry bench xport runs end to end between two processes, ferry bench
-# delta round-trips its deltas, ferry bench sync --deltas always takes them
+# delta round-trips its deltas, ferry bench fp8-delta checks the fp8 deltas it sizes,
+# ferry bench sync --deltas always takes them
 # (smoke tests: the figures are for docs/benchmarks.md, not asserted here);
 # they refuse bad input.
 set -u
@@ -35,6 +36,11 @@ expect 2 "--elems \"0\": out of range; want from 1 to 4294967296" -- bench delta
 expect 2 "--lr \"fast\": item \"fast\": not a decimal number" -- bench delta --lr fast
 expect 2 "--threads \"99\": out of range; want an integer from 1 to 64" -- bench delta --threads 99
 expect 2 "unknown option --size" -- bench delta --size 4M
+# fp8-delta: an FP8 engine's change per step, its deltas applied and checked
+expect 0 "deltas applied and checked equal" -- bench fp8-delta --rows 300 --cols 257 --steps 2 --lr 1e-5
+expect 0 "fp8 from the fp32 masters" -- bench fp8-delta --rows 200 --cols 130 --steps 1 --lr 1e-6 --source f32
+expect 2 "--source \"f16\": not a choice; want bf16 or f32" -- bench fp8-delta --source f16
+expect 2 "--rows \"0\": out of range" -- bench fp8-delta --rows 0
 # bench sync with deltas: engines one version behind apply them, and it says what they moved
 golden=$(dirname "$0")/../golden
 expect 0 "reader updates applied them" -- bench sync --model "$golden/tiny-qwen3.json" --train tp=2 --infer tp=1 \
