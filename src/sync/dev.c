@@ -40,6 +40,13 @@ ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n
     (void)d, (void)dst, (void)src, (void)n;
     return ferry_cuda_init(err);
 }
+ferry_status_t sync_dev_fp8(sync_dev_t *d, ferry_dtype_t dtype, const void *src, uint64_t src_ld, uint64_t rows,
+                            uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld, float *scale,
+                            uint64_t scale_ld, ferry_errbuf_t *err) {
+    (void)d, (void)dtype, (void)src, (void)src_ld, (void)rows, (void)cols, (void)flags, (void)dst, (void)dst_ld;
+    (void)scale, (void)scale_ld;
+    return ferry_cuda_init(err);
+}
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err) {
     (void)d;
     return ferry_cuda_init(err);
@@ -72,6 +79,8 @@ ferry_status_t sync_dev_sums_flush(sync_dev_t *d, ferry_errbuf_t *err) {
 }
 
 #else
+
+#include "codec/fp8_cuda.h"
 
 #include "common/sum_cuda.h"
 #include "sync/strided_cuda.h"
@@ -238,6 +247,16 @@ ferry_status_t sync_dev_boxes(sync_dev_t *d, const sync_dev_box_t *jobs, size_t 
     ferry_status_t st = sync_cuda_boxes_enqueue(d->boxes, jobs, n, d->stream, err);
     sync_dev_leave(d, prev);
     return st;
+}
+
+ferry_status_t sync_dev_fp8(sync_dev_t *d, ferry_dtype_t dtype, const void *src, uint64_t src_ld, uint64_t rows,
+                            uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld, float *scale,
+                            uint64_t scale_ld, ferry_errbuf_t *err) {
+    int prev = sync_dev_enter(d);
+    ferry_status_t st = ferry_fp8_cuda_block_quantize_ld(dtype, src, src_ld, rows, cols, flags, dst, dst_ld, scale,
+                                                         scale_ld, d->stream);
+    sync_dev_leave(d, prev);
+    return st == FERRY_OK ? FERRY_OK : ferry_fail(err, st, "quantizing to fp8 on GPU %d failed", d->device);
 }
 
 ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err) {

@@ -48,6 +48,12 @@ uint64_t sync_dev_bytes(const sync_dev_t *d);
 /* Enqueue on the member's stream, in order. */
 ferry_status_t sync_dev_boxes(sync_dev_t *d, const sync_dev_box_t *jobs, size_t n, ferry_errbuf_t *err);
 ferry_status_t sync_dev_copy(sync_dev_t *d, void *dst, const void *src, size_t n, ferry_errbuf_t *err);
+/* FP8 block quantization of a matrix whose rows lie apart
+ * (ferry_fp8_cuda_block_quantize_ld: leading dimensions in elements), all
+ * in GPU memory, on the member's stream. */
+ferry_status_t sync_dev_fp8(sync_dev_t *d, ferry_dtype_t dtype, const void *src, uint64_t src_ld, uint64_t rows,
+                            uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld, float *scale,
+                            uint64_t scale_ld, ferry_errbuf_t *err);
 /* Waits for everything enqueued (both streams). */
 ferry_status_t sync_dev_wait(sync_dev_t *d, ferry_errbuf_t *err);
 

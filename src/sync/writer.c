@@ -570,7 +570,8 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
     if (st == FERRY_OK && w->m.dev) st = sync_dev_wait(w->m.dev, &w->m.err);
     ferry_free(w->m.ctx, jobs);
     /* FP8 destinations: each quant op's box of this version's weight into
-       its slots (a host writer: sync_check_quant refused the rest) */
+       its slots, on the CPU or on the member's GPU (queued after the
+       packing, waited for before the checksums) */
     const ferry_quant_op_t *q = ferry_plan_quant_ops(w->m.plan);
     for (size_t i = 0; i < ferry_plan_quant_op_count(w->m.plan) && st == FERRY_OK; i++) {
         const uint32_t nd = q[i].box.ndim;
@@ -579,14 +580,21 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
         const uint64_t esz = ferry_dtype_size(q[i].src_dtype), per_s = ferry_fp8_scale_count(rows, cols);
         const uint8_t *src = buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, q[i].src_buffer)) + q[i].src_offset;
         for (uint64_t e = 0; e < lead && st == FERRY_OK; e++) {
-            st = ferry_fp8_block_quantize_ld(q[i].src_dtype, src + e * (uint64_t)(nd == 3 ? q[i].src_strides[0] : 0) * esz,
-                                             (uint64_t)q[i].src_strides[nd - 2], rows, cols, q[i].flags,
-                                             pack + q[i].fp8_offset + e * rows * cols, cols,
-                                             (float *)(void *)(pack + q[i].scale_offset) + e * per_s, bcols);
+            const uint8_t *from = src + e * (uint64_t)(nd == 3 ? q[i].src_strides[0] : 0) * esz;
+            uint8_t *fp8 = pack + q[i].fp8_offset + e * rows * cols;
+            float *scale = (float *)(void *)(pack + q[i].scale_offset) + e * per_s;
+            if (w->m.dev) {
+                st = sync_dev_fp8(w->m.dev, q[i].src_dtype, from, (uint64_t)q[i].src_strides[nd - 2], rows, cols,
+                                  q[i].flags, fp8, cols, scale, bcols, &w->m.err);
+                continue;
+            }
+            st = ferry_fp8_block_quantize_ld(q[i].src_dtype, from, (uint64_t)q[i].src_strides[nd - 2], rows, cols,
+                                             q[i].flags, fp8, cols, scale, bcols);
             if (st != FERRY_OK)
                 st = ferry_fail(&w->m.err, st, "quantizing tensor %u for an FP8 engine failed", q[i].tensor);
         }
     }
+    if (st == FERRY_OK && w->m.dev && ferry_plan_quant_op_count(w->m.plan)) st = sync_dev_wait(w->m.dev, &w->m.err);
     return st;
 }
 

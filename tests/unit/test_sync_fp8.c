@@ -6,10 +6,34 @@
  * into their weight and scale buffers, and after every version each engine
  * rank holds exactly the whole tensors' quantization (and the plain tensor
  * as it is), checksums verified. Readers one version behind take deltas of
- * the fp8 bytes and scales. */
+ * the fp8 bytes and scales.
+ *
+ * --gpu (label gpu, scripts/gpu-test.sh): every buffer in GPU memory, the
+ * writers on GPU 0 (quantizing there: ferry_fp8_cuda_block_quantize_ld),
+ * the readers on GPU 1 where there are two; the test fills and checks host
+ * mirrors. */
 #include <pthread.h>
 
 #include "fp8_job.h"
+#ifdef FERRY_CUDA
+#include <cuda_runtime_api.h>
+
+#include "common/cuda.h"
+#endif
+
+static bool g_gpu;
+static int g_rdev; /* the readers' GPU (writers: 0) */
+
+/* --gpu: n bytes between a buffer and its host mirror. */
+static void mirror(void *dev, void *host, uint64_t n, bool to_gpu) {
+#ifdef FERRY_CUDA
+    if (g_gpu)
+        CHECK((to_gpu ? cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice) : cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost)) ==
+              cudaSuccess);
+#else
+    (void)dev, (void)host, (void)n, (void)to_gpu;
+#endif
+}
 
 #define VERSIONS 3
 #define RANKS 4
@@ -68,11 +92,45 @@ static uint8_t **global_view(const ferry_layout_t *l, uint32_t rank, void **bufs
     return g;
 }
 
-static ferry_sync_params_t params(const char *meta, uint32_t rank) {
-    return (ferry_sync_params_t){.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN |
-                                               FERRY_SYNC_PARAM_TIMEOUT_MS | FERRY_SYNC_PARAM_DELTAS,
-                                 .job = "fp8", .rank = rank, .world = RANKS, .meta = meta, .token = "t",
-                                 .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS};
+static ferry_sync_params_t params(const char *meta, uint32_t rank, bool writer) {
+    ferry_sync_params_t p = {.field_mask = FERRY_SYNC_PARAM_META | FERRY_SYNC_PARAM_TOKEN | FERRY_SYNC_PARAM_TIMEOUT_MS |
+                                           FERRY_SYNC_PARAM_DELTAS,
+                             .job = "fp8", .rank = rank, .world = RANKS, .meta = meta, .token = "t",
+                             .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS};
+    if (g_gpu) {
+        p.field_mask |= FERRY_SYNC_PARAM_MEMORY;
+        p.memory = FERRY_MEM_CUDA;
+        p.device = writer ? 0 : g_rdev;
+    }
+    return p;
+}
+
+/* The host view of a rank's buffers: the buffers themselves, or (--gpu)
+ * host mirrors, in a global index (others NULL). */
+static uint8_t **host_view(const ferry_layout_t *l, uint32_t rank, void **bufs) {
+    uint8_t **g = global_view(l, rank, bufs);
+    for (uint32_t b = 0; g_gpu && b < ferry_layout_buffer_count(l); b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(l, b, &bi);
+        if (g[b]) CHECK((g[b] = calloc(1, bi.size)));
+    }
+    return g;
+}
+
+/* --gpu: every buffer of the rank to (or from) its mirror. */
+static void mirror_all(const ferry_layout_t *l, uint8_t **dev, uint8_t **host, bool to_gpu) {
+    for (uint32_t b = 0; g_gpu && b < ferry_layout_buffer_count(l); b++) {
+        ferry_buffer_info_t bi;
+        ferry_layout_buffer(l, b, &bi);
+        if (host[b]) mirror(dev[b], host[b], bi.size, to_gpu);
+    }
+}
+
+static void free_view(const ferry_layout_t *l, uint8_t **dev, uint8_t **host) {
+    for (uint32_t b = 0; g_gpu && b < ferry_layout_buffer_count(l); b++)
+        if (host[b] != dev[b]) free(host[b]);
+    free(host);
+    free(dev);
 }
 
 static void *writer_main(void *arg) {
@@ -83,18 +141,19 @@ static void *writer_main(void *arg) {
     if (ferry_writer_add_layout(me->w, j->src, me->rank, bufs, n) != FERRY_OK ||
         ferry_writer_commit(me->w) != FERRY_OK)
         fail(j, "writer", me->rank, ferry_writer_error(me->w));
-    uint8_t **g = global_view(j->src, me->rank, bufs);
+    uint8_t **dv = global_view(j->src, me->rank, bufs), **g = host_view(j->src, me->rank, bufs);
     for (uint64_t v = 1; v <= VERSIONS; v++) {
         pthread_barrier_wait(&j->start);
         if (!j->failed) {
             fp8_fill_trainer(j->src, g, me->rank, &j->whole); /* the optimizer step */
+            mirror_all(j->src, dv, g, true);
             ferry_publish_info_t info;
             if (ferry_writer_publish(me->w, v, &info) != FERRY_OK)
                 fail(j, "writer publish", me->rank, ferry_writer_error(me->w));
         }
         pthread_barrier_wait(&j->done);
     }
-    free(g);
+    free_view(j->src, dv, g);
     free(bufs);
     return NULL;
 }
@@ -106,12 +165,14 @@ static void *reader_main(void *arg) {
     void **bufs = rank_buffers(j->dst, me->rank, &n);
     if (ferry_reader_add_layout(me->r, j->dst, me->rank, bufs, n) != FERRY_OK || ferry_reader_commit(me->r) != FERRY_OK)
         fail(j, "reader", me->rank, ferry_reader_error(me->r));
-    uint8_t **g = global_view(j->dst, me->rank, bufs);
+    uint8_t **dv = global_view(j->dst, me->rank, bufs), **g = host_view(j->dst, me->rank, bufs);
     for (uint64_t v = 1; v <= VERSIONS; v++) {
         pthread_barrier_wait(&j->start);
         if (!j->failed) {
             ferry_update_info_t info;
-            if (ferry_reader_update(me->r, v, 60000, &info) != FERRY_OK) {
+            ferry_status_t st = ferry_reader_update(me->r, v, 60000, &info);
+            if (st == FERRY_OK) mirror_all(j->dst, dv, g, false);
+            if (st != FERRY_OK) {
                 fail(j, "reader update", me->rank, ferry_reader_error(me->r));
             } else if (info.version != v || !fp8_engine_ok(j->dst, g, me->rank, &j->whole, NULL)) {
                 fail(j, "reader", me->rank, "the engine does not hold the version's quantization");
@@ -123,12 +184,28 @@ static void *reader_main(void *arg) {
         }
         pthread_barrier_wait(&j->done);
     }
-    free(g);
+    free_view(j->dst, dv, g);
     free(bufs);
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--gpu")) {
+#ifdef FERRY_CUDA
+        ferry_errbuf_t err;
+        if (ferry_cuda_init(&err) != FERRY_OK) {
+            printf("skipped: %s\n", err.text);
+            return 77;
+        }
+        int n = 0;
+        CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0);
+        g_gpu = true;
+        g_rdev = n > 1 ? 1 : 0;
+#else
+        printf("skipped: this build has no CUDA\n");
+        return 77;
+#endif
+    }
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     job_t j;
@@ -142,13 +219,13 @@ int main(void) {
     member_t m[2 * RANKS];
     memset(m, 0, sizeof m);
     /* writer 0 serves the job; everyone else finds it there */
-    ferry_sync_params_t p0 = params("127.0.0.1:0", 0);
+    ferry_sync_params_t p0 = params("127.0.0.1:0", 0, true);
     CHECK_OK(ferry_writer_create(ctx, j.tm, &p0, &m[0].w), ferry_ctx_error(ctx));
     snprintf(j.meta, sizeof j.meta, "%s", ferry_writer_service_address(m[0].w));
     for (uint32_t r = 0; r < 2 * RANKS; r++) {
         m[r].j = &j;
         m[r].rank = r % RANKS;
-        ferry_sync_params_t pp = params(j.meta, r % RANKS);
+        ferry_sync_params_t pp = params(j.meta, r % RANKS, r < RANKS);
         if (r > 0 && r < RANKS) CHECK_OK(ferry_writer_create(ctx, j.tm, &pp, &m[r].w), ferry_ctx_error(ctx));
         if (r >= RANKS) CHECK_OK(ferry_reader_create(ctx, j.em, &pp, &m[r].r), ferry_ctx_error(ctx));
     }
@@ -176,6 +253,7 @@ int main(void) {
     ferry_model_destroy(j.tm);
     ferry_model_destroy(j.em);
     ferry_ctx_destroy(ctx);
-    printf("test_sync_fp8: %d versions, deltas in %llu reader updates\n", VERSIONS, (unsigned long long)j.delta_pairs);
+    printf("test_sync_fp8%s: %d versions, deltas in %llu reader updates\n", g_gpu ? " --gpu" : "", VERSIONS,
+           (unsigned long long)j.delta_pairs);
     return 0;
 }
