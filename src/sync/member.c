@@ -342,7 +342,7 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
                                   .only_rank = m->p.rank};
         st = ferry_plan_build(m->ctx, m->side[0].layout, m->side[1].layout, &pp, &m->plan);
         if (st != FERRY_OK) st = ferry_fail(&m->err, st, "planning the epoch: %s", ferry_ctx_error(m->ctx));
-        else st = sync_check_quant(m->plan, m->role == META_ROLE_WRITER, m->dev != NULL, &m->err);
+        else st = sync_check_quant(m->plan, m->role == META_ROLE_WRITER, &m->err);
     }
     if (st == FERRY_OK) {
         m->epoch = l->epoch;
@@ -359,11 +359,10 @@ ferry_status_t sync_refresh_epoch(sync_member_t *m, uint32_t wait_ms, bool *chan
     return st;
 }
 
-ferry_status_t sync_check_quant(const ferry_plan_t *plan, bool writer, bool gpu, ferry_errbuf_t *err) {
+ferry_status_t sync_check_quant(const ferry_plan_t *plan, bool writer, ferry_errbuf_t *err) {
     const ferry_quant_op_t *q = ferry_plan_quant_ops(plan);
     size_t nq = ferry_plan_quant_op_count(plan);
     if (!writer) return FERRY_OK; /* a reader's QUANT ops are pack-area reads like any other */
-    (void)gpu; /* host and GPU writers alike (ferry_fp8_cuda_block_quantize_ld) */
     for (size_t i = 0; i < nq; i++) {
         uint32_t nd = q[i].box.ndim;
         if (nd < 2 || nd > 3 || q[i].src_strides[nd - 1] != 1)

@@ -109,9 +109,9 @@ ferry_status_t sync_regions_resolve(sync_member_t *m, sync_regions_t *rg, uint64
                                     const meta_bytes_t *descs, size_t n, const char *what, uint32_t rank);
 void sync_regions_free(sync_regions_t *rg, ferry_ctx_t *ctx);
 /* FERRY_ERR_UNSUPPORTED (said on err) for a writer's plan whose quant ops
- * (FP8 destinations) it cannot run: on a GPU writer, or from a source
- * whose rows are not contiguous. */
-ferry_status_t sync_check_quant(const ferry_plan_t *plan, bool writer, bool gpu, ferry_errbuf_t *err);
+ * (FP8 destinations) it cannot run: from a source whose rows are not
+ * contiguous. */
+ferry_status_t sync_check_quant(const ferry_plan_t *plan, bool writer, ferry_errbuf_t *err);
 
 /* wire.c: a rank's layout <-> its wire columns (meta/rank_layout.h). A
  * rank's columns name the tensors its pieces name, each fp8 one with its
