@@ -73,6 +73,31 @@ static ferry_status_t check_tensor(ferry_plan_t *p, uint32_t t, uint32_t st, con
                                    const uint32_t *needed) {
     ferry_tensor_info_t di, si;
     ferry_model_tensor(p->dst_model, t, &di);
+    ferry_tensor_quant_t dq, sq = {.kind = FERRY_QUANT_NONE};
+    ferry_model_tensor_quant(p->dst_model, t, &dq);
+    if (st != PLAN_NONE) ferry_model_tensor_quant(p->src_model, st, &sq);
+    if (dq.kind != FERRY_QUANT_NONE && sq.kind != dq.kind) {
+        /* an fp8 engine fed by an unquantized trainer: the writer must
+         * quantize, which the planner does not plan yet */
+        const char *had = "absent";
+        if (st != PLAN_NONE) {
+            ferry_model_tensor(p->src_model, st, &si);
+            had = ferry_dtype_name(si.dtype);
+        }
+        ferry_tensor_info_t wi;
+        ferry_model_tensor(p->dst_model, dq.partner, &wi);
+        if (dq.kind == FERRY_QUANT_FP8_BLOCK)
+            return ferry_fail(&p->err, FERRY_ERR_UNSUPPORTED,
+                              "tensor %s: fp8 block-quantized in the destination (F8_E4M3, scales in %s), %s "
+                              "in the source; quantizing on the writer is not planned yet (issue 20 step 4: "
+                              "the planner's quantize ops)",
+                              di.name, wi.name, had);
+        return ferry_fail(&p->err, FERRY_ERR_UNSUPPORTED,
+                          "tensor %s: the scales of fp8 tensor %s in the destination, %s in the source; "
+                          "quantizing on the writer is not planned yet (issue 20 step 4: the planner's "
+                          "quantize ops)",
+                          di.name, wi.name, had);
+    }
     if (st == PLAN_NONE)
         return ferry_fail(&p->err, FERRY_ERR_COVERAGE,
                           "tensor %s: the destination holds it but the source model has no "
