@@ -33,4 +33,6 @@ expect 2 "--ranks-per-host \"0\": out of range; want an integer from 1 to 167772
 expect 2 "--bucket \"0\": out of range; want from 1 to" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket 0
 expect 2 "unknown key \"xp\"" -- plan --model qwen3-0.6b --train xp=2 --infer tp=4
 expect 2 "num_attention_heads = 16 is not divisible by attention tp (tp/dp) = 3" -- plan --model qwen3-0.6b --train tp=2 --infer tp=3
+# a bf16 trainer into an fp8 engine needs quantize ops (issue 20 step 4): refused, naming the tensor
+expect 1 "model.layers.0.self_attn.q_a_proj.weight: fp8 block-quantized in the destination (F8_E4M3, scales in model.layers.0.self_attn.q_a_proj.weight_scale_inv), BF16 in the source; quantizing on the writer is not planned yet (issue 20 step 4" -- plan --model "$(dirname "$0")/../golden/tiny-mla-fp8.json" --train tp=2 --infer tp=2,ep=2 --quant auto
 expect_done
