@@ -530,7 +530,7 @@ static void test_infer_fp8(void) {
     ferry_plan_t *plan = NULL;
     CHECK_OK(ferry_plan_build(ctx, train, l, NULL, &plan), ferry_ctx_error(ctx));
     CHECK_OK(ferry_plan_verify(plan, train, l), ferry_plan_error(plan));
-    uint64_t blocks = 0, want = 0;
+    uint64_t blocks = 0, need = 0;
     for (size_t i = 0; i < ferry_plan_quant_op_count(plan); i++) {
         const ferry_quant_op_t *q = &ferry_plan_quant_ops(plan)[i];
         uint32_t nd = q->box.ndim;
@@ -542,10 +542,10 @@ static void test_infer_fp8(void) {
         ferry_tensor_info_t ti;
         if (!ferry_model_tensor_quant(m, t, &tq) || tq.kind != FERRY_QUANT_FP8_BLOCK) continue;
         ferry_model_tensor(m, t, &ti);
-        want += (ti.ndim == 3 ? (uint64_t)ti.shape[0] : 1) *
+        need += (ti.ndim == 3 ? (uint64_t)ti.shape[0] : 1) *
                 ferry_fp8_scale_count((uint64_t)ti.shape[ti.ndim - 2], (uint64_t)ti.shape[ti.ndim - 1]);
     }
-    CHECK(ferry_plan_quant_op_count(plan) > 0 && blocks == want); /* the engine holds every block: each once */
+    CHECK(ferry_plan_quant_op_count(plan) > 0 && blocks == need); /* the engine holds every block: each once */
     ferry_plan_destroy(plan);
     ferry_layout_destroy(train);
     ferry_layout_destroy(l);
