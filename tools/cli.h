@@ -61,6 +61,9 @@ ferry_model_t *cli_load_model(ferry_ctx_t *ctx, const char *arg, bool mtp);
 /* Same, with quantization (FERRY_MODEL_QUANT_NONE is cli_load_model). */
 ferry_model_t *cli_load_model_quant(ferry_ctx_t *ctx, const char *arg, bool mtp, ferry_model_quant_t quant);
 
+/* Parses --quant none|auto|fp8; prints why not and returns false. */
+bool cli_quant(const char *s, ferry_model_quant_t *out);
+
 /* "16.38 GiB"-style sizes into buf. */
 const char *cli_bytes(uint64_t bytes, char *buf, size_t size);
 /* "8.19 B"-style counts into buf. */

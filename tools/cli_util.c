@@ -56,6 +56,17 @@ ferry_model_t *cli_load_model_quant(ferry_ctx_t *ctx, const char *arg, bool mtp,
     return m;
 }
 
+bool cli_quant(const char *s, ferry_model_quant_t *out) {
+    if (s && !strcmp(s, "none")) *out = FERRY_MODEL_QUANT_NONE;
+    else if (s && !strcmp(s, "auto")) *out = FERRY_MODEL_QUANT_AUTO;
+    else if (s && !strcmp(s, "fp8")) *out = FERRY_MODEL_QUANT_FP8;
+    else {
+        fprintf(stderr, "%s: --quant must be none, auto or fp8, not \"%s\"\n", cli_parse_who(), s ? s : "");
+        return false;
+    }
+    return true;
+}
+
 const char *cli_bytes(uint64_t b, char *buf, size_t size) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     double v = (double)b;

@@ -11,7 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry layout --model M --side train|infer --parallel SPEC [--rank N]\n"
-            "                    [--ranks all] [--mtp] [--json]\n"
+            "                    [--ranks all] [--mtp] [--quant none|auto|fp8] [--json]\n"
             "  M      a config.json path or a bundled name (qwen3-0.6b, qwen3-8b,\n"
             "         qwen3-30b-a3b, deepseek-v3, kimi-k2)\n"
             "  SPEC   train: tp=,pp=,vpp=,cp=,ep=,etp=,dp=,pp_first=,pp_last=,pp_layers=a+b+..,\n"
@@ -20,6 +20,9 @@ static void usage(FILE *f) {
             "                buffers=param|flat, vocab_multiple=\n"
             "  --rank N     also list rank N's buffers and the tensor boxes in each\n"
             "  --ranks all  print every rank's row (default: the first 16 of a large world)\n"
+            "  --quant      the model's spec as for ferry model --quant: auto or fp8 gives an fp8\n"
+            "               engine's spec (F8_E4M3 weights, each with its weight_scale_inv param);\n"
+            "               engine layouts only (a trainer's spec is always none, the default)\n"
             "  --json       machine-readable output\n"
             "Exit status: 0 valid layout, 1 coverage check failed, 2 bad input.\n");
 }
@@ -195,6 +198,7 @@ int cmd_layout(int argc, char **argv) {
     const char *model_arg = NULL, *side_arg = NULL, *par_arg = NULL;
     uint32_t rank_arg = UINT32_MAX; /* none */
     bool json = false, mtp = false, all_rows = false;
+    ferry_model_quant_t quant = FERRY_MODEL_QUANT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_opt(argc, argv, &i, "--model", &v)) model_arg = v;
@@ -202,6 +206,8 @@ int cmd_layout(int argc, char **argv) {
         else if (cli_opt(argc, argv, &i, "--parallel", &v)) par_arg = v;
         else if (cli_opt(argc, argv, &i, "--rank", &v)) {
             if (!cli_u32("--rank", v, 0, (1u << 24) - 1, &rank_arg)) return CLI_USAGE;
+        } else if (cli_opt(argc, argv, &i, "--quant", &v)) {
+            if (v && !cli_quant(v, &quant)) return CLI_USAGE;
         }
         else if (cli_opt(argc, argv, &i, "--ranks", &v)) {
             if (v && strcmp(v, "all") != 0) {
@@ -251,7 +257,7 @@ int cmd_layout(int argc, char **argv) {
         fprintf(stderr, "ferry layout: %s\n", ferry_ctx_error(ctx));
         goto out;
     }
-    if (!(m = cli_load_model(ctx, model_arg, mtp))) goto out;
+    if (!(m = cli_load_model_quant(ctx, model_arg, mtp, quant))) goto out;
     st = ferry_layout_build(ctx, m, &par, FERRY_ALL_RANKS, &l);
     if (st != FERRY_OK) {
         fprintf(stderr, "ferry layout: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));

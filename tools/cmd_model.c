@@ -56,17 +56,7 @@ int cmd_model(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--mtp")) {
             mtp = true;
         } else if (cli_opt(argc, argv, &i, "--quant", &v)) {
-            if (!v) return CLI_USAGE;
-            if (!strcmp(v, "none")) {
-                quant = FERRY_MODEL_QUANT_NONE;
-            } else if (!strcmp(v, "auto")) {
-                quant = FERRY_MODEL_QUANT_AUTO;
-            } else if (!strcmp(v, "fp8")) {
-                quant = FERRY_MODEL_QUANT_FP8;
-            } else {
-                fprintf(stderr, "ferry model: --quant must be none, auto or fp8, not \"%s\"\n", v);
-                return CLI_USAGE;
-            }
+            if (!v || !cli_quant(v, &quant)) return CLI_USAGE;
         } else if (!strcmp(argv[i], "--help")) {
             usage(stdout);
             return CLI_OK;

@@ -13,7 +13,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ferry plan --model M --train SPEC --infer SPEC [--rank R] [--writer S]\n"
             "                  [--ranks-per-host N] [--bucket BYTES] [--pack-below BYTES] [--pack-limit BYTES]\n"
-            "                  [--locals N] [--repeat R] [--mtp] [--json]\n"
+            "                  [--locals N] [--repeat R] [--mtp] [--quant none|auto|fp8] [--json]\n"
             "  M      a config.json path or a bundled name (see ferry layout --help)\n"
             "  SPEC   parallel configurations as for ferry layout --parallel\n"
             "  --rank R            the local plan of destination rank R: its sources in reading order\n"
@@ -27,6 +27,9 @@ static void usage(FILE *f) {
             "                      (BYTES: digits with an optional K, M, G or T, powers of 1024)\n"
             "  --locals N          also time the local plans of N destination and N source ranks\n"
             "  --repeat R          build the global plan R times (1..1000) and report the median time\n"
+            "  --quant Q           the engine's spec as for ferry model --quant (the trainer's is\n"
+            "                      always none); an fp8 engine needs quantize ops, which the\n"
+            "                      planner does not build yet: refused\n"
             "  --json              machine-readable output\n"
             "Exit status: 0 planned and verified, 1 planning or verification failed, 2 bad input.\n");
 }
@@ -177,6 +180,7 @@ int cmd_plan(int argc, char **argv) {
                *writer_arg = NULL, *rph_arg = NULL, *bucket_arg = NULL, *pack_arg = NULL, *limit_arg = NULL,
                *locals_arg = NULL, *repeat_arg = NULL;
     bool json = false, mtp = false;
+    ferry_model_quant_t quant = FERRY_MODEL_QUANT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_opt(argc, argv, &i, "--model", &v)) model_arg = v;
@@ -190,7 +194,9 @@ int cmd_plan(int argc, char **argv) {
         else if (cli_opt(argc, argv, &i, "--pack-limit", &v)) limit_arg = v;
         else if (cli_opt(argc, argv, &i, "--locals", &v)) locals_arg = v;
         else if (cli_opt(argc, argv, &i, "--repeat", &v)) repeat_arg = v;
-        else if (!strcmp(argv[i], "--json")) {
+        else if (cli_opt(argc, argv, &i, "--quant", &v)) {
+            if (v && !cli_quant(v, &quant)) return CLI_USAGE;
+        } else if (!strcmp(argv[i], "--json")) {
             json = true;
             continue;
         } else if (!strcmp(argv[i], "--mtp")) {
@@ -240,7 +246,7 @@ int cmd_plan(int argc, char **argv) {
         return CLI_USAGE;
     }
     int rc = CLI_USAGE;
-    ferry_model_t *m = NULL;
+    ferry_model_t *m = NULL, *em = NULL; /* the trainer's spec, the engine's (when it differs) */
     ferry_layout_t *src = NULL, *dst = NULL;
     ferry_plan_t *plan = NULL, *local = NULL;
     uint32_t *src_hosts = NULL, *dst_hosts = NULL;
@@ -253,9 +259,10 @@ int cmd_plan(int argc, char **argv) {
         goto out;
     }
     if (!(m = cli_load_model(ctx, model_arg, mtp))) goto out;
+    if (quant != FERRY_MODEL_QUANT_NONE && !(em = cli_load_model_quant(ctx, model_arg, mtp, quant))) goto out;
     double t0 = cli_now_s();
     ferry_status_t st = ferry_layout_build(ctx, m, &tp, FERRY_ALL_RANKS, &src);
-    if (st == FERRY_OK) st = ferry_layout_build(ctx, m, &ip, FERRY_ALL_RANKS, &dst);
+    if (st == FERRY_OK) st = ferry_layout_build(ctx, em ? em : m, &ip, FERRY_ALL_RANKS, &dst);
     if (st != FERRY_OK) {
         fprintf(stderr, "ferry plan: %s (%s)\n", ferry_ctx_error(ctx), ferry_status_name(st));
         goto out;
@@ -361,10 +368,11 @@ int cmd_plan(int argc, char **argv) {
                             json_pack("{s:I, s:I, s:I}", "min", (json_int_t)sdst.min, "median",
                                       (json_int_t)sdst.median, "max", (json_int_t)sdst.max));
         json_object_set_new(jout, "ops",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "ops", (json_int_t)s.ops, "runs",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "ops", (json_int_t)s.ops, "runs",
                                       (json_int_t)s.runs, "packed", (json_int_t)s.packed_ops, "gathered", (json_int_t)s.gather_ops, "pack_bytes",
                                       (json_int_t)s.pack_bytes, "buckets", (json_int_t)s.buckets, "pairs",
-                                      (json_int_t)s.pairs));
+                                      (json_int_t)s.pairs, "quant_ops", (json_int_t)s.quant_ops, "quant_bytes",
+                                      (json_int_t)s.quant_bytes));
         json_object_set_new(jout, "verified", json_boolean(vst == FERRY_OK));
         if (vst != FERRY_OK) json_object_set_new(jout, "verify_error", json_string(ferry_plan_error(plan)));
         if (nlocals)
@@ -404,6 +412,10 @@ int cmd_plan(int argc, char **argv) {
            (unsigned long long)s.ops, (unsigned long long)s.runs, (unsigned long long)s.packed_ops,
            cli_bytes(s.pack_bytes, b1, sizeof b1), gathered, (unsigned long long)s.buckets,
            (unsigned long long)s.pairs);
+    if (s.quant_ops)
+        printf("quantized  %llu quant ops write %s of fp8 bytes and scales into the writers' pack areas (each "
+               "block of the engine's fp8 weights once per version)\n",
+               (unsigned long long)s.quant_ops, cli_bytes(s.quant_bytes, b1, sizeof b1));
     if (vst == FERRY_OK)
         printf("verified   every byte of the %zu destination pieces is written exactly once, from a "
                "source piece that holds it (%.2f s)\n", ferry_layout_piece_count(dst), t_verify);
@@ -430,6 +442,7 @@ out:
     ferry_plan_destroy(plan);
     ferry_layout_destroy(src);
     ferry_layout_destroy(dst);
+    ferry_model_destroy(em);
     ferry_model_destroy(m);
     ferry_ctx_destroy(ctx);
     return rc;

@@ -414,6 +414,12 @@ ferry_status_t ferry_layout_create(ferry_ctx_t *ctx, const ferry_model_t *model,
 /* Builds the layout of a parallel configuration: all ranks, or only `rank`
  * (the others then hold nothing; rank infos are filled for all). Fails with
  * a detail naming the model field and parallel size that do not fit.
+ * An fp8 spec (FERRY_MODEL_QUANT_AUTO/FP8) lays out as vLLM loads it on the
+ * engine side: each fp8 parameter's `<param>_scale_inv` (F32, 128-blocks)
+ * holds the blocks of the boxes the parameter holds, in the same order;
+ * shards vLLM refuses (a split cutting a 128-block; transpose= on an fp8
+ * parameter; a fused layer's shards at two precisions) and trainer layouts
+ * of an fp8 spec are FERRY_ERR_UNSUPPORTED (docs/layouts.md).
  * Ownership: caller owns *out; model must outlive it. Errors: detail on ctx.
  * Thread-safety: one thread at a time per ctx. */
 ferry_status_t ferry_layout_build(ferry_ctx_t *ctx, const ferry_model_t *model,
@@ -465,7 +471,11 @@ typedef struct ferry_coverage {
     uint32_t max_replicas;   /* most ranks holding some element */
 } ferry_coverage_t;
 
-/* Checks that the pieces cover every element of every tensor exactly once,
+/* Checks, per rank, that the pieces of each fp8 block-quantized tensor hold
+ * whole 128 x 128 blocks (a box may end in a partial block only at the
+ * tensor's end) and pair one for one with pieces of its scale tensor whose
+ * box is the blocks of theirs (scales mirror weights). Then checks that the
+ * pieces cover every element of every tensor exactly once,
  * counting pieces with identical (tensor, box) as replicas of one another:
  * every element must be held, and all elements of a tensor equally often
  * (so the distinct boxes tile each copy with no gap and no partial overlap;

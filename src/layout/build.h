@@ -21,7 +21,10 @@ typedef struct builder {
 } builder_t;
 
 /* A parameter: one buffer (or a region of the rank's flat buffer) holding a
- * logical array of shape[ndim], possibly stored with its last two dims swapped. */
+ * logical array of shape[ndim], possibly stored with its last two dims swapped.
+ * A parameter of fp8 block-quantized tensors comes with its scale parameter
+ * (`<name>_scale_inv`, F32, the last two dims in 128-blocks, rounded up), into
+ * which every placement of a weight box places the box's blocks. */
 typedef struct param {
     bool valid;
     uint32_t buffer;
@@ -30,6 +33,11 @@ typedef struct param {
     uint32_t ndim;
     int64_t shape[3];
     int64_t stride[3]; /* elements */
+    bool quant;        /* holds FERRY_QUANT_FP8_BLOCK tensors; s* is the scale parameter */
+    uint32_t sbuffer;
+    uint64_t sbase;
+    int64_t sstride[3];
+    char name[200];    /* for errors */
 } param_t;
 
 /* Starts rank emission (sets b->rank/emit, resets flat state). */
@@ -43,11 +51,38 @@ void build_end_rank(builder_t *b);
 param_t param_open(builder_t *b, ferry_dtype_t dtype, uint32_t ndim, int64_t d0, int64_t d1,
                    int64_t d2, const char *fmt, ...) FERRY_PRINTF(7, 8);
 
+/* Opens the parameter of tensor t (and of the tensors fused with it, which
+ * must agree with t: build_quant_group): t's dtype; when t is fp8
+ * block-quantized, its scale parameter too. A transpose glob matching an fp8
+ * parameter or its scale is FERRY_ERR_UNSUPPORTED (v1), decided on every
+ * rank, emitted or not. */
+param_t param_open_q(builder_t *b, uint32_t t, uint32_t ndim, int64_t d0, int64_t d1, int64_t d2,
+                     const char *fmt, ...) FERRY_PRINTF(7, 8);
+
+/* Whether the n tensors fused into parameter `param` are fp8 block-quantized:
+ * all of them or none (vLLM quantizes a fused layer's shards alike), else
+ * FERRY_ERR_UNSUPPORTED naming the parameter and a tensor of each kind. */
+bool build_quant_group(builder_t *b, const char *param, const uint32_t *ts, size_t n);
+
+/* vLLM's refusals of fp8 shards that cut a 128-block (validate_fp8_block_shape):
+ * a split (split > 1) column-parallel parameter needs every output part a
+ * multiple of 128; an unsplit merged one every part but the last; */
+void build_fp8_out_parts(builder_t *b, const char *param, const int64_t *parts, size_t n, uint32_t split);
+/* a split row-parallel parameter needs its input partition a multiple of 128. */
+void build_fp8_in_part(builder_t *b, const char *param, int64_t in_part, uint32_t split);
+
+static inline bool build_is_fp8(const builder_t *b, uint32_t t) {
+    return b->m->tensors[t].quant == FERRY_QUANT_FP8_BLOCK;
+}
+
 /* Looks up a tensor by name; a missing one is an internal error. */
 uint32_t build_tensor(builder_t *b, const char *fmt, ...) FERRY_PRINTF(2, 3);
 
 /* Places `box` of tensor t into param q: the box's first element lands at
- * param coordinates origin[], and box dim d runs along param dim map[d]. */
+ * param coordinates origin[], and box dim d runs along param dim map[d]. For
+ * a quantized param, also blocks(box) of t's scale into the scale param at
+ * origin / 128 (box and origin must lie on the block grid, a box's extent may
+ * end in a partial block only at the tensor's end). */
 void place(builder_t *b, const param_t *q, uint32_t t, const ferry_box_t *box,
            const int64_t *origin, const uint32_t *map);
 

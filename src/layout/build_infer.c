@@ -40,23 +40,32 @@ static void emit_qkv(infer_t *t, const char *hf, const char *kind) {
         nkv = a->num_kv_heads / t->attn_tp;
         kv0 = (int64_t)t->a_rank * nkv;
     }
-    param_t q = param_open(b, a->dtype, bias ? 1 : 2, (nq + 2 * nkv) * d, bias ? 0 : a->hidden_size, 0,
-                           "%s.self_attn.qkv_proj.%s", hf, kind);
-    place_rows(b, &q, build_tensor(b, "%s.self_attn.q_proj.%s", hf, kind), (int64_t)t->a_rank * nq * d,
-               nq * d, 0, 0);
-    place_rows(b, &q, build_tensor(b, "%s.self_attn.k_proj.%s", hf, kind), kv0 * d, nkv * d, 0, nq * d);
-    place_rows(b, &q, build_tensor(b, "%s.self_attn.v_proj.%s", hf, kind), kv0 * d, nkv * d, 0,
-               (nq + nkv) * d);
+    char name[256];
+    snprintf(name, sizeof name, "%s.self_attn.qkv_proj.%s", hf, kind);
+    uint32_t ts[3] = {build_tensor(b, "%s.self_attn.q_proj.%s", hf, kind),
+                      build_tensor(b, "%s.self_attn.k_proj.%s", hf, kind),
+                      build_tensor(b, "%s.self_attn.v_proj.%s", hf, kind)};
+    if (build_quant_group(b, name, ts, 3))
+        build_fp8_out_parts(b, name, (const int64_t[]){nq * d, nkv * d, nkv * d}, 3, t->attn_tp);
+    param_t q = param_open_q(b, ts[0], bias ? 1 : 2, (nq + 2 * nkv) * d, bias ? 0 : a->hidden_size, 0, "%s",
+                             name);
+    place_rows(b, &q, ts[0], (int64_t)t->a_rank * nq * d, nq * d, 0, 0);
+    place_rows(b, &q, ts[1], kv0 * d, nkv * d, 0, nq * d);
+    place_rows(b, &q, ts[2], kv0 * d, nkv * d, 0, (nq + nkv) * d);
 }
 
 static void emit_gate_up(infer_t *t, const char *hf_mlp, int64_t inter, const char *kind) {
     builder_t *b = t->b;
     bool bias = strcmp(kind, "bias") == 0;
     int64_t n = inter / b->p->tp, r0 = (int64_t)t->local * n;
-    param_t q = param_open(b, b->a->dtype, bias ? 1 : 2, 2 * n, bias ? 0 : b->a->hidden_size, 0,
-                           "%s.gate_up_proj.%s", hf_mlp, kind);
-    place_rows(b, &q, build_tensor(b, "%s.gate_proj.%s", hf_mlp, kind), r0, n, 0, 0);
-    place_rows(b, &q, build_tensor(b, "%s.up_proj.%s", hf_mlp, kind), r0, n, 0, n);
+    char name[256];
+    snprintf(name, sizeof name, "%s.gate_up_proj.%s", hf_mlp, kind);
+    uint32_t ts[2] = {build_tensor(b, "%s.gate_proj.%s", hf_mlp, kind),
+                      build_tensor(b, "%s.up_proj.%s", hf_mlp, kind)};
+    if (build_quant_group(b, name, ts, 2)) build_fp8_out_parts(b, name, (const int64_t[]){n, n}, 2, b->p->tp);
+    param_t q = param_open_q(b, ts[0], bias ? 1 : 2, 2 * n, bias ? 0 : b->a->hidden_size, 0, "%s", name);
+    place_rows(b, &q, ts[0], r0, n, 0, 0);
+    place_rows(b, &q, ts[1], r0, n, 0, n);
 }
 
 static void emit_mlp(infer_t *t, const char *hf_mlp, int64_t inter, bool bias) {
@@ -71,14 +80,43 @@ static void emit_mlp(infer_t *t, const char *hf_mlp, int64_t inter, bool bias) {
     }
 }
 
+/* vLLM's Fp8MoEMethod: the per-rank intermediate size must hold whole blocks
+ * (w13's gate and up parts; w2's input when the experts are split) */
+static void check_fp8_experts(infer_t *t, const char *hf, int64_t ip) {
+    builder_t *b = t->b;
+    if (ip % FERRY_FP8_BLOCK != 0)
+        build_fail(b, FERRY_ERR_UNSUPPORTED,
+                   "model %s: fp8 experts %s.mlp.experts (w13_weight): The output_size of gate's and up's "
+                   "weight = %lld is not divisible by weight quantization block_n = %u (vLLM refuses "
+                   "moe_intermediate_size / (tp/ep) = %lld / %u)",
+                   b->m->name, hf, (long long)ip, FERRY_FP8_BLOCK, (long long)b->a->moe_intermediate_size,
+                   t->moe_tp);
+}
+
 static void emit_experts(infer_t *t, const char *hf) {
     builder_t *b = t->b;
     const ferry_arch_t *a = b->a;
     int64_t el = a->num_experts / b->p->ep, ip = a->moe_intermediate_size / t->moe_tp;
     int64_t e0 = (int64_t)(t->local / t->moe_tp) * el, i0 = (int64_t)(t->local % t->moe_tp) * ip;
     int64_t h = a->hidden_size;
-    param_t w13 = param_open(b, a->dtype, 3, el, 2 * ip, h, "%s.mlp.experts.w13_weight", hf);
-    param_t w2 = param_open(b, a->dtype, 3, el, h, ip, "%s.mlp.experts.w2_weight", hf);
+    char w13n[256], w2n[256];
+    snprintf(w13n, sizeof w13n, "%s.mlp.experts.w13_weight", hf);
+    snprintf(w2n, sizeof w2n, "%s.mlp.experts.w2_weight", hf);
+    /* one FusedMoE layer, one quantization: every local expert's three
+     * linears alike (checked on every rank, so every expert is seen) */
+    uint32_t first = build_tensor(b, "%s.mlp.experts.%lld.gate_proj.weight", hf, (long long)e0);
+    for (int64_t j = 0; b->m->nquant && j < el && b->st == FERRY_OK; j++) {
+        static const char *const lin[3] = {"gate", "up", "down"};
+        for (int k = 0; k < 3 && b->st == FERRY_OK; k++) {
+            uint32_t ts[2] = {first, build_tensor(b, "%s.mlp.experts.%lld.%s_proj.weight", hf,
+                                                  (long long)(e0 + j), lin[k])};
+            build_quant_group(b, k == 2 ? w2n : w13n, ts, 2);
+        }
+    }
+    if (b->st != FERRY_OK) return;
+    if (build_is_fp8(b, first)) check_fp8_experts(t, hf, ip);
+    param_t w13 = param_open_q(b, first, 3, el, 2 * ip, h, "%s", w13n);
+    param_t w2 = param_open_q(b, first, 3, el, h, ip, "%s", w2n);
     for (int64_t j = 0; j < el && b->st == FERRY_OK; j++) {
         long long e = (long long)(e0 + j);
         place_rows(b, &w13, build_tensor(b, "%s.mlp.experts.%lld.gate_proj.weight", hf, e), i0, ip, j, 0);
@@ -95,11 +133,17 @@ static void emit_mla(infer_t *t, const char *hf) {
     int64_t kva = a->kv_lora_rank + a->qk_rope_head_dim;
     if (a->q_lora_rank) {
         /* q_a_proj and kv_a_proj_with_mqa fused into one replicated matrix */
-        param_t q = param_open(b, a->dtype, 2, a->q_lora_rank + kva, h, 0,
-                               "%s.self_attn.fused_qkv_a_proj.weight", hf);
-        place_whole(b, &q, build_tensor(b, "%s.self_attn.q_a_proj.weight", hf));
-        place_rows(b, &q, build_tensor(b, "%s.self_attn.kv_a_proj_with_mqa.weight", hf), 0, kva, 0,
-                   a->q_lora_rank);
+        char name[256];
+        snprintf(name, sizeof name, "%s.self_attn.fused_qkv_a_proj.weight", hf);
+        uint32_t ts[2] = {build_tensor(b, "%s.self_attn.q_a_proj.weight", hf),
+                          build_tensor(b, "%s.self_attn.kv_a_proj_with_mqa.weight", hf)};
+        /* replicated and merged: kv_a (576 = 4.5 blocks in DeepSeek-V3) may
+         * end in a partial block, being the last part */
+        if (build_quant_group(b, name, ts, 2))
+            build_fp8_out_parts(b, name, (const int64_t[]){a->q_lora_rank, kva}, 2, 1);
+        param_t q = param_open_q(b, ts[0], 2, a->q_lora_rank + kva, h, 0, "%s", name);
+        place_whole(b, &q, ts[0]);
+        place_rows(b, &q, ts[1], 0, kva, 0, a->q_lora_rank);
         snprintf(buf, sizeof buf, "%s.self_attn.q_a_layernorm.weight", hf);
         emit_replicated(t->b, buf, buf);
         snprintf(buf, sizeof buf, "%s.self_attn.q_b_proj.weight", hf);

@@ -1,4 +1,7 @@
 /* Layout validation.
+ * Scales mirror weights: on each rank, the pieces of an fp8 block-quantized
+ * tensor (block-aligned boxes) and those of its scale tensor pair up, box B
+ * with blocks(B), one for one.
  * Coverage: per tensor, the distinct boxes (with how many pieces hold each)
  * are accumulated on a grid compressed to the boxes' boundaries; every cell
  * must be held at least once and all cells equally often, i.e. each replica
@@ -421,6 +424,145 @@ static ferry_status_t check_buffers(ferry_layout_t *l) {
     return st;
 }
 
+/* ---- scales mirror weights -------------------------------------------- */
+
+/* A piece of an fp8 pair, keyed by its box in scale-block coordinates (fp8
+ * tensors have 2 or 3 dimensions). */
+typedef struct {
+    uint32_t rank, weight; /* the pair: its FP8_BLOCK tensor */
+    uint32_t ndim, side;   /* side 0: a weight piece, 1: a scale piece */
+    int64_t off[3], ext[3];
+    size_t piece;
+} mirror_t;
+
+static int cmp_mirror(const void *x, const void *y) {
+    const mirror_t *a = x, *b = y;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    if (a->weight != b->weight) return a->weight < b->weight ? -1 : 1;
+    for (uint32_t d = 0; d < a->ndim; d++) {
+        if (a->off[d] != b->off[d]) return a->off[d] < b->off[d] ? -1 : 1;
+        if (a->ext[d] != b->ext[d]) return a->ext[d] < b->ext[d] ? -1 : 1;
+    }
+    if (a->side != b->side) return a->side < b->side ? -1 : 1;
+    return a->piece < b->piece ? -1 : a->piece > b->piece;
+}
+
+static bool same_group(const mirror_t *a, const mirror_t *b) {
+    if (a->rank != b->rank || a->weight != b->weight) return false;
+    for (uint32_t d = 0; d < a->ndim; d++)
+        if (a->off[d] != b->off[d] || a->ext[d] != b->ext[d]) return false;
+    return true;
+}
+
+static void mirror_box(const mirror_t *k, ferry_box_t *box) {
+    memset(box, 0, sizeof *box);
+    box->ndim = k->ndim;
+    for (uint32_t d = 0; d < k->ndim; d++) {
+        box->offset[d] = k->off[d];
+        box->extent[d] = k->ext[d];
+    }
+}
+
+/* Fills k from weight piece p: its box in blocks, or fails naming a box that
+ * cuts a block (only a box reaching the tensor's end may end in a partial one). */
+static ferry_status_t weight_key(ferry_layout_t *l, const ferry_piece_t *p, mirror_t *k) {
+    const model_tensor_t *t = &l->model->tensors[p->tensor];
+    const int64_t B = FERRY_FP8_BLOCK;
+    k->ndim = p->box.ndim;
+    for (uint32_t d = 0; d < p->box.ndim; d++) {
+        int64_t off = p->box.offset[d], end = off + p->box.extent[d];
+        if (d + 2 < p->box.ndim) { /* leading (expert) dims: as they are */
+            k->off[d] = off;
+            k->ext[d] = p->box.extent[d];
+            continue;
+        }
+        if (off % B != 0 || (end % B != 0 && end != t->shape[d])) {
+            char bx[256];
+            ferry_box_format(&p->box, bx, sizeof bx);
+            return ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                              "rank %u: fp8 tensor %s: piece %s cuts a 128x128 scale block (an fp8 "
+                              "piece holds whole blocks; only the tensor's last block may be partial)",
+                              p->rank, model_tensor_name(l->model, p->tensor), bx);
+        }
+        k->off[d] = off / B;
+        k->ext[d] = (end + B - 1) / B - off / B;
+    }
+    return FERRY_OK;
+}
+
+static ferry_status_t mirror_error(ferry_layout_t *l, const mirror_t *g, size_t n, size_t nw) {
+    const ferry_model_t *m = l->model;
+    uint32_t w = g[0].weight, s = m->tensors[w].partner;
+    char bb[256], pb[256];
+    ferry_box_t blocks;
+    mirror_box(&g[0], &blocks);
+    ferry_box_format(&blocks, bb, sizeof bb);
+    ferry_box_format(&l->pieces[g[0].piece].box, pb, sizeof pb);
+    if (nw == n)
+        return ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                          "rank %u: fp8 tensor %s %s has no piece of its scale %s %s on the rank "
+                          "(each fp8 piece needs the scale blocks it holds)",
+                          g[0].rank, model_tensor_name(m, w), pb, model_tensor_name(m, s), bb);
+    if (nw == 0)
+        return ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                          "rank %u: scale tensor %s %s matches no piece of its fp8 tensor %s on the rank "
+                          "(a scale piece holds the blocks of one fp8 piece)",
+                          g[0].rank, model_tensor_name(m, s), pb, model_tensor_name(m, w));
+    return ferry_fail(&l->err, FERRY_ERR_COVERAGE,
+                      "rank %u: fp8 tensor %s %s is held %zu times but its scale %s %s %zu times",
+                      g[0].rank, model_tensor_name(m, w), pb, nw, model_tensor_name(m, s), bb, n - nw);
+}
+
+static ferry_status_t check_scales(ferry_layout_t *l) {
+    const ferry_model_t *m = l->model;
+    if (m->nquant == 0) return FERRY_OK;
+    size_t n = 0;
+    for (size_t i = 0; i < l->npieces; i++) n += m->tensors[l->pieces[i].tensor].quant != FERRY_QUANT_NONE;
+    if (n == 0) return FERRY_OK;
+    mirror_t *keys = ferry_calloc(l->ctx, n, sizeof *keys);
+    if (!keys) return ferry_fail(&l->err, FERRY_ERR_NO_MEMORY, "out of memory validating fp8 scales");
+    ferry_status_t st = FERRY_OK;
+    size_t k = 0;
+    for (size_t i = 0; i < l->npieces && st == FERRY_OK; i++) {
+        const ferry_piece_t *p = &l->pieces[i];
+        const model_tensor_t *t = &m->tensors[p->tensor];
+        if (t->quant == FERRY_QUANT_NONE) continue;
+        if (p->box.ndim < 2 || p->box.ndim > 3) { /* ferry_model_add_fp8 / link_fp8 allow 2-d and 3-d */
+            st = ferry_fail(&l->err, FERRY_ERR_INTERNAL, "fp8 tensor %s has %u dimensions",
+                            model_tensor_name(m, p->tensor), p->box.ndim);
+            break;
+        }
+        mirror_t *key = &keys[k++];
+        key->rank = p->rank;
+        key->piece = i;
+        if (t->quant == FERRY_QUANT_FP8_BLOCK) {
+            key->weight = p->tensor;
+            key->side = 0;
+            st = weight_key(l, p, key);
+        } else {
+            key->weight = t->partner;
+            key->side = 1;
+            key->ndim = p->box.ndim;
+            for (uint32_t d = 0; d < p->box.ndim; d++) {
+                key->off[d] = p->box.offset[d];
+                key->ext[d] = p->box.extent[d];
+            }
+        }
+    }
+    if (st == FERRY_OK) qsort(keys, n, sizeof *keys, cmp_mirror);
+    for (size_t i = 0; i < n && st == FERRY_OK;) {
+        size_t j = i, nw = 0;
+        for (; j < n && same_group(&keys[i], &keys[j]); j++) nw += keys[j].side == 0;
+        if (2 * nw != j - i) {
+            /* name a weight piece if the group has one, else the scale piece */
+            st = mirror_error(l, keys + i, j - i, nw);
+        }
+        i = j;
+    }
+    ferry_free(l->ctx, keys);
+    return st;
+}
+
 ferry_status_t ferry_layout_validate(ferry_layout_t *l, ferry_coverage_t *out) {
     if (!l) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_coverage_t cov;
@@ -428,7 +570,8 @@ ferry_status_t ferry_layout_validate(ferry_layout_t *l, ferry_coverage_t *out) {
     cov.tensors = l->model->ntensors;
     cov.pieces = l->npieces;
     cov.min_replicas = UINT32_MAX;
-    ferry_status_t st = check_coverage(l, &cov);
+    ferry_status_t st = check_scales(l);
+    if (st == FERRY_OK) st = check_coverage(l, &cov);
     if (st == FERRY_OK) st = check_buffers(l);
     if (st != FERRY_OK) return st;
     if (cov.min_replicas == UINT32_MAX) cov.min_replicas = 0;

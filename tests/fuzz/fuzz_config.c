@@ -15,7 +15,11 @@ static void try_layout(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t si
     ferry_parallel_t p;
     if (ferry_parallel_parse(ctx, side, spec, &p) != FERRY_OK) abort();
     ferry_layout_t *l = NULL;
-    if (ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l) != FERRY_OK) return; /* sizes may not divide */
+    ferry_status_t st = ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l);
+    if (st != FERRY_OK) { /* sizes may not divide, fp8 shards may cut blocks: said why */
+        if (ferry_ctx_error(ctx)[0] == '\0') abort();
+        return;
+    }
     ferry_coverage_t cov;
     if (ferry_layout_validate(l, &cov) != FERRY_OK) {
         fprintf(stderr, "accepted config gave an invalid layout (%s): %s\n", spec, ferry_layout_error(l));
@@ -25,8 +29,9 @@ static void try_layout(ferry_ctx_t *ctx, const ferry_model_t *m, ferry_side_t si
 }
 
 /* An fp8 engine's spec (quant auto): every pair names each other, weights
- * F8_E4M3, scales F32 of ceil(rows/128) x ceil(cols/128); not laid out (the
- * builders refuse fp8 specs for now). */
+ * F8_E4M3, scales F32 of ceil(rows/128) x ceil(cols/128); engine layouts of
+ * it validate (scales mirroring weights) or are refused saying why, and a
+ * trainer layout of it is refused. */
 static void try_quant(ferry_ctx_t *ctx, const uint8_t *data, size_t size) {
     ferry_model_options_t o = {.field_mask = FERRY_MODEL_OPT_QUANT, .quant = FERRY_MODEL_QUANT_AUTO};
     ferry_model_t *m = NULL;
@@ -48,6 +53,13 @@ static void try_quant(ferry_ctx_t *ctx, const uint8_t *data, size_t size) {
             abort();
     }
     if (weights != ferry_model_quant_count(m)) abort();
+    if (weights && nt <= 4096) {
+        try_layout(ctx, m, FERRY_SIDE_INFER, "tp=2,ep=2");
+        try_layout(ctx, m, FERRY_SIDE_INFER, "tp=4,dp=2,ep=1,replicas=2");
+        ferry_parallel_t p = ferry_parallel_defaults(FERRY_SIDE_TRAIN);
+        ferry_layout_t *l = NULL;
+        if (ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l) != FERRY_ERR_UNSUPPORTED) abort();
+    }
     ferry_model_destroy(m);
 }
 

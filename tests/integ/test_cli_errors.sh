@@ -27,6 +27,12 @@ expect 2 "pp_layers adds up to 27 layers" -- layout --model qwen3-0.6b --side tr
 expect 2 "has no experts; ep and etp must be 1" -- layout --model qwen3-8b --side train --parallel ep=2,dp=2
 expect 2 "tp*cp*dp = 4 is not divisible by ep*etp = 8" -- layout --model qwen3-30b-a3b --side train --parallel tp=4,ep=8
 expect 2 "--rank 99 is not a rank" -- layout --model qwen3-0.6b --side train --parallel tp=2 --rank 99
+# fp8 engines: the shards vLLM refuses, refused in its words; a trainer never holds fp8
+expect 2 "fp8 parameter model.layers.0.mlp.gate_up_proj.weight: Weight output_partition_size = 576 is not divisible by weight quantization block_n = 128" -- layout --model deepseek-v3 --side infer --parallel tp=32,dp=32,ep=32 --quant auto
+expect 2 "fp8 parameter model.layers.0.self_attn.q_b_proj.weight: Weight output_partition_size = 192 is not divisible" -- layout --model kimi-k2 --side infer --parallel tp=128,dp=2 --quant auto
+expect 2 "transpose=*o_proj* matches fp8 parameter model.layers.0.self_attn.o_proj.weight;" -- layout --model deepseek-v3 --side infer --parallel tp=8,transpose=*o_proj* --quant auto
+expect 2 "trainer layouts hold the unquantized weights" -- layout --model deepseek-v3 --side train --parallel tp=8 --quant auto
+expect 2 "--quant must be none, auto or fp8, not \"int4\"" -- layout --model deepseek-v3 --side infer --parallel tp=8 --quant int4
 out=$(FERRY_LOG=loud "$ferry" info 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -qF "FERRY_LOG=loud" <<<"$out"; then pass=$((pass + 1)); else echo "FAIL: FERRY_LOG=loud -> $rc $out"; fail=$((fail + 1)); fi
 expect 0 "<- model.layers.0.self_attn.k_proj.weight [0:128, 0:1024]  at byte 524288" -- layout --model qwen3-0.6b --side train --parallel tp=2 --rank 0

@@ -1,31 +1,38 @@
 #!/usr/bin/env bash
 # Every bundled model under several trainer and engine layouts (one per line
-# of layout_matrix.txt) must build, cover every element, and keep buffer bytes
-# disjoint; --json and --rank must agree with the plain output.
+# of layout_matrix.txt, options after the spec passed on, e.g. --quant auto
+# for an fp8 engine) must build, cover every element (fp8 scales mirroring
+# their weights), and keep buffer bytes disjoint; --json and --rank must
+# agree with the plain output.
+# Usage: test_layout_matrix.sh FERRY DIR [MATRIX_FILE MIN_LINES]
 set -u
 ferry=$1
 dir=$2
+matrix=${3:-layout_matrix.txt}
+min=${4:-30}
 fail=0
 count=0
-while read -r model side spec; do
+while read -r model side spec opts; do
     case "$model" in ''|'#'*) continue ;; esac
     count=$((count + 1))
-    out=$("$ferry" layout --model "$model" --side "$side" --parallel "$spec" 2>&1)
+    # shellcheck disable=SC2086 # opts: zero or more options
+    out=$("$ferry" layout --model "$model" --side "$side" --parallel "$spec" $opts 2>&1)
     rc=$?
     if [ $rc -ne 0 ] || ! grep -q '^coverage   ok' <<<"$out"; then
-        echo "FAIL: $model $side $spec (exit $rc)"
+        echo "FAIL: $model $side $spec $opts (exit $rc)"
         echo "$out" | tail -5
         fail=$((fail + 1))
         continue
     fi
     digest=$(sed -n 's/^digest *//p' <<<"$out")
-    json=$("$ferry" layout --model "$model" --side "$side" --parallel "$spec" --json --rank 0)
+    # shellcheck disable=SC2086
+    json=$("$ferry" layout --model "$model" --side "$side" --parallel "$spec" $opts --json --rank 0)
     if ! grep -q '"ok": true' <<<"$json" || ! grep -q "\"digest\": \"$digest\"" <<<"$json" ||
         ! grep -q '"rank_detail"' <<<"$json"; then
-        echo "FAIL: $model $side $spec: --json disagrees with the plain output"
+        echo "FAIL: $model $side $spec $opts: --json disagrees with the plain output"
         fail=$((fail + 1))
     fi
-done <"$dir/layout_matrix.txt"
+done <"$dir/$matrix"
 echo "$((count - fail)) passed, $fail failed"
-[ $count -ge 30 ] || { echo "expected at least 30 layouts, ran $count"; exit 1; }
+[ "$count" -ge "$min" ] || { echo "expected at least $min layouts in $matrix, ran $count"; exit 1; }
 [ $fail -eq 0 ]

@@ -33,4 +33,9 @@ expect 2 "--ranks-per-host \"0\": out of range; want an integer from 1 to 167772
 expect 2 "--bucket \"0\": out of range; want from 1 to" -- plan --model qwen3-0.6b --train tp=2 --infer tp=4 --bucket 0
 expect 2 "unknown key \"xp\"" -- plan --model qwen3-0.6b --train xp=2 --infer tp=4
 expect 2 "num_attention_heads = 16 is not divisible by attention tp (tp/dp) = 3" -- plan --model qwen3-0.6b --train tp=2 --infer tp=3
+# a bf16 trainer into an fp8 engine: the writers' quant ops, and the plan verifies
+expect 0 "quant ops write" -- plan --model "$(dirname "$0")/../golden/tiny-mla-fp8.json" --train tp=2 --infer tp=2,ep=2 --quant auto
+expect 0 "every byte of the" -- plan --model "$(dirname "$0")/../golden/tiny-mla-fp8.json" --train tp=2 --infer tp=2,ep=2 --quant auto
+# a trainer split that cuts 128-blocks of an fp8 engine's weight: refused, naming it
+expect 1 "cuts 128 x 128 blocks" -- plan --model "$(dirname "$0")/../golden/tiny-mla-fp8.json" --train tp=4 --infer tp=2,ep=2 --quant auto
 expect_done

@@ -5,16 +5,21 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "ferry/fp8.h"
+#include "ferry/plan.h"
 
 #define PAD (-1)
 
 static ferry_ctx_t *ctx;
 
-static ferry_model_t *model(const char *json) {
+static ferry_model_t *model_q(const char *json, ferry_model_quant_t quant) {
+    ferry_model_options_t opts = {.field_mask = FERRY_MODEL_OPT_QUANT, .quant = quant};
     ferry_model_t *m = NULL;
-    CHECK_OK(ferry_model_from_hf_config(ctx, "tiny", json, strlen(json), NULL, &m), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_model_from_hf_config(ctx, "tiny", json, strlen(json), &opts, &m), ferry_ctx_error(ctx));
     return m;
 }
+
+static ferry_model_t *model(const char *json) { return model_q(json, FERRY_MODEL_QUANT_NONE); }
 
 /* id of element (row, col) of a tensor: distinct across tensors */
 static int64_t eid(const ferry_model_t *m, const char *tensor, int64_t row, int64_t col) {
@@ -47,7 +52,7 @@ static int64_t *materialise(const ferry_layout_t *l, uint32_t rank, const char *
         exit(1);
     }
     ferry_layout_buffer(l, b, &bi);
-    size_t esz = 2; /* every tensor in these tests is BF16 */
+    size_t esz = ferry_dtype_size(bi.dtype);
     *n = bi.size / esz;
     int64_t *slots = malloc(*n * sizeof *slots);
     CHECK(slots);
@@ -59,7 +64,7 @@ static int64_t *materialise(const ferry_layout_t *l, uint32_t rank, const char *
         if (p->buffer != b) continue;
         ferry_tensor_info_t ti;
         ferry_model_tensor(m, p->tensor, &ti);
-        CHECK(ti.dtype == FERRY_DTYPE_BF16 && p->byte_offset % esz == 0);
+        CHECK(ti.dtype == bi.dtype && p->byte_offset % esz == 0);
         int64_t cols = ti.ndim > 1 ? ti.shape[1] : 1;
         int64_t ec = ti.ndim > 1 ? p->box.extent[1] : 1, oc = ti.ndim > 1 ? p->box.offset[1] : 0;
         for (int64_t r = 0; r < p->box.extent[0]; r++)
@@ -343,6 +348,222 @@ static void test_infer(void) {
     ferry_model_destroy(m);
 }
 
+/* tiny MLA with quantization_config (tests/golden/tiny-mla-fp8.json): hidden
+ * 320 = 2.5 blocks, q_lora_rank 128, kv_a 128 + 64 = 192 = 1.5 blocks (the
+ * last part of fused_qkv_a_proj, as DeepSeek-V3's 576), 4 heads of q 192 and
+ * kv_b 256 rows, intermediate 512, 4 experts of 256, 2 shared experts */
+static const char *tiny_mla_fp8 =
+    "{\"model_type\":\"deepseek_v3\",\"hidden_size\":320,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+    "\"vocab_size\":300,\"intermediate_size\":512,\"q_lora_rank\":128,\"kv_lora_rank\":128,"
+    "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"n_routed_experts\":4,"
+    "\"n_shared_experts\":2,\"num_experts_per_tok\":2,\"moe_intermediate_size\":256,"
+    "\"first_k_dense_replace\":1,\"topk_method\":\"noaux_tc\",\"quantization_config\":{\"activation_scheme\":"
+    "\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]%s}}";
+
+static ferry_model_t *fp8_model(const char *extra_qcfg) {
+    char json[2048];
+    snprintf(json, sizeof json, tiny_mla_fp8, extra_qcfg);
+    return model_q(json, FERRY_MODEL_QUANT_AUTO);
+}
+
+/* the same config as a trainer reads it (quant none: quantization_config ignored) */
+static ferry_model_t *fp8_model_plain(void) {
+    char json[2048];
+    snprintf(json, sizeof json, tiny_mla_fp8, "");
+    return model_q(json, FERRY_MODEL_QUANT_NONE);
+}
+
+static bool find_buffer(const ferry_layout_t *l, uint32_t rank, const char *name, ferry_buffer_info_t *out) {
+    for (uint32_t i = 0; i < ferry_layout_buffer_count(l); i++) {
+        ferry_layout_buffer(l, i, out);
+        if (out->rank == rank && strcmp(out->name, name) == 0) return true;
+    }
+    return false;
+}
+
+/* vLLM's checkpoint form, derived independently of the builder: wherever a
+ * rank's fp8 parameter holds element (r, c) of weight W, its _scale_inv
+ * parameter holds, at (r/128, c/128) (same expert index), the element
+ * (r'/128, c'/128) of W's scale, (r', c') being the element's index in W;
+ * every scale slot is so named, and the scale parameter is
+ * [.., ceil(rows/128), ceil(cols/128)]. Returns the fp8 parameters checked. */
+static int check_scales_follow(const ferry_layout_t *l, uint32_t rank) {
+    const ferry_model_t *m = ferry_layout_model(l);
+    int params = 0;
+    for (uint32_t b = 0; b < ferry_layout_buffer_count(l); b++) {
+        ferry_buffer_info_t bi, si;
+        ferry_layout_buffer(l, b, &bi);
+        if (bi.rank != rank || bi.dtype != FERRY_DTYPE_F8_E4M3) continue;
+        char sname[300];
+        snprintf(sname, sizeof sname, "%s_scale_inv", bi.name);
+        if (!find_buffer(l, rank, sname, &si)) {
+            fprintf(stderr, "rank %u: fp8 parameter %s has no %s\n", rank, bi.name, sname);
+            exit(1);
+        }
+        CHECK(si.dtype == FERRY_DTYPE_F32 && si.ndim == bi.ndim && (bi.ndim == 2 || bi.ndim == 3));
+        int64_t lead = bi.ndim == 3 ? bi.shape[0] : 1, rows = bi.shape[bi.ndim - 2], cols = bi.shape[bi.ndim - 1];
+        int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+        CHECK(si.shape[si.ndim - 2] == srows && si.shape[si.ndim - 1] == scols && (bi.ndim == 2 || si.shape[0] == lead));
+        size_t nw, ns;
+        int64_t *w = materialise(l, rank, bi.name, &nw), *sc = materialise(l, rank, sname, &ns);
+        CHECK(nw == (size_t)(lead * rows * cols) && ns == (size_t)(lead * srows * scols));
+        bool *named = calloc(ns, 1);
+        CHECK(named);
+        for (size_t i = 0; i < nw; i++) {
+            CHECK(w[i] != PAD); /* an fp8 parameter has no padding */
+            int64_t e = (int64_t)i / (rows * cols), r = ((int64_t)i / cols) % rows, c = (int64_t)i % cols;
+            uint32_t t = (uint32_t)(w[i] >> 32);
+            ferry_tensor_info_t ti;
+            ferry_tensor_quant_t q;
+            CHECK(ferry_model_tensor(m, t, &ti) && ferry_model_tensor_quant(m, t, &q));
+            CHECK(q.kind == FERRY_QUANT_FP8_BLOCK && ti.ndim == 2);
+            int64_t el = w[i] & 0xffffffff, tr = el / ti.shape[1], tc = el % ti.shape[1];
+            int64_t want = ((int64_t)q.partner << 32) | ((tr / 128) * ((ti.shape[1] + 127) / 128) + tc / 128);
+            size_t at = (size_t)(e * srows * scols + (r / 128) * scols + c / 128);
+            if (sc[at] != want) {
+                fprintf(stderr, "rank %u %s: slot %zu holds %llx, expected %llx (weight slot %zu)\n", rank, sname, at,
+                        (unsigned long long)sc[at], (unsigned long long)want, i);
+                exit(1);
+            }
+            named[at] = true;
+        }
+        for (size_t i = 0; i < ns; i++) CHECK(named[i]);
+        free(named);
+        free(w);
+        free(sc);
+        params++;
+    }
+    return params;
+}
+
+static void test_infer_fp8(void) {
+    ferry_model_t *m = fp8_model(""), *plain = fp8_model_plain();
+    CHECK(ferry_model_quant_count(m) > 0);
+    static const char *const specs[] = {"tp=2,ep=2", "tp=4,dp=2,ep=2", "tp=2,ep=1,replicas=2", "tp=1",
+                                        "tp=4,dp=4,ep=4", "tp=4,dp=2,ep=2,buffers=flat"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        ferry_layout_t *l = test_layout(ctx, m, FERRY_SIDE_INFER, specs[i]);
+        CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+        bool flat = strstr(specs[i], "flat") != NULL;
+        for (uint32_t r = 0; r < ferry_layout_world_size(l) && !flat; r++) {
+            /* per layer: fused_qkv_a, q_b, kv_b, o_proj, and gate_up/down (dense), w13/w2 and
+             * the shared experts' gate_up/down */
+            CHECK_EQ_INT(check_scales_follow(l, r), 2 * 4 + 2 + 2 + 2);
+        }
+        /* the fp8 weights sit where the bf16 engine puts them: the same pieces
+         * (tensor, box, strides, element offset) in buffers of the same names */
+        ferry_layout_t *pl = test_layout(ctx, plain, FERRY_SIDE_INFER, specs[i]);
+        size_t k = 0;
+        for (size_t j = 0; j < ferry_layout_piece_count(l) && !flat; j++) {
+            const ferry_piece_t *a = &ferry_layout_pieces(l)[j];
+            ferry_tensor_info_t ti;
+            ferry_tensor_quant_t q;
+            ferry_model_tensor(m, a->tensor, &ti);
+            ferry_model_tensor_quant(m, a->tensor, &q);
+            if (q.kind == FERRY_QUANT_FP8_SCALE) continue;
+            CHECK(k < ferry_layout_piece_count(pl));
+            const ferry_piece_t *p = &ferry_layout_pieces(pl)[k++];
+            ferry_buffer_info_t ba, bp;
+            ferry_layout_buffer(l, a->buffer, &ba);
+            ferry_layout_buffer(pl, p->buffer, &bp);
+            CHECK(a->tensor == p->tensor && a->rank == p->rank && ferry_box_equal(&a->box, &p->box));
+            CHECK(memcmp(a->strides, p->strides, sizeof a->strides) == 0 && !strcmp(ba.name, bp.name));
+            CHECK(a->byte_offset / ferry_dtype_size(ti.dtype) == p->byte_offset / 2);
+            CHECK(ba.dtype == (q.kind == FERRY_QUANT_FP8_BLOCK ? FERRY_DTYPE_F8_E4M3 : bp.dtype));
+        }
+        CHECK(flat || k == ferry_layout_piece_count(pl));
+        ferry_layout_destroy(pl);
+        ferry_layout_destroy(l);
+    }
+
+    /* vLLM's per-rank scale shapes (memo table): tp=2, ep=2 */
+    ferry_layout_t *l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2,ep=2");
+    static const struct {
+        const char *name;
+        uint32_t ndim;
+        int64_t shape[3];
+    } want[] = {
+        {"model.layers.0.self_attn.fused_qkv_a_proj.weight_scale_inv", 2, {1 + 2, 3}}, /* q_a 1 block, kv_a 1.5 */
+        {"model.layers.0.self_attn.q_b_proj.weight_scale_inv", 2, {2 * 192 / 128, 1}},
+        {"model.layers.0.self_attn.kv_b_proj.weight_scale_inv", 2, {2 * 256 / 128, 1}},
+        {"model.layers.0.self_attn.o_proj.weight_scale_inv", 2, {3, 2}},
+        {"model.layers.0.mlp.gate_up_proj.weight_scale_inv", 2, {2 * 256 / 128, 3}},
+        {"model.layers.0.mlp.down_proj.weight_scale_inv", 2, {3, 2}},
+        {"model.layers.1.mlp.experts.w13_weight_scale_inv", 3, {2, 2 * 256 / 128, 3}},
+        {"model.layers.1.mlp.experts.w2_weight_scale_inv", 3, {2, 3, 2}},
+        {"model.layers.1.mlp.shared_experts.gate_up_proj.weight_scale_inv", 2, {2 * 256 / 128, 3}},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        ferry_buffer_info_t bi;
+        CHECK(find_buffer(l, 1, want[i].name, &bi));
+        CHECK(bi.dtype == FERRY_DTYPE_F32 && bi.ndim == want[i].ndim);
+        for (uint32_t d = 0; d < bi.ndim; d++) CHECK(bi.shape[d] == want[i].shape[d]);
+    }
+    /* what vLLM keeps unquantized has no scale: embeddings, norms, router, LM head */
+    static const char *const bf16[] = {"model.embed_tokens.weight", "model.layers.1.mlp.gate.weight",
+                                       "model.layers.0.self_attn.kv_a_layernorm.weight", "lm_head.weight"};
+    for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++) {
+        ferry_buffer_info_t bi;
+        char sname[200];
+        snprintf(sname, sizeof sname, "%s_scale_inv", bf16[i]);
+        CHECK(find_buffer(l, 0, bf16[i], &bi) && bi.dtype == FERRY_DTYPE_BF16 && !find_buffer(l, 0, sname, &bi));
+    }
+
+    /* one-rank builds place the same pieces */
+    ferry_parallel_t p;
+    CHECK_OK(ferry_parallel_parse(ctx, FERRY_SIDE_INFER, "tp=2,ep=2", &p), ferry_ctx_error(ctx));
+    ferry_layout_t *one = NULL;
+    CHECK_OK(ferry_layout_build(ctx, m, &p, 1, &one), ferry_ctx_error(ctx));
+    size_t f1, c1, f, c;
+    ferry_layout_rank_pieces(one, 1, &f1, &c1);
+    ferry_layout_rank_pieces(l, 1, &f, &c);
+    CHECK(c1 == c);
+    for (size_t i = 0; i < c; i++) {
+        const ferry_piece_t *a = &ferry_layout_pieces(one)[f1 + i], *b = &ferry_layout_pieces(l)[f + i];
+        CHECK(a->tensor == b->tensor && ferry_box_equal(&a->box, &b->box) && a->byte_offset == b->byte_offset);
+    }
+    ferry_layout_destroy(one);
+
+    /* a bf16 trainer into it: the writers quantize (quant ops), every block
+     * once, and the plan verifies against both layouts */
+    ferry_layout_t *train = test_layout(ctx, plain, FERRY_SIDE_TRAIN, "tp=2");
+    ferry_plan_t *plan = NULL;
+    CHECK_OK(ferry_plan_build(ctx, train, l, NULL, &plan), ferry_ctx_error(ctx));
+    CHECK_OK(ferry_plan_verify(plan, train, l), ferry_plan_error(plan));
+    uint64_t blocks = 0, need = 0;
+    for (size_t i = 0; i < ferry_plan_quant_op_count(plan); i++) {
+        const ferry_quant_op_t *q = &ferry_plan_quant_ops(plan)[i];
+        uint32_t nd = q->box.ndim;
+        blocks += (nd == 3 ? (uint64_t)q->box.extent[0] : 1) *
+                  ferry_fp8_scale_count((uint64_t)q->box.extent[nd - 2], (uint64_t)q->box.extent[nd - 1]);
+    }
+    for (uint32_t t = 0; t < ferry_model_tensor_count(m); t++) {
+        ferry_tensor_quant_t tq;
+        ferry_tensor_info_t ti;
+        if (!ferry_model_tensor_quant(m, t, &tq) || tq.kind != FERRY_QUANT_FP8_BLOCK) continue;
+        ferry_model_tensor(m, t, &ti);
+        need += (ti.ndim == 3 ? (uint64_t)ti.shape[0] : 1) *
+                ferry_fp8_scale_count((uint64_t)ti.shape[ti.ndim - 2], (uint64_t)ti.shape[ti.ndim - 1]);
+    }
+    CHECK(ferry_plan_quant_op_count(plan) > 0 && blocks == need); /* the engine holds every block: each once */
+    ferry_plan_destroy(plan);
+    ferry_layout_destroy(train);
+    ferry_layout_destroy(l);
+
+    /* a module quantization_config leaves out stays bf16, with no scale */
+    ferry_model_destroy(m);
+    m = fp8_model(",\"ignored_layers\":[\"model.layers.0.mlp\"]");
+    l = test_layout(ctx, m, FERRY_SIDE_INFER, "tp=2");
+    CHECK_OK(ferry_layout_validate(l, NULL), ferry_layout_error(l));
+    ferry_buffer_info_t bi;
+    CHECK(find_buffer(l, 0, "model.layers.0.mlp.gate_up_proj.weight", &bi) && bi.dtype == FERRY_DTYPE_BF16);
+    CHECK(!find_buffer(l, 0, "model.layers.0.mlp.gate_up_proj.weight_scale_inv", &bi));
+    CHECK_EQ_INT(check_scales_follow(l, 0), 2 * 4 + 2 + 2);
+    ferry_layout_destroy(l);
+    ferry_model_destroy(m);
+    ferry_model_destroy(plain);
+}
+
 static void expect_refused(const char *json, ferry_side_t side, const char *spec, ferry_status_t want,
                            const char *needle) {
     ferry_model_t *m = model(json);
@@ -389,12 +610,79 @@ static void test_errors(void) {
     ferry_model_destroy(m);
 }
 
+static void expect_refused_fp8(const char *json, ferry_side_t side, const char *spec, const char *needle) {
+    ferry_model_t *m = model_q(json, FERRY_MODEL_QUANT_AUTO);
+    CHECK(ferry_model_quant_count(m) > 0);
+    ferry_parallel_t p;
+    CHECK_OK(ferry_parallel_parse(ctx, side, spec, &p), ferry_ctx_error(ctx));
+    ferry_layout_t *l = NULL;
+    CHECK_FAILS(ferry_layout_build(ctx, m, &p, FERRY_ALL_RANKS, &l), FERRY_ERR_UNSUPPORTED, ferry_ctx_error(ctx), needle);
+    CHECK(l == NULL);
+    /* the same refusal whichever rank is built alone */
+    uint32_t last = ferry_parallel_world_size(&p) - 1;
+    CHECK_FAILS(ferry_layout_build(ctx, m, &p, last, &l), FERRY_ERR_UNSUPPORTED, ferry_ctx_error(ctx), needle);
+    ferry_model_destroy(m);
+}
+
+/* vLLM's refusals of fp8 shards that cut a block (validate_fp8_block_shape,
+ * Fp8MoEMethod), in its words */
+static void test_errors_fp8(void) {
+    char json[2048];
+    snprintf(json, sizeof json, tiny_mla_fp8, "");
+    /* column parallel: 4 heads over attention tp 4 leaves q_b 192 rows */
+    expect_refused_fp8(json, FERRY_SIDE_INFER, "tp=4",
+                       "fp8 parameter model.layers.0.self_attn.q_b_proj.weight: Weight output_partition_size = 192 "
+                       "is not divisible by weight quantization block_n = 128");
+    /* ... which DP attention avoids, but experts over tp/ep = 4 leave 64 */
+    expect_refused_fp8(json, FERRY_SIDE_INFER, "tp=4,dp=2,ep=1",
+                       "fp8 experts model.layers.1.mlp.experts (w13_weight): The output_size of gate's and up's "
+                       "weight = 64 is not divisible by weight quantization block_n = 128");
+    /* row parallel: o_proj's input of 1 head x v_head_dim 64 */
+    expect_refused_fp8("{\"model_type\":\"deepseek_v3\",\"hidden_size\":256,\"num_hidden_layers\":1,"
+                       "\"num_attention_heads\":4,\"vocab_size\":64,\"intermediate_size\":512,\"q_lora_rank\":128,"
+                       "\"kv_lora_rank\":128,\"qk_nope_head_dim\":64,\"qk_rope_head_dim\":64,\"v_head_dim\":64,"
+                       "\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]}}",
+                       FERRY_SIDE_INFER, "tp=4",
+                       "fp8 parameter model.layers.0.self_attn.o_proj.weight: Weight input_size_per_partition = 64 "
+                       "is not divisible by weight quantization block_k = 128");
+    /* a merged parameter: only its last part may end in a partial block
+     * (kv_a's 192 may, q_a's 192 may not), whatever the tp */
+    expect_refused_fp8("{\"model_type\":\"deepseek_v3\",\"hidden_size\":256,\"num_hidden_layers\":1,"
+                       "\"num_attention_heads\":2,\"vocab_size\":64,\"intermediate_size\":256,\"q_lora_rank\":192,"
+                       "\"kv_lora_rank\":128,\"qk_nope_head_dim\":64,\"qk_rope_head_dim\":64,\"v_head_dim\":128,"
+                       "\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]}}",
+                       FERRY_SIDE_INFER, "tp=1",
+                       "fp8 parameter model.layers.0.self_attn.fused_qkv_a_proj.weight: Weight output_partition_size "
+                       "= 192 is not divisible by weight quantization block_n = 128");
+    /* transposed fp8 storage (v1), the weight or its scale */
+    expect_refused_fp8(json, FERRY_SIDE_INFER, "tp=2,transpose=*q_b_proj*",
+                       "transpose=*q_b_proj* matches fp8 parameter model.layers.0.self_attn.q_b_proj.weight;");
+    expect_refused_fp8(json, FERRY_SIDE_INFER, "tp=2,ep=2,transpose=*w2_weight_scale_inv",
+                       "matches fp8 parameter model.layers.1.mlp.experts.w2_weight_scale_inv;");
+    /* shards of one fused layer at two precisions */
+    snprintf(json, sizeof json, tiny_mla_fp8, ",\"ignored_layers\":[\"model.layers.1.self_attn.q_a_proj\"]");
+    expect_refused_fp8(json, FERRY_SIDE_INFER, "tp=2",
+                       "fused parameter model.layers.1.self_attn.fused_qkv_a_proj.weight holds fp8 "
+                       "model.layers.1.self_attn.kv_a_proj_with_mqa.weight and unquantized "
+                       "model.layers.1.self_attn.q_a_proj.weight");
+    snprintf(json, sizeof json, tiny_mla_fp8, ",\"ignored_layers\":[\"model.layers.1.mlp.experts.3\"]");
+    expect_refused_fp8(json, FERRY_SIDE_INFER, "tp=2,ep=2",
+                       "fused parameter model.layers.1.mlp.experts.w13_weight holds fp8 "
+                       "model.layers.1.mlp.experts.2.gate_proj.weight and unquantized "
+                       "model.layers.1.mlp.experts.3.gate_proj.weight");
+    /* a trainer holds what it trains */
+    snprintf(json, sizeof json, tiny_mla_fp8, "");
+    expect_refused_fp8(json, FERRY_SIDE_TRAIN, "tp=2", "trainer layouts hold the unquantized weights");
+}
+
 int main(void) {
     ctx = test_ctx();
     test_train_dense();
     test_train_experts();
     test_infer();
     test_errors();
+    test_infer_fp8();
+    test_errors_fp8();
     ferry_ctx_destroy(ctx);
     return 0;
 }

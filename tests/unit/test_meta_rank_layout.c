@@ -172,9 +172,9 @@ static void test_fp8_wire(ferry_ctx_t *ctx) {
           q.flags == FERRY_FP8_UE8M0);
     CHECK(ferry_model_tensor_quant(m, s, &q) && q.kind == FERRY_QUANT_FP8_SCALE && q.partner == w);
     CHECK(ferry_model_tensor_quant(m, z, &q) && q.kind == FERRY_QUANT_NONE);
-    /* the scale rows rank 1 lacks are a gap like any other tensor's */
+    /* rank 1 lacks the scale rows of its weight rows: the scales-mirror-weights rule says so */
     CHECK_FAILS(ferry_layout_validate(side.layout, NULL), FERRY_ERR_COVERAGE, ferry_layout_error(side.layout),
-                "tensor x.weight_scale_inv: elements [1:2, 0:3] are held by no rank");
+                "rank 1: fp8 tensor x.weight [128:256, 0:300] has no piece of its scale x.weight_scale_inv [1:2, 0:3]");
     /* a second round trip: the same bytes and digest */
     meta_bytes_t again[2];
     for (uint32_t r = 0; r < 2; r++) {
