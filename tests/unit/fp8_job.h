@@ -39,7 +39,8 @@ static inline int64_t numel_of(uint32_t t) {
 }
 
 /* Adds a piece of tensor t with box (off, ext) on rank, in a buffer of its
- * own: row-major, or with `pad` unused elements after each row. */
+ * own: row-major, or with `pad` unused elements after each row, or (pad -1,
+ * 2-d) column-major: a transposed weight. */
 static inline void add_piece(ferry_layout_t *l, uint32_t rank, uint32_t t, ferry_dtype_t dt, uint32_t nd, const int64_t *off,
                       const int64_t *ext, int64_t pad) {
     ferry_piece_t pc;
@@ -50,8 +51,9 @@ static inline void add_piece(ferry_layout_t *l, uint32_t rank, uint32_t t, ferry
     int64_t at = 1;
     for (int d = (int)nd - 1; d >= 0; d--) {
         pc.strides[d] = at;
-        at *= ext[d] + (d == (int)nd - 1 ? pad : 0);
+        at *= ext[d] + (d == (int)nd - 1 && pad > 0 ? pad : 0);
     }
+    if (pad < 0 && nd == 2) pc.strides[0] = 1, pc.strides[1] = ext[0];
     int64_t span = 1 + (ext[0] - 1) * pc.strides[0];
     for (uint32_t d = 1; d < nd; d++) span += (ext[d] - 1) * pc.strides[d];
     char name[64];
@@ -63,15 +65,17 @@ static inline void add_piece(ferry_layout_t *l, uint32_t rank, uint32_t t, ferry
 }
 
 /* The trainer: ranks 2d + k hold row (or expert) half k of every weight;
- * replica 1's w1 in padded rows. cut: w1 split at row 320 (inside a block). */
-static inline ferry_layout_t *trainer(ferry_ctx_t *ctx, const ferry_model_t *m, bool cut) {
+ * replica 1's w1 in padded rows. mode 1 (cut): w1 split at row 320 (inside
+ * a block); mode 2: replica 0's w1 transposed (column-major). */
+static inline ferry_layout_t *trainer(ferry_ctx_t *ctx, const ferry_model_t *m, int mode) {
+    bool cut = mode == 1;
     ferry_layout_t *l;
     CHECK_OK(ferry_layout_create(ctx, m, 4, &l), ferry_ctx_error(ctx));
     for (uint32_t r = 0; r < 4; r++) {
         uint32_t k = r % 2, dp = r / 2;
         int64_t w1r = cut ? 320 : 384, w2r = 128;
         int64_t o1[2] = {k ? w1r : 0, 0}, e1[2] = {k ? 640 - w1r : w1r, 384};
-        add_piece(l, r, T_W1, FERRY_DTYPE_BF16, 2, o1, e1, dp ? 16 : 0);
+        add_piece(l, r, T_W1, FERRY_DTYPE_BF16, 2, o1, e1, dp ? 16 : mode == 2 ? -1 : 0);
         int64_t o2[2] = {k ? w2r : 0, 0}, e2[2] = {k ? 300 - w2r : w2r, 257};
         add_piece(l, r, T_W2, FERRY_DTYPE_BF16, 2, o2, e2, 0);
         int64_t o3[3] = {2 * k, 0, 0}, e3[3] = {2, 256, 384};

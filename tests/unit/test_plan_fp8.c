@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "fp8_job.h"
+#include "sync/sync_internal.h"
 
 static uint8_t **alloc_buffers(const ferry_layout_t *l) {
     uint32_t nb = ferry_layout_buffer_count(l);
@@ -180,6 +181,23 @@ int main(void) {
     refused(ctx, em, scale, false, 1, FERRY_ERR_COVERAGE, "w2_scale_inv with box");
     refused(ctx, em, scale, false, 2, FERRY_ERR_COVERAGE, "mirror no piece of w2");
     refused(ctx, em, scale, false, 3, FERRY_ERR_UNSUPPORTED, "cuts 128 x 128 blocks");
+    /* a transposed source: planned (and verified), but a writer cannot
+       quantize from it row by row yet: the sync refuses the epoch */
+    {
+        ferry_model_t *tm = make_model(ctx, false, NULL);
+        ferry_layout_t *src = trainer(ctx, tm, 2), *dst = engine(ctx, em, scale, 0);
+        ferry_plan_t *plan;
+        CHECK_OK(ferry_plan_build(ctx, src, dst, NULL, &plan), ferry_ctx_error(ctx));
+        CHECK_OK(ferry_plan_verify(plan, src, dst), ferry_plan_error(plan));
+        ferry_errbuf_t err = {{0}};
+        CHECK(sync_check_quant(plan, false, false, &err) == FERRY_OK); /* readers read packed bytes */
+        CHECK(sync_check_quant(plan, true, false, &err) == FERRY_ERR_UNSUPPORTED && strstr(err.text, "transposed"));
+        printf("ok: refused by the sync: %s\n", err.text);
+        ferry_plan_destroy(plan);
+        ferry_layout_destroy(src);
+        ferry_layout_destroy(dst);
+        ferry_model_destroy(tm);
+    }
     ferry_model_destroy(em);
     ferry_ctx_destroy(ctx);
     printf("test_plan_fp8: passed\n");
