@@ -190,8 +190,8 @@ int main(void) {
         CHECK_OK(ferry_plan_build(ctx, src, dst, NULL, &plan), ferry_ctx_error(ctx));
         CHECK_OK(ferry_plan_verify(plan, src, dst), ferry_plan_error(plan));
         ferry_errbuf_t err = {{0}};
-        CHECK(sync_check_quant(plan, false, false, &err) == FERRY_OK); /* readers read packed bytes */
-        CHECK(sync_check_quant(plan, true, false, &err) == FERRY_ERR_UNSUPPORTED && strstr(err.text, "transposed"));
+        CHECK(sync_check_quant(plan, false, &err) == FERRY_OK); /* readers read packed bytes */
+        CHECK(sync_check_quant(plan, true, &err) == FERRY_ERR_UNSUPPORTED && strstr(err.text, "transposed"));
         printf("ok: refused by the sync: %s\n", err.text);
         ferry_plan_destroy(plan);
         ferry_layout_destroy(src);
