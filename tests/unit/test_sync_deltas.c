@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "gpu_arg.h"
 #include "layout_check.h"
 #include "ferry/ferry.h"
 #ifdef FERRY_CUDA
@@ -242,22 +243,7 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--gpu")) {
-#ifdef FERRY_CUDA
-        ferry_errbuf_t err;
-        if (ferry_cuda_init(&err) != FERRY_OK) {
-            printf("skipped: %s\n", err.text);
-            return 77;
-        }
-        int n = 0;
-        CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0);
-        g_gpu = true;
-        g_rdev = n > 1 ? 1 : 0;
-#else
-        printf("skipped: this build has no CUDA\n");
-        return 77;
-#endif
-    }
+    g_gpu = gpu_arg(argc, argv, &g_rdev); /* (exits 77 without a usable GPU) */
     run(FERRY_SYNC_DELTAS_ALWAYS, false, 0);
     run(FERRY_SYNC_DELTAS_OFF, false, 0);
     run(FERRY_SYNC_DELTAS_ALWAYS, true, 1);

@@ -15,6 +15,7 @@
 #include <pthread.h>
 
 #include "fp8_job.h"
+#include "gpu_arg.h"
 #ifdef FERRY_CUDA
 #include <cuda_runtime_api.h>
 
@@ -190,22 +191,7 @@ static void *reader_main(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--gpu")) {
-#ifdef FERRY_CUDA
-        ferry_errbuf_t err;
-        if (ferry_cuda_init(&err) != FERRY_OK) {
-            printf("skipped: %s\n", err.text);
-            return 77;
-        }
-        int n = 0;
-        CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0);
-        g_gpu = true;
-        g_rdev = n > 1 ? 1 : 0;
-#else
-        printf("skipped: this build has no CUDA\n");
-        return 77;
-#endif
-    }
+    g_gpu = gpu_arg(argc, argv, &g_rdev); /* (exits 77 without a usable GPU) */
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     job_t j;
