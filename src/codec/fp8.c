@@ -26,12 +26,6 @@ static float load(ferry_dtype_t dtype, const uint8_t *src, uint64_t i) {
     return f;
 }
 
-/* Whether n elements of rows spaced ld apart stay below 2^62 elements. */
-static int fits(uint64_t rows, uint64_t cols, uint64_t ld) {
-    const uint64_t lim = 1ull << 62;
-    return cols <= ld && cols <= lim && (rows <= 1 || (ld <= lim && rows - 1 <= (lim - cols) / ld));
-}
-
 ferry_status_t ferry_fp8_block_quantize_ld(ferry_dtype_t dtype, const void *src_, uint64_t src_ld, uint64_t rows,
                                            uint64_t cols, uint32_t flags, uint8_t *dst, uint64_t dst_ld,
                                            float *scale_inv, uint64_t scale_ld) {
@@ -40,8 +34,8 @@ ferry_status_t ferry_fp8_block_quantize_ld(ferry_dtype_t dtype, const void *src_
     if (!rows || !cols) return FERRY_OK;
     const uint64_t bcols = (cols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
     const uint64_t brows = (rows + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
-    if (!src_ || !dst || !scale_inv || !fits(rows, cols, src_ld) || !fits(rows, cols, dst_ld) ||
-        !fits(brows, bcols, scale_ld))
+    if (!src_ || !dst || !scale_inv || !f8_fits(rows, cols, src_ld) || !f8_fits(rows, cols, dst_ld) ||
+        !f8_fits(brows, bcols, scale_ld))
         return FERRY_ERR_INVALID_ARGUMENT;
     const uint8_t *src = src_;
     float amax[64], inv[64]; /* per block of a row of blocks, 64 at a time */

@@ -52,12 +52,6 @@ __global__ void __launch_bounds__(THREADS) fp8_quantize(const uint8_t *src, uint
             dst[r * dst_ld + c] = f8_e4m3(load(src, w, r * src_ld + c) * iv);
 }
 
-/* Whether rows spaced ld apart, cols long, stay below 2^62 elements. */
-static bool fits(uint64_t rows, uint64_t cols, uint64_t ld) {
-    const uint64_t lim = 1ull << 62;
-    return cols <= ld && cols <= lim && (rows <= 1 || (ld <= lim && rows - 1 <= (lim - cols) / ld));
-}
-
 extern "C" ferry_status_t ferry_fp8_cuda_block_quantize_ld(ferry_dtype_t dtype, const void *src, uint64_t src_ld,
                                                            uint64_t rows, uint64_t cols, uint32_t flags, uint8_t *dst,
                                                            uint64_t dst_ld, float *scale_inv, uint64_t scale_ld,
@@ -67,8 +61,8 @@ extern "C" ferry_status_t ferry_fp8_cuda_block_quantize_ld(ferry_dtype_t dtype, 
     if (!rows || !cols) return FERRY_OK;
     const uint64_t by = (rows + B - 1) / B, bx = (cols + B - 1) / B;
     /* grid y holds 65535 block rows (8 M rows: no weight is that tall) */
-    if (!src || !dst || !scale_inv || by > 65535u || bx > 0x7FFFFFFFu || !fits(rows, cols, src_ld) ||
-        !fits(rows, cols, dst_ld) || !fits(by, bx, scale_ld))
+    if (!src || !dst || !scale_inv || by > 65535u || bx > 0x7FFFFFFFu || !f8_fits(rows, cols, src_ld) ||
+        !f8_fits(rows, cols, dst_ld) || !f8_fits(by, bx, scale_ld))
         return FERRY_ERR_INVALID_ARGUMENT;
     dim3 grid((unsigned)bx, (unsigned)by);
     fp8_quantize<<<grid, THREADS, 0, stream>>>((const uint8_t *)src, src_ld, dtype == FERRY_DTYPE_BF16 ? 2 : 4, rows,

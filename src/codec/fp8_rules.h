@@ -61,4 +61,11 @@ F8_HD float f8_scale(float amax, int ue8m0) {
     return ue8m0 && s == s ? f8_ue8m0(s) : s;
 }
 
+/* Whether rows rows of cols elements, ld apart, stay below 2^62 elements
+ * (the leading dimensions' check of both quantizers). */
+F8_HD int f8_fits(uint64_t rows, uint64_t cols, uint64_t ld) {
+    const uint64_t lim = 1ull << 62;
+    return cols <= ld && cols <= lim && (rows <= 1 || (ld <= lim && rows - 1 <= (lim - cols) / ld));
+}
+
 #endif

@@ -22,16 +22,22 @@ typedef struct {
 static void add(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...)
     FERRY_PRINTF(5, 6);
 
-/* Adds a 1-d (d1 == 0) or 2-d tensor; the first failure sticks. */
-static void add(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...) {
-    if (g->st != FERRY_OK) return;
+/* Adds a 1-d (d1 == 0) or 2-d tensor named by fmt, ap; the first failure
+ * sticks. Whether it was added. */
+static bool addv(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, va_list ap) {
+    if (g->st != FERRY_OK) return false;
     char name[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
     int64_t shape[2] = {d0, d1};
     g->st = ferry_model_add_tensor(g->m, name, dt, d1 ? 2 : 1, shape, NULL);
+    return g->st == FERRY_OK;
+}
+
+static void add(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    addv(g, dt, d0, d1, fmt, ap);
+    va_end(ap);
 }
 
 /* Adds the weight of a linear layer an fp8 engine quantizes (vLLM's
@@ -41,16 +47,15 @@ static void add_linear(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const
     FERRY_PRINTF(5, 6);
 
 static void add_linear(gen_t *g, ferry_dtype_t dt, int64_t d0, int64_t d1, const char *fmt, ...) {
-    if (g->st != FERRY_OK) return;
-    char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    bool added = addv(g, dt, d0, d1, fmt, ap);
     va_end(ap);
-    add(g, dt, d0, d1, "%s", name);
-    if (g->st != FERRY_OK || !g->fp8) return;
+    if (!added || !g->fp8) return;
     if (ferry_grow(g->m->ctx, (void **)&g->lin, sizeof *g->lin, &g->cap_lin, g->nlin + 1)) {
-        g->st = ferry_fail(&g->m->err, FERRY_ERR_NO_MEMORY, "out of memory generating %s", name);
+        ferry_tensor_info_t ti;
+        ferry_model_tensor(g->m, (uint32_t)g->m->ntensors - 1, &ti);
+        g->st = ferry_fail(&g->m->err, FERRY_ERR_NO_MEMORY, "out of memory generating %s", ti.name);
         return;
     }
     g->lin[g->nlin++] = (uint32_t)g->m->ntensors - 1;

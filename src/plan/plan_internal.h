@@ -171,6 +171,10 @@ static inline bool plan_is_quant(const ferry_plan_t *p, uint32_t tensor) {
 /* The block box of a weight box: its last two dimensions in units of 128
  * blocks (ceil for extents that reach past a multiple), others as they are. */
 ferry_box_t plan_block_box(const ferry_box_t *b);
+/* Whether box b of a tensor of `shape` keeps 128 x 128 blocks whole: in its
+ * last two dimensions it starts at a multiple of 128 and ends at one or at
+ * the tensor's end. */
+bool plan_block_aligned(const ferry_box_t *b, const int64_t *shape);
 /* Bytes of a quant slot for weight box b: fp8 bytes padded to 4, then the scales. */
 uint64_t plan_quant_fp8_bytes(const ferry_box_t *b);
 uint64_t plan_quant_scale_bytes(const ferry_box_t *b);

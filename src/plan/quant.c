@@ -27,10 +27,7 @@ uint64_t plan_quant_scale_bytes(const ferry_box_t *b) {
     return 4 * (uint64_t)ferry_box_numel(&k);
 }
 
-/* Whether box b of a tensor of `shape` keeps 128 x 128 blocks whole: in its
- * last two dimensions it starts at a multiple of 128 and ends at one or at
- * the tensor's end. */
-static bool block_aligned(const ferry_box_t *b, const int64_t *shape) {
+bool plan_block_aligned(const ferry_box_t *b, const int64_t *shape) {
     for (uint32_t d = b->ndim >= 2 ? b->ndim - 2 : 0; d < b->ndim; d++) {
         int64_t end = b->offset[d] + b->extent[d];
         if (b->offset[d] % FERRY_FP8_BLOCK || (end % FERRY_FP8_BLOCK && end != shape[d])) return false;
@@ -78,7 +75,7 @@ ferry_status_t plan_quant_pairs(ferry_plan_t *p) {
         ferry_model_tensor(p->dst_model, t, &ti);
         char b[200], k[200];
         ferry_box_format(&pc[i].box, b, sizeof b);
-        if (!block_aligned(&pc[i].box, ti.shape)) {
+        if (!plan_block_aligned(&pc[i].box, ti.shape)) {
             st = ferry_fail(&p->err, FERRY_ERR_UNSUPPORTED,
                             "tensor %s: destination rank %u holds %s, which cuts 128 x 128 blocks (an FP8 engine's "
                             "shards keep blocks whole)", ti.name, pc[i].rank, b);
@@ -138,7 +135,7 @@ ferry_status_t plan_quant_check(ferry_plan_t *p) {
         ferry_model_tensor(p->dst_model, t, &ti);
         for (uint32_t c = p->src.tensor_first[t]; c < p->src.tensor_first[t + 1]; c++) {
             const plan_box_t *cell = &p->src.boxes[c];
-            if (block_aligned(cell->box, ti.shape)) continue;
+            if (plan_block_aligned(cell->box, ti.shape)) continue;
             char b[200];
             ferry_box_format(cell->box, b, sizeof b);
             return ferry_fail(&p->err, FERRY_ERR_UNSUPPORTED,

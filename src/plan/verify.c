@@ -63,11 +63,7 @@ static ferry_status_t check_quant(ferry_plan_t *p, const ferry_layout_t *src, co
     const ferry_piece_t *sq = &ferry_layout_pieces(src)[q->src_piece];
     ferry_model_tensor(ferry_layout_model(src), sq->tensor, &si);
     ferry_box_t blocks = plan_block_box(&q->box);
-    bool aligned = true;
-    for (uint32_t d = q->box.ndim >= 2 ? q->box.ndim - 2 : 0; d < q->box.ndim; d++)
-        aligned &= q->box.offset[d] % FERRY_FP8_BLOCK == 0 &&
-                   ((q->box.offset[d] + q->box.extent[d]) % FERRY_FP8_BLOCK == 0 ||
-                    q->box.offset[d] + q->box.extent[d] == ti.shape[d]);
+    bool aligned = plan_block_aligned(&q->box, ti.shape);
     if (strcmp(si.name, ti.name) != 0 || si.dtype != q->src_dtype ||
         (si.dtype != FERRY_DTYPE_BF16 && si.dtype != FERRY_DTYPE_F32) || sq->rank != q->src_rank ||
         sq->buffer != q->src_buffer || !ferry_box_contains(&sq->box, &q->box) || !aligned ||
@@ -92,19 +88,24 @@ static ferry_status_t check_quant(ferry_plan_t *p, const ferry_layout_t *src, co
     return FERRY_OK;
 }
 
-/* A QUANT op reads what a quant op of its source rank wrote: the fp8 slot
- * of that op's box (a box inside it, at its row-major offset), or its scales
- * (the block box). Only where the plan holds quant ops (a global or a
- * writer's plan). */
+/* A QUANT op reads what a quant op of its source rank wrote: that op's fp8
+ * slot with its box, or its scales with the block box. The quant ops are
+ * sorted by (rank, fp8 offset) and their slots apart (check_quant), so the
+ * one to look at is the last of the rank at or before the op's offset. Only
+ * where the plan holds quant ops (a global or a writer's plan). */
 static bool quant_source(const ferry_plan_t *p, const ferry_copy_op_t *op, bool scale) {
-    for (size_t i = 0; i < p->nqops; i++) {
-        const ferry_quant_op_t *q = &p->qops[i];
-        if (q->src_rank != op->src_rank || (scale ? q->scale_tensor : q->tensor) != op->tensor) continue;
-        ferry_box_t qb = scale ? plan_block_box(&q->box) : q->box;
-        if (!ferry_box_equal(&qb, &op->box)) continue;
-        return op->pack_offset == (scale ? q->scale_offset : q->fp8_offset);
+    size_t lo = 0, hi = p->nqops;
+    while (lo < hi) { /* the first quant op after (rank, offset) */
+        size_t mid = (lo + hi) / 2;
+        const ferry_quant_op_t *q = &p->qops[mid];
+        if (q->src_rank < op->src_rank || (q->src_rank == op->src_rank && q->fp8_offset <= op->pack_offset)) lo = mid + 1;
+        else hi = mid;
     }
-    return false;
+    if (lo == 0) return false;
+    const ferry_quant_op_t *q = &p->qops[lo - 1];
+    ferry_box_t qb = scale ? plan_block_box(&q->box) : q->box;
+    return q->src_rank == op->src_rank && (scale ? q->scale_tensor : q->tensor) == op->tensor &&
+           ferry_box_equal(&qb, &op->box) && op->pack_offset == (scale ? q->scale_offset : q->fp8_offset);
 }
 
 ferry_status_t ferry_plan_verify(ferry_plan_t *p, const ferry_layout_t *src, const ferry_layout_t *dst) {

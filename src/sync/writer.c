@@ -549,6 +549,7 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
     sync_dev_box_t *jobs = NULL;
     if (w->m.dev && w->npack_ops && !(jobs = ferry_calloc(w->m.ctx, w->npack_ops, sizeof *jobs)))
         return ferry_fail(&w->m.err, FERRY_ERR_NO_MEMORY, "out of memory");
+    size_t njobs = 0;
     for (size_t k = 0; k < w->npack_ops; k++) {
         const ferry_copy_op_t *op = &ops[w->pack_ops[k]];
         if (op->flags & FERRY_OP_QUANT) continue; /* its slot is a quant op's (below) */
@@ -556,22 +557,18 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
         ferry_model_tensor(dm, op->tensor, &ti);
         uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
         if (jobs)
-            jobs[k] = (sync_dev_box_t){.dst = pack + op->pack_offset, .src = buf_bytes(w, s, b) + op->src_offset,
-                                       .src_strides = op->src_strides, .box = op->box,
-                                       .esz = (uint32_t)ferry_dtype_size(ti.dtype)};
+            jobs[njobs++] = (sync_dev_box_t){.dst = pack + op->pack_offset, .src = buf_bytes(w, s, b) + op->src_offset,
+                                             .src_strides = op->src_strides, .box = op->box,
+                                             .esz = (uint32_t)ferry_dtype_size(ti.dtype)};
         else
             sync_gather(pack + op->pack_offset, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box,
                         ferry_dtype_size(ti.dtype));
     }
-    size_t njobs = 0; /* (jobs of QUANT ops stayed empty: compact the rest) */
-    for (size_t k = 0; jobs && k < w->npack_ops; k++)
-        if (jobs[k].dst) jobs[njobs++] = jobs[k];
-    ferry_status_t st = jobs && njobs ? sync_dev_boxes(w->m.dev, jobs, njobs, &w->m.err) : FERRY_OK;
-    if (st == FERRY_OK && w->m.dev) st = sync_dev_wait(w->m.dev, &w->m.err);
+    ferry_status_t st = jobs ? sync_dev_boxes(w->m.dev, jobs, njobs, &w->m.err) : FERRY_OK;
     ferry_free(w->m.ctx, jobs);
     /* FP8 destinations: each quant op's box of this version's weight into
        its slots, on the CPU or on the member's GPU (queued after the
-       packing, waited for before the checksums) */
+       packing; one wait for both, before the checksums) */
     const ferry_quant_op_t *q = ferry_plan_quant_ops(w->m.plan);
     for (size_t i = 0; i < ferry_plan_quant_op_count(w->m.plan) && st == FERRY_OK; i++) {
         const uint32_t nd = q[i].box.ndim;
@@ -594,7 +591,7 @@ static ferry_status_t pack_slot(ferry_writer_t *w, const writer_slot_t *s) {
                 st = ferry_fail(&w->m.err, st, "quantizing tensor %u for an FP8 engine failed", q[i].tensor);
         }
     }
-    if (st == FERRY_OK && w->m.dev && ferry_plan_quant_op_count(w->m.plan)) st = sync_dev_wait(w->m.dev, &w->m.err);
+    if (st == FERRY_OK && w->m.dev) st = sync_dev_wait(w->m.dev, &w->m.err);
     return st;
 }
 

@@ -73,17 +73,13 @@ static void check_shard(ferry_dtype_t dt, const uint8_t *w, uint64_t rows, uint6
     free(q), free(cq), free(s), free(cs);
 }
 
+/* Golden file fp8/<name>.<ext> (test_fp8's). */
 static uint8_t *slurp(const char *name, const char *ext) {
     char path[512];
+    size_t n;
     snprintf(path, sizeof path, "%s/fp8/%s.%s", FERRY_TEST_GOLDEN, name, ext);
-    FILE *f = fopen(path, "rb");
-    CHECK(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    CHECK(p && fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
+    uint8_t *p = test_read_file(path, &n);
+    CHECK(p);
     return p;
 }
 

@@ -69,6 +69,23 @@ static inline void sleep_ms(long ms) {
 
 /* xorshift64*: a fixed seed, so every run checks the same inputs. */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+/* The whole file at path (*n bytes, then a NUL for text), or NULL if it
+ * cannot be opened. Caller frees. */
+static inline uint8_t *test_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(len > 0 ? (size_t)len + 1 : 1);
+    CHECK(len >= 0 && buf && fread(buf, 1, (size_t)len, f) == (size_t)len);
+    buf[len > 0 ? len : 0] = 0;
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
 static inline uint64_t rng_next(void) {
     uint64_t x = rng_state;
     x ^= x >> 12;

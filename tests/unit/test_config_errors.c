@@ -377,22 +377,15 @@ static void test_other_errors(ferry_ctx_t *ctx) {
     CHECK(out == NULL);
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+/* A config file the test needs: present and not empty. */
+static char *config_text(const char *path, size_t *len) {
+    char *text = (char *)test_read_file(path, len);
+    if (!text) {
         fprintf(stderr, "cannot open %s\n", path);
         exit(1);
     }
-    CHECK(fseek(f, 0, SEEK_END) == 0);
-    long n = ftell(f);
-    CHECK(n > 0);
-    CHECK(fseek(f, 0, SEEK_SET) == 0);
-    char *buf = malloc((size_t)n);
-    CHECK(buf != NULL);
-    CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
+    CHECK(*len > 0);
+    return text;
 }
 
 /* Every prefix of a bundled config fails with FERRY_ERR_INVALID_CONFIG except
@@ -402,7 +395,7 @@ static void test_truncations(ferry_ctx_t *ctx, const char *file, uint32_t want_t
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.json", FERRY_TEST_MODELS, file);
     size_t len;
-    char *text = read_file(path, &len);
+    char *text = config_text(path, &len);
     size_t end = len; /* one past the closing brace */
     while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ' || text[end - 1] == '\r' ||
                        text[end - 1] == '\t'))
@@ -448,7 +441,7 @@ static void test_nul_substitutions(ferry_ctx_t *ctx, const char *file) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.json", FERRY_TEST_MODELS, file);
     size_t len;
-    char *text = read_file(path, &len);
+    char *text = config_text(path, &len);
     size_t end = len;
     while (end > 0 && text[end - 1] != '}') end--;
     for (size_t n = 0; n < end; n++) {

@@ -99,19 +99,6 @@ static void make(const golden_case_t *c, uint8_t *base, uint8_t *next) {
     }
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)len + 1);
-    CHECK(buf && fread(buf, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 static void spill(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     CHECK(f && fwrite(p, 1, n, f) == n && fclose(f) == 0);
@@ -152,7 +139,7 @@ int main(void) {
             free(base), free(next);
             printf("%s: wrote %s.{base,next,delta} (%zu-byte delta)\n", c->name, c->name, len);
         }
-        base = slurp(pb, &nb), next = slurp(pn, &nn), golden = slurp(pd, &nd);
+        base = test_read_file(pb, &nb), next = test_read_file(pn, &nn), golden = test_read_file(pd, &nd);
         if (!base || !next || !golden) {
             fprintf(stderr, "%s: missing %s, %s or %s (FERRY_UPDATE_GOLDEN=1 makes them)\n", c->name, pb, pn, pd);
             return 1;

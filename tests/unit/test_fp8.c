@@ -54,21 +54,15 @@ static int shards(const char *name, ferry_dtype_t dtype, const uint8_t *x, uint6
     return n;
 }
 
+/* Golden file fp8/<name>.<ext>; a missing one fails the test. */
 static uint8_t *slurp(const char *name, const char *ext, size_t *len) {
     char path[512];
     snprintf(path, sizeof path, "%s/fp8/%s.%s", FERRY_TEST_GOLDEN, name, ext);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    uint8_t *p = test_read_file(path, len);
+    if (!p) {
         fprintf(stderr, "cannot open %s\n", path);
         exit(1);
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-    CHECK(p && fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
     return p;
 }
 

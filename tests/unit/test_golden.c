@@ -26,20 +26,6 @@ static void dump(const ferry_layout_t *l, FILE *f) {
     }
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    CHECK(buf && fread(buf, 1, (size_t)len, f) == (size_t)len);
-    buf[len] = '\0';
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 int main(void) {
     ferry_ctx_t *ctx = test_ctx();
     bool update = getenv("FERRY_UPDATE_GOLDEN") && strcmp(getenv("FERRY_UPDATE_GOLDEN"), "1") == 0;
@@ -75,7 +61,7 @@ int main(void) {
             printf("wrote %s\n", golden);
         } else {
             size_t want_len;
-            char *want = slurp(golden, &want_len);
+            char *want = (char *)test_read_file(golden, &want_len);
             if (!want || want_len != got_len || memcmp(want, got, got_len) != 0) {
                 fprintf(stderr, "%s %s %s: pieces differ from %s (FERRY_UPDATE_GOLDEN=1 rewrites it)\n--- got:\n%s",
                         cfg, side, spec, golden, got);
