@@ -153,6 +153,11 @@ struct ucx_stage {
     ucx_sreq_t *reqs;
     rx_t *rxs;
     rx_t *orphans;
+    /* Rendezvous descriptors of dead owners, never given back: giving one
+     * back answers its sender, and with UCX 1.13's TCP transport that answer
+     * opens a connection to the dead owner whose failure aborts the process
+     * (tcp_ep.c: Assertion `ep->fd != -1'). They go with the worker. */
+    size_t kept;
     uint8_t *who;             /* this endpoint's identity (host, pid, worker address): every REQ's data */
     size_t who_len;
     cudaStream_t ostream[STAGE_MAX_DEVICES], rstream[STAGE_MAX_DEVICES];
@@ -828,8 +833,9 @@ static void sweep_abandoned(ferry_xport_t *xp, ucx_stage_t *st) {
 }
 
 /* Ends what of sr has not started: waiting descriptors go back to UCX (in
- * batches, outside the lock), copies to the GPU are waited for, eager
- * copies dropped. Receives in flight land in bounce buffers later. */
+ * batches, outside the lock; a dead owner's are kept), copies to the GPU
+ * are waited for, eager copies dropped. Receives in flight land in bounce
+ * buffers later. */
 static void quiesce_req(ferry_xport_t *xp, ucx_sreq_t *sr, bool forced) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
@@ -861,7 +867,10 @@ static void quiesce_req(ferry_xport_t *xp, ucx_sreq_t *sr, bool forced) {
         pthread_mutex_lock(&st->lock);
         for (rx_t *x = st->rxs; x && ndrop < sizeof drop / sizeof *drop; x = x->next) {
             if (x->sr != sr || x->state == RX_DONE || x->state == RX_RECV) continue;
-            if (x->state == RX_WAIT) drop[ndrop++] = x->desc;
+            if (x->state == RX_WAIT && ucx_peer_lost(sr->runs[x->run].peer))
+                st->kept++; /* a dead owner's: kept (see kept) */
+            else if (x->state == RX_WAIT)
+                drop[ndrop++] = x->desc;
             if (x->state == RX_H2D) event_sync(st->bounce[x->bounce].ev); /* nothing lands after this returns */
             ferry_free(xp->ctx, x->temp);
             x->temp = NULL;
