@@ -8,6 +8,8 @@
 # build loads), and runs:
 #   - the C test suite (ctest), as a check of the host's build;
 #   - the Python package's pytest suite against the host's torch;
+#   - the RL loop on two GPUs (ferry demo --rl --device cuda: sync, async,
+#     an engine killed and restarted), every version's logits compared;
 #   - the GPU tests (ctest -L gpu: tests/gpu/, test_sync --gpu), where a skip
 #     is a failure;
 #   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies,
@@ -140,6 +142,22 @@ if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q 
         >"$build/pytest.log" 2>&1; then :; else status=1; fi
 tail -15 "$build/pytest.log"
 summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
+# The RL loop on the GPUs (ferry demo --rl: a transformers Qwen3-0.6B trained
+# on GPU 0, the engine on GPU 1, logits compared every version): sync with
+# deltas, async within a lag, and an engine killed inside an update.
+echo "== RL loop (ferry demo --rl --device cuda)"
+n=0
+for args in "--steps 10" "--mode async --max-lag 2 --steps 12" "--kill-engine-at 3 --steps 6"; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086 # the options are words
+    if FERRY_PYTHON=$py "$build/ferry" demo --rl --device cuda $args >"$build/rl-loop-$n.log" 2>&1; then
+        summary+=("RL loop ($args): $(grep -E '^OK:' "$build/rl-loop-$n.log" | tail -1)")
+    else
+        status=1
+        summary+=("RL loop ($args): FAILED: $(grep -E '^FAILED:' "$build/rl-loop-$n.log" | head -1) ($build/rl-loop-$n.log)")
+    fi
+    cat "$build/rl-loop-$n.log"
+done
 if [ $no_bench = 1 ]; then
     echo "== summary"
     printf '%s\n' "${summary[@]}" "GPU benchmarks: not run (--tests)"

@@ -20,6 +20,7 @@ int cmd_layout(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_demo_rl(int argc, char **argv); /* `ferry demo --rl`: Python runs the RL loop (demo_rl.c) */
 int cmd_meta(int argc, char **argv);
 int bench_sync(int argc, char **argv);
 int bench_sync_reader_main(int argc, char **argv);

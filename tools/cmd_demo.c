@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
             "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off] [--delta-chain N]\n"
             "                  [--device cpu|cuda|cuda:N] [--pack-limit BYTES] [--no-verify] [--verbose]\n"
+            "       ferry demo --rl [--device cpu|cuda] [--mode sync|async] [--steps N] ... (--rl --help)\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
             "from RL-like Adam steps on fp32 masters cast to bf16) and R engine processes\n"
@@ -57,6 +58,11 @@ static void usage(FILE *f) {
             "sources for readers; on its GPU with --device cuda); past it readers read them run by\n"
             "run. Default 0: no limit.\n"
             "--verbose: each process's pid and events on stderr.\n"
+            "--rl: instead, the RL loop with a real model: a transformers Qwen3 trained with AdamW\n"
+            "on GPU 0 (or the CPU), an engine process in vLLM's fused layout on GPU 1 updated in\n"
+            "place after every step, its logits compared with the trainer's at every version,\n"
+            "beside a torch.distributed broadcast of the same weights. Runs python/ferry/rl_loop.py\n"
+            "with $FERRY_PYTHON (default python3), which needs torch and transformers.\n"
             "\n%s",
             legend);
 }
@@ -105,8 +111,13 @@ static const char *const modes[] = {"sync", "async"}, *const transports[] = {"sh
                          *const deltas[] = {"auto", "always", "off"};
 
 int cmd_demo(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--rl")) return cmd_demo_rl(argc, argv);
     demo_opts_t o = demo_defaults();
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--rl")) {
+            fprintf(stderr, "ferry demo: --rl comes first (ferry demo --rl [its options]; --rl --help lists them)\n");
+            return CLI_USAGE;
+        }
         const char *v = NULL;
         size_t k = 0;
         bool ok = true;

@@ -1,4 +1,4 @@
-"""examples/rl_loop.py on the CPU with the tiny Qwen3, run as a user runs it
+"""ferry.rl_loop (python -m ferry.rl_loop, ferry demo --rl) on the CPU with the tiny Qwen3, run as a user runs it
 (one command, its own trainer and engine processes): its table and exit code
 say that the logits were bit-identical at every version the engine landed,
 that sync readers one version behind got deltas, that an async engine took
@@ -11,13 +11,12 @@ import sys
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-SCRIPT = os.path.join(ROOT, "examples", "rl_loop.py")
+LOOP = [sys.executable, "-m", "ferry.rl_loop"]
 ROW = re.compile(r"^ +(\d+) +([0-9.]+%) +(\S+(?: \S+)?) +(\S+) +(\S+) +(yes|NO|-) +(.*)$")
 
 
 def _run(*args, rc=0):
-    p = subprocess.run([sys.executable, SCRIPT, "--timeout", "120", *args], stdout=subprocess.PIPE,
+    p = subprocess.run([*LOOP, "--timeout", "120", *args], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=200)
     assert p.returncode == rc, p.stdout
     rows = {}
@@ -99,7 +98,7 @@ def test_flipped_bit_fails_and_says_where():
     (["--shape", "7b"], "invalid choice: '7b'"),
 ])
 def test_bad_arguments(args, says):
-    p = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.run([*LOOP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=60)
     assert p.returncode == 2 and says in p.stderr, p.stderr
 
@@ -109,12 +108,8 @@ def test_engine_module_is_ferry_infer_layout(shape):
     """The example's engine holds exactly the buffers of ferry's tp=1 engine
     layout, and its unfused views are the model's tensors: also for
     Qwen3-0.6B, the shape GPU runs use (built on the meta device here)."""
-    import importlib.util
-
     import ferry
-    spec_ = importlib.util.spec_from_file_location("rl_loop", SCRIPT)
-    ex = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(ex)
+    import ferry.rl_loop as ex
     cfg = ex.qwen3_config(shape)
     spec = ferry.Model.from_config(cfg, dtype="BF16")
     engine = ex.FusedQwen3(cfg, "meta")
@@ -124,3 +119,21 @@ def test_engine_module_is_ferry_infer_layout(shape):
     assert {n: tuple(t.shape) for n, t in views.items()} == {t.name: tuple(t.shape) for t in spec.tensors}
     if shape == "0.6b":
         assert spec.param_count == 596049920  # Qwen3-0.6B's, tied embeddings counted once
+
+
+def test_ferry_demo_rl(ferry_cli):
+    """`ferry demo --rl` runs the same loop (Python from $FERRY_PYTHON, the
+    package of the CLI's build first), its options passed through."""
+    env = dict(os.environ, FERRY_PYTHON=sys.executable)
+    p = subprocess.run([ferry_cli, "demo", "--rl", "--steps", "2", "--bcast-rounds", "0", "--timeout", "120"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=200, env=env)
+    assert p.returncode == 0, p.stdout
+    assert "OK: logits bit-identical at every version the engine landed" in p.stdout, p.stdout
+    p = subprocess.run([ferry_cli, "demo", "--rl", "--steps", "0"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert p.returncode == 2 and "usage: ferry demo --rl" in p.stderr and "--steps must be at least 1" in p.stderr
+    p = subprocess.run([ferry_cli, "demo", "--steps", "2", "--rl"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--rl comes first" in p.stderr, p.stderr
+    p = subprocess.run([ferry_cli, "demo", "--rl"], capture_output=True, text=True, timeout=60,
+                       env=dict(env, FERRY_PYTHON="/nonexistent/python3"))
+    assert p.returncode != 0 and "cannot run /nonexistent/python3" in p.stderr, p.stderr

@@ -1,30 +1,12 @@
 """Tests of the RL fixtures themselves (rl_models.py): exact round trips, agreement with
 ferry's layouts (through the ferry CLI when built), a 2-process training step."""
 import json
-import os
-import pathlib
 import subprocess
 
 import pytest
 import torch
 
 import rl_models as rm
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def ferry_cli():
-    """The ferry CLI: $FERRY_CLI, else a build in the checkout; skip when there is none."""
-    env = os.environ.get("FERRY_CLI")
-    if env:
-        if not os.access(env, os.X_OK):
-            pytest.fail(f"FERRY_CLI={env} is not an executable")
-        return env
-    for d in ("build-rel", "build-ci", "build"):
-        if os.access(ROOT / d / "ferry", os.X_OK):
-            return str(ROOT / d / "ferry")
-    pytest.skip("ferry CLI not built (set FERRY_CLI)")
-
 
 def layout_json(cli, config, side, tp, rank, extra=""):
     out = subprocess.run([cli, "layout", "--model", str(config), "--side", side, "--parallel",
@@ -80,10 +62,10 @@ def test_shard_modules_names():
 
 @pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("side,tp", [("train", 1), ("train", 2), ("infer", 1), ("infer", 2)])
-def test_matches_ferry_layout(tmp_path, tied, side, tp):
+def test_matches_ferry_layout(ferry_cli, tmp_path, tied, side, tp):
     """Buffer names, order, dtypes and shapes equal ferry's layout, and every piece ferry
     places in a buffer holds, at its byte offset and strides, the HF tensor's box."""
-    cli = ferry_cli()
+    cli = ferry_cli
     cfg = rm.tiny_config(tied=tied)
     config = rm.write_config(cfg, tmp_path / "config.json")
     hf = rm.random_hf_state(cfg)
@@ -103,13 +85,13 @@ def test_matches_ferry_layout(tmp_path, tied, side, tp):
                 assert torch.equal(got, want), (b["name"], p)
 
 
-def test_config_dtype_keys(tmp_path):
+def test_config_dtype_keys(ferry_cli, tmp_path):
     """transformers 5 writes "dtype"; the "torch_dtype" variant gives ferry the same model."""
     cfg = rm.tiny_config()
     new, old = rm.config_dict(cfg), rm.config_dict(cfg, torch_dtype=True)
     assert new["dtype"] == "bfloat16" and "torch_dtype" not in new
     assert old["torch_dtype"] == "bfloat16" and "dtype" not in old
-    cli = ferry_cli()
+    cli = ferry_cli
     digests = {layout_json(cli, rm.write_config(cfg, tmp_path / f"{k}.json", k), "train", 2, 0)["digest"]
                for k in (False, True)}
     assert len(digests) == 1

@@ -2,14 +2,16 @@
 (bf16 weights, fp32 masters) and ferry moves every version into an engine
 process that holds the model in vLLM's fused layout; the engine's logits on
 a fixed prompt must be bit-identical to the trainer's at every version it
-lands. One command starts everything:
+lands. One command starts everything (`ferry demo --rl OPTIONS` runs the
+same, with the ferry Python package of the CLI's build):
 
-    python examples/rl_loop.py                                   # CPU, tiny Qwen3
-    python examples/rl_loop.py --device cuda --shape 0.6b        # 2 GPUs, Qwen3-0.6B
-    python examples/rl_loop.py --mode async --max-lag 2 --steps 12
-    python examples/rl_loop.py --kill-engine-at 3
+    python -m ferry.rl_loop                                      # CPU, tiny Qwen3
+    python -m ferry.rl_loop --device cuda --shape 0.6b           # 2 GPUs, Qwen3-0.6B
+    python -m ferry.rl_loop --mode async --max-lag 2 --steps 12
+    python -m ferry.rl_loop --kill-engine-at 3
 
-This script is the launcher: it runs itself again as the trainer (which runs
+It needs torch and transformers besides ferry. It is the launcher: it runs
+itself again as the trainer (which runs
 ferry's metadata service) and as the engine, separate processes, and prints
 one table row per version: the share of bf16 elements the step changed, the
 bytes ferry moved (deltas for an engine one version behind), ferry's seconds
@@ -426,8 +428,8 @@ def engine_main(a):
 
 # --- the launcher ----------------------------------------------------------------------
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv=None, prog=None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cpu: both processes on the CPU; cuda: trainer on cuda:0, engine on cuda:1 "
                          "(cuda:0 too with one GPU)")
@@ -492,7 +494,7 @@ class Child:
     """A trainer or engine process; its stdout lines go to the launcher's queue."""
 
     def __init__(self, name, a, q, extra):
-        args = [sys.executable, os.path.abspath(__file__), "--role", name, "--run-dir", a.run_dir, "--job", a.job,
+        args = [sys.executable, "-m", "ferry.rl_loop", "--role", name, "--run-dir", a.run_dir, "--job", a.job,
                 "--mode", a.mode, "--shape", a.shape, "--steps", str(a.steps), "--lr", repr(a.lr),
                 "--max-lag", str(a.max_lag), "--gen-tokens", str(a.gen_tokens),
                 "--kill-engine-at", str(a.kill_engine_at), "--corrupt-engine-at", str(a.corrupt_engine_at),
@@ -678,8 +680,8 @@ def report(a, published, landed, rollouts, notes, failures, baseline):
     return lines
 
 
-def main(argv=None):
-    a = parse_args(argv)
+def main(argv=None, prog=None):
+    a = parse_args(argv, prog)
     if a.role != "launcher":  # on a timeout the launcher asks for every thread's stack
         faulthandler.register(signal.SIGUSR2, all_threads=True)
     if a.role == "trainer":
@@ -690,6 +692,10 @@ def main(argv=None):
     a.job = f"rl-loop-{os.getpid()}"
     a.wait_timeout = a.timeout
     a.env = dict(os.environ)
+    # the children import this very package, wherever it came from
+    import ferry
+    home = os.path.dirname(os.path.dirname(os.path.abspath(ferry.__file__)))
+    a.env["PYTHONPATH"] = os.pathsep.join(p for p in (home, a.env.get("PYTHONPATH")) if p)
     if not any(k in a.env for k in ("FERRY_TOKEN", "FERRY_TOKEN_FILE", "FERRY_TOKEN_DIR")):
         a.env["FERRY_TOKEN_DIR"] = os.path.join(a.run_dir, "tokens")  # this run's service token, removed with it
     a.children = []
