@@ -72,7 +72,7 @@ enum {
 /* Most steps of a delta chain (delta_chain below). */
 #define FERRY_SYNC_DELTA_CHAIN_MAX 64u
 
-/* Sparse deltas in sync mode (docs/sync.md, "Deltas"): writers encode each
+/* Sparse deltas (docs/sync.md, "Deltas"; sync and async mode): writers encode each
  * served region's change from the previous version and keep those of a few
  * versions before (a chain of steps, while it is smaller than the region);
  * a reader that holds one of those versions in place applies the steps

@@ -24,6 +24,10 @@ typedef struct writer_slot {
     uint8_t *desc;             /* descriptor bytes of every region */
     uint32_t *buffer_region;
     uint64_t *buffer_offset;
+    /* deltas: the slot's delta area (sync mode's one slot, and each async
+       slot, since readers of an older slot's version still read its area) */
+    ferry_xport_mem_t *dmem;
+    uint8_t *darea;
 } writer_slot_t;
 
 /* One step of a reader's chain in the delta area: its deltas from
@@ -86,8 +90,8 @@ struct ferry_writer {
     bool *gneed;               /* per group: an offered reader reads it (only those have a base) */
     bool gwarned;              /* a batch failed this epoch (said once) */
 #endif
-    ferry_xport_mem_t *delta_mem;
-    uint8_t *delta_area;
+    uint8_t *delta_area;       /* the area of the slot whose version is being encoded */
+    uint8_t *kept_area;        /* the area that holds the kept steps (the last one written) */
     ferry_delta_codec_t *codec;
     bool *delta_pair;          /* per pair: offered deltas (auto: the reader is on another host) */
     /* chains: each offered pair's steps, kept in its own section of the area */
@@ -114,6 +118,7 @@ static void count_mem(ferry_writer_t *w, ferry_xport_mem_t *mem, int sign) {
 static void slot_free(ferry_writer_t *w, writer_slot_t *s) {
     count_mem(w, s->mem, -1);
     if (s->mem) ferry_xport_mem_deregister(s->mem);
+    if (s->dmem) ferry_xport_mem_deregister(s->dmem);
     ferry_free(w->m.ctx, s->sums);
     ferry_free(w->m.ctx, s->regions);
     ferry_free(w->m.ctx, s->desc);
@@ -143,7 +148,6 @@ static void epoch_free(ferry_writer_t *w) {
     w->pair_sums = NULL;
     w->npairs = w->npack_ops = 0;
     w->setup_epoch = 0;
-    if (w->delta_mem) ferry_xport_mem_deregister(w->delta_mem);
     ferry_free(w->m.ctx, w->op_group);
     ferry_free(w->m.ctx, w->group_op);
     ferry_free(w->m.ctx, w->group_base);
@@ -178,8 +182,7 @@ static void epoch_free(ferry_writer_t *w) {
     w->gneed = NULL;
     w->gwarned = false;
 #endif
-    w->delta_mem = NULL;
-    w->delta_area = NULL;
+    w->delta_area = w->kept_area = NULL;
     w->op_group = w->group_op = NULL;
     w->group_base = w->frame_at = w->frame_len = w->frame_ver = NULL;
     w->base = NULL;
@@ -263,7 +266,7 @@ static bool group_based(const ferry_writer_t *w, size_t g) {
     return true;
 }
 
-/* Sync mode: allocates the base copy (one per distinct read) and the
+/* Allocates the base copy (one per distinct read) and each slot's
  * registered delta area. Leaves deltas off
  * (and returns OK) when some op's elements have no codec width. */
 static ferry_status_t delta_setup(ferry_writer_t *w) {
@@ -271,7 +274,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     ferry_ctx_t *ctx = m->ctx;
     const ferry_copy_op_t *ops = ferry_plan_ops(m->plan);
     size_t nops = ferry_plan_op_count(m->plan);
-    if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || m->p.mode != FERRY_SYNC_MODE_SYNC || nops == 0) return FERRY_OK;
+    if (m->p.deltas == FERRY_SYNC_DELTAS_OFF || nops == 0) return FERRY_OK;
 #ifndef FERRY_CUDA
     if (m->dev) return FERRY_OK; /* (no such writer without CUDA) */
 #endif
@@ -396,12 +399,15 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     }
     if (!w->codec && ferry_delta_codec_create(ctx, &w->codec) != FERRY_OK)
         return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for a delta codec");
-    ferry_status_t st = ferry_xport_mem_alloc(m->xp, cap, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &w->delta_mem);
-    if (st != FERRY_OK)
-        return ferry_fail(&m->err, st, "delta area of %llu bytes: %s", (unsigned long long)cap,
-                          ferry_xport_error(m->xp));
-    w->delta_area = ferry_xport_mem_ptr(w->delta_mem);
-    sync_delta_header_put(w->delta_area, &(sync_delta_header_t){0, 0}); /* no entries yet */
+    for (uint32_t k = 0; k < w->nslots; k++) {
+        writer_slot_t *sl = &w->slots[k];
+        ferry_status_t st = ferry_xport_mem_alloc(m->xp, cap, FERRY_MEM_HOST, FERRY_XPORT_ACCESS_READ, &sl->dmem);
+        if (st != FERRY_OK)
+            return ferry_fail(&m->err, st, "delta area of %llu bytes: %s", (unsigned long long)cap,
+                              ferry_xport_error(m->xp));
+        sl->darea = ferry_xport_mem_ptr(sl->dmem);
+        sync_delta_header_put(sl->darea, &(sync_delta_header_t){0, 0}); /* no entries yet */
+    }
     w->base_version = 0;
     w->deltas = true;
     return FERRY_OK;
@@ -469,6 +475,8 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
         st = ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
         goto done;
     }
+    st = delta_setup(w);
+    if (st != FERRY_OK) goto done;
     if (m->p.mode == FERRY_SYNC_MODE_SYNC) {
         /* readers read the live buffers; strided sources go to one pack area */
         for (size_t b = 0; b < m->nbufs; b++) {
@@ -488,9 +496,7 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
             pack_region = (int)m->nbufs;
         }
         size_t nregs = m->nbufs + (pack_region >= 0);
-        st = delta_setup(w);
-        if (st != FERRY_OK) goto done;
-        if (w->deltas) regs[nregs++] = w->delta_mem;
+        if (w->deltas) regs[nregs++] = w->slots[0].dmem;
         st = slot_map(w, &w->slots[0], regs, nregs, breg, boff, pack_region, 0);
         if (st == FERRY_OK && w->deltas) {
             w->slots[0].map.has_delta = true;
@@ -521,7 +527,12 @@ static ferry_status_t epoch_setup(ferry_writer_t *w) {
             }
             s->base = ferry_xport_mem_ptr(s->mem);
             regs[0] = s->mem;
-            st = slot_map(w, s, regs, 1, breg, w->slot_offset, w->pack_bytes ? 0 : -1, pack_at);
+            regs[1] = s->dmem; /* (with deltas) */
+            st = slot_map(w, s, regs, w->deltas ? 2 : 1, breg, w->slot_offset, w->pack_bytes ? 0 : -1, pack_at);
+            if (st == FERRY_OK && w->deltas) {
+                s->map.has_delta = true;
+                s->map.delta_region = 1;
+            }
         }
     }
 done:
@@ -870,11 +881,21 @@ static bool encode_dev(ferry_writer_t *w, writer_slot_t *s, size_t pi) {
 static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);
-    uint8_t *a = w->delta_area;
+    uint8_t *a = w->delta_area = s->darea;
     uint64_t v = s->version, bytes = 0;
     uint32_t entries = 0;
     bool have_base = w->base_version && w->base_version == w->last_version;
     sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
+    /* async: the kept steps are in the previous version's slot, whose
+       readers may still read them there: they are copied into this slot's
+       area, at the same places (the sections are laid out alike) */
+    for (size_t k = 0; have_base && w->kept_area && w->kept_area != a && k < w->ndorder; k++) {
+        const delta_sec_t *sec = &w->sec[w->dorder[k]];
+        if (sec->nsteps)
+            memcpy(a + sec->step[0].at, w->kept_area + sec->step[0].at,
+                   sec->step[sec->nsteps - 1].at + sec->step[sec->nsteps - 1].len - sec->step[0].at);
+    }
+    w->kept_area = a;
     bool ok = have_base;
     for (size_t k = 0; ok && k < w->ndorder; k++) {
         uint64_t len = 0;

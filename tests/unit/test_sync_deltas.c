@@ -1,4 +1,4 @@
-/* Deltas in sync mode: a writer thread publishes versions that change ~2%
+/* Deltas: a writer thread publishes versions that change ~2%
  * of bf16 elements by an ulp; a reader one version behind applies the
  * writer's deltas in place (delta_pairs 1, delta_steps 1, a small fraction
  * of the bytes), and its buffers equal the writer's byte for byte. A reader whose buffers
@@ -6,6 +6,10 @@
  * ends exact; with deltas off it always pulls whole. Again with the
  * trainer holding every matrix in padded rows and no pack area (pack_limit
  * 1): its strided sources are read row by row, and encoded from gathers.
+ * Again in async mode (2 slots, each with its delta area): the reader skips
+ * version 3 and gets version 4 as a chain of 2 steps, the first of them
+ * copied from version 3's slot into version 4's; the weights it changed
+ * behind ferry's back are then version 5's case.
  *
  * --gpu (label gpu, scripts/gpu-test.sh): the same with every buffer in GPU
  * memory (the writer on GPU 0, the reader on GPU 1 where there are two):
@@ -122,7 +126,7 @@ static ferry_layout_t *padded_rows(ferry_ctx_t *ctx, const ferry_model_t *m) {
     return l;
 }
 
-static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_limit) {
+static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_limit, bool async) {
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     ferry_model_t *model;
@@ -146,6 +150,11 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
                               .job = "deltas", .rank = 0, .world = 1, .meta = "127.0.0.1:0", .token = "t",
                               .timeout_ms = 60000, .deltas = FERRY_SYNC_DELTAS_ALWAYS, .pack_limit = pack_limit};
     if (pack_limit) wp.field_mask |= FERRY_SYNC_PARAM_PACK_LIMIT;
+    if (async) {
+        wp.field_mask |= FERRY_SYNC_PARAM_MODE | FERRY_SYNC_PARAM_SLOTS;
+        wp.mode = FERRY_SYNC_MODE_ASYNC;
+        wp.slots = 2;
+    }
     if (g_gpu) {
         wp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
         wp.memory = FERRY_MEM_CUDA;
@@ -200,8 +209,13 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
     pthread_t th;
     CHECK(pthread_barrier_init(&s.checked, NULL, 2) == 0);
     CHECK(pthread_create(&th, NULL, writer_main, &s) == 0);
+    uint64_t touched = async ? 5 : 4;
     for (uint64_t v = 1; v <= VERSIONS; v++) {
-        if (v == 4) { /* the engine touched its weights: not version 3 any more */
+        if (async && v == 3) { /* behind by two at the next update */
+            pthread_barrier_wait(&s.checked);
+            continue;
+        }
+        if (v == touched) { /* the engine touched its weights: not version v - 1 any more */
             mirror(rb, rh, rsize, nd, false);
             ((uint16_t *)rh[0])[3] ^= 0x1;
             mirror(rb, rh, rsize, nd, true);
@@ -211,10 +225,11 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
         CHECK_EQ_INT(info.version, v);
         mirror(rb, rh, rsize, nd, false);
         check_layout_copy(model, src, dst, s.hb, rh);
-        bool want = s.want && v >= 2 && v != 4;
+        bool want = s.want && v >= 2 && v != touched;
         if (want) {
             CHECK_EQ_INT(info.delta_pairs, 1);
-            CHECK_EQ_INT(info.delta_steps, 1); /* one version behind: one step (test_sync_chains: more) */
+            /* one version behind: one step (test_sync_chains: more); async's version 4: 2 */
+            CHECK_EQ_INT(info.delta_steps, async && v == 4 ? 2 : 1);
             CHECK(info.delta_bytes > 0 && info.delta_bytes * 8 < total);
             CHECK(info.bytes == info.delta_bytes);
         } else {
@@ -244,10 +259,13 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
 
 int main(int argc, char **argv) {
     g_gpu = gpu_arg(argc, argv, &g_rdev); /* (exits 77 without a usable GPU) */
-    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0);
-    run(FERRY_SYNC_DELTAS_OFF, false, 0);
-    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1);
-    run(FERRY_SYNC_DELTAS_OFF, true, 1);
+    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, false);
+    run(FERRY_SYNC_DELTAS_OFF, false, 0, false);
+    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, false);
+    run(FERRY_SYNC_DELTAS_OFF, true, 1, false);
+    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, true);
+    run(FERRY_SYNC_DELTAS_OFF, false, 0, true);
+    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, true);
     if (g_gpu) printf("test_sync_deltas --gpu: deltas encoded and applied on GPUs %d -> %d, every version exact\n",
                       g_wdev, g_rdev);
     return 0;
