@@ -65,8 +65,8 @@ struct ferry_writer {
     uint64_t gscratch_cap;
     meta_pair_sums_t *pair_sums; /* per reader: its checksums in the slot being published */
     size_t npairs;
-    /* deltas (sync mode): the served bytes as of base_version, grouped by
-       distinct read, and the registered area readers fetch deltas from */
+    /* deltas: the served bytes as of base_version, grouped by distinct
+       read, and the registered areas readers fetch deltas from */
     bool deltas;
     size_t ngroups;
     size_t *op_group;          /* per op: its read group */
@@ -78,9 +78,14 @@ struct ferry_writer {
        base is not hashed again; sum_ver[g] is their version (0: none) */
     uint64_t *sums, *sum_at, *sum_ver;
     ferry_dtype_t *sum_dt;
-    uint8_t *base;             /* host memory; a CUDA writer's on its GPU */
+    uint8_t *base;             /* host memory; a CUDA writer's on its GPU (NULL with slot_base) */
     uint64_t base_bytes;
     uint64_t base_version;     /* 0: base holds nothing usable */
+    /* async with 2 or more slots: the base is the slot that holds
+       base_version (it stays until two publishes later), not a copy */
+    bool slot_base;
+    const writer_slot_t *bslot; /* that slot, while a version is encoded */
+    uint8_t *bscratch;         /* slot_base: a gathered read of the base slot (gscratch_cap bytes) */
 #ifdef FERRY_CUDA
     /* a CUDA writer's deltas, encoded on its GPU: every group a step needs,
        one batch per version; the frames wait on the GPU until placed */
@@ -173,6 +178,10 @@ static void epoch_free(ferry_writer_t *w) {
     if (w->m.dev && w->base) sync_dev_free(w->m.dev, w->base, w->base_bytes);
     else free(w->base);
     w->base_bytes = 0;
+    ferry_free(w->m.ctx, w->bscratch);
+    w->bscratch = NULL;
+    w->slot_base = false;
+    w->bslot = NULL;
 #ifdef FERRY_CUDA
     ferry_free(w->m.ctx, w->gitems);
     ferry_free(w->m.ctx, w->gitem);
@@ -371,7 +380,11 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
     }
     w->sums = ferry_alloc(ctx, nsums * sizeof *w->sums);
     if (!w->sums) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-    w->base_bytes = base_bytes ? base_bytes : 1;
+    w->slot_base = m->p.mode == FERRY_SYNC_MODE_ASYNC && w->nslots >= 2;
+    if (w->slot_base && !m->dev && w->gscratch_cap && !(w->bscratch = ferry_alloc(ctx, w->gscratch_cap)))
+        return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for %llu bytes of gather scratch",
+                          (unsigned long long)w->gscratch_cap);
+    w->base_bytes = w->slot_base ? 0 : base_bytes ? base_bytes : 1;
     if (m->dev) {
 #ifdef FERRY_CUDA
         /* the base on the writer's GPU, where its deltas are encoded; without
@@ -380,7 +393,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         w->gitems = ferry_calloc(ctx, w->ngroups + 1, sizeof *w->gitems);
         w->gitem = ferry_alloc(ctx, (w->ngroups + 1) * sizeof *w->gitem);
         if (!w->gitems || !w->gitem) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
-        if (sync_dev_alloc(m->dev, w->base_bytes, (void **)&w->base, &e) != FERRY_OK ||
+        if ((!w->slot_base && sync_dev_alloc(m->dev, w->base_bytes, (void **)&w->base, &e) != FERRY_OK) ||
             (!w->genc && ferry_delta_cuda_enc_create(sync_dev_device(m->dev), &w->genc, &e) != FERRY_OK)) {
             ferry_log(ctx, FERRY_LOG_WARN, "writer %u: no deltas this epoch: a %llu-byte base on GPU %d: %s",
                       m->p.rank, (unsigned long long)w->base_bytes, sync_dev_device(m->dev), e.text);
@@ -391,7 +404,7 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         }
         for (size_t g = 0; g < w->ngroups; g++) w->gitem[g] = SIZE_MAX;
 #endif
-    } else {
+    } else if (!w->slot_base) {
         w->base = malloc(w->base_bytes);
         if (!w->base)
             return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory for the %llu-byte delta base",
@@ -623,6 +636,18 @@ static const uint8_t *op_read(ferry_writer_t *w, const writer_slot_t *s, const f
     return w->gscratch;
 }
 
+/* Group g's bytes at base_version, to encode from (op reads it): the
+ * base copy, or with slot_base the base slot's (a gathered read gathered
+ * into bscratch, valid until the next call). */
+static const uint8_t *base_of(ferry_writer_t *w, size_t g, const ferry_copy_op_t *op) {
+    if (!w->slot_base) return w->base + w->group_base[g];
+    if (!(op->flags & FERRY_OP_GATHER)) return op_bytes(w, w->bslot, op);
+    uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
+    sync_gather(w->bscratch, buf_bytes(w, w->bslot, b), op->src_offset, op->src_strides, &op->box,
+                sync_op_esz(&w->m, op));
+    return w->bscratch;
+}
+
 /* A CUDA writer's sums of every group into gs: the contiguous reads in one
  * batch, then each gathered read, gathered into the scratch by the box
  * kernel and summed there (the stream orders each gather after the sum of
@@ -731,11 +756,11 @@ static ferry_status_t op_frame(ferry_writer_t *w, writer_slot_t *s, size_t i, ui
     }
     size_t l = 0;
     const uint8_t *next = op_read(w, s, op);
-    ferry_status_t st = ferry_delta_encode(w->codec, &dp, w->base + w->group_base[g], next, elems, a + at, room, &l);
+    ferry_status_t st = ferry_delta_encode(w->codec, &dp, base_of(w, g, op), next, elems, a + at, room, &l);
     w->sum_ver[g] = st == FERRY_OK ? v : 0; /* a failed encode leaves some of them next's */
     w->sum_dt[g] = dt;
     if (st != FERRY_OK) return st;
-    if (op->flags & FERRY_OP_GATHER) /* its base moves on now, from this gather (see encode_deltas) */
+    if ((op->flags & FERRY_OP_GATHER) && !w->slot_base) /* its base moves on now, from this gather (see encode_deltas) */
         memcpy(w->base + w->group_base[g], next, op->bytes);
     w->frame_at[g] = at;
     w->frame_len[g] = l;
@@ -848,7 +873,7 @@ static bool encode_dev(ferry_writer_t *w, writer_slot_t *s, size_t pi) {
         uint64_t *gs = w->sums + w->sum_at[g];
         bool given = w->sum_ver[g] && w->sum_ver[g] == w->base_version && w->sum_dt[g] == dt;
         w->gitems[n] = (ferry_delta_cuda_enc_item_t){
-            .base = w->base + w->group_base[g], .next = op_bytes(w, s, op), .dtype = dt, .elems = elems,
+            .base = base_of(w, g, op), .next = op_bytes(w, s, op), .dtype = dt, .elems = elems,
             .base_version = w->base_version, .next_version = s->version, .base_chunk_sums = given ? gs : NULL,
             .next_chunk_sums = gs};
         w->sum_dt[g] = dt;
@@ -884,7 +909,10 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     uint8_t *a = w->delta_area = s->darea;
     uint64_t v = s->version, bytes = 0;
     uint32_t entries = 0;
-    bool have_base = w->base_version && w->base_version == w->last_version;
+    w->bslot = NULL;
+    for (uint32_t k = 0; w->slot_base && k < w->nslots; k++)
+        if (&w->slots[k] != s && w->slots[k].version && w->slots[k].version == w->base_version) w->bslot = &w->slots[k];
+    bool have_base = w->base_version && w->base_version == w->last_version && (!w->slot_base || w->bslot);
     sync_delta_header_put(a, &(sync_delta_header_t){0, v}); /* readers see no entries while the area is rewritten */
     /* async: the kept steps are in the previous version's slot, whose
        readers may still read them there: they are copied into this slot's
@@ -918,17 +946,17 @@ static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
             sync_delta_entry_put(a, entries++, &e);
         }
     }
-    /* the base moves on */
+    /* the base moves on (with slot_base: to this slot, which holds v) */
     bool moved = true;
     ferry_errbuf_t e;
-    for (size_t g = 0; g < w->ngroups; g++) {
+    for (size_t g = 0; g < w->ngroups && !w->slot_base; g++) {
         const ferry_copy_op_t *op = &ops[w->group_op[g]];
         if ((op->flags & FERRY_OP_GATHER) && have_base && w->frame_ver[g] == v) continue; /* moved on when encoded */
         if (!w->m.dev) memcpy(w->base + w->group_base[g], op_read(w, s, op), op->bytes);
         else if (group_based(w, g)) /* (a CUDA writer's delta readers have no gathered reads) */
             moved &= sync_dev_copy(w->m.dev, w->base + w->group_base[g], op_bytes(w, s, op), op->bytes, &e) == FERRY_OK;
     }
-    if (w->m.dev) moved &= sync_dev_wait(w->m.dev, &e) == FERRY_OK;
+    if (w->m.dev && !w->slot_base) moved &= sync_dev_wait(w->m.dev, &e) == FERRY_OK;
     w->base_version = moved ? v : 0; /* a base that did not move holds nothing usable */
     sync_delta_header_put(a, &(sync_delta_header_t){entries, v}); /* last: the entries are complete */
     return entries ? sync_delta_index_end(entries) + bytes : 0;

@@ -6,10 +6,12 @@
  * ends exact; with deltas off it always pulls whole. Again with the
  * trainer holding every matrix in padded rows and no pack area (pack_limit
  * 1): its strided sources are read row by row, and encoded from gathers.
- * Again in async mode (2 slots, each with its delta area): the reader skips
+ * Again in async mode (2 slots, each with its delta area; the base the
+ * writer encodes from is the previous version's slot): the reader skips
  * version 3 and gets version 4 as a chain of 2 steps, the first of them
  * copied from version 3's slot into version 4's; the weights it changed
- * behind ferry's back are then version 5's case.
+ * behind ferry's back are then version 5's case. And with 1 slot, whose
+ * base is a copy as in sync mode.
  *
  * --gpu (label gpu, scripts/gpu-test.sh): the same with every buffer in GPU
  * memory (the writer on GPU 0, the reader on GPU 1 where there are two):
@@ -126,7 +128,8 @@ static ferry_layout_t *padded_rows(ferry_ctx_t *ctx, const ferry_model_t *m) {
     return l;
 }
 
-static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_limit, bool async) {
+static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_limit, uint32_t async_slots) {
+    const bool async = async_slots > 0;
     ferry_ctx_t *ctx;
     CHECK_OK(ferry_ctx_create(NULL, &ctx, NULL, 0), "ctx");
     ferry_model_t *model;
@@ -153,7 +156,7 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
     if (async) {
         wp.field_mask |= FERRY_SYNC_PARAM_MODE | FERRY_SYNC_PARAM_SLOTS;
         wp.mode = FERRY_SYNC_MODE_ASYNC;
-        wp.slots = 2;
+        wp.slots = async_slots;
     }
     if (g_gpu) {
         wp.field_mask |= FERRY_SYNC_PARAM_MEMORY;
@@ -259,13 +262,15 @@ static void run(ferry_sync_deltas_t reader_deltas, bool padded, uint64_t pack_li
 
 int main(int argc, char **argv) {
     g_gpu = gpu_arg(argc, argv, &g_rdev); /* (exits 77 without a usable GPU) */
-    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, false);
-    run(FERRY_SYNC_DELTAS_OFF, false, 0, false);
-    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, false);
-    run(FERRY_SYNC_DELTAS_OFF, true, 1, false);
-    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, true);
-    run(FERRY_SYNC_DELTAS_OFF, false, 0, true);
-    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, true);
+    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, 0);
+    run(FERRY_SYNC_DELTAS_OFF, false, 0, 0);
+    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, 0);
+    run(FERRY_SYNC_DELTAS_OFF, true, 1, 0);
+    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, 2);
+    run(FERRY_SYNC_DELTAS_OFF, false, 0, 2);
+    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, 2);
+    run(FERRY_SYNC_DELTAS_ALWAYS, false, 0, 1);
+    run(FERRY_SYNC_DELTAS_ALWAYS, true, 1, 1);
     if (g_gpu) printf("test_sync_deltas --gpu: deltas encoded and applied on GPUs %d -> %d, every version exact\n",
                       g_wdev, g_rdev);
     return 0;
