@@ -12,8 +12,8 @@
 
 /* What the table's columns and the summary mean: printed above the table and by --help. */
 static const char legend[] =
-    "columns: version; changed = share of bf16 elements that differ from the previous version\n"
-    "  (engine replica 0); bytes moved = bytes landed in all engine processes; seconds = sync latency,\n"
+    "columns: version; changed = share of the engine's elements that differ from the previous version\n"
+    "  (engine replica 0; bf16, or with --quant its fp8 bytes and scales too); bytes moved = bytes landed in all engine processes; seconds = sync latency,\n"
     "  from the first trainer starting to publish to the last engine process holding the version;\n"
     "  GB/s = bytes moved / seconds of that version; publish, update = the slowest trainer's publish\n"
     "  call and engine's update call, s; verified = engine processes that matched the reference / that\n"
@@ -27,7 +27,8 @@ static void usage(FILE *f) {
             "usage: ferry demo [--model M] [--train SPEC] [--infer SPEC] [--steps N]\n"
             "                  [--mode sync|async] [--transport shm|ucx|file] [--staged] [--slots K]\n"
             "                  [--lr X] [--seed N] [--timeout-ms T] [--deltas auto|always|off] [--delta-chain N]\n"
-            "                  [--device cpu|cuda|cuda:N] [--pack-limit BYTES] [--no-verify] [--verbose]\n"
+            "                  [--device cpu|cuda|cuda:N] [--pack-limit BYTES] [--quant none|auto|fp8]\n"
+            "                  [--no-verify] [--verbose]\n"
             "       ferry demo --rl [--device cpu|cuda] [--mode sync|async] [--steps N] ... (--rl --help)\n"
             "\n"
             "Runs a metadata service, W trainer processes (Megatron-style layout, weights\n"
@@ -57,6 +58,11 @@ static void usage(FILE *f) {
             "--pack-limit: most bytes of a trainer rank's pack area (where it gathers strided\n"
             "sources for readers; on its GPU with --device cuda); past it readers read them run by\n"
             "run. Default 0: no limit.\n"
+            "--quant: the engines serve FP8 (float8_e4m3fn, 128 x 128 block scales) as the model's\n"
+            "quantization_config says (auto) or regardless (fp8; DeepSeek-V3-type models): trainers\n"
+            "quantize each block once per version, engines check every fp8 byte and scale against\n"
+            "their own quantization of the reference. Example: --model tests/golden/tiny-mla-fp8.json\n"
+            "--train tp=2 --infer tp=2,ep=2 --quant auto.\n"
             "--verbose: each process's pid and events on stderr.\n"
             "--rl: instead, the RL loop with a real model: a transformers Qwen3 trained with AdamW\n"
             "on GPU 0 (or the CPU), an engine process in vLLM's fused layout on GPU 1 updated in\n"
@@ -142,6 +148,8 @@ int cmd_demo(int argc, char **argv) {
                 o.deltas = k == 0 ? FERRY_SYNC_DELTAS_AUTO : k == 1 ? FERRY_SYNC_DELTAS_ALWAYS : FERRY_SYNC_DELTAS_OFF;
         } else if (cli_opt(argc, argv, &i, "--delta-chain", &v)) {
             ok = cli_u32("--delta-chain", v, 1, FERRY_SYNC_DELTA_CHAIN_MAX, &o.delta_chain);
+        } else if (cli_opt(argc, argv, &i, "--quant", &v)) {
+            ok = v && cli_quant(v, &o.quant);
         } else if (!strcmp(argv[i], "--staged")) o.staged = true;
         else if (!strcmp(argv[i], "--no-verify")) o.verify = false;
         else if (!strcmp(argv[i], "--verbose")) o.verbose = true;
@@ -167,7 +175,8 @@ int cmd_demo(int argc, char **argv) {
     }
     demo_step_t *steps = calloc(o.steps, sizeof *steps);
     if (!steps) return CLI_FAIL;
-    printf("ferry demo: %s, trainer %s -> engine %s, %s mode%s, %s, %u steps at lr %g\n", o.model, o.train, o.infer,
+    printf("ferry demo: %s, trainer %s -> engine %s%s, %s mode%s, %s, %u steps at lr %g\n", o.model, o.train, o.infer,
+           o.quant != FERRY_MODEL_QUANT_NONE ? " (fp8)" : "",
            o.mode == FERRY_SYNC_MODE_SYNC ? "sync" : "async", o.staged ? " (staged)" : "",
            o.transport == FERRY_XPORT_SHM ? "shm" : o.transport == FERRY_XPORT_UCX ? "ucx" : "file", o.steps, o.lr);
     printf("%s", legend);

@@ -59,7 +59,7 @@ int demo_common_opt(int argc, char **argv, int *i, demo_opts_t *o, uint32_t step
 
 static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int report_fd, int stdin_fd) {
     char a_rank[16], a_steps[16], a_mode[8], a_tr[8], a_staged[4], a_verify[4], a_lr[32], a_seed[32], a_to[16],
-        a_slots[8], a_deltas[8], a_dev[16], a_pack[24], a_chain[16];
+        a_slots[8], a_deltas[8], a_dev[16], a_pack[24], a_chain[16], a_quant[8];
     snprintf(a_rank, sizeof a_rank, "%u", rank);
     snprintf(a_steps, sizeof a_steps, "%u", o->steps);
     snprintf(a_mode, sizeof a_mode, "%d", (int)o->mode);
@@ -73,11 +73,12 @@ static pid_t spawn_worker(const demo_opts_t *o, bool writer, uint32_t rank, int 
     snprintf(a_deltas, sizeof a_deltas, "%d", (int)o->deltas);
     snprintf(a_pack, sizeof a_pack, "%llu", (unsigned long long)o->pack_limit);
     snprintf(a_chain, sizeof a_chain, "%u", o->delta_chain);
+    snprintf(a_quant, sizeof a_quant, "%d", (int)o->quant);
     if (o->device >= 0) snprintf(a_dev, sizeof a_dev, "cuda:%d", o->device);
     else snprintf(a_dev, sizeof a_dev, "%s", o->device == DEMO_DEVICE_CPU ? "cpu" : "cuda");
     char *argv[] = {"ferry", "_sync-worker", writer ? "writer" : "reader", a_rank, (char *)o->model,
                     (char *)o->train, (char *)o->infer, a_steps, a_mode, a_tr, a_staged, a_verify, a_lr, a_seed,
-                    a_to, a_slots, a_deltas, a_dev, a_pack, a_chain, NULL};
+                    a_to, a_slots, a_deltas, a_dev, a_pack, a_chain, a_quant, NULL};
     const int map[] = {stdin_fd, 0, report_fd, 3};
     return cli_spawn(argv, map, 2);
 }
@@ -191,6 +192,32 @@ static void take_line(char *line, demo_step_t *steps, const demo_opts_t *o, doub
     if (!ok && !res->error[0]) snprintf(res->error, sizeof res->error, "a malformed report from a worker: \"%.200s\"", copy);
 }
 
+/* --quant: the engines' fp8 spec declares fp8 tensors, and a plan from the
+ * trainers' layout into the engines' builds (it refuses splits that cut
+ * 128 x 128 blocks, naming the tensor). */
+static int check_quant(ferry_ctx_t *ctx, const demo_opts_t *o, const ferry_model_t *m, const ferry_parallel_t *tp,
+                       const ferry_parallel_t *ip, char *err, size_t size) {
+    ferry_model_t *em = cli_load_model_quant(ctx, o->model, false, o->quant);
+    if (!em) return CLI_USAGE; /* it said why */
+    ferry_layout_t *src = NULL, *dst = NULL;
+    ferry_plan_t *plan = NULL;
+    int rc = CLI_USAGE;
+    if (ferry_model_quant_count(em) == 0)
+        snprintf(err, size, "--quant: model %s declares no fp8 tensors (no fp8 quantization_config; --quant fp8 "
+                            "forces it where the model type supports it)", o->model);
+    else if (ferry_layout_build(ctx, m, tp, FERRY_ALL_RANKS, &src) != FERRY_OK ||
+             ferry_layout_build(ctx, em, ip, FERRY_ALL_RANKS, &dst) != FERRY_OK ||
+             ferry_plan_build(ctx, src, dst, NULL, &plan) != FERRY_OK)
+        snprintf(err, size, "fp8 engine: %s", ferry_ctx_error(ctx));
+    else
+        rc = CLI_OK;
+    ferry_plan_destroy(plan);
+    ferry_layout_destroy(src);
+    ferry_layout_destroy(dst);
+    ferry_model_destroy(em);
+    return rc;
+}
+
 int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, ferry_parallel_t *tp,
                ferry_parallel_t *ip, char *err, size_t size) {
     err[0] = '\0';
@@ -201,6 +228,11 @@ int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, fe
     }
     if (o->pack_limit && o->transport == (ferry_xport_kind_t)DEMO_TRANSPORT_FILE) {
         snprintf(err, size, "--pack-limit bounds a writer's pack area; the file channel has none (use --transport shm or ucx)");
+        return CLI_USAGE;
+    }
+    if (o->quant != FERRY_MODEL_QUANT_NONE && o->transport == (ferry_xport_kind_t)DEMO_TRANSPORT_FILE) {
+        snprintf(err, size, "--quant: fp8 engines are fed by the writers' quant ops; the file channel has none "
+                            "(use --transport shm or ucx)");
         return CLI_USAGE;
     }
     if (!(*model = cli_load_model(ctx, o->model, false))) return CLI_USAGE; /* it said why */
@@ -216,6 +248,10 @@ int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, fe
             return CLI_USAGE;
         }
         ferry_layout_destroy(l);
+    }
+    if (o->quant != FERRY_MODEL_QUANT_NONE) {
+        int c = check_quant(ctx, o, *model, tp, ip, err, size);
+        if (c != CLI_OK) return c;
     }
     for (uint32_t t = 0; t < ferry_model_tensor_count(*model); t++) {
         ferry_tensor_info_t ti;

@@ -30,6 +30,7 @@ typedef struct demo_opts {
     int device;           /* DEMO_DEVICE_CPU, DEMO_DEVICE_SPREAD, or every worker on GPU N (demo_gpu.h) */
     uint64_t pack_limit;  /* every member's (ferry_sync_params_t); 0: none */
     uint32_t delta_chain; /* every member's (ferry_sync_params_t); 0: the default */
+    ferry_model_quant_t quant; /* the engines' spec (trainers' is bf16): FERRY_MODEL_QUANT_AUTO/FP8 for fp8 engines */
 } demo_opts_t;
 
 typedef struct demo_step {
@@ -76,7 +77,9 @@ typedef struct demo_hooks {
 
 /* What the workers would refuse, refused before any starts: the model
  * loads (*model, the caller destroys it, also on failure), the specs parse,
- * both layouts build, every tensor is bf16 or f32. CLI_OK, or CLI_USAGE
+ * both layouts build, every tensor is bf16 or f32; with quant, the
+ * engines' spec has fp8 tensors and the plan into them builds (no trainer
+ * split cuts a 128 x 128 block). CLI_OK, or CLI_USAGE
  * with the reason in err (empty when cli_load_model printed it). */
 int demo_check(ferry_ctx_t *ctx, const demo_opts_t *o, ferry_model_t **model, ferry_parallel_t *tp,
                ferry_parallel_t *ip, char *err, size_t size);

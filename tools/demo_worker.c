@@ -64,7 +64,10 @@ uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, u
         demo_tensor_t t = demo_tensor(w->o.seed, ti.name, w->o.lr, v);
         uint8_t *buf = w->bufs[p->buffer - base];
         uint8_t *old = prev ? prev[p->buffer - base] : NULL;
-        if (ti.dtype == FERRY_DTYPE_BF16) {
+        ferry_tensor_quant_t tq;
+        if (!fill && ferry_model_tensor_quant(w->model, p->tensor, &tq) && tq.kind != FERRY_QUANT_NONE) {
+            bad += demo_fp8_piece_pass(w, p, &ti, &tq, v, buf, old, &diff); /* an fp8 engine's weight or scales */
+        } else if (ti.dtype == FERRY_DTYPE_BF16) {
             DEMO_FOR_EACH(&ti, p, 2, {
                 uint16_t want = demo_bf16(demo_master(&t, lin));
                 uint16_t *at = (uint16_t *)(buf + addr);
@@ -293,9 +296,9 @@ out:
 }
 
 /* _sync-worker writer|reader RANK MODEL TRAIN INFER STEPS MODE TRANSPORT STAGED VERIFY LR SEED TIMEOUT SLOTS DELTAS
- * DEVICE PACK_LIMIT DELTA_CHAIN */
+ * DEVICE PACK_LIMIT DELTA_CHAIN QUANT */
 int demo_worker_main(int argc, char **argv) {
-    if (argc != 19) {
+    if (argc != 20) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`), %d arguments\n", argc);
         return CLI_USAGE;
     }
@@ -306,7 +309,7 @@ int demo_worker_main(int argc, char **argv) {
     w.o.train = argv[4];
     w.o.infer = argv[5];
     /* the parent wrote these; each is checked all the same, as any argument is */
-    uint32_t mode, transport, staged, verify, deltas;
+    uint32_t mode, transport, staged, verify, deltas, quant;
     if ((strcmp(w.role, "writer") && strcmp(w.role, "reader")) || !cli_u32("RANK", argv[2], 0, UINT32_MAX, &w.rank) ||
         !cli_u32("STEPS", argv[6], 1, UINT32_MAX, &w.o.steps) ||
         !cli_u32("MODE", argv[7], FERRY_SYNC_MODE_SYNC, FERRY_SYNC_MODE_ASYNC, &mode) ||
@@ -319,6 +322,7 @@ int demo_worker_main(int argc, char **argv) {
         !cli_u32("DELTAS", argv[15], FERRY_SYNC_DELTAS_AUTO, FERRY_SYNC_DELTAS_OFF, &deltas) ||
         !demo_gpu_parse(argv[16], &w.o.device) || !cli_u64("PACK_LIMIT", argv[17], 0, UINT64_MAX, &w.o.pack_limit) ||
         !cli_u32("DELTA_CHAIN", argv[18], 0, FERRY_SYNC_DELTA_CHAIN_MAX, &w.o.delta_chain) ||
+        !cli_u32("QUANT", argv[19], FERRY_MODEL_QUANT_NONE, FERRY_MODEL_QUANT_FP8, &quant) ||
         (transport != FERRY_XPORT_SHM && transport != FERRY_XPORT_UCX && transport != DEMO_TRANSPORT_FILE)) {
         fprintf(stderr, "ferry _sync-worker: internal command (used by `ferry demo`): bad arguments\n");
         return CLI_USAGE;
@@ -328,11 +332,13 @@ int demo_worker_main(int argc, char **argv) {
     w.o.staged = staged;
     w.o.verify = verify;
     w.o.deltas = (ferry_sync_deltas_t)deltas;
+    w.o.quant = (ferry_model_quant_t)quant;
     bool writer = strcmp(w.role, "writer") == 0;
     w.ctx = cli_ctx();
     if (!w.ctx) return CLI_FAIL;
     int rc = CLI_FAIL;
-    w.model = cli_load_model(w.ctx, w.o.model, false);
+    /* trainers hold bf16; an fp8 engine's spec says which of its tensors are fp8 */
+    w.model = cli_load_model_quant(w.ctx, w.o.model, false, writer ? FERRY_MODEL_QUANT_NONE : w.o.quant);
     if (!w.model) {
         demo_report("E %s %u cannot load model %s", w.role, w.rank, w.o.model);
         goto out;
@@ -347,7 +353,9 @@ int demo_worker_main(int argc, char **argv) {
     for (uint32_t t = 0; t < ferry_model_tensor_count(w.model); t++) {
         ferry_tensor_info_t ti;
         ferry_model_tensor(w.model, t, &ti);
-        if (ti.dtype != FERRY_DTYPE_BF16 && ti.dtype != FERRY_DTYPE_F32) {
+        ferry_tensor_quant_t tq;
+        bool fp8 = ferry_model_tensor_quant(w.model, t, &tq) && tq.kind != FERRY_QUANT_NONE;
+        if (ti.dtype != FERRY_DTYPE_BF16 && ti.dtype != FERRY_DTYPE_F32 && !fp8) {
             rc = demo_fail(&w, "model", "the demo generates bf16 and f32 tensors only");
             goto out;
         }

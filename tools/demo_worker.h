@@ -31,6 +31,14 @@ int demo_fail(worker_t *w, const char *what, const char *detail);
  * `prev` (a copy of the buffers before the update, or NULL). */
 uint64_t demo_weights_pass(worker_t *w, uint64_t v, bool fill, uint8_t **prev, uint64_t *changed, uint64_t *elements);
 
+/* An fp8 engine's piece p of tensor ti (an F8_E4M3 weight or its F32
+ * scales, tq says which) against the reference quantization of version v
+ * (demo_fp8.c): returns mismatches; adds to *diff the elements that
+ * differ from `old` (the buffer before the update, or NULL). */
+uint64_t demo_fp8_piece_pass(worker_t *w, const ferry_piece_t *p, const ferry_tensor_info_t *ti,
+                             const ferry_tensor_quant_t *tq, uint64_t v, const uint8_t *buf, const uint8_t *old,
+                             uint64_t *diff);
+
 /* The file transport: each trainer rank publishes its buffers into
  * $FERRY_DEMO_DIR/rank-K; engine ranks follow the directories they need
  * and copy their pieces out (demo_file.c). */

@@ -25,6 +25,14 @@ expect 0 "reader updates applied sparse deltas" -- demo --model $golden/tiny-qwe
     --infer tp=1,replicas=2 --steps 3 --deltas always --transport ucx
 expect 0 "$ok" -- demo $moe --infer tp=2,ep=2 --steps 3 --deltas always --staged
 expect 2 "--deltas \"sometimes\": not a choice; want auto, always or off" -- demo --deltas sometimes
+# fp8 engines from bf16 trainers: the writers quantize each 128 x 128 block, the engines check every fp8 byte
+# and scale against their own quantization of the reference; deltas of fp8 bytes, async, ucx
+fp8="--model $golden/tiny-mla-fp8.json --train tp=2 --quant auto"
+expect 0 "reader updates applied sparse deltas" -- demo $fp8 --infer tp=2,ep=2 --steps 3 --deltas always
+expect 0 "$ok" -- demo $fp8 --infer tp=1,replicas=2 --steps 3 --mode async --transport ucx
+expect 2 "which cuts 128 x 128 blocks" -- demo --model $golden/tiny-mla-fp8.json --train tp=4 --infer tp=2,ep=2 --quant auto
+expect 2 "declares no fp8 tensors" -- demo --quant auto --steps 1
+expect 2 "the file channel has none" -- demo $fp8 --infer tp=2 --transport file
 # the file channel: trainer ranks publish snapshots and deltas into directories, engine ranks follow them
 # no pack areas: strided sources read run by run, over shm and ucx, deltas included
 expect 0 "$ok" -- demo --model $golden/tiny-mla.json --train tp=2,ep=2,experts=grouped_t,buffers=flat \
