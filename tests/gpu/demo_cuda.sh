@@ -4,7 +4,8 @@
 # into theirs and check every element against the host's reference, so this
 # also checks those kernels bit for bit. Megatron tp=2,pp=2 (fused, strided
 # pieces) -> vLLM tp=2,replicas=2 with deltas between GPUs; then colocated
-# on GPU 0, whole pulls. Exit 77 without a GPU.
+# on GPU 0, whole pulls; fp8 engines fed by the GPU writers' quantization,
+# sync and async with deltas. Exit 77 without a GPU.
 set -uo pipefail
 ferry=$1
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -23,4 +24,8 @@ run() {
 }
 run --device cuda --deltas always --steps 4
 run --device cuda:0 --train tp=1 --infer tp=1 --deltas off --steps 2
+# fp8 engines: the trainers quantize on their GPUs; async slots (the previous slot is the delta base)
+fp8=(--model "$(dirname "$0")/../golden/tiny-mla-fp8.json" --train tp=2 --quant auto --device cuda)
+run "${fp8[@]}" --infer tp=2,ep=2 --deltas always --steps 3
+run "${fp8[@]}" --infer tp=1,replicas=2 --mode async --deltas always --steps 3
 echo "demo_cuda: every version verified"
