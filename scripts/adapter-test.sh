@@ -3,8 +3,8 @@
 # against the real framework, in a venv of its own (the frameworks pin
 # different torch versions): scripts/adapter-test.sh [DIR] [ADAPTER...]
 #   DIR       where the venvs go (default /tmp/ferry-adapters; never the repo)
-#   ADAPTER   vllm, verl (default: both)
-# Each venv DIR/<name> is made once and reused (about 6-7 GB each; delete
+#   ADAPTER   vllm, verl, awex, sglang (default: all four)
+# Each venv DIR/<name> is made once and reused (6-11 GB each; delete
 # DIR when done). ferry is built once as a wheel (pip wheel . , as
 # `pip install .` builds it) and installed into each venv. Needs network
 # for PyPI and scripts/deps.sh's packages. Prints a summary line per
@@ -15,7 +15,7 @@ repo=$PWD
 root=${1:-/tmp/ferry-adapters}
 [ $# -gt 0 ] && shift
 adapters=("$@")
-[ ${#adapters[@]} -gt 0 ] || adapters=(vllm verl)
+[ ${#adapters[@]} -gt 0 ] || adapters=(vllm verl awex sglang)
 case "$(realpath -m "$root")/" in
 "$repo"/*) echo "adapter-test.sh: $root is inside the repository; give a folder outside it" >&2; exit 2 ;;
 esac
@@ -42,6 +42,18 @@ install_vllm() {
 # verl.checkpoint_engine imports uvicorn and fastapi, which verl does not declare
 install_verl() {
     pipi "$1" verl==0.9.1 uvicorn fastapi
+}
+
+# awex declares only cloudpickle; `import awex` needs torch, transformers,
+# requests, aiohttp, psutil and megatron-core besides (the versions run here)
+install_awex() {
+    pipi "$1" awex==0.9.0 torch==2.15.0 transformers==5.24.0 megatron-core==0.16.1 requests aiohttp psutil
+}
+
+# sglang as PyPI has it (its CUDA build: about 11 GB; no engine runs
+# without a GPU, the test builds SGLang's model and weight updater)
+install_sglang() {
+    pipi "$1" sglang==0.5.23
 }
 
 # venv DIR/<name> with the framework, pytest and the ferry wheel; a stamp
