@@ -46,6 +46,7 @@ import pickle
 import socket
 
 import pytest
+from children import end_children, recv_reply
 
 pytest.importorskip("awex", reason="awex is not importable here (scripts/adapter-test.sh makes a venv with awex)")
 pytest.importorskip("megatron.core", reason="megatron-core is not importable (awex imports it; it does not declare it)")
@@ -287,13 +288,6 @@ def _inference(conn, meta_addr):
         raise
 
 
-def _recv(conn, what, timeout=180):
-    if not conn.poll(timeout):
-        raise AssertionError(f"{what}: no answer in {timeout} s")
-    out = conn.recv()
-    if isinstance(out, tuple) and len(out) == 2 and out[0] == "error":
-        raise AssertionError(f"{what}: {out[1]}")
-    return out
 
 
 def test_megatron_trainer_to_sglang_layout_engine_over_several_steps(job):
@@ -311,13 +305,13 @@ def test_megatron_trainer_to_sglang_layout_engine_over_several_steps(job):
         procs.append(p)
     trainer, infer = conns
     try:
-        assert _recv(trainer, "trainer init") == "FerryWeightsWriter"
-        assert _recv(infer, "engine init") == "WeightsReader"
+        assert recv_reply(trainer, "trainer init") == "FerryWeightsWriter"
+        assert recv_reply(infer, "engine init") == "WeightsReader"
         for n, step in enumerate(STEPS, 1):
             trainer.send(("step", step))
             infer.send(("step", step))
-            version, acked, want = _recv(trainer, f"write_weights step {step}")
-            worker, got_version, flushes, moved, got = _recv(infer, f"update_weights step {step}")
+            version, acked, want = recv_reply(trainer, f"write_weights step {step}")
+            worker, got_version, flushes, moved, got = recv_reply(infer, f"update_weights step {step}")
             assert worker == "FerryWorkerWeightsReader"
             assert version == got_version == step + 1 and acked == 1
             assert flushes == n  # awex flushed the engine's cache after each update
@@ -327,13 +321,10 @@ def test_megatron_trainer_to_sglang_layout_engine_over_several_steps(job):
                 assert got[name].dtype == t.dtype and torch.equal(got[name], t), (step, name)
         for c in conns:
             c.send(("close", None))
-            _recv(c, "close")
+            recv_reply(c, "close")
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+        ok = end_children(procs)
+    assert ok
 
 
 def test_install_patches_and_refusals():

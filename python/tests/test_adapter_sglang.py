@@ -31,6 +31,7 @@ import multiprocessing as mp
 import socket
 
 import pytest
+from children import end_children, recv_reply
 
 pytest.importorskip("sglang", reason="sglang is not importable here (scripts/adapter-test.sh makes a venv with sglang)")
 
@@ -177,13 +178,6 @@ def _engine(conn, model_dir, port):
         raise
 
 
-def _recv(conn, what, timeout=180):
-    if not conn.poll(timeout):
-        raise AssertionError(f"{what}: no answer in {timeout} s")
-    out = conn.recv()
-    if isinstance(out, tuple) and len(out) == 2 and out[0] == "error":
-        raise AssertionError(f"{what}: {out[1]}")
-    return out
 
 
 def test_sglang_qwen3_updated_through_the_custom_loader(tmp_path, job):
@@ -200,13 +194,13 @@ def test_sglang_qwen3_updated_through_the_custom_loader(tmp_path, job):
         procs.append(p)
     trainer, engine = conns
     try:
-        meta = _recv(trainer, "trainer start")
-        assert _recv(engine, "engine start") == "sglang.srt.models.qwen3"
+        meta = recv_reply(trainer, "trainer start")
+        assert recv_reply(engine, "engine start") == "sglang.srt.models.qwen3"
         for version in VERSIONS:
             trainer.send(("publish", version))
             engine.send(("update", (version, job, meta)))
-            acked, want = _recv(trainer, f"publish {version}")
-            ok, msg, got_version, moved, got = _recv(engine, f"update {version}")
+            acked, want = recv_reply(trainer, f"publish {version}")
+            ok, msg, got_version, moved, got = recv_reply(engine, f"update {version}")
             got = {n: (dt, torch.from_numpy(a).view(torch.bfloat16)) for n, (dt, a) in got.items()}
             assert ok, msg
             assert acked == 1 and got_version == version
@@ -216,13 +210,10 @@ def test_sglang_qwen3_updated_through_the_custom_loader(tmp_path, job):
                 assert got[name][0] == str(t.dtype) and torch.equal(got[name][1], t), (version, name)
         for c in conns:
             c.send(("close", None))
-            _recv(c, "close")
+            recv_reply(c, "close")
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+        ok = end_children(procs)
+    assert ok
 
 
 def test_request_and_refusals():

@@ -15,6 +15,7 @@ import asyncio
 import multiprocessing as mp
 
 import pytest
+from children import end_children, recv_reply
 
 pytest.importorskip("verl", reason="verl is not importable here (scripts/adapter-test.sh makes a venv with verl)")
 pytest.importorskip("verl.checkpoint_engine.base",
@@ -82,12 +83,7 @@ def _worker(conn, kwargs, is_master):
 
 def _call(conn, cmd, arg=None, timeout=120):
     conn.send((cmd, arg))
-    if not conn.poll(timeout):
-        raise AssertionError(f"{cmd}: no answer in {timeout} s")
-    out = conn.recv()
-    if isinstance(out, tuple) and len(out) == 2 and out[0] == "error":
-        raise AssertionError(f"{cmd}: {out[1]}")
-    return out
+    return recv_reply(conn, cmd, timeout)
 
 
 def test_actor_and_rollout_processes_over_several_steps(tmp_path, job):
@@ -129,11 +125,8 @@ def test_actor_and_rollout_processes_over_several_steps(tmp_path, job):
         for c in conns:
             _call(c, "close")
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+        ok = end_children(procs)
+    assert ok
 
 
 def test_topology_and_refusals():
