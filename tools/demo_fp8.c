@@ -29,8 +29,9 @@ static void ref_block(const demo_tensor_t *t, const ferry_tensor_info_t *wt, uin
     *bw = nc;
 }
 
-/* What a piece's walk knows: its tensor, the last block computed (so a run
- * of elements in one block computes it once), and the counts. */
+/* What a piece's walk knows: its tensor, and the row of blocks (e, br)
+ * computed so far, each block once (pieces are walked row by row: a row of
+ * elements crosses every block of its block row). */
 typedef struct fp8_walk {
     const ferry_tensor_info_t *ti, *wt;
     const demo_tensor_t *t;
@@ -38,9 +39,11 @@ typedef struct fp8_walk {
     bool is_scale;
     const uint8_t *buf, *old;
     uint16_t *tmp;
-    uint8_t *q;
-    uint64_t e, br, bc, bw; /* the block in q (e UINT64_MAX: none yet) */
-    float scale;
+    uint8_t *q;       /* one block */
+    uint8_t *rowq;    /* the block row's fp8 bytes: 128 rows of the weight's cols */
+    float *rows;      /* its scales, one per block column */
+    uint8_t *have;    /* per block column: computed */
+    uint64_t e, br;   /* the block row held (e UINT64_MAX: none yet) */
     uint64_t bad, diff;
 } fp8_walk_t;
 
@@ -50,18 +53,26 @@ static void fp8_elem(fp8_walk_t *k, uint64_t lin, uint64_t addr) {
     uint64_t cols = (uint64_t)k->ti->shape[nd - 1], rows = nd >= 2 ? (uint64_t)k->ti->shape[nd - 2] : 1;
     uint64_t c = lin % cols, r = (lin / cols) % rows, e = lin / cols / rows;
     uint64_t br = k->is_scale ? r : r / FERRY_FP8_BLOCK, bc = k->is_scale ? c : c / FERRY_FP8_BLOCK;
-    if (e != k->e || br != k->br || bc != k->bc) {
-        ref_block(k->t, k->wt, k->flags, e, br, bc, k->tmp, k->q, &k->scale, &k->bw);
+    uint64_t wcols = (uint64_t)k->wt->shape[k->wt->ndim - 1];
+    if (e != k->e || br != k->br) {
+        memset(k->have, 0, (wcols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK);
         k->e = e;
         k->br = br;
-        k->bc = bc;
+    }
+    if (!k->have[bc]) {
+        uint64_t bw;
+        ref_block(k->t, k->wt, k->flags, e, br, bc, k->tmp, k->q, &k->rows[bc], &bw);
+        uint64_t wrows = (uint64_t)k->wt->shape[k->wt->ndim - 2], nr = wrows - br * FERRY_FP8_BLOCK;
+        for (uint64_t i = 0; i < nr && i < FERRY_FP8_BLOCK; i++)
+            memcpy(k->rowq + i * wcols + bc * FERRY_FP8_BLOCK, k->q + i * bw, bw);
+        k->have[bc] = 1;
     }
     const uint8_t *at = k->buf + addr;
     if (k->is_scale) {
-        k->bad += memcmp(at, &k->scale, 4) != 0;
+        k->bad += memcmp(at, &k->rows[bc], 4) != 0;
         if (k->old) k->diff += memcmp(k->old + addr, at, 4) != 0;
     } else {
-        k->bad += *at != k->q[(r % FERRY_FP8_BLOCK) * k->bw + c % FERRY_FP8_BLOCK];
+        k->bad += *at != k->rowq[(r % FERRY_FP8_BLOCK) * wcols + c];
         if (k->old) k->diff += k->old[addr] != *at;
     }
 }
@@ -77,13 +88,21 @@ uint64_t demo_fp8_piece_pass(worker_t *w, const ferry_piece_t *p, const ferry_te
     demo_tensor_t t = demo_tensor(w->o.seed, wt.name, w->o.lr, v);
     k.wt = &wt;
     k.t = &t;
+    uint64_t wcols = (uint64_t)wt.shape[wt.ndim - 1], nbc = (wcols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
     k.tmp = malloc(FERRY_FP8_BLOCK * FERRY_FP8_BLOCK * sizeof *k.tmp);
     k.q = malloc(FERRY_FP8_BLOCK * FERRY_FP8_BLOCK);
-    if (!k.tmp || !k.q) k.bad = (uint64_t)ferry_box_numel(&p->box); /* counted as unverified */
+    k.rowq = malloc(FERRY_FP8_BLOCK * wcols);
+    k.rows = malloc(nbc * sizeof *k.rows);
+    k.have = malloc(nbc);
+    if (!k.tmp || !k.q || !k.rowq || !k.rows || !k.have)
+        k.bad = (uint64_t)ferry_box_numel(&p->box); /* counted as unverified */
     else if (k.is_scale) DEMO_FOR_EACH(ti, p, 4, fp8_elem(&k, lin, addr));
     else DEMO_FOR_EACH(ti, p, 1, fp8_elem(&k, lin, addr));
     free(k.tmp);
     free(k.q);
+    free(k.rowq);
+    free(k.rows);
+    free(k.have);
     if (diff) *diff += k.diff;
     return k.bad;
 }

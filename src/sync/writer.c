@@ -395,8 +395,12 @@ static ferry_status_t delta_setup(ferry_writer_t *w) {
         if (!w->gitems || !w->gitem) return ferry_fail(&m->err, FERRY_ERR_NO_MEMORY, "out of memory");
         if ((!w->slot_base && sync_dev_alloc(m->dev, w->base_bytes, (void **)&w->base, &e) != FERRY_OK) ||
             (!w->genc && ferry_delta_cuda_enc_create(sync_dev_device(m->dev), &w->genc, &e) != FERRY_OK)) {
-            ferry_log(ctx, FERRY_LOG_WARN, "writer %u: no deltas this epoch: a %llu-byte base on GPU %d: %s",
-                      m->p.rank, (unsigned long long)w->base_bytes, sync_dev_device(m->dev), e.text);
+            if (w->slot_base)
+                ferry_log(ctx, FERRY_LOG_WARN, "writer %u: no deltas this epoch: the delta encoder on GPU %d: %s",
+                          m->p.rank, sync_dev_device(m->dev), e.text);
+            else
+                ferry_log(ctx, FERRY_LOG_WARN, "writer %u: no deltas this epoch: a %llu-byte base on GPU %d: %s",
+                          m->p.rank, (unsigned long long)w->base_bytes, sync_dev_device(m->dev), e.text);
             if (w->base) sync_dev_free(m->dev, w->base, w->base_bytes);
             w->base = NULL;
             w->base_bytes = 0;
@@ -899,10 +903,11 @@ static bool encode_dev(ferry_writer_t *w, writer_slot_t *s, size_t pi) {
 }
 #endif
 
-/* Sync mode, while the PUBLISH of s->version is pending: each reader's
- * step from base_version (when the base holds the version published
- * before) joins the steps kept for it, then the base moves on to this
- * version. Returns this version's bytes: the index and the new steps. */
+/* While the PUBLISH of s->version is pending, into s's area: each
+ * reader's step from base_version (when the base holds the version
+ * published before) joins the steps kept for it, then the base moves on to
+ * this version (with slot_base: to s). Returns this version's bytes: the
+ * index and the new steps. */
 static uint64_t encode_deltas(ferry_writer_t *w, writer_slot_t *s) {
     const ferry_copy_op_t *ops = ferry_plan_ops(w->m.plan);
     const ferry_plan_pair_t *pairs = ferry_plan_pairs(w->m.plan);

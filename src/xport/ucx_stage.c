@@ -153,11 +153,6 @@ struct ucx_stage {
     ucx_sreq_t *reqs;
     rx_t *rxs;
     rx_t *orphans;
-    /* Rendezvous descriptors of dead owners, never given back: giving one
-     * back answers its sender, and with UCX 1.13's TCP transport that answer
-     * opens a connection to the dead owner whose failure aborts the process
-     * (tcp_ep.c: Assertion `ep->fd != -1'). They go with the worker. */
-    size_t kept;
     uint8_t *who;             /* this endpoint's identity (host, pid, worker address): every REQ's data */
     size_t who_len;
     cudaStream_t ostream[STAGE_MAX_DEVICES], rstream[STAGE_MAX_DEVICES];
@@ -593,6 +588,10 @@ static ucs_status_t on_data(void *arg, const void *header, size_t hlen, void *da
     ucs_status_t keep = UCS_OK;
     pthread_mutex_lock(&st->lock);
     ucx_sreq_t *sr = find_req(st, id);
+    if (sr && rndv && run < sr->n && ucx_peer_lost(sr->runs[run].peer)) {
+        keep = UCS_INPROGRESS; /* from a dead owner: kept, not answered (see DEAD_OWNERS) */
+        goto out;
+    }
     if (!sr || sr->abandoned || sr->status != FERRY_OK) goto out; /* dropped */
     if (status != FERRY_OK) {
         fail_req(sr, status == FERRY_ERR_STALE || status == FERRY_ERR_INVALID_ARGUMENT || status == FERRY_ERR_IO ||
@@ -691,7 +690,8 @@ static void pump_reader(ferry_xport_t *xp) {
             ferry_free(xp->ctx, x->temp);
             x->temp = NULL;
             rx_finish(x, ok && !dead);
-        } else if (x->state == RX_WAIT && !dead && ns < STAGE_BUFS) {
+        } else if (x->state == RX_WAIT && !dead && ns < STAGE_BUFS && !ucx_peer_lost(r->peer)) {
+            /* (a receive answers its owner: a dead one's waits, to be kept) */
             bool pinned = false;
             if (!st->bounce_ready &&
                 !(st->bounce_ready = alloc_bufs(&st->bounce[0].buf, sizeof st->bounce[0], r->device, &pinned))) {
@@ -832,7 +832,15 @@ static void sweep_abandoned(ferry_xport_t *xp, ucx_stage_t *st) {
     }
 }
 
-/* Ends what of sr has not started: waiting descriptors go back to UCX (in
+/* DEAD_OWNERS: rendezvous descriptors of an owner known to be dead are
+ * never given back, received or refused: each of those answers the owner,
+ * and with UCX 1.13's TCP transport an answer to a dead owner opens a
+ * connection whose failure aborts the process (tcp_ep.c: Assertion
+ * `ep->fd != -1'; tcp_iface.c: `!(ep->flags & UCT_TCP_EP_FLAG_ON_MATCH_CTX)').
+ * They stay with UCX until the worker ends (it warns of them then): a few
+ * small descriptors per dead owner, at most its pipeline's.
+ *
+ * Ends what of sr has not started: waiting descriptors go back to UCX (in
  * batches, outside the lock; a dead owner's are kept), copies to the GPU
  * are waited for, eager copies dropped. Receives in flight land in bounce
  * buffers later. */
@@ -867,9 +875,7 @@ static void quiesce_req(ferry_xport_t *xp, ucx_sreq_t *sr, bool forced) {
         pthread_mutex_lock(&st->lock);
         for (rx_t *x = st->rxs; x && ndrop < sizeof drop / sizeof *drop; x = x->next) {
             if (x->sr != sr || x->state == RX_DONE || x->state == RX_RECV) continue;
-            if (x->state == RX_WAIT && ucx_peer_lost(sr->runs[x->run].peer))
-                st->kept++; /* a dead owner's: kept (see kept) */
-            else if (x->state == RX_WAIT)
+            if (x->state == RX_WAIT && !ucx_peer_lost(sr->runs[x->run].peer)) /* (a dead owner's: kept) */
                 drop[ndrop++] = x->desc;
             if (x->state == RX_H2D) event_sync(st->bounce[x->bounce].ev); /* nothing lands after this returns */
             ferry_free(xp->ctx, x->temp);
