@@ -429,7 +429,8 @@ def engine_main(a):
 # --- the launcher ----------------------------------------------------------------------
 
 def parse_args(argv=None, prog=None):
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=prog or "python -m ferry.rl_loop", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cpu: both processes on the CPU; cuda: trainer on cuda:0, engine on cuda:1 "
                          "(cuda:0 too with one GPU)")
