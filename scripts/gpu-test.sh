@@ -18,10 +18,13 @@
 # --quick: only the GPU tests (while iterating; GPU_TESTS=regex picks some,
 # GPU_BUILD_TARGETS="target ..." builds only those);
 # --bench: only the benchmarks (BENCH_ONLY=kernels|sync|ucx: one part of them,
-# scripts/gpu-bench.sh); --tests: everything but the benchmarks.
+# scripts/gpu-bench.sh); --tests: everything but the benchmarks (GPU_RL=0:
+# without the RL loop, which takes a few minutes: a device call is limited
+# to 10); --rl: only the RL loop.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
-quick=0 bench_only=0 no_bench=0
+quick=0 bench_only=0 no_bench=0 rl_only=0
+[ "${1:-}" = "--rl" ] && rl_only=1
 [ "${1:-}" = "--quick" ] && quick=1
 [ "${1:-}" = "--bench" ] && bench_only=1
 [ "${1:-}" = "--tests" ] && no_bench=1
@@ -116,6 +119,30 @@ if [ $bench_only = 1 ]; then
     scripts/gpu-bench.sh "$build" || status=1
     exit $status
 fi
+# The RL loop on the GPUs (ferry demo --rl: a transformers Qwen3-0.6B trained
+# on GPU 0, the engine on GPU 1, logits compared every version): sync with
+# deltas, async within a lag, and an engine killed inside an update.
+run_rl() {
+    echo "== RL loop (ferry demo --rl --device cuda)"
+    local n=0 args
+    for args in "--steps 10" "--mode async --max-lag 2 --steps 12" "--kill-engine-at 3 --steps 6"; do
+        n=$((n + 1))
+        # shellcheck disable=SC2086 # the options are words
+        if FERRY_PYTHON=$py "$build/ferry" demo --rl --device cuda --timeout 240 $args >"$build/rl-loop-$n.log" 2>&1; then
+            summary+=("RL loop ($args): $(grep -E '^OK:' "$build/rl-loop-$n.log" | tail -1)")
+        else
+            status=1
+            summary+=("RL loop ($args): $(grep -E '^FAILED:' "$build/rl-loop-$n.log" | head -1) ($build/rl-loop-$n.log)")
+        fi
+        cat "$build/rl-loop-$n.log"
+    done
+}
+if [ $rl_only = 1 ]; then
+    run_rl
+    echo "== summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
+fi
 echo "== GPU tests"
 if (cd "$build" && ctest --output-on-failure -L gpu ${GPU_TESTS:+-R "$GPU_TESTS"} >"$PWD/ctest-gpu.log" 2>&1); then :; else status=1; fi
 grep -E "^ *[0-9]+/[0-9]+ Test" "$build/ctest-gpu.log"
@@ -142,22 +169,7 @@ if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q 
         >"$build/pytest.log" 2>&1; then :; else status=1; fi
 tail -15 "$build/pytest.log"
 summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
-# The RL loop on the GPUs (ferry demo --rl: a transformers Qwen3-0.6B trained
-# on GPU 0, the engine on GPU 1, logits compared every version): sync with
-# deltas, async within a lag, and an engine killed inside an update.
-echo "== RL loop (ferry demo --rl --device cuda)"
-n=0
-for args in "--steps 10" "--mode async --max-lag 2 --steps 12" "--kill-engine-at 3 --steps 6"; do
-    n=$((n + 1))
-    # shellcheck disable=SC2086 # the options are words
-    if FERRY_PYTHON=$py "$build/ferry" demo --rl --device cuda $args >"$build/rl-loop-$n.log" 2>&1; then
-        summary+=("RL loop ($args): $(grep -E '^OK:' "$build/rl-loop-$n.log" | tail -1)")
-    else
-        status=1
-        summary+=("RL loop ($args): FAILED: $(grep -E '^FAILED:' "$build/rl-loop-$n.log" | head -1) ($build/rl-loop-$n.log)")
-    fi
-    cat "$build/rl-loop-$n.log"
-done
+if [ "${GPU_RL:-1}" != 0 ]; then run_rl; else summary+=("RL loop: not run (GPU_RL=0; scripts/gpu-test.sh --rl runs it)"); fi
 if [ $no_bench = 1 ]; then
     echo "== summary"
     printf '%s\n' "${summary[@]}" "GPU benchmarks: not run (--tests)"
