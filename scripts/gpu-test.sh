@@ -124,7 +124,7 @@ fi
 # deltas, async within a lag, and an engine killed inside an update.
 run_rl() {
     echo "== RL loop (ferry demo --rl --device cuda)"
-    local n=0 args
+    local n=0 args why
     for args in "--steps 10" "--mode async --max-lag 2 --steps 12" "--kill-engine-at 3 --steps 6"; do
         n=$((n + 1))
         # shellcheck disable=SC2086 # the options are words
@@ -132,7 +132,8 @@ run_rl() {
             summary+=("RL loop ($args): $(grep -E '^OK:' "$build/rl-loop-$n.log" | tail -1)")
         else
             status=1
-            summary+=("RL loop ($args): $(grep -E '^FAILED:' "$build/rl-loop-$n.log" | head -1) ($build/rl-loop-$n.log)")
+            why=$(grep -E '^FAILED:' "$build/rl-loop-$n.log" | head -1)
+            summary+=("RL loop ($args): ${why:-FAILED: $(tail -1 "$build/rl-loop-$n.log")} ($build/rl-loop-$n.log)")
         fi
         cat "$build/rl-loop-$n.log"
     done
