@@ -12,10 +12,10 @@
 #include "ferry/fp8.h"
 
 /* Block (e, br, bc) of weight wt (rows x cols, E = 1 for 2-d) quantized
- * from the reference of version v: its bytes into q (row-major, the
- * block's own width), its scale into *scale. */
+ * from the reference of version v: its bytes into rowq, the block row's
+ * bytes (rows of cols), at the block's column; its scale into *scale. */
 static void ref_block(const demo_tensor_t *t, const ferry_tensor_info_t *wt, uint32_t flags, uint64_t e, uint64_t br,
-                      uint64_t bc, uint16_t *tmp, uint8_t *q, float *scale, uint64_t *bw) {
+                      uint64_t bc, uint16_t *tmp, uint8_t *rowq, float *scale) {
     uint32_t nd = wt->ndim;
     uint64_t rows = (uint64_t)wt->shape[nd - 2], cols = (uint64_t)wt->shape[nd - 1];
     uint64_t r0 = br * FERRY_FP8_BLOCK, c0 = bc * FERRY_FP8_BLOCK;
@@ -24,9 +24,8 @@ static void ref_block(const demo_tensor_t *t, const ferry_tensor_info_t *wt, uin
     for (uint64_t r = 0; r < nr; r++)
         for (uint64_t c = 0; c < nc; c++)
             tmp[r * nc + c] = demo_bf16(demo_master(t, (e * rows + r0 + r) * cols + c0 + c));
-    /* (cannot fail: a block of at most 128 x 128 bf16, known flags) */
-    (void)ferry_fp8_block_quantize(FERRY_DTYPE_BF16, tmp, nr, nc, flags, q, scale);
-    *bw = nc;
+    /* (cannot fail: a block of at most 128 x 128 bf16, known flags, lds at least the rows) */
+    (void)ferry_fp8_block_quantize_ld(FERRY_DTYPE_BF16, tmp, nc, nr, nc, flags, rowq + c0, cols, scale, 1);
 }
 
 /* What a piece's walk knows: its tensor, and the row of blocks (e, br)
@@ -39,7 +38,6 @@ typedef struct fp8_walk {
     bool is_scale;
     const uint8_t *buf, *old;
     uint16_t *tmp;
-    uint8_t *q;       /* one block */
     uint8_t *rowq;    /* the block row's fp8 bytes: 128 rows of the weight's cols */
     float *rows;      /* its scales, one per block column */
     uint8_t *have;    /* per block column: computed */
@@ -60,11 +58,7 @@ static void fp8_elem(fp8_walk_t *k, uint64_t lin, uint64_t addr) {
         k->br = br;
     }
     if (!k->have[bc]) {
-        uint64_t bw;
-        ref_block(k->t, k->wt, k->flags, e, br, bc, k->tmp, k->q, &k->rows[bc], &bw);
-        uint64_t wrows = (uint64_t)k->wt->shape[k->wt->ndim - 2], nr = wrows - br * FERRY_FP8_BLOCK;
-        for (uint64_t i = 0; i < nr && i < FERRY_FP8_BLOCK; i++)
-            memcpy(k->rowq + i * wcols + bc * FERRY_FP8_BLOCK, k->q + i * bw, bw);
+        ref_block(k->t, k->wt, k->flags, e, br, bc, k->tmp, k->rowq, &k->rows[bc]);
         k->have[bc] = 1;
     }
     const uint8_t *at = k->buf + addr;
@@ -90,16 +84,14 @@ uint64_t demo_fp8_piece_pass(worker_t *w, const ferry_piece_t *p, const ferry_te
     k.t = &t;
     uint64_t wcols = (uint64_t)wt.shape[wt.ndim - 1], nbc = (wcols + FERRY_FP8_BLOCK - 1) / FERRY_FP8_BLOCK;
     k.tmp = malloc(FERRY_FP8_BLOCK * FERRY_FP8_BLOCK * sizeof *k.tmp);
-    k.q = malloc(FERRY_FP8_BLOCK * FERRY_FP8_BLOCK);
     k.rowq = malloc(FERRY_FP8_BLOCK * wcols);
     k.rows = malloc(nbc * sizeof *k.rows);
     k.have = malloc(nbc);
-    if (!k.tmp || !k.q || !k.rowq || !k.rows || !k.have)
+    if (!k.tmp || !k.rowq || !k.rows || !k.have)
         k.bad = (uint64_t)ferry_box_numel(&p->box); /* counted as unverified */
     else if (k.is_scale) DEMO_FOR_EACH(ti, p, 4, fp8_elem(&k, lin, addr));
     else DEMO_FOR_EACH(ti, p, 1, fp8_elem(&k, lin, addr));
     free(k.tmp);
-    free(k.q);
     free(k.rowq);
     free(k.rows);
     free(k.have);

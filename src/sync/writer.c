@@ -630,26 +630,25 @@ static const uint8_t *op_bytes(ferry_writer_t *w, const writer_slot_t *s, const 
                : buf_bytes(w, s, sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer)) + op->src_offset;
 }
 
-/* A host writer's op's bytes, contiguous: where they are, or for a
- * FERRY_OP_GATHER gathered (row-major) into the scratch, valid until the
- * next call. */
-static const uint8_t *op_read(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op) {
+/* A host writer's op's bytes in slot s, contiguous: where they are, or for
+ * a FERRY_OP_GATHER gathered (row-major) into scratch, valid until the next
+ * call with that scratch. */
+static const uint8_t *op_read_into(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op,
+                                   uint8_t *scratch) {
     if (!(op->flags & FERRY_OP_GATHER)) return op_bytes(w, s, op);
     uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
-    sync_gather(w->gscratch, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box, sync_op_esz(&w->m, op));
-    return w->gscratch;
+    sync_gather(scratch, buf_bytes(w, s, b), op->src_offset, op->src_strides, &op->box, sync_op_esz(&w->m, op));
+    return scratch;
+}
+static const uint8_t *op_read(ferry_writer_t *w, const writer_slot_t *s, const ferry_copy_op_t *op) {
+    return op_read_into(w, s, op, w->gscratch);
 }
 
 /* Group g's bytes at base_version, to encode from (op reads it): the
  * base copy, or with slot_base the base slot's (a gathered read gathered
- * into bscratch, valid until the next call). */
+ * into bscratch, beside next's in gscratch). */
 static const uint8_t *base_of(ferry_writer_t *w, size_t g, const ferry_copy_op_t *op) {
-    if (!w->slot_base) return w->base + w->group_base[g];
-    if (!(op->flags & FERRY_OP_GATHER)) return op_bytes(w, w->bslot, op);
-    uint32_t b = sync_local_buffer(&w->m, 0, w->m.p.rank, op->src_buffer);
-    sync_gather(w->bscratch, buf_bytes(w, w->bslot, b), op->src_offset, op->src_strides, &op->box,
-                sync_op_esz(&w->m, op));
-    return w->bscratch;
+    return w->slot_base ? op_read_into(w, w->bslot, op, w->bscratch) : w->base + w->group_base[g];
 }
 
 /* A CUDA writer's sums of every group into gs: the contiguous reads in one
