@@ -15,7 +15,10 @@
  *                                    1e-6, 3e-6 and 1e-5 (bf16, 16 regions
  *                                    of 256M elements: 8 GiB) beside a
  *                                    same-GPU copy of one version's bytes,
- *                                    medians of 5 */
+ *                                    medians of 5; also with the base's
+ *                                    chunk sums given, and the floors (a
+ *                                    read of old + new, of base alone:
+ *                                    tests/gpu/floor.h) */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +32,7 @@
 #include "codec/delta_cuda_enc.h"
 #include "common/hash.h"
 #include "ferry/ctx.h"
+#include "floor.h"
 #include "gpu_check.h"
 #include "gpu_synth.h"
 #include "delta_rand.h"
@@ -320,18 +324,44 @@ static int bench(void) {
             CUDA_OK(cudaMemcpy(base[r], b0, bytes, cudaMemcpyHostToDevice));
             CUDA_OK(cudaMemcpy(next[r], b1, bytes, cudaMemcpyHostToDevice));
         }
+        /* the base's chunk sums, for the sync writer's case from its second
+           delta on (base_chunk_sums given): an encode of base against itself */
+        const uint32_t nsum = (uint32_t)(n / FERRY_DELTA_CHUNK_DEFAULT);
+        uint64_t *bsums = malloc((size_t)R * nsum * sizeof *bsums);
+        CHECK(bsums);
         ferry_delta_cuda_enc_item_t it[R];
-        double t_enc[REPS], t_copy[REPS], t_scan[REPS], t_plan[REPS], t_write[REPS], t_d2h[REPS];
+        for (int r = 0; r < R; r++)
+            it[r] = (ferry_delta_cuda_enc_item_t){.base = base[r], .next = base[r], .dtype = FERRY_DTYPE_BF16,
+                                                  .elems = n, .dst = dst[r], .cap = cap / 4,
+                                                  .next_chunk_sums = bsums + (size_t)r * nsum};
+        ferry_errbuf_t err0 = {{0}};
+        CHECK_OK(ferry_delta_cuda_encode(g_enc, it, R, g_stream, &err0), err0.text);
+        double t_enc[REPS], t_copy[REPS], t_scan[REPS], t_plan[REPS], t_write[REPS], t_d2h[REPS], t_given[REPS],
+            t_gscan[REPS];
         size_t total = 0;
         for (int rep = -1; rep < REPS; rep++) { /* a warm-up first */
-            for (int r = 0; r < R; r++)
-                it[r] = (ferry_delta_cuda_enc_item_t){.base = base[r], .next = next[r], .dtype = FERRY_DTYPE_BF16,
-                                                      .elems = n, .dst = dst[r], .cap = cap / 4};
-            ferry_errbuf_t err = {{0}};
-            CUDA_OK(cudaStreamSynchronize(g_stream));
-            double t0 = now();
-            CHECK_OK(ferry_delta_cuda_encode(g_enc, it, R, g_stream, &err), err.text);
-            double t1 = now();
+            for (int g = 0; g < 2; g++) { /* without, then with the base's sums */
+                for (int r = 0; r < R; r++)
+                    it[r] = (ferry_delta_cuda_enc_item_t){.base = base[r], .next = next[r], .dtype = FERRY_DTYPE_BF16,
+                                                          .elems = n, .dst = dst[r], .cap = cap / 4,
+                                                          .base_chunk_sums = g ? bsums + (size_t)r * nsum : NULL};
+                ferry_errbuf_t err = {{0}};
+                CUDA_OK(cudaStreamSynchronize(g_stream));
+                double t0 = now();
+                CHECK_OK(ferry_delta_cuda_encode(g_enc, it, R, g_stream, &err), err.text);
+                double t1 = now();
+                if (rep < 0) continue;
+                ferry_delta_cuda_enc_times_t tm;
+                ferry_delta_cuda_enc_last_times(g_enc, &tm);
+                if (g) {
+                    t_given[rep] = t1 - t0, t_gscan[rep] = tm.scan_s;
+                    continue;
+                }
+                t_enc[rep] = t1 - t0;
+                t_scan[rep] = tm.scan_s, t_plan[rep] = tm.plan_s, t_write[rep] = tm.write_s, t_d2h[rep] = tm.copy_s;
+                total = 0;
+                for (int r = 0; r < R; r++) total += it[r].len;
+            }
             CUDA_OK(cudaEventRecord(e0, g_stream));
             for (int r = 0; r < R; r++)
                 CUDA_OK(cudaMemcpyAsync(copy + (size_t)r * bytes, next[r], bytes, cudaMemcpyDeviceToDevice,
@@ -341,14 +371,9 @@ static int bench(void) {
             if (rep < 0) continue;
             float ms = 0;
             CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-            ferry_delta_cuda_enc_times_t tm;
-            ferry_delta_cuda_enc_last_times(g_enc, &tm);
-            t_enc[rep] = t1 - t0;
             t_copy[rep] = ms / 1e3;
-            t_scan[rep] = tm.scan_s, t_plan[rep] = tm.plan_s, t_write[rep] = tm.write_s, t_d2h[rep] = tm.copy_s;
-            total = 0;
-            for (int r = 0; r < R; r++) total += it[r].len;
         }
+        free(bsums);
         /* the frames are right: the first region's against the CPU's */
         size_t len;
         uint8_t *cpu = malloc(cap);
@@ -357,8 +382,8 @@ static int bench(void) {
         CHECK_OK(ferry_delta_encode(g_codec, &p, b0, b1, n, cpu, cap, &len), ferry_delta_codec_detail(g_codec));
         CHECK(len == it[0].len && memcmp(cpu, dst[0], len) == 0);
         free(cpu);
-        double *v[] = {t_enc, t_copy, t_scan, t_plan, t_write, t_d2h};
-        for (int x = 0; x < 6; x++) median(v[x], REPS); /* sorted: [0] the least, [REPS - 1] the most */
+        double *v[] = {t_enc, t_copy, t_scan, t_plan, t_write, t_d2h, t_given, t_gscan};
+        for (int x = 0; x < 8; x++) median(v[x], REPS); /* sorted: [0] the least, [REPS - 1] the most */
         uint64_t changed = 0;
         for (uint64_t i = 0; i < n; i++) changed += b0[i] != b1[i];
         printf("lr %.0e: %.2f%% changed, %.3f bytes per changed element; encode %.4f s (range %.4f-%.4f): scan %.1f "
@@ -368,6 +393,24 @@ static int bench(void) {
                t_enc[REPS - 1], t_scan[REPS / 2] * 1e3, t_plan[REPS / 2] * 1e3, t_write[REPS / 2] * 1e3,
                t_d2h[REPS / 2] * 1e3, t_copy[REPS / 2], 2.0 * R * bytes / t_enc[REPS / 2] / 1e9,
                2.0 * R * bytes / t_copy[REPS / 2] / 1e9, t_copy[REPS / 2] / t_enc[REPS / 2]);
+        printf("  with the base's chunk sums given (the sync writer from its second delta): encode %.4f s (range "
+               "%.4f-%.4f), scan %.1f ms: %.2fx\n",
+               t_given[REPS / 2], t_given[0], t_given[REPS - 1], t_gscan[REPS / 2] * 1e3,
+               t_copy[REPS / 2] / t_given[REPS / 2]);
+        if (l == 0) { /* the floors: what any encoder reads, in the same run */
+            const void *bb[R], *nn[R];
+            for (int r = 0; r < R; r++) bb[r] = base[r], nn[r] = next[r];
+            uint64_t differ = 0, none = 0;
+            double t2 = gpu_floor_read(bb, nn, R, bytes, REPS, g_stream, &differ);
+            double t1 = gpu_floor_read(bb, NULL, R, bytes, REPS, g_stream, &none);
+            CHECK(t2 > 0 && t1 > 0 && differ > 0);
+            printf("floor: reading old + new once (16-byte loads at full occupancy, counting the vectors that "
+                   "differ) %.4f s, %.0f GB/s: %.2fx; reading base alone %.4f s (%.0f GB/s). Any encoder reads old "
+                   "+ new: at best %.2fx. This format's ranks (a change's place among its class's elements) read "
+                   "base once more: %.4f s, at best %.2fx\n",
+                   t2, 2.0 * R * bytes / t2 / 1e9, t_copy[REPS / 2] / t2, t1, (double)R * bytes / t1 / 1e9,
+                   t_copy[REPS / 2] / t2, t2 + t1, t_copy[REPS / 2] / (t2 + t1));
+        }
     }
     printf("device memory held by the encoder: %.1f MiB\n", ferry_delta_cuda_enc_device_bytes(g_enc) / 1048576.0);
     for (int r = 0; r < R; r++) cudaFree(base[r]), cudaFree(next[r]), cudaFreeHost(dst[r]);
