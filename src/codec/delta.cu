@@ -19,11 +19,12 @@
  *         k writes class k's changes of the tile: a change's rank finds
  *         its thread by binary search over the scanned counts and its
  *         element among that thread's 16. Written in place; each change's
- *         slot then holds its element, for the undo. A chunk whose region
- *         is 16-aligned is hashed here too, tile by tile, while it is in
- *         cache.
+ *         slot then holds its element, for the undo.
  * raw     a block per raw chunk: the old contents saved, the new copied in.
- * verify  a warp per sparse chunk not hashed by place: its xxh3.
+ * verify  a warp per sparse chunk: its xxh3 against next_sum. (Hashing in
+ *         place, tile by tile while the tile was in cache, held place to 3
+ *         blocks per SM and stalled its loads: apart, the whole apply is
+ *         1.04x faster although the chunk is read again.)
  * undo    a block per chunk to restore: the logged changes taken back (or
  *         the saved contents copied back), then the chunk hashed again so
  *         the host can tell a wrong base from damaged data. */
@@ -43,7 +44,6 @@
 #define CLASSES_MAX 8u
 
 static_assert(EPT == 16, "a thread's buckets are four 32-bit words");
-static_assert(TILE * 4 / 1024 <= SUMW_TILE_BLOCKS, "a tile of 32-bit elements in the hash's blocks");
 static_assert(sizeof(dk_chunk_t) == 104 && sizeof(dk_class_t) == 64 && sizeof(dk_sub_t) == 32, "delta_kern.h's layout");
 
 __constant__ uint8_t dk_ksecret[192] = {SUMX_KSECRET_BYTES};
@@ -219,7 +219,7 @@ static __device__ __forceinline__ uint32_t byte_bits(uint32_t e) {
     return (e >> 7 | e >> 14 | e >> 21 | e >> 28) & 0xF;
 }
 
-__global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint32_t *sparse) {
+__global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
     __shared__ uint32_t bk[TILE / 4];                     /* every element's bucket, a byte each */
     __shared__ uint16_t pre[CLASSES_MAX][THREADS + 1];    /* per class: elements before each thread; the tile's */
     __shared__ uint64_t wsum[WARPS][2];
@@ -228,12 +228,6 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
     __shared__ uint64_t fin_seen[CLASSES_MAX];
     __shared__ uint32_t fin_placed[CLASSES_MAX];
     __shared__ uint32_t go;
-    /* the result's xxh3, hashed here tile by tile when the chunk is
-       16-aligned: each warp sums its 1 KiB blocks' stripes, warp 0 folds
-       them in order into the accumulators (common/sum_xxh3.h) */
-    __shared__ uint64_t sec64[24];                        /* the secret as words */
-    __shared__ uint8_t sec[192];
-    __shared__ uint64_t contrib[SUMW_TILE_BLOCKS][4][2]; /* per block of the tile, per accumulator pair */
     const uint32_t c = sparse[blockIdx.x];
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     const dk_chunk_t ch = b.chunks[c];
@@ -251,7 +245,6 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
         if (go) b.applied[c] = 1;
     }
     if (tid <= CLASSES_MAX) thr4[tid] = tid < K ? (b.classes[ch.class0 + tid].lower >> shift) * 0x01010101u : 0;
-    if (tid < 192) sec[tid] = dk_ksecret[tid];
     __syncthreads();
     if (!go) return;
     { /* bucket tid's class: the bounds it reaches */
@@ -259,13 +252,8 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
         for (uint32_t j = 1; j < K; j++) k += tid >= (thr4[j] & 0xFF);
         ctab[tid] = 1ull << (5 * k);
     }
-    if (tid < 24) sec64[tid] = sumx_sec64(sec, 8 * tid);
     __syncthreads();
     uint8_t *reg = (uint8_t *)ch.region;
-    const uint64_t len = (uint64_t)ch.elems * w;
-    const bool hash_here = ((uintptr_t)reg & 15) == 0, hash_long = len > SUMX_SHORT_MAX;
-    sumw_tile_t hacc; /* warp 0's */
-    sumw_tile_init(&hacc, lane);
     /* warp k < K places class k's changes: format 1, the class's in one
        run of ranks over the chunk; format 2, each sub-block's in its own
        sub-stream's slots, ranks local to the sub-block */
@@ -398,11 +386,6 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
             seen += tot;
         }
         __syncthreads(); /* the tile is written; bk, pre and wsum are the next tile's */
-        if (hash_here && hash_long) { /* this tile's blocks, then warp 0 folds them in order */
-            sumw_tile_blocks(reg, len, (uint64_t)at * w, (uint64_t)TILE * w, sec64, sec, wp, WARPS, lane, contrib);
-            __syncthreads();
-            if (wp == 0) sumw_tile_fold(&hacc, len, (uint64_t)at * w, (uint64_t)TILE * w, sec64, contrib, lane);
-        }
 #pragma unroll
         for (int j = 0; j < 4; j++) cur[j] = nxt[j];
         cur_vec = nxt_vec;
@@ -411,15 +394,6 @@ __global__ void __launch_bounds__(THREADS, 3) dk_place(dk_batch_t b, const uint3
         if (rk)
             for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* past the class's elements: not written */
         if (lane == 0) fin_seen[wp] = seen, fin_placed[wp] = placed_before + ci;
-    }
-    if (hash_here && wp == 0) { /* the result against next_sum (else dk_verify) */
-        uint64_t h;
-        if (hash_long) {
-            h = sumw_tile_end(&hacc, len, sec, lane);
-        } else {
-            h = lane == 0 ? sumx_xxh3_short(reg, len, sec, 0) : 0;
-        }
-        if (lane == 0 && h != ch.next_sum) fail(&b.status[c], DK_NEXT_SUM);
     }
     __syncthreads();
     if (tid == 0) /* the first class at fault, as the CPU walk reports it */
@@ -457,7 +431,7 @@ __global__ void __launch_bounds__(THREADS) dk_verify(dk_batch_t b, const uint32_
     for (uint64_t x = (uint64_t)blockIdx.x * WARPS + wp; x < n; x += (uint64_t)gridDim.x * WARPS) {
         const uint32_t c = sparse[x];
         const dk_chunk_t *ch = &b.chunks[c];
-        if ((ch->region & 15) == 0 || *(volatile uint32_t *)&b.status[c] != DK_OK) continue; /* hashed by dk_place */
+        if (*(volatile uint32_t *)&b.status[c] != DK_OK) continue;
         if (sumw_xxh3((const uint8_t *)ch->region, (uint64_t)ch->elems * ch->width, sec, t) != ch->next_sum && t == 0)
             fail(&b.status[c], DK_NEXT_SUM);
     }

@@ -5,10 +5,9 @@
  *
  * scan     a block per chunk, 4096 elements (a tile) at a time: every
  *          element compared, the changed ones' buckets and every
- *          stride-th one's counted in shared memory; then, while the tile
- *          is in cache, every warp hashes some of its 1 KiB blocks of next
- *          and base, and warps 0 and 1 fold them into the two checksums
- *          (common/sum_warp.cuh's tile hash, as the apply's write pass).
+ *          stride-th one's counted in shared memory.
+ * hash     a warp per chunk and version: the checksums of next and (when
+ *          it changed and its sums were not given) base.
  * classes  a warp per chunk with changes: lane 0 groups the buckets, the
  *          lanes price every range of groups, lane 0 runs the DP.
  * rank     a block per chunk with changes, 4096 elements (a tile) at a
@@ -37,7 +36,6 @@
 #define FULL 0xffffffffu
 
 static_assert(EPT == 16, "16 elements per thread");
-static_assert(EK_TILE * 4 / 1024 <= SUMW_TILE_BLOCKS, "a tile of 32-bit elements in the hash's blocks");
 
 __constant__ uint8_t ek_ksecret[192] = {SUMX_KSECRET_BYTES};
 
@@ -72,35 +70,24 @@ static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t w, ui
 
 __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
     __shared__ uint32_t hs[256], hc[256], nchg;
-    __shared__ uint8_t sec[192];
-    __shared__ uint64_t sec64[24];
-    __shared__ uint64_t contrib[2][SUMW_TILE_BLOCKS][4][2]; /* next's, base's: per block of the tile */
-    __shared__ uint64_t sums[2];
-    const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    const unsigned tid = threadIdx.x, lane = tid & 31;
     ek_chunk_t *c = &b.chunks[blockIdx.x];
     const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
     const uint32_t w = c->width, elems = c->elems, smask = elems >= (1u << 16) ? 63 : 0; /* every 64th, or all */
-    const uint64_t bytes = (uint64_t)elems * w;
-    const bool hash_base = !c->given;
-    /* both hashed tile by tile while the tile is in cache, when both are
-       16-aligned (chunks of a 16-aligned region are); else after the walk */
-    const bool fused = (((uintptr_t)base | (uintptr_t)next) & 15) == 0 && bytes > SUMX_SHORT_MAX;
+    /* 16-byte loads when both are 16-aligned (chunks of a 16-aligned region are) */
+    const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0;
     hs[tid] = hc[tid] = 0;
     if (tid == 0) nchg = 0;
-    if (tid < 192) sec[tid] = ek_ksecret[tid];
     __syncthreads();
-    if (tid < 24) sec64[tid] = sumx_sec64(sec, 8 * tid);
-    sumw_tile_t acc; /* warp 0: next's; warp 1: base's */
-    sumw_tile_init(&acc, lane);
     uint32_t mine = 0;
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t t1 = elems - t0 < EK_TILE ? elems : t0 + EK_TILE;
         uint32_t i = t0 + tid; /* the scalar loop's first element: the tile's, or the tail's */
-        if (fused) {
+        if (vec) {
             /* 16-byte loads, all of a thread's issued before any is used
                (w of them per stream and tile), so that enough bytes are in
-               flight at this kernel's occupancy; the tail of a chunk that
-               ends within a vector goes through the scalar loop below */
+               flight; the tail of a chunk that ends within a vector goes
+               through the scalar loop below */
             const uint32_t per = 16 / w, v0 = t0 / per, v1 = t1 / per;
             const uint4 *bp = (const uint4 *)base, *np = (const uint4 *)next;
             uint4 vb[4], vn[4];
@@ -126,39 +113,44 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
                 mine++;
             }
         }
-        if (fused) {
-            __syncthreads(); /* sec64 is ready; the last tile's contributions are folded */
-            const uint64_t off = (uint64_t)t0 * w, tb = (uint64_t)EK_TILE * w;
-            sumw_tile_blocks(next, bytes, off, tb, sec64, sec, wp, WARPS, lane, contrib[0]);
-            if (hash_base) sumw_tile_blocks(base, bytes, off, tb, sec64, sec, wp, WARPS, lane, contrib[1]);
-            __syncthreads();
-            if (wp == 0) sumw_tile_fold(&acc, bytes, off, tb, sec64, contrib[0], lane);
-            else if (wp == 1 && hash_base) sumw_tile_fold(&acc, bytes, off, tb, sec64, contrib[1], lane);
-        }
     }
     for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
     if (lane == 0 && mine) atomicAdd(&nchg, mine);
-    if (fused) {
-        if (wp == 0 || (wp == 1 && hash_base)) {
-            uint64_t h = sumw_tile_end(&acc, bytes, sec, lane);
-            if (lane == 0) sums[wp] = h;
-        }
-    } else if (wp == 0) {
-        uint64_t h = sumw_xxh3(next, bytes, sec, lane);
-        if (lane == 0) sums[0] = h;
-    } else if (wp == 1 && hash_base) {
-        uint64_t h = sumw_xxh3(base, bytes, sec, lane);
-        if (lane == 0) sums[1] = h;
-    }
     __syncthreads();
     uint32_t *hist = b.hist + (uint64_t)blockIdx.x * 512;
     hist[tid] = hs[tid];
     hist[256 + tid] = hc[tid];
-    if (tid == 0) {
-        c->changed = nchg;
-        c->next_sum = sums[0];
-        if (!nchg) c->base_sum = sums[0]; /* the same bytes */
-        else if (hash_base) c->base_sum = sums[1];
+    if (tid == 0) c->changed = nchg;
+}
+
+/* ---- hash ------------------------------------------------------------------------- */
+
+/* After ek_scan: a warp per chunk and version, xxh3 of the whole chunk
+ * at a time (common/sum_warp.cuh, as ferry sum hashes its leaves): next's,
+ * which is base's too when nothing changed, and base's when it changed
+ * and its sum was not given. Hashing tile by tile inside the scan, while
+ * the tile was in cache, took 126 registers there and left memory idle
+ * while a block hashed: scan and hash apart read the bytes twice and are
+ * 1.6x faster (docs/benchmarks.md). */
+__global__ void __launch_bounds__(THREADS) ek_hash(ek_batch_t b) {
+    __shared__ uint8_t sec[192];
+    if (threadIdx.x < 192) sec[threadIdx.x] = ek_ksecret[threadIdx.x];
+    __syncthreads();
+    const unsigned lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const uint64_t j = (uint64_t)blockIdx.x * WARPS + wp;
+    if (j >= 2ull * b.nchunks) return;
+    ek_chunk_t *c = &b.chunks[j >> 1];
+    const bool of_base = j & 1;
+    if (of_base && (!c->changed || c->given)) return;
+    const uint64_t h = sumw_xxh3((const uint8_t *)(of_base ? c->base : c->next), (uint64_t)c->elems * c->width, sec,
+                                 lane);
+    if (lane == 0) {
+        if (of_base) {
+            c->base_sum = h;
+        } else {
+            c->next_sum = h;
+            if (!c->changed) c->base_sum = h; /* the same bytes */
+        }
     }
 }
 
@@ -214,7 +206,7 @@ static __device__ __forceinline__ void load16(const uint8_t *p, uint32_t first, 
         out[e] = W == 4 ? word[e] : W == 2 ? (word[e / 2] >> (16 * (e % 2))) & 0xFFFF : (word[e / 4] >> (8 * (e % 4))) & 0xFF;
 }
 
-__global__ void __launch_bounds__(THREADS) ek_rank(ek_batch_t b) {
+__global__ void __launch_bounds__(THREADS, 4) ek_rank(ek_batch_t b) {
     __shared__ uint8_t class_of[256];
     __shared__ uint64_t ctab[256]; /* per bucket: 1 << 5 * its class (a thread's 16 counted in 5-bit fields) */
     __shared__ uint64_t wlo[WARPS], whi[WARPS];
@@ -441,7 +433,9 @@ __global__ void __launch_bounds__(THREADS) ek_seal_k(ek_batch_t b) {
 static unsigned blocks(uint64_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
 extern "C" cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream) {
-    if (b->nchunks) ek_scan<<<b->nchunks, THREADS, 0, stream>>>(*b);
+    if (!b->nchunks) return cudaSuccess;
+    ek_scan<<<b->nchunks, THREADS, 0, stream>>>(*b);
+    ek_hash<<<blocks(2ull * b->nchunks, WARPS), THREADS, 0, stream>>>(*b);
     return cudaGetLastError();
 }
 

@@ -28,7 +28,8 @@ typedef struct ek_batch {
     const uint32_t *sparse_blks; /* the sub-blocks of sparse chunks */
 } ek_batch_t;
 
-/* scan: a block per chunk; changes counted, histograms, checksums. */
+/* scan: a block per chunk, changes counted, histograms; then hash: a warp
+ * per chunk and version, the checksums. */
 cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream);
 /* classes, rank, totals, part, choose, over the chunks with changes. */
 cudaError_t ek_plan_enqueue(const ek_batch_t *b, cudaStream_t stream);
