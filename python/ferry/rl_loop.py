@@ -15,7 +15,8 @@ itself again as the trainer (which runs
 ferry's metadata service) and as the engine, separate processes, and prints
 one table row per version: the share of bf16 elements the step changed, the
 bytes ferry moved (deltas for an engine one version behind), ferry's seconds
-for the update, the seconds of a torch.distributed broadcast of the whole
+for the update (and the trainer's checksums and encode, the engine's pull
+and apply), the seconds of a torch.distributed broadcast of the whole
 model as verl and slime refit engines (NCCL on GPUs, gloo on CPU; measured
 after the loop, between the same two processes, one round per row), and
 whether the logits were equal. It exits 1 and says which version differed,
@@ -323,7 +324,8 @@ def trainer_main(a):
             wait_for(os.path.join(a.run_dir, "joined.2"), a.wait_timeout, "the restarted engine")
         info = writer.publish(v)
         ev = dict(version=v, loss=loss.item(), changed=changed / elems, seconds=info.seconds,
-                  delta_bytes=info.delta_bytes, acked=info.readers_acked, missing=info.readers_missing)
+                  encode_seconds=info.hash_seconds + info.delta_seconds, delta_bytes=info.delta_bytes,
+                  acked=info.readers_acked, missing=info.readers_missing)
         write_json(os.path.join(a.run_dir, f"pub.{v}.json"), ev)
         emit("published", **ev)
     write_json(os.path.join(a.run_dir, "done.json"), dict(last=a.steps))  # async engines: catch up now
@@ -397,7 +399,7 @@ def engine_main(a):
             diff = (mine.float() - ref.float()).abs()
             # seconds: the update's own, not its wait for the trainer to publish
             emit("landed", version=v, held=held, newest=newest, bytes=info.bytes,
-                 seconds=info.seconds - info.wait_seconds,
+                 seconds=info.seconds - info.wait_seconds, reader_seconds=info.pull_seconds + info.verify_seconds,
                  delta_steps=info.delta_steps, delta_pairs=info.delta_pairs, equal=equal,
                  max_diff=diff.max().item(), n_diff=int((mine != ref).sum()), n=mine.numel(), moved=moved)
             held = v
@@ -623,8 +625,8 @@ def report(a, published, landed, rollouts, notes, failures, baseline):
     lines = [f"ferry RL loop: Qwen3 {a.shape} ({a.trainer_device} -> {a.engine_device}), {a.mode} mode, "
              f"{a.steps} steps, lr {a.lr:g}" + (f", max lag {a.max_lag}" if a.mode == "async" else "")]
     times = baseline["times"] if baseline else []
-    lines.append(f"{'version':>7}  {'changed':>8}  {'ferry bytes':>11}  {'ferry s':>8}  {'bcast s':>8}  "
-                 f"{'logits equal':<12}  note")
+    lines.append(f"{'version':>7}  {'changed':>8}  {'ferry bytes':>11}  {'ferry s':>8}  {'encode s':>8}  "
+                 f"{'engine s':>8}  {'bcast s':>8}  {'logits equal':<12}  note")
     rows = 0
     for v in range(1, a.steps + 1):
         p, l = published.get(v), landed.get(v)
@@ -633,7 +635,9 @@ def report(a, published, landed, rollouts, notes, failures, baseline):
             back = min((x["version"] for x in landed.values() if x["incarnation"] > 1), default=a.steps + 1)
             why = "engine killed, restarting" if a.kill_engine_at and a.kill_engine_at <= v < back \
                 else "a newer one was taken"
-            lines.append(f"{v:>7}  {changed:>8}  {'-':>11}  {'-':>8}  {'-':>8}  {'-':<12}  not landed: {why}")
+            enc = f"{p['encode_seconds']:.4f}" if p else "-"
+            lines.append(f"{v:>7}  {changed:>8}  {'-':>11}  {'-':>8}  {enc:>8}  {'-':>8}  {'-':>8}  {'-':<12}  "
+                         f"not landed: {why}")
             continue
         bc = f"{times[rows]:.4f}" if rows < len(times) else "-"
         rows += 1
@@ -643,8 +647,9 @@ def report(a, published, landed, rollouts, notes, failures, baseline):
             how += ", the restarted engine's first"
         elif a.mode == "async":
             how += f", from {l['held']} (newest was {l['newest']})"
-        lines.append(f"{v:>7}  {changed:>8}  {fmt_bytes(l['bytes']):>11}  {l['seconds']:8.4f}  {bc:>8}  "
-                     f"{'yes' if l['equal'] else 'NO':<12}  {how}")
+        enc = f"{p['encode_seconds']:.4f}" if p else "-"
+        lines.append(f"{v:>7}  {changed:>8}  {fmt_bytes(l['bytes']):>11}  {l['seconds']:8.4f}  {enc:>8}  "
+                     f"{l['reader_seconds']:8.4f}  {bc:>8}  {'yes' if l['equal'] else 'NO':<12}  {how}")
     lines += notes
     if landed:
         later = [l["seconds"] for v, l in landed.items() if l["delta_pairs"]]

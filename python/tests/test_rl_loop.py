@@ -12,7 +12,7 @@ import sys
 import pytest
 
 LOOP = [sys.executable, "-m", "ferry.rl_loop"]
-ROW = re.compile(r"^ +(\d+) +([0-9.]+%) +(\S+(?: \S+)?) +(\S+) +(\S+) +(yes|NO|-) +(.*)$")
+ROW = re.compile(r"^ +(\d+) +([0-9.]+%) +(\S+(?: \S+)?) +(\S+) +(\S+) +(\S+) +(\S+) +(yes|NO|-) +(.*)$")
 
 
 def _run(*args, rc=0):
@@ -23,9 +23,9 @@ def _run(*args, rc=0):
     for line in p.stdout.splitlines():
         m = ROW.match(line)
         if m:
-            v, changed, nbytes, secs, bcast, equal, note = m.groups()
-            rows[int(v)] = dict(changed=float(changed[:-1]), bytes=nbytes, seconds=secs, bcast=bcast,
-                                equal=equal, note=note)
+            v, changed, nbytes, secs, enc, eng, bcast, equal, note = m.groups()
+            rows[int(v)] = dict(changed=float(changed[:-1]), bytes=nbytes, seconds=secs, encode=enc, engine=eng,
+                                bcast=bcast, equal=equal, note=note)
     return p.stdout, rows
 
 
@@ -44,6 +44,7 @@ def test_sync_deltas_and_equal_logits():
     for v, r in rows.items():
         assert r["equal"] == "yes", out
         assert 0 < r["changed"] < 100 and float(r["seconds"]) > 0 and float(r["bcast"]) > 0, out
+        assert float(r["encode"]) > 0 and float(r["engine"]) > 0, out  # the trainer's checksums, the engine's pull
     assert rows[1]["note"] == "whole", out
     whole = _bytes(rows[1]["bytes"])
     for v in (2, 3, 4):  # one version behind: a delta of the few elements the step changed
