@@ -28,7 +28,8 @@
 #   - deltas between GPUs: ferry bench sync --deltas always (the demo's
 #     RL-like Adam steps) GPU 0 -> GPU 1, same layout and resharded, beside
 #     the peer copy; and over UCX with only TCP between the processes (host
-#     staging: a slow link), whole pulls against deltas;
+#     staging: a slow link), whole pulls against deltas, also with that
+#     link held to 10 Gbit/s (FERRY_UCX_STAGE_RATE=1.25G);
 # BENCH_MODEL and BENCH_STEPS override the model (qwen3-8b) and steps (6);
 # BENCH_ONLY=kernels|sync|deltas|ucx runs one part (sync: with the NCCL
 # baseline).
@@ -84,10 +85,17 @@ if part deltas; then
     if [ "$ngpu" -ge 2 ]; then
         run "deltas, same layout, GPU 0 -> GPU 1" --device cuda --train tp=1 --infer tp=1 --deltas always
         run "deltas, resharded tp=2 -> tp=1" --device cuda --train tp=2 --infer tp=1 --deltas always
-        for d in off always; do
-            echo "== UCX over TCP only (UCX_TLS=tcp, FERRY_UCX_CUDA=staged), --deltas $d"
-            UCX_TLS=tcp FERRY_UCX_CUDA=staged "$build/ferry" bench sync --model "$model" --steps 4 --device cuda \
-                --train tp=1 --infer tp=1 --transports ucx --deltas "$d" 2>&1 | grep -v '^ *$' || status=1
+        # then the same staged path held to 10 Gbit/s (FERRY_UCX_STAGE_RATE,
+        # docs/transport.md): issue 19's slow link, where deltas must win 20x
+        for rate in "" 1.25G; do
+            steps=4
+            [ -z "$rate" ] || steps=3 # a whole pull takes 13 s at that rate
+            for d in off always; do
+                echo "== UCX over TCP only (UCX_TLS=tcp, FERRY_UCX_CUDA=staged${rate:+, FERRY_UCX_STAGE_RATE=$rate}), --deltas $d"
+                FERRY_UCX_STAGE_RATE=$rate UCX_TLS=tcp FERRY_UCX_CUDA=staged "$build/ferry" bench sync --model "$model" \
+                    --steps "$steps" --device cuda --train tp=1 --infer tp=1 --transports ucx \
+                    --deltas "$d" 2>&1 | grep -v '^ *$' || status=1
+            done
         done
     else
         echo "== skipped: GPU 0 -> GPU 1 deltas need two GPUs (this host has $ngpu)"

@@ -31,9 +31,17 @@
  *
  * Memory: each endpoint takes STAGE_BUFS x STAGE_CHUNK bytes of pinned host
  * memory (plain memory without CUDA) for each role it stages in, on first
- * use, until it ends. */
+ * use, until it ends.
+ *
+ * Rate: FERRY_UCX_STAGE_RATE (bytes per second) caps what a reader
+ * receives through staging: it starts each chunk's receive (which is when
+ * a rendezvous chunk crosses the wire) no sooner than the rate allows, so
+ * a link is left room for other traffic, or a slower link is emulated
+ * (docs/transport.md). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -155,6 +163,8 @@ struct ucx_stage {
     rx_t *orphans;
     uint8_t *who;             /* this endpoint's identity (host, pid, worker address): every REQ's data */
     size_t who_len;
+    double rate;              /* FERRY_UCX_STAGE_RATE: bytes per second received at most; 0: no cap */
+    double pace_at;           /* with a rate: when the next chunk's receive may start (ferry_mono_s) */
     cudaStream_t ostream[STAGE_MAX_DEVICES], rstream[STAGE_MAX_DEVICES];
 };
 
@@ -655,11 +665,14 @@ static void on_recv_done(void *request, ucs_status_t status, size_t length, void
 /* The reader's work, from ucx_stage_wait: copies landed bounces to their
  * destinations (nothing of a request whose wait returned), retires
  * finished copies, starts the receives that have a bounce buffer. */
-static void pump_reader(ferry_xport_t *xp) {
+/* Moves the reader's chunks on; returns the seconds until the rate lets
+ * the next waiting chunk start (0: none waits for the rate). */
+static double pump_reader(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     rx_t *start[STAGE_BUFS];
     int ns = 0;
+    double now = st->rate > 0 ? ferry_mono_s() : 0, paced = 0;
     pthread_mutex_lock(&st->lock);
     for (rx_t **pp = &st->rxs; *pp;) {
         rx_t *x = *pp;
@@ -690,6 +703,8 @@ static void pump_reader(ferry_xport_t *xp) {
             ferry_free(xp->ctx, x->temp);
             x->temp = NULL;
             rx_finish(x, ok && !dead);
+        } else if (x->state == RX_WAIT && !dead && st->rate > 0 && now < st->pace_at) {
+            paced = st->pace_at - now; /* the rate's: started later */
         } else if (x->state == RX_WAIT && !dead && ns < STAGE_BUFS && !ucx_peer_lost(r->peer)) {
             /* (a receive answers its owner: a dead one's waits, to be kept) */
             bool pinned = false;
@@ -707,6 +722,7 @@ static void pump_reader(ferry_xport_t *xp) {
             if (x->bounce >= 0) {
                 x->state = RX_RECV;
                 start[ns++] = x;
+                if (st->rate > 0) st->pace_at = fmax(now, st->pace_at) + (double)x->len / st->rate;
             }
         }
         if (x->state == RX_DONE) {
@@ -734,6 +750,7 @@ static void pump_reader(ferry_xport_t *xp) {
         }
         pthread_mutex_unlock(&st->lock);
     }
+    return paced;
 }
 
 /* Whether p is GPU memory. A process that has not used CUDA through ferry
@@ -894,7 +911,11 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
     ferry_status_t status = FERRY_OK;
     for (;;) {
         ucp_worker_progress(u->worker);
-        pump_reader(xp);
+        double paced = pump_reader(xp);
+        if (paced > 0) { /* a chunk waits for the rate: sleep rather than spin (at most 1 ms at a time) */
+            struct timespec ts = {0, (long)(fmin(paced, 1e-3) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
         pthread_mutex_lock(&st->lock);
         bool complete = true;
         for (size_t i = 0; i < sr->n; i++)
@@ -940,11 +961,31 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
 
 /* ---- life ----------------------------------------------------------------- */
 
+/* FERRY_UCX_STAGE_RATE: bytes per second, with an optional k, M or G
+ * (10^3, 10^6, 10^9); unset, empty or 0: no cap. -1: not a rate. */
+static double parse_rate(const char *v) {
+    if (!v || !*v) return 0;
+    char *end;
+    double r = strtod(v, &end);
+    if (end == v) return -1;
+    if (*end == 'k' || *end == 'K') r *= 1e3, end++;
+    else if (*end == 'm' || *end == 'M') r *= 1e6, end++;
+    else if (*end == 'g' || *end == 'G') r *= 1e9, end++;
+    return *end || !isfinite(r) || r < 0 ? -1 : r;
+}
+
 ferry_status_t ucx_stage_init(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
+    const char *rv = getenv("FERRY_UCX_STAGE_RATE");
+    const double rate = parse_rate(rv);
+    if (rate < 0)
+        return ferry_fail(&xp->err, FERRY_ERR_INVALID_CONFIG,
+                          "ucx: FERRY_UCX_STAGE_RATE=\"%.64s\" is not a rate in bytes per second (such as 1.25G; "
+                          "0 for none)", rv);
     ucx_stage_t *st = ferry_calloc(xp->ctx, 1, sizeof *st);
     if (!st) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
     st->u = u;
+    st->rate = rate;
     pthread_mutex_init(&st->lock, NULL);
     u->stage = st;
     st->who_len = 14 + u->address_len;

@@ -835,6 +835,51 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
 /* UCX's host staging (the path of GPU memory where a UCX has no CUDA), on
  * host memory: reads in chunks through active messages, errors carried
  * back, dead owners. */
+/* FERRY_UCX_STAGE_RATE caps what a reader receives through staging: a
+ * 32 MiB get (four 8 MiB chunks, the first started at once) at 100 MB/s
+ * takes at least three chunks' time; a value that is not a rate refuses
+ * the endpoint, naming the variable. */
+static void test_stage_rate(ferry_ctx_t *ctx) {
+    int a[2];
+    CHECK(pipe(a) == 0);
+    pid_t pid = spawn("idle_owner", a[1], 32);
+    close(a[1]);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = recv_blob(a[0], desc, sizeof desc), len = (size_t)32 << 20;
+    uint8_t *buf = malloc(len);
+    CHECK(buf);
+    double dt[2];
+    for (int paced = 0; paced < 2; paced++) {
+        if (paced) setenv("FERRY_UCX_STAGE_RATE", "100M", 1);
+        ferry_xport_t *xp = endpoint(ctx, 1);
+        ferry_xport_rmem_t *r = NULL;
+        CHECK_OK(ferry_xport_rmem_unpack(xp, desc, dlen, &r), ferry_xport_error(xp));
+        memset(buf, 0xAB, len);
+        double t0 = now_s();
+        CHECK_OK(get1(xp, r, 0, buf, len), ferry_xport_error(xp));
+        dt[paced] = now_s() - t0;
+        for (size_t i = 0; i < len; i += 4096) CHECK(buf[i] == 0); /* the owner's zeroed region arrived */
+        ferry_xport_destroy(xp);
+        unsetenv("FERRY_UCX_STAGE_RATE");
+    }
+    CHECK(dt[1] >= 3.0 * (8 << 20) / 100e6 * 0.99);
+    static const char *bad[] = {"fast", "-1G", "1T", "1.5Gbit"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("FERRY_UCX_STAGE_RATE", bad[i], 1);
+        ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_KIND, .kind = FERRY_XPORT_UCX};
+        ferry_xport_t *xp = NULL;
+        CHECK(ferry_xport_create(ctx, &p, &xp) == FERRY_ERR_INVALID_CONFIG && !xp);
+        CHECK(strstr(ferry_ctx_error(ctx), "FERRY_UCX_STAGE_RATE") && strstr(ferry_ctx_error(ctx), bad[i]));
+    }
+    unsetenv("FERRY_UCX_STAGE_RATE");
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(wait_child(pid) == 128 + SIGKILL);
+    close(a[0]);
+    free(buf);
+    printf("  rate: 32 MiB in %.3f s at FERRY_UCX_STAGE_RATE=100M (%.3f s without); bad values refused\n", dt[1],
+           dt[0]);
+}
+
 static void staged_suite(ferry_ctx_t *ctx, const char *ucx_tls) {
     g_kind = FERRY_XPORT_UCX;
     g_staged = true;
@@ -846,6 +891,7 @@ static void staged_suite(ferry_ctx_t *ctx, const char *ucx_tls) {
     test_stale(ctx);
     test_owner_killed(ctx);
     test_owner_killed_midstream(ctx);
+    test_stage_rate(ctx);
     unsetenv("UCX_TLS");
     unsetenv("FERRY_UCX_STAGE_HOST");
     g_staged = false;
