@@ -429,6 +429,18 @@ static void test_edges(void) {
 
 /* ---- the benchmark ----------------------------------------------------------- */
 
+/* Seconds of a same-GPU copy of pristine into each of the R regions, timed by events. */
+static double copy_regions_s(uint8_t **reg, const uint8_t *pristine, size_t bytes, int R, cudaEvent_t e0,
+                             cudaEvent_t e1) {
+    CUDA_OK(cudaEventRecord(e0, g_stream));
+    for (int r = 0; r < R; r++) CUDA_OK(cudaMemcpyAsync(reg[r], pristine, bytes, cudaMemcpyDeviceToDevice, g_stream));
+    CUDA_OK(cudaEventRecord(e1, g_stream));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms / 1e3;
+}
+
 /* One learning rate's delta, in one format, applied to R regions in one
    batch, beside a same-GPU copy of the same bytes. */
 static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, const uint16_t *b0, const uint16_t *b1,
@@ -450,13 +462,7 @@ static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, cons
     double tc[8], ta[8], tp[8], tx[5][8];
     ferry_errbuf_t err = {{0}};
     for (int rep = -1; rep < REPS; rep++) { /* one warm-up */
-        CUDA_OK(cudaEventRecord(e0, g_stream));
-        for (int r = 0; r < R; r++)
-            CUDA_OK(cudaMemcpyAsync(reg[r], pristine, bytes, cudaMemcpyDeviceToDevice, g_stream));
-        CUDA_OK(cudaEventRecord(e1, g_stream));
-        CUDA_OK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        const double copy_s = copy_regions_s(reg, pristine, bytes, R, e0, e1);
         double t0 = now_s();
         CHECK_OK(ferry_delta_cuda_apply(g_gpu, items, (size_t)R, g_stream, &err), err.text);
         double t1 = now_s();
@@ -470,7 +476,7 @@ static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, cons
         }
         ferry_delta_cuda_times_t tm;
         ferry_delta_cuda_last_times(g_gpu, &tm);
-        tc[rep] = ms / 1e3;
+        tc[rep] = copy_s;
         ta[rep] = t1 - t0;
         tp[rep] = tm.check_s + tm.decode_s + tm.write_s + tm.verify_s;
         tx[0][rep] = tm.copy_s, tx[1][rep] = tm.check_s, tx[2][rep] = tm.decode_s, tx[3][rep] = tm.write_s;
@@ -511,14 +517,8 @@ static int bench(void) {
     { /* the floor: a verified apply reads every region once (its hash), beside the copy, in the same run */
         double tc[8];
         for (int rep = -1; rep < REPS; rep++) {
-            CUDA_OK(cudaEventRecord(e0, g_stream));
-            for (int r = 0; r < R; r++)
-                CUDA_OK(cudaMemcpyAsync(reg[r], pristine, bytes, cudaMemcpyDeviceToDevice, g_stream));
-            CUDA_OK(cudaEventRecord(e1, g_stream));
-            CUDA_OK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-            if (rep >= 0) tc[rep] = ms / 1e3;
+            const double copy_s = copy_regions_s(reg, pristine, bytes, R, e0, e1);
+            if (rep >= 0) tc[rep] = copy_s;
         }
         const void *rr[16];
         for (int r = 0; r < R; r++) rr[r] = reg[r];
