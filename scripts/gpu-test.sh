@@ -9,7 +9,7 @@
 #   - the C test suite (ctest), as a check of the host's build;
 #   - the Python package's pytest suite against the host's torch;
 #   - the RL loop on two GPUs (ferry demo --rl --device cuda: sync, async,
-#     an engine killed and restarted), every version's logits compared;
+#     an engine killed and restarted, whole pulls), every version's logits compared;
 #   - the GPU tests (ctest -L gpu: tests/gpu/, test_sync --gpu), where a skip
 #     is a failure;
 #   - the GPU benchmarks (scripts/gpu-bench.sh): kernels beside copies,
@@ -121,11 +121,13 @@ if [ $bench_only = 1 ]; then
 fi
 # The RL loop on the GPUs (ferry demo --rl: a transformers Qwen3-0.6B trained
 # on GPU 0, the engine on GPU 1, logits compared every version): sync with
-# deltas, async within a lag, and an engine killed inside an update.
+# deltas, async within a lag, an engine killed inside an update, and every
+# version whole (ferry's dense path beside the same broadcast).
 run_rl() {
     echo "== RL loop (ferry demo --rl --device cuda)"
     local n=0 args why
-    for args in "--steps 10" "--mode async --max-lag 2 --steps 12" "--kill-engine-at 3 --steps 6"; do
+    for args in "--steps 10" "--mode async --max-lag 2 --steps 12" "--kill-engine-at 3 --steps 6" \
+        "--deltas off --steps 6"; do
         n=$((n + 1))
         # shellcheck disable=SC2086 # the options are words
         if FERRY_PYTHON=$py "$build/ferry" demo --rl --device cuda --timeout 240 $args >"$build/rl-loop-$n.log" 2>&1; then

@@ -280,7 +280,7 @@ def trainer_main(a):
     model = model.to(torch.bfloat16).train()
     spec = ferry.Model.from_config(cfg, dtype="BF16")
     writer = ferry.Writer(spec, job=a.job, rank=0, world=1, meta="127.0.0.1:0", mode=a.mode,
-                          deltas="always", timeout=a.wait_timeout, device=a.trainer_device)
+                          deltas=a.deltas, timeout=a.wait_timeout, device=a.trainer_device)
     # adopt: the bf16 parameters move into memory ferry allocated (shared
     # memory on the CPU, GPU memory on a GPU); the optimizer never sees them
     writer.register(model, ferry.Layout.hf(spec), 0, adopt=True)
@@ -367,7 +367,7 @@ def engine_main(a):
     # started beside the trainer: its service's address once it serves
     wait_for(os.path.join(a.run_dir, "meta.json"), a.wait_timeout, "address of the trainer's service")
     meta = read_json(os.path.join(a.run_dir, "meta.json"))["meta"]
-    reader = ferry.Reader(spec, job=a.job, rank=0, world=1, meta=meta, deltas="always",
+    reader = ferry.Reader(spec, job=a.job, rank=0, world=1, meta=meta, deltas=a.deltas,
                           timeout=a.wait_timeout, device=a.engine_device)
     reader.register(engine.module, ferry.Layout.infer(spec, "tp=1"), 0)
     reader.commit()
@@ -442,6 +442,10 @@ def parse_args(argv=None, prog=None):
                     help="sync: publish waits for the engine, which takes every version (deltas after the "
                          "first); async: the trainer never waits, the engine takes the newest")
     ap.add_argument("--steps", type=int, default=5, help="optimizer steps = versions (default 5)")
+    ap.add_argument("--deltas", choices=("always", "off"), default="always",
+                    help="always (default): the engine applies the versions' sparse deltas when it holds one "
+                         "they start from; off: it pulls every version whole (ferry's dense path, to compare "
+                         "with the broadcast)"),
     ap.add_argument("--lr", type=float, default=1e-6, help="AdamW learning rate (default 1e-6, as RL)")
     ap.add_argument("--max-lag", type=int, default=None,
                     help="async: the engine runs rollouts on weights at most K versions behind the newest "
@@ -499,6 +503,7 @@ class Child:
     def __init__(self, name, a, q, extra):
         args = [sys.executable, "-m", "ferry.rl_loop", "--role", name, "--run-dir", a.run_dir, "--job", a.job,
                 "--mode", a.mode, "--shape", a.shape, "--steps", str(a.steps), "--lr", repr(a.lr),
+                "--deltas", a.deltas,
                 "--max-lag", str(a.max_lag), "--gen-tokens", str(a.gen_tokens),
                 "--kill-engine-at", str(a.kill_engine_at), "--corrupt-engine-at", str(a.corrupt_engine_at),
                 "--bucket-mib", str(a.bucket_mib),
@@ -623,7 +628,8 @@ def launch(a):
 
 def report(a, published, landed, rollouts, notes, failures, baseline):
     lines = [f"ferry RL loop: Qwen3 {a.shape} ({a.trainer_device} -> {a.engine_device}), {a.mode} mode, "
-             f"{a.steps} steps, lr {a.lr:g}" + (f", max lag {a.max_lag}" if a.mode == "async" else "")]
+             f"{a.steps} steps, lr {a.lr:g}" + (f", max lag {a.max_lag}" if a.mode == "async" else "")
+             + (", every version whole (--deltas off)" if a.deltas == "off" else "")]
     times = baseline["times"] if baseline else []
     lines.append(f"{'version':>7}  {'changed':>8}  {'ferry bytes':>11}  {'ferry s':>8}  {'encode s':>8}  "
                  f"{'engine s':>8}  {'bcast s':>8}  {'logits equal':<12}  note")

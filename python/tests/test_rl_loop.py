@@ -70,6 +70,14 @@ def test_async_newest_within_lag():
     assert "OK: logits bit-identical" in out
 
 
+def test_deltas_off_pulls_whole():
+    out, rows = _run("--steps", "3", "--deltas", "off")
+    assert "every version whole (--deltas off)" in out.splitlines()[0], out
+    assert sorted(rows) == [1, 2, 3] and all(r["equal"] == "yes" and r["note"] == "whole" for r in rows.values()), out
+    assert len({r["bytes"] for r in rows.values()}) == 1, out  # the whole model each time
+    assert "as deltas" not in out and "OK: logits bit-identical" in out
+
+
 def test_engine_killed_inside_update_rejoins():
     out, rows = _run("--steps", "5", "--kill-engine-at", "3")
     assert re.search(r"killed the engine \(pid \d+, status -9\) with SIGKILL inside its update for version 3", out)
@@ -98,6 +106,7 @@ def test_flipped_bit_fails_and_says_where():
     (["--max-lag", "2"], "--max-lag applies to --mode async only"),
     (["--mode", "async", "--max-lag", "-1"], "--max-lag must be 0 or more"),
     (["--lr", "0"], "--lr must be positive"),
+    (["--deltas", "some"], "argument --deltas: invalid choice: 'some'"),
     (["--shape", "7b"], "invalid choice: '7b'"),
 ])
 def test_bad_arguments(args, says):
