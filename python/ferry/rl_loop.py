@@ -445,7 +445,7 @@ def parse_args(argv=None, prog=None):
     ap.add_argument("--deltas", choices=("always", "off"), default="always",
                     help="always (default): the engine applies the versions' sparse deltas when it holds one "
                          "they start from; off: it pulls every version whole (ferry's dense path, to compare "
-                         "with the broadcast)"),
+                         "with the broadcast)")
     ap.add_argument("--lr", type=float, default=1e-6, help="AdamW learning rate (default 1e-6, as RL)")
     ap.add_argument("--max-lag", type=int, default=None,
                     help="async: the engine runs rollouts on weights at most K versions behind the newest "

@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
  * and its sum was not given. Hashing tile by tile inside the scan, while
  * the tile was in cache, took 126 registers there and left memory idle
  * while a block hashed: scan and hash apart read the bytes twice and are
- * 1.6x faster (docs/benchmarks.md). */
+ * 1.7x faster (docs/benchmarks.md). */
 __global__ void __launch_bounds__(THREADS) ek_hash(ek_batch_t b) {
     __shared__ uint8_t sec[192];
     if (threadIdx.x < 192) sec[threadIdx.x] = ek_ksecret[threadIdx.x];

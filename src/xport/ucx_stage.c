@@ -664,8 +664,8 @@ static void on_recv_done(void *request, ucs_status_t status, size_t length, void
 
 /* The reader's work, from ucx_stage_wait: copies landed bounces to their
  * destinations (nothing of a request whose wait returned), retires
- * finished copies, starts the receives that have a bounce buffer. */
-/* Moves the reader's chunks on; returns the seconds until the rate lets
+ * finished copies, starts the receives that have a bounce buffer (no
+ * sooner than the rate allows). Returns the seconds until the rate lets
  * the next waiting chunk start (0: none waits for the rate). */
 static double pump_reader(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
@@ -909,13 +909,10 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
     ferry_status_t status = FERRY_OK;
+    bool by_rate = false; /* a timeout while chunks waited for the rate: not the owner's fault */
     for (;;) {
         ucp_worker_progress(u->worker);
-        double paced = pump_reader(xp);
-        if (paced > 0) { /* a chunk waits for the rate: sleep rather than spin (at most 1 ms at a time) */
-            struct timespec ts = {0, (long)(fmin(paced, 1e-3) * 1e9)};
-            nanosleep(&ts, NULL);
-        }
+        const double paced = pump_reader(xp);
         pthread_mutex_lock(&st->lock);
         bool complete = true;
         for (size_t i = 0; i < sr->n; i++)
@@ -929,14 +926,19 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
         for (size_t i = 0; i < sr->n && !lost; i++) lost = sr->runs[i].staged && ucx_peer_lost(sr->runs[i].peer);
         if (lost || ferry_mono_s() > deadline) {
             status = lost ? FERRY_ERR_PEER_LOST : FERRY_ERR_TIMEOUT;
+            by_rate = !lost && paced > 0;
             pthread_mutex_lock(&st->lock);
             fail_req(sr, status);
             pthread_mutex_unlock(&st->lock);
             quiesce_req(xp, sr, true);
-            if (!lost) /* a live owner that did not answer: its connection is not used again */
+            if (!lost && !by_rate) /* a live owner that did not answer: its connection is not used again */
                 for (size_t i = 0; i < sr->n; i++)
                     if (sr->runs[i].staged) ucx_peer_abandon(u, sr->runs[i].peer);
             break;
+        }
+        if (paced > 0) { /* a chunk waits for the rate: sleep rather than spin (at most 1 ms at a time) */
+            struct timespec ts = {0, (long)(fmin(paced, 1e-3) * 1e9)};
+            nanosleep(&ts, NULL);
         }
     }
     quiesce_req(xp, sr, false);
@@ -954,6 +956,10 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
     if (status == FERRY_ERR_CORRUPT)
         return ferry_fail(&xp->err, status, "ucx: a staged reply did not match its request");
     if (status == FERRY_ERR_PEER_LOST) return ferry_fail(&xp->err, status, "ucx: the owner of the memory is gone");
+    if (status == FERRY_ERR_TIMEOUT && by_rate)
+        return ferry_fail(&xp->err, status,
+                          "ucx: a staged read did not finish within the timeout at FERRY_UCX_STAGE_RATE=%.0f "
+                          "bytes/s (the endpoint's queued reads at that rate take longer)", st->rate);
     if (status == FERRY_ERR_TIMEOUT)
         return ferry_fail(&xp->err, status, "ucx: the owner did not answer a staged read within the timeout");
     return status;
@@ -962,16 +968,19 @@ ferry_status_t ucx_stage_wait(ferry_xport_t *xp, ucx_sreq_t *sr, double deadline
 /* ---- life ----------------------------------------------------------------- */
 
 /* FERRY_UCX_STAGE_RATE: bytes per second, with an optional k, M or G
- * (10^3, 10^6, 10^9); unset, empty or 0: no cap. -1: not a rate. */
+ * (10^3, 10^6, 10^9), at least 1k; unset, empty or 0: no cap. -1: not a
+ * rate. */
 static double parse_rate(const char *v) {
     if (!v || !*v) return 0;
     char *end;
     double r = strtod(v, &end);
     if (end == v) return -1;
     if (*end == 'k' || *end == 'K') r *= 1e3, end++;
-    else if (*end == 'm' || *end == 'M') r *= 1e6, end++;
-    else if (*end == 'g' || *end == 'G') r *= 1e9, end++;
-    return *end || !isfinite(r) || r < 0 ? -1 : r;
+    else if (*end == 'M') r *= 1e6, end++;
+    else if (*end == 'G') r *= 1e9, end++;
+    while (*end == ' ') end++;
+    if (*end || !isfinite(r) || r < 0) return -1;
+    return r == 0 ? 0 : r < 1e3 ? -1 : r;
 }
 
 ferry_status_t ucx_stage_init(ferry_xport_t *xp) {
@@ -980,8 +989,8 @@ ferry_status_t ucx_stage_init(ferry_xport_t *xp) {
     const double rate = parse_rate(rv);
     if (rate < 0)
         return ferry_fail(&xp->err, FERRY_ERR_INVALID_CONFIG,
-                          "ucx: FERRY_UCX_STAGE_RATE=\"%.64s\" is not a rate in bytes per second (such as 1.25G; "
-                          "0 for none)", rv);
+                          "ucx: FERRY_UCX_STAGE_RATE=\"%.64s\" is not a rate in bytes per second (at least 1k, "
+                          "such as 1.25G; 0 for none)", rv);
     ucx_stage_t *st = ferry_calloc(xp->ctx, 1, sizeof *st);
     if (!st) return ferry_fail(&xp->err, FERRY_ERR_NO_MEMORY, "out of memory creating a UCX endpoint");
     st->u = u;

@@ -56,7 +56,7 @@ extern "C" double gpu_floor_read(const void *const *a, const void *const *b, int
             floor_read<<<sms * per_sm, THREADS, 0, stream>>>((const uint4 *)a[r], b ? (const uint4 *)b[r] : NULL,
                                                             bytes / 16, 0x9e3779b9u, dd);
         float ms = 0;
-        if (cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+        if (cudaGetLastError() != cudaSuccess || cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
             cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
             goto out;
         if (rep >= 0) t[rep] = ms / 1e3;

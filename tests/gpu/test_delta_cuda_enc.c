@@ -326,7 +326,7 @@ static int bench(void) {
         }
         /* the base's chunk sums, for the sync writer's case from its second
            delta on (base_chunk_sums given): an encode of base against itself */
-        const uint32_t nsum = (uint32_t)(n / FERRY_DELTA_CHUNK_DEFAULT);
+        const uint32_t nsum = (uint32_t)((n + FERRY_DELTA_CHUNK_DEFAULT - 1) / FERRY_DELTA_CHUNK_DEFAULT);
         uint64_t *bsums = malloc((size_t)R * nsum * sizeof *bsums);
         CHECK(bsums);
         ferry_delta_cuda_enc_item_t it[R];

@@ -832,13 +832,11 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     unsetenv("UCX_TLS");
 }
 
-/* UCX's host staging (the path of GPU memory where a UCX has no CUDA), on
- * host memory: reads in chunks through active messages, errors carried
- * back, dead owners. */
 /* FERRY_UCX_STAGE_RATE caps what a reader receives through staging: a
  * 32 MiB get (four 8 MiB chunks, the first started at once) at 100 MB/s
- * takes at least three chunks' time; a value that is not a rate refuses
- * the endpoint, naming the variable. */
+ * takes at least three chunks' time; at 4 MB/s it outlasts the timeout,
+ * which names the rate and leaves the owner's connection usable; a value
+ * that is not a rate refuses the endpoint, naming the variable. */
 static void test_stage_rate(ferry_ctx_t *ctx) {
     int a[2];
     CHECK(pipe(a) == 0);
@@ -863,7 +861,18 @@ static void test_stage_rate(ferry_ctx_t *ctx) {
         unsetenv("FERRY_UCX_STAGE_RATE");
     }
     CHECK(dt[1] >= 3.0 * (8 << 20) / 100e6 * 0.99);
-    static const char *bad[] = {"fast", "-1G", "1T", "1.5Gbit"};
+    { /* a rate too slow for the timeout (3 s): TIMEOUT naming the rate; the owner's connection is kept */
+        setenv("FERRY_UCX_STAGE_RATE", "4M", 1);
+        ferry_xport_t *xp = endpoint(ctx, 1);
+        unsetenv("FERRY_UCX_STAGE_RATE");
+        ferry_xport_rmem_t *r = NULL;
+        CHECK_OK(ferry_xport_rmem_unpack(xp, desc, dlen, &r), ferry_xport_error(xp));
+        CHECK(get1(xp, r, 0, buf, len) == FERRY_ERR_TIMEOUT);
+        CHECK(strstr(ferry_xport_error(xp), "FERRY_UCX_STAGE_RATE=4000000"));
+        CHECK_OK(get1(xp, r, 0, buf, 4096), ferry_xport_error(xp));
+        ferry_xport_destroy(xp);
+    }
+    static const char *bad[] = {"fast", "-1G", "1T", "1.5Gbit", "nan", "inf", "1e-9", "999", "5m"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("FERRY_UCX_STAGE_RATE", bad[i], 1);
         ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_KIND, .kind = FERRY_XPORT_UCX};
@@ -876,10 +885,14 @@ static void test_stage_rate(ferry_ctx_t *ctx) {
     CHECK(wait_child(pid) == 128 + SIGKILL);
     close(a[0]);
     free(buf);
-    printf("  rate: 32 MiB in %.3f s at FERRY_UCX_STAGE_RATE=100M (%.3f s without); bad values refused\n", dt[1],
-           dt[0]);
+    printf("  rate: 32 MiB in %.3f s at FERRY_UCX_STAGE_RATE=100M (%.3f s without); at 4M a timeout naming it; bad "
+           "values refused\n",
+           dt[1], dt[0]);
 }
 
+/* UCX's host staging (the path of GPU memory where a UCX has no CUDA), on
+ * host memory: reads in chunks through active messages, errors carried
+ * back, dead owners, the rate cap. */
 static void staged_suite(ferry_ctx_t *ctx, const char *ucx_tls) {
     g_kind = FERRY_XPORT_UCX;
     g_staged = true;
