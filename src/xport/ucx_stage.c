@@ -7,7 +7,8 @@
  * generation, range), copies it to the host in chunks of STAGE_CHUNK bytes
  * through STAGE_BUFS pinned buffers and sends every chunk back (DATA,
  * rendezvous) on an endpoint of its own to that reader, as soon as its copy
- * has landed. The reader receives every chunk into one of its STAGE_BUFS
+ * has landed. A free buffer serves the reader holding the fewest, so a slow
+ * reader does not keep them all while others wait. The reader receives every chunk into one of its STAGE_BUFS
  * bounce buffers, then copies it to its destination (to the GPU on a stream
  * of its own). So the owner's copy of chunk k+1, the wire's chunk k and the
  * reader's copy of chunk k-1 overlap. An error (a registration that ended,
@@ -448,6 +449,33 @@ static void next_piece(ferry_xport_t *xp, ucx_stage_t *st, ochunk_t *c, job_t *j
     }
 }
 
+/* The first job whose reader is connected (the others wait for the next
+ * pump), or NULL. Under the lock. */
+static job_t *first_job(ucx_stage_t *st) {
+    job_t *j = st->jobs;
+    while (j && !j->r) j = j->next;
+    return j;
+}
+
+/* The job a free chunk serves next, under the lock: the first (each
+ * reader's jobs in order) of a reader holding the fewest chunks in flight,
+ * so that a reader that takes its chunks slowly (FERRY_UCX_STAGE_RATE, a
+ * slow link) holds at most its share of the chunks while others wait.
+ * Looks at the first JOB_SCAN jobs; *prev gets the one before it. */
+#define JOB_SCAN 256
+static job_t *pick_job(ucx_stage_t *st, job_t **prev) {
+    job_t *best = NULL, *best_prev = NULL, *p = NULL;
+    int best_n = STAGE_BUFS + 1, seen = 0;
+    for (job_t *j = st->jobs; j && seen < JOB_SCAN && best_n > 0; p = j, j = j->next, seen++) {
+        if (!j->r) continue; /* not connected yet: the next pump */
+        int n = 0;
+        for (int i = 0; i < STAGE_BUFS; i++) n += st->oc[i].state != OC_FREE && st->oc[i].r == j->r;
+        if (n < best_n) best = j, best_prev = p, best_n = n;
+    }
+    *prev = best_prev;
+    return best;
+}
+
 bool ucx_stage_pump_owner(ferry_xport_t *xp) {
     ucx_t *u = xp->backend;
     ucx_stage_t *st = u->stage;
@@ -502,8 +530,7 @@ bool ucx_stage_pump_owner(ferry_xport_t *xp) {
             }
             if (d != 0) c->state = OC_READY;
         }
-        job_t *j = st->jobs, *jprev = NULL;
-        while (j && !j->r) jprev = j, j = j->next; /* readers not connected yet: the next pump */
+        job_t *jprev = NULL, *j = c->state == OC_FREE ? pick_job(st, &jprev) : first_job(st);
         if (c->state == OC_FREE && j) {
             next_piece(xp, st, c, j);
             if (j->done == j->len) pop_job(xp, st, jprev, j);

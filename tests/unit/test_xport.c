@@ -34,14 +34,16 @@ static uint8_t pattern(uint64_t off, uint32_t seed) {
 
 static ferry_xport_kind_t g_kind = FERRY_XPORT_SHM;
 
-static ferry_xport_t *endpoint(ferry_ctx_t *ctx, uint32_t threads) {
+static ferry_xport_t *endpoint_timeout(ferry_ctx_t *ctx, uint32_t threads, uint32_t timeout_ms) {
     ferry_xport_params_t p = {.field_mask = FERRY_XPORT_PARAM_THREADS | FERRY_XPORT_PARAM_SPLIT_BYTES |
                                             FERRY_XPORT_PARAM_TIMEOUT_MS | FERRY_XPORT_PARAM_KIND,
-                              .kind = g_kind, .threads = threads, .split_bytes = 1u << 20, .timeout_ms = 3000};
+                              .kind = g_kind, .threads = threads, .split_bytes = 1u << 20, .timeout_ms = timeout_ms};
     ferry_xport_t *xp = NULL;
     CHECK_OK(ferry_xport_create(ctx, &p, &xp), ferry_ctx_error(ctx));
     return xp;
 }
+
+static ferry_xport_t *endpoint(ferry_ctx_t *ctx, uint32_t threads) { return endpoint_timeout(ctx, threads, 3000); }
 
 static void signal_byte(int fd) { CHECK(write(fd, "x", 1) == 1); }
 static void await_byte(int fd) {
@@ -832,6 +834,62 @@ static void suite(ferry_ctx_t *ctx, ferry_xport_kind_t kind, const char *ucx_tls
     unsetenv("UCX_TLS");
 }
 
+typedef struct {
+    ferry_xport_t *xp;
+    ferry_xport_rmem_t *r;
+    uint8_t *buf;
+    size_t len;
+    ferry_status_t st;
+} slow_get_t;
+
+static void *slow_get(void *arg) {
+    slow_get_t *g = arg;
+    g->st = get1(g->xp, g->r, 0, g->buf, g->len);
+    return NULL;
+}
+
+/* Two readers of one owner through staging, the first capped at 8 MB/s
+ * and asking for 64 MiB (8 chunks, twice the owner's 4 buffers; it times
+ * out after 6 s): the second's 8 MiB arrives once one of the first's
+ * chunks is through (about 1 s at that rate), since a free chunk serves
+ * the reader holding the fewest; first come, first served kept every
+ * chunk with the first reader until its timeout. */
+static void test_stage_share(ferry_ctx_t *ctx) {
+    int a[2];
+    CHECK(pipe(a) == 0);
+    pid_t pid = spawn("idle_owner", a[1], 64);
+    close(a[1]);
+    uint8_t desc[FERRY_XPORT_DESC_MAX];
+    size_t dlen = recv_blob(a[0], desc, sizeof desc);
+    setenv("FERRY_UCX_STAGE_RATE", "8M", 1);
+    ferry_xport_t *slow = endpoint_timeout(ctx, 1, 6000);
+    unsetenv("FERRY_UCX_STAGE_RATE");
+    ferry_xport_t *fast = endpoint(ctx, 1);
+    slow_get_t g = {slow, NULL, malloc((size_t)64 << 20), (size_t)64 << 20, FERRY_OK};
+    uint8_t *buf = malloc((size_t)8 << 20);
+    ferry_xport_rmem_t *rf = NULL;
+    CHECK(g.buf && buf);
+    CHECK_OK(ferry_xport_rmem_unpack(slow, desc, dlen, &g.r), ferry_xport_error(slow));
+    CHECK_OK(ferry_xport_rmem_unpack(fast, desc, dlen, &rf), ferry_xport_error(fast));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, slow_get, &g) == 0);
+    usleep(300 * 1000); /* the slow reader's chunks are out */
+    double t0 = now_s();
+    CHECK_OK(get1(fast, rf, 0, buf, (size_t)8 << 20), ferry_xport_error(fast));
+    double dt = now_s() - t0;
+    pthread_join(t, NULL);
+    CHECK(g.st == FERRY_ERR_TIMEOUT); /* 64 MiB at 8 MB/s outlasts the 6 s timeout */
+    CHECK(dt < 3.0);
+    ferry_xport_destroy(fast);
+    ferry_xport_destroy(slow);
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(wait_child(pid) == 128 + SIGKILL);
+    close(a[0]);
+    free(g.buf);
+    free(buf);
+    printf("  share: 8 MiB in %.3f s beside a reader capped at 8 MB/s\n", dt);
+}
+
 /* FERRY_UCX_STAGE_RATE caps what a reader receives through staging: a
  * 32 MiB get (four 8 MiB chunks, the first started at once) at 100 MB/s
  * takes at least three chunks' time; at 4 MB/s it outlasts the timeout,
@@ -905,6 +963,7 @@ static void staged_suite(ferry_ctx_t *ctx, const char *ucx_tls) {
     test_owner_killed(ctx);
     test_owner_killed_midstream(ctx);
     test_stage_rate(ctx);
+    test_stage_share(ctx);
     unsetenv("UCX_TLS");
     unsetenv("FERRY_UCX_STAGE_HOST");
     g_staged = false;
