@@ -311,6 +311,24 @@ static void idle_owner(int out, int mib) {
     for (;;) pause();
 }
 
+/* An idle_owner child with a region of mib MiB: its pid; *desc, *dlen its
+ * descriptor; *fd the pipe to close once it is stopped (idle_owner_stop). */
+static pid_t idle_owner_start(int mib, uint8_t *desc, size_t *dlen, int *fd) {
+    int a[2];
+    CHECK(pipe(a) == 0);
+    pid_t pid = spawn("idle_owner", a[1], mib);
+    close(a[1]);
+    *dlen = recv_blob(a[0], desc, FERRY_XPORT_DESC_MAX);
+    *fd = a[0];
+    return pid;
+}
+
+static void idle_owner_stop(pid_t pid, int fd) {
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(wait_child(pid) == 128 + SIGKILL);
+    close(fd);
+}
+
 /* The owner killed with SIGKILL: the reader's next request fails, fast. */
 static void test_owner_killed(ferry_ctx_t *ctx) {
     int a[2];
@@ -855,12 +873,10 @@ static void *slow_get(void *arg) {
  * the reader holding the fewest; first come, first served kept every
  * chunk with the first reader until its timeout. */
 static void test_stage_share(ferry_ctx_t *ctx) {
-    int a[2];
-    CHECK(pipe(a) == 0);
-    pid_t pid = spawn("idle_owner", a[1], 64);
-    close(a[1]);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
-    size_t dlen = recv_blob(a[0], desc, sizeof desc);
+    size_t dlen;
+    int fd;
+    pid_t pid = idle_owner_start(64, desc, &dlen, &fd);
     setenv("FERRY_UCX_STAGE_RATE", "8M", 1);
     ferry_xport_t *slow = endpoint_timeout(ctx, 1, 6000);
     unsetenv("FERRY_UCX_STAGE_RATE");
@@ -882,9 +898,7 @@ static void test_stage_share(ferry_ctx_t *ctx) {
     CHECK(dt < 3.0);
     ferry_xport_destroy(fast);
     ferry_xport_destroy(slow);
-    CHECK(kill(pid, SIGKILL) == 0);
-    CHECK(wait_child(pid) == 128 + SIGKILL);
-    close(a[0]);
+    idle_owner_stop(pid, fd);
     free(g.buf);
     free(buf);
     printf("  share: 8 MiB in %.3f s beside a reader capped at 8 MB/s\n", dt);
@@ -896,12 +910,10 @@ static void test_stage_share(ferry_ctx_t *ctx) {
  * which names the rate and leaves the owner's connection usable; a value
  * that is not a rate refuses the endpoint, naming the variable. */
 static void test_stage_rate(ferry_ctx_t *ctx) {
-    int a[2];
-    CHECK(pipe(a) == 0);
-    pid_t pid = spawn("idle_owner", a[1], 32);
-    close(a[1]);
     uint8_t desc[FERRY_XPORT_DESC_MAX];
-    size_t dlen = recv_blob(a[0], desc, sizeof desc), len = (size_t)32 << 20;
+    size_t dlen, len = (size_t)32 << 20;
+    int fd;
+    pid_t pid = idle_owner_start(32, desc, &dlen, &fd);
     uint8_t *buf = malloc(len);
     CHECK(buf);
     double dt[2];
@@ -939,9 +951,7 @@ static void test_stage_rate(ferry_ctx_t *ctx) {
         CHECK(strstr(ferry_ctx_error(ctx), "FERRY_UCX_STAGE_RATE") && strstr(ferry_ctx_error(ctx), bad[i]));
     }
     unsetenv("FERRY_UCX_STAGE_RATE");
-    CHECK(kill(pid, SIGKILL) == 0);
-    CHECK(wait_child(pid) == 128 + SIGKILL);
-    close(a[0]);
+    idle_owner_stop(pid, fd);
     free(buf);
     printf("  rate: 32 MiB in %.3f s at FERRY_UCX_STAGE_RATE=100M (%.3f s without); at 4M a timeout naming it; bad "
            "values refused\n",
