@@ -13,6 +13,13 @@ def recv_reply(conn, what, timeout=180):
     return out
 
 
+def close_children(conns):
+    """Asks each child to close ("close", None) and waits for its answer."""
+    for c in conns:
+        c.send(("close", None))
+        recv_reply(c, "close")
+
+
 def end_children(procs, timeout=30):
     """Joins every child (killing one still alive after `timeout` s);
     true when all exited 0."""

@@ -46,7 +46,7 @@ import pickle
 import socket
 
 import pytest
-from children import end_children, recv_reply
+from children import close_children, end_children, recv_reply
 
 pytest.importorskip("awex", reason="awex is not importable here (scripts/adapter-test.sh makes a venv with awex)")
 pytest.importorskip("megatron.core", reason="megatron-core is not importable (awex imports it; it does not declare it)")
@@ -319,9 +319,7 @@ def test_megatron_trainer_to_sglang_layout_engine_over_several_steps(job):
             assert sorted(got) == sorted(want)
             for name, t in want.items():
                 assert got[name].dtype == t.dtype and torch.equal(got[name], t), (step, name)
-        for c in conns:
-            c.send(("close", None))
-            recv_reply(c, "close")
+        close_children(conns)
     finally:
         ok = end_children(procs)
     assert ok

@@ -31,7 +31,7 @@ import multiprocessing as mp
 import socket
 
 import pytest
-from children import end_children, recv_reply
+from children import close_children, end_children, recv_reply
 
 pytest.importorskip("sglang", reason="sglang is not importable here (scripts/adapter-test.sh makes a venv with sglang)")
 
@@ -208,9 +208,7 @@ def test_sglang_qwen3_updated_through_the_custom_loader(tmp_path, job):
             assert sorted(got) == sorted(want)
             for name, t in want.items():
                 assert got[name][0] == str(t.dtype) and torch.equal(got[name][1], t), (version, name)
-        for c in conns:
-            c.send(("close", None))
-            recv_reply(c, "close")
+        close_children(conns)
     finally:
         ok = end_children(procs)
     assert ok
