@@ -155,11 +155,6 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
     }
 }
 
-/* Field k (16 bits) of a thread's class counts, packed 4 to a word. */
-static __device__ __forceinline__ uint32_t field(uint64_t lo, uint64_t hi, uint32_t k) {
-    return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
-}
-
 /* A thread's 16 elements from first as vectors, when they are all in the
    chunk and 16-aligned (every tile but a short last one, in a region that
    starts 16-aligned); false, loading nothing, otherwise. */
@@ -221,7 +216,11 @@ static __device__ __forceinline__ uint32_t byte_bits(uint32_t e) {
 
 __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
     __shared__ uint32_t bk[TILE / 4];                     /* every element's bucket, a byte each */
-    __shared__ uint16_t pre[CLASSES_MAX][THREADS + 1];    /* per class: elements before each thread; the tile's */
+    /* per thread, the elements of each class before it (16-bit fields:
+       classes 0-3 in lo, 4-7 in hi); at THREADS, the tile's. Stored as
+       the scan left them: splitting them per class cost more than the
+       searches' shifts */
+    __shared__ uint64_t pre_lo[THREADS + 1], pre_hi[THREADS + 1];
     __shared__ uint64_t wsum[WARPS][2];
     __shared__ uint32_t thr4[CLASSES_MAX + 1];
     __shared__ uint64_t ctab[256];                        /* per bucket: 1 << 5 * its class */
@@ -324,13 +323,14 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
         bk[4 * tid + 3] = bw[3];
         __syncthreads();
         for (unsigned x = 0; x < wp; x++) lo += wsum[x][0], hi += wsum[x][1];
-        for (uint32_t k = 0; k < K; k++) {
-            pre[k][tid] = (uint16_t)field(lo - own_lo, hi - own_hi, k);
-            if (tid == THREADS - 1) pre[k][THREADS] = (uint16_t)field(lo, hi, k);
-        }
+        pre_lo[tid] = lo - own_lo;
+        pre_hi[tid] = hi - own_hi;
+        if (tid == THREADS - 1) pre_lo[THREADS] = lo, pre_hi[THREADS] = hi;
         __syncthreads();
         if (ek) {
-            const uint32_t k = wp, tot = pre[k][THREADS];
+            const uint32_t k = wp, sh = 16 * (k & 3);
+            const uint64_t *pk = k < 4 ? pre_lo : pre_hi;
+            const uint32_t tot = (uint32_t)(pk[THREADS] >> sh) & 0xFFFF;
             const uint64_t lim = before + tot;
             for (;;) {
                 const uint32_t i = ci + lane;
@@ -339,13 +339,13 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
                 const unsigned m = __ballot_sync(FULL, in);
                 if (in) {
                     const uint32_t tr = (uint32_t)(r - before);
-                    uint32_t a = 0, z = THREADS; /* pre[k][a] <= tr < pre[k][z] */
+                    uint32_t a = 0, z = THREADS; /* thread a's prefix <= tr < thread z's */
                     while (z - a > 1) {
                         uint32_t mid = (a + z) / 2;
-                        if (pre[k][mid] <= tr) a = mid;
+                        if (((uint32_t)(pk[mid] >> sh) & 0xFFFF) <= tr) a = mid;
                         else z = mid;
                     }
-                    uint32_t nth = tr - pre[k][a], mm = 0;
+                    uint32_t nth = tr - ((uint32_t)(pk[a] >> sh) & 0xFFFF), mm = 0;
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
                         uint32_t x = bk[4 * a + j];

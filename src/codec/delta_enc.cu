@@ -11,10 +11,10 @@
  * classes  a warp per chunk with changes: lane 0 groups the buckets, the
  *          lanes price every range of groups, lane 0 runs the DP.
  * rank     a block per chunk with changes, 4096 elements (a tile) at a
- *          time, each thread 16 of them: per class, the elements before
- *          each thread (16-bit counts, four to a word, scanned over the
- *          block) give each change its rank in its class and sub-block;
- *          the changes before it, its place in the list.
+ *          time, each thread 16 of them, specialized by width: per class,
+ *          the elements before each thread (16-bit counts, four to a word,
+ *          scanned over the block) give each change its rank in its class
+ *          and sub-block; the changes before it, its place in the list.
  * totals   a thread per chunk with changes.
  * part     a warp per sub-block: 32 list entries at a time, one ballot per
  *          class, and lane k walks class k's.
@@ -47,18 +47,20 @@ static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t 
 
 /* The elements of 16 bytes of base (b) and next (n), element i0 first:
  * each sampled one's bucket and each changed one's counted. */
-static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t w, uint32_t i0, uint32_t smask,
-                                                uint32_t *hs, uint32_t *hc, uint32_t *mine) {
+template <uint32_t W>
+static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t i0, uint32_t smask, uint32_t *hs,
+                                                uint32_t *hc, uint32_t *mine) {
     const uint32_t bw[4] = {b.x, b.y, b.z, b.w}, nw[4] = {n.x, n.y, n.z, n.w};
-    const uint32_t per = 4 / w, bits = 8 * w, mask = w == 4 ? 0xffffffffu : (1u << bits) - 1;
+    const uint32_t per = 4 / W, bits = 8 * W, mask = W == 4 ? 0xffffffffu : (1u << bits) - 1;
 #pragma unroll
     for (uint32_t q = 0; q < 4; q++) {
         /* the common case: no change, and (smask + 1 a multiple of per) the
            word's one candidate for the sample, its first, not sampled */
         if (bw[q] == nw[q] && ((i0 + q * per) & smask) != 0) continue;
+#pragma unroll
         for (uint32_t e = 0; e < per; e++) {
             const uint32_t i = i0 + q * per + e;
-            const uint32_t bv = (bw[q] >> (bits * e)) & mask, nv = (nw[q] >> (bits * e)) & mask, bk = ek_bucket(bv, w);
+            const uint32_t bv = (bw[q] >> (bits * e)) & mask, nv = (nw[q] >> (bits * e)) & mask, bk = ek_bucket(bv, W);
             if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
             if (bv != nv) {
                 atomicAdd(&hc[bk], 1u);
@@ -68,17 +70,15 @@ static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t w, ui
     }
 }
 
-__global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
-    __shared__ uint32_t hs[256], hc[256], nchg;
-    const unsigned tid = threadIdx.x, lane = tid & 31;
-    ek_chunk_t *c = &b.chunks[blockIdx.x];
+/* One chunk's scan, elements of W bytes (specialized: the generic loop
+   ran the width's arithmetic on every word). */
+template <uint32_t W>
+static __device__ __forceinline__ uint32_t scan_chunk(const ek_chunk_t *c, uint32_t *hs, uint32_t *hc) {
+    const unsigned tid = threadIdx.x;
     const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
-    const uint32_t w = c->width, elems = c->elems, smask = elems >= (1u << 16) ? 63 : 0; /* every 64th, or all */
+    const uint32_t w = W, elems = c->elems, smask = elems >= (1u << 16) ? 63 : 0; /* every 64th, or all */
     /* 16-byte loads when both are 16-aligned (chunks of a 16-aligned region are) */
     const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0;
-    hs[tid] = hc[tid] = 0;
-    if (tid == 0) nchg = 0;
-    __syncthreads();
     uint32_t mine = 0;
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t t1 = elems - t0 < EK_TILE ? elems : t0 + EK_TILE;
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
 #pragma unroll
             for (uint32_t j = 0; j < 4; j++) {
                 const uint32_t v = v0 + tid + j * THREADS;
-                if (j < w && v < v1) scan_vec(vb[j], vn[j], w, v * per, smask, hs, hc, &mine);
+                if (j < w && v < v1) scan_vec<W>(vb[j], vn[j], v * per, smask, hs, hc, &mine);
             }
             i = v1 * per + tid;
         }
@@ -114,6 +114,18 @@ __global__ void __launch_bounds__(THREADS) ek_scan(ek_batch_t b) {
             }
         }
     }
+    return mine;
+}
+
+__global__ void __launch_bounds__(THREADS, 5) ek_scan(ek_batch_t b) {
+    __shared__ uint32_t hs[256], hc[256], nchg;
+    const unsigned tid = threadIdx.x, lane = tid & 31;
+    ek_chunk_t *c = &b.chunks[blockIdx.x];
+    hs[tid] = hc[tid] = 0;
+    if (tid == 0) nchg = 0;
+    __syncthreads();
+    uint32_t mine = c->width == 2 ? scan_chunk<2>(c, hs, hc) : c->width == 4 ? scan_chunk<4>(c, hs, hc)
+                                                                              : scan_chunk<1>(c, hs, hc);
     for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
     if (lane == 0 && mine) atomicAdd(&nchg, mine);
     __syncthreads();
@@ -189,131 +201,183 @@ static __device__ __forceinline__ uint32_t field(uint64_t lo, uint64_t hi, uint3
     return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
 }
 
-/* Elements [first, first + 16) of p (W bytes each, 16-aligned) with W
- * 16-byte loads: the rank pass's thread reads its 16 that way instead of
- * one element per load (a sixteenth of the L1 requests). */
+/* The magnitude buckets of a thread's 16 elements (W bytes each, packed
+ * in 4 * W words), one per byte: four elements to a word. */
 template <uint32_t W>
-static __device__ __forceinline__ void load16(const uint8_t *p, uint32_t first, uint32_t out[EPT]) {
-    const uint4 *vp = (const uint4 *)(p + (uint64_t)first * W);
-    uint32_t word[4 * W];
+static __device__ __forceinline__ void bucket_bytes(const uint32_t *wd, uint32_t bk[4]) {
 #pragma unroll
-    for (uint32_t j = 0; j < W; j++) {
-        const uint4 v = vp[j];
-        word[4 * j] = v.x, word[4 * j + 1] = v.y, word[4 * j + 2] = v.z, word[4 * j + 3] = v.w;
+    for (uint32_t j = 0; j < 4; j++) {
+        if (W == 1) {
+            bk[j] = wd[j] & 0x7F7F7F7Fu;
+        } else if (W == 2) { /* each half's bucket is byte 1 or 3 of the word << 1 */
+            bk[j] = __byte_perm(wd[2 * j] << 1, wd[2 * j + 1] << 1, 0x7531);
+        } else { /* byte 3 of the word << 1 */
+            const uint32_t lo = __byte_perm(wd[4 * j] << 1, wd[4 * j + 1] << 1, 0x0073),
+                           hi = __byte_perm(wd[4 * j + 2] << 1, wd[4 * j + 3] << 1, 0x0073);
+            bk[j] = __byte_perm(lo, hi, 0x5410);
+        }
     }
-#pragma unroll
-    for (uint32_t e = 0; e < EPT; e++)
-        out[e] = W == 4 ? word[e] : W == 2 ? (word[e / 2] >> (16 * (e % 2))) & 0xFFFF : (word[e / 4] >> (8 * (e % 4))) & 0xFF;
 }
 
-__global__ void __launch_bounds__(THREADS, 4) ek_rank(ek_batch_t b) {
-    __shared__ uint8_t class_of[256];
-    __shared__ uint64_t ctab[256]; /* per bucket: 1 << 5 * its class (a thread's 16 counted in 5-bit fields) */
-    __shared__ uint64_t wlo[WARPS], whi[WARPS];
-    __shared__ uint32_t wch[WARPS];
-    __shared__ uint32_t carry[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
-    __shared__ uint32_t chg_before, sub_first;
+/* Element e (a constant) of 16 packed in 4 * W words. */
+template <uint32_t W>
+static __device__ __forceinline__ uint32_t word_elem(const uint32_t *wd, uint32_t e) {
+    return W == 4 ? wd[e] : W == 2 ? (wd[e / 2] >> (16 * (e % 2))) & 0xFFFF : (wd[e / 4] >> (8 * (e % 4))) & 0xFF;
+}
+
+/* The rank pass's shared state. ctab: per bucket, 1 << 5k (k its class)
+ * in the low 40 bits, so that a thread adds up its 16 elements' class
+ * counts in 5-bit fields, and k in the top 3 bits. */
+typedef struct {
+    uint64_t ctab[256];
+    uint64_t wlo[WARPS], whi[WARPS];
+    uint32_t wch[WARPS];
+    uint32_t carry[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
+    uint32_t chg_before, sub_first;
+} rank_smem_t;
+
+/* One chunk's ranks, tile by tile; elements of W bytes. Per thread and
+ * tile: its 16 elements' buckets and which of them changed (one mask),
+ * their classes from ctab (counts in 5-bit fields, each element's class in
+ * a nibble), one scan over the block; then each change alone: its rank is
+ * the class's elements before the thread's (the scan) plus the thread's
+ * own before it (the nibbles equal to its class), and its values are
+ * loaded again (from L1), so no register array is indexed at run time.
+ * Specialized by width: the generic pass ran 4x the instructions, and
+ * the pass was bound by them, not by memory. */
+template <uint32_t W>
+static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_chunk_t *c, rank_smem_t &sm) {
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-    const uint32_t ci = b.busy[blockIdx.x];
-    const ek_chunk_t *c = &b.chunks[ci];
     const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
-    const uint32_t w = c->width, elems = c->elems, S = c->sub_log2;
+    const uint32_t elems = c->elems, S = c->sub_log2;
     uint64_t *list = b.list + c->list0;
     const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0; /* then every thread's 16 are 16-aligned */
-    if (tid == 0) ek_class_table(c, class_of);
-    __syncthreads();
-    ctab[tid] = 1ull << (5 * class_of[tid]); /* THREADS == 256 buckets */
-    if (tid < EK_CLASSES) carry[tid] = sub_m[tid] = sub_nu[tid] = 0;
-    if (tid == 0) chg_before = sub_first = 0;
-    __syncthreads();
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t first = t0 + EPT * tid;
-        uint32_t bv[EPT], nv[EPT];
-        uint64_t lo = 0, hi = 0;
-        uint32_t nch = 0;
-        if (vec && first + EPT <= elems) {
-            if (w == 2) load16<2>(base, first, bv), load16<2>(next, first, nv);
-            else if (w == 4) load16<4>(base, first, bv), load16<4>(next, first, nv);
-            else load16<1>(base, first, bv), load16<1>(next, first, nv);
+        const uint32_t nin = first >= elems ? 0 : elems - first < EPT ? elems - first : EPT;
+        uint32_t bk[4], chg = 0;
+        if (vec && nin == EPT) {
+            uint32_t bw[4 * W], nw[4 * W];
+            const uint4 *bp = (const uint4 *)(base + (uint64_t)first * W), *np = (const uint4 *)(next + (uint64_t)first * W);
+#pragma unroll
+            for (uint32_t j = 0; j < W; j++) {
+                const uint4 x = bp[j], y = np[j];
+                bw[4 * j] = x.x, bw[4 * j + 1] = x.y, bw[4 * j + 2] = x.z, bw[4 * j + 3] = x.w;
+                nw[4 * j] = y.x, nw[4 * j + 1] = y.y, nw[4 * j + 2] = y.z, nw[4 * j + 3] = y.w;
+            }
+            uint32_t any = 0;
+#pragma unroll
+            for (uint32_t q = 0; q < 4 * W; q++) any |= bw[q] ^ nw[q];
+            if (any) /* about a quarter of the threads at 2% changed */
+#pragma unroll
+                for (uint32_t e = 0; e < EPT; e++) chg |= (uint32_t)(word_elem<W>(bw, e) != word_elem<W>(nw, e)) << e;
+            bucket_bytes<W>(bw, bk);
         } else {
+            uint32_t bw[4 * W];
+#pragma unroll
+            for (uint32_t q = 0; q < 4 * W; q++) bw[q] = 0;
 #pragma unroll
             for (uint32_t e = 0; e < EPT; e++) {
-                bool in = first + e < elems;
-                bv[e] = in ? elem_load(base, w, first + e) : 0;
-                nv[e] = in ? elem_load(next, w, first + e) : 0;
+                if (e < nin) {
+                    const uint32_t x = elem_load(base, W, first + e), y = elem_load(next, W, first + e);
+                    bw[e / (4 / W)] |= x << (8 * W * (e % (4 / W)));
+                    chg |= (uint32_t)(x != y) << e;
+                }
             }
+            bucket_bytes<W>(bw, bk);
         }
-        uint64_t c5 = 0; /* the thread's class counts, 5 bits each (at most 16) */
+        uint64_t c5 = 0, cls = 0; /* class counts in 5-bit fields; each element's class in a nibble */
 #pragma unroll
         for (uint32_t e = 0; e < EPT; e++) {
-            if (first + e < elems) c5 += ctab[ek_bucket(bv[e], w)];
-            nch += bv[e] != nv[e];
+            if (e < nin) {
+                const uint64_t t = sm.ctab[(bk[e / 4] >> (8 * (e % 4))) & 0xFF];
+                c5 += t;
+                cls |= (t >> 61) << (4 * e);
+            }
         }
+        uint64_t lo = 0, hi = 0;
 #pragma unroll
         for (uint32_t k = 0; k < EK_CLASSES; k++) {
             const uint64_t n = (c5 >> (5 * k)) & 31;
             if (k < 4) lo |= n << (16 * k);
             else hi |= n << (16 * (k - 4));
         }
+        const uint32_t nch = __popc(chg);
         /* inclusive scans over the warp, then over the warps */
         uint64_t slo = lo, shi = hi;
         uint32_t sch = nch;
+#pragma unroll
         for (unsigned o = 1; o < 32; o <<= 1) {
-            uint64_t a = __shfl_up_sync(FULL, slo, o), h = __shfl_up_sync(FULL, shi, o);
-            uint32_t x = __shfl_up_sync(FULL, sch, o);
+            const uint64_t a = __shfl_up_sync(FULL, slo, o), h = __shfl_up_sync(FULL, shi, o);
+            const uint32_t x = __shfl_up_sync(FULL, sch, o);
             if (lane >= o) slo += a, shi += h, sch += x;
         }
-        if (lane == 31) wlo[wp] = slo, whi[wp] = shi, wch[wp] = sch;
+        if (lane == 31) sm.wlo[wp] = slo, sm.whi[wp] = shi, sm.wch[wp] = sch;
         __syncthreads();
-        uint64_t plo = 0, phi = 0;
-        uint32_t pch = 0;
-        for (unsigned x = 0; x < wp; x++) plo += wlo[x], phi += whi[x], pch += wch[x];
-        plo += slo - lo; /* this thread's exclusive prefix */
-        phi += shi - hi;
-        pch += sch - nch;
-        uint64_t tlo = 0, thi = 0; /* the tile's totals */
-        uint32_t tch = 0;
-        for (unsigned x = 0; x < WARPS; x++) tlo += wlo[x], thi += whi[x], tch += wch[x];
-        uint32_t at = chg_before + pch;
-        uint64_t run5 = 0; /* the thread's elements so far, per class in 5-bit fields */
-#pragma unroll
-        for (uint32_t e = 0; e < EPT; e++) {
-            if (first + e >= elems) break;
-            const uint32_t bk = ek_bucket(bv[e], w);
-            if (bv[e] != nv[e]) {
-                const uint32_t k = class_of[bk];
-                uint32_t val, sign;
-                ek_change(bv[e], nv[e], w, &val, &sign);
-                list[at++] = ek_entry(carry[k] + field(plo, phi, k) + (uint32_t)((run5 >> (5 * k)) & 31), k, sign, val);
-                atomicAdd(&sub_m[k], 1u);
-                if (val) atomicAdd(&sub_nu[k], 1u);
-            }
-            run5 += ctab[bk];
+        uint64_t plo = slo - lo, phi = shi - hi; /* this thread's exclusive prefix */
+        uint32_t at = sm.chg_before + sch - nch;
+        for (unsigned x = 0; x < wp; x++) plo += sm.wlo[x], phi += sm.whi[x], at += sm.wch[x];
+        while (chg) {
+            const uint32_t e = __ffs(chg) - 1;
+            chg &= chg - 1;
+            const uint32_t k = (uint32_t)(cls >> (4 * e)) & 15;
+            /* the thread's elements before e whose nibble is k */
+            const uint64_t x = cls ^ (0x1111111111111111ull * k);
+            const uint64_t z = ~(((x & 0x7777777777777777ull) + 0x7777777777777777ull) | x) & 0x8888888888888888ull;
+            const uint32_t own = __popcll(z & ((1ull << (4 * e)) - 1));
+            uint32_t val, sign;
+            ek_change(elem_load(base, W, first + e), elem_load(next, W, first + e), W, &val, &sign);
+            list[at++] = ek_entry(sm.carry[k] + field(plo, phi, k) + own, k, sign, val);
+            atomicAdd(&sm.sub_m[k], 1u);
+            if (val) atomicAdd(&sm.sub_nu[k], 1u);
         }
         __syncthreads(); /* every thread has read carry and chg_before */
         const uint32_t t1 = t0 + EK_TILE;
         const bool sub_end = t1 >= elems || (t1 & ((1u << S) - 1)) == 0;
         if (tid < EK_CLASSES) {
-            carry[tid] += field(tlo, thi, tid);
+            uint32_t tot = 0;
+            for (unsigned x = 0; x < WARPS; x++) tot += field(sm.wlo[x], sm.whi[x], tid);
+            sm.carry[tid] += tot;
             if (sub_end) {
                 ek_sub_t *s = &b.subs[((uint64_t)c->sub0 + (t0 >> S)) * EK_CLASSES + tid];
-                s->count = carry[tid];
-                s->m = sub_m[tid];
-                s->nu = sub_nu[tid];
-                carry[tid] = sub_m[tid] = sub_nu[tid] = 0;
+                s->count = sm.carry[tid];
+                s->m = sm.sub_m[tid];
+                s->nu = sm.sub_nu[tid];
+                sm.carry[tid] = sm.sub_m[tid] = sm.sub_nu[tid] = 0;
             }
         }
         if (tid == 0) {
-            chg_before += tch;
+            uint32_t tch = 0;
+            for (unsigned x = 0; x < WARPS; x++) tch += sm.wch[x];
+            sm.chg_before += tch;
             if (sub_end) {
                 ek_subblk_t *k = &b.blks[c->sub0 + (t0 >> S)];
-                k->first = sub_first;
-                k->m = chg_before - sub_first;
-                sub_first = chg_before;
+                k->first = sm.sub_first;
+                k->m = sm.chg_before - sm.sub_first;
+                sm.sub_first = sm.chg_before;
             }
         }
         __syncthreads();
     }
+}
+
+__global__ void __launch_bounds__(THREADS, 4) ek_rank(ek_batch_t b) {
+    __shared__ rank_smem_t sm;
+    __shared__ uint8_t class_of[256];
+    const unsigned tid = threadIdx.x;
+    const ek_chunk_t *c = &b.chunks[b.busy[blockIdx.x]];
+    if (tid == 0) ek_class_table(c, class_of);
+    __syncthreads();
+    { /* THREADS == 256 buckets */
+        const uint64_t k = class_of[tid];
+        sm.ctab[tid] = 1ull << (5 * k) | k << 61;
+    }
+    if (tid < EK_CLASSES) sm.carry[tid] = sm.sub_m[tid] = sm.sub_nu[tid] = 0;
+    if (tid == 0) sm.chg_before = sm.sub_first = 0;
+    __syncthreads();
+    if (c->width == 2) rank_chunk<2>(b, c, sm);
+    else if (c->width == 4) rank_chunk<4>(b, c, sm);
+    else rank_chunk<1>(b, c, sm);
 }
 
 /* ---- totals, choose --------------------------------------------------------------- */
