@@ -99,6 +99,21 @@ DK_HD uint64_t br_expg(dbits_t *r, uint32_t k) {
 DK_HD void br_top(dbits_t *r) {
     if (r->n > 32) return;
     const uint8_t *p = r->p;
+#ifdef __CUDA_ARCH__
+    if (r->end - p >= 8) {
+        /* on the GPU, far from the end: the two aligned words holding the
+           four bytes, through the read-only cache (the stream does not
+           change while it is read), instead of four byte loads and their
+           bounds; both lie inside the frame buffer the apply copied the
+           frames into (cudaMalloc'd, so 4-aligned; and p + 7 < end) */
+        const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+        const uint32_t v = __funnelshift_r(__ldg(a), __ldg(a + 1), 8u * (uint32_t)((uintptr_t)p & 3));
+        r->acc |= (uint64_t)v << r->n;
+        r->n += 32;
+        r->p = p + 4;
+        return;
+    }
+#endif
     uint32_t b0 = p < r->end ? p[0] : 0, b1 = p + 1 < r->end ? p[1] : 0, b2 = p + 2 < r->end ? p[2] : 0,
              b3 = p + 3 < r->end ? p[3] : 0;
     const uint32_t have = r->end - p >= 4 ? 4 : (uint32_t)(r->end - p);
@@ -137,8 +152,11 @@ DK_HD uint32_t br_rice_fast(dbits_t *r, uint32_t k, uint32_t limit) {
 DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
     dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
                  false};
-    const uint32_t changed = e->changed, count = e->count, k_gap = e->k_gap;
-    uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice_fast(&r, e->k_nu, changed) : 0;
+    /* the class's fields in locals: the stores to rank and delta could
+       alias *e, so reading them from *e in the loop loads them again per
+       change (from memory, on the GPU) */
+    const uint32_t changed = e->changed, count = e->count, k_gap = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag;
+    uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice_fast(&r, k_nu, changed) : 0;
     uint64_t target = changed ? br_rice_fast(&r, k_gap, count) : UINT64_MAX;
     bool past = false;
     for (uint32_t j = 0; j < changed && !r.overrun; j++) {
@@ -149,9 +167,9 @@ DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
         br_skip(&r, 1);
         uint64_t a = 1;
         if (nu_left && j == nu_next) {
-            a = br_expg(&r, e->k_mag) + 2;
+            a = br_expg(&r, k_mag) + 2;
             if (--nu_left) {
-                nu_next += br_rice_fast(&r, e->k_nu, changed) + 1;
+                nu_next += br_rice_fast(&r, k_nu, changed) + 1;
                 if (nu_next >= changed) r.overrun = true;
             }
         }
@@ -179,11 +197,12 @@ DK_HD bool dk_table(const dk_class_t *e, uint32_t i, bool ok, dk_sub_t *subs, ui
     dbits_t r = {st + part, st + part, st + (ok ? e->len : part), 0, 0, 0, false};
     uint64_t bit = 0, slot = e->change0;
     uint32_t longest = 0;
-    for (uint32_t x = 0; x < e->nsub; x++) {
-        const uint32_t len = ok ? br_bits(&r, e->len_bits) : 0;
+    const uint32_t nsub = e->nsub, len_bits = e->len_bits, per = 2 + e->k_gap; /* locals: subs could alias *e */
+    for (uint32_t x = 0; x < nsub; x++) {
+        const uint32_t len = ok ? br_bits(&r, len_bits) : 0;
         subs[x] = (dk_sub_t){slot, bit, len, 0, i, 0};
         bit += len;
-        slot += len / (2 + e->k_gap);
+        slot += len / per;
         longest = len > longest ? len : longest;
     }
     const uint32_t tail = (uint32_t)(table * 8 - (uint64_t)e->nsub * e->len_bits);
@@ -205,23 +224,25 @@ DK_HD bool decode_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_
     const uint64_t table = ((uint64_t)e->nsub * e->len_bits + 7) / 8;
     const uint8_t *st = (const uint8_t *)e->stream, *p = st + sb->bit / 8;
     dbits_t r = {p, p, st + (e->len - table), 0, 0, 0, false};
-    const uint32_t skip = (uint32_t)(sb->bit % 8), cap = sb->bits / (2 + e->k_gap);
+    /* the class's fields in locals (decode_class says why) */
+    const uint32_t k_gap = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag, has_nu = e->nonunit != 0;
+    const uint32_t skip = (uint32_t)(sb->bit % 8), cap = sb->bits / (2 + k_gap);
     br_refill(&r);
     br_skip(&r, skip);
     const uint64_t end = skip + (uint64_t)sb->bits;
     uint32_t m = 0, nu = 0, nu_next = 0;
     uint64_t next_rank = 0; /* the lowest rank the next change may have */
-    if (sb->bits && e->nonunit) nu_next = br_rice_fast(&r, e->k_nu, limit);
+    if (sb->bits && has_nu) nu_next = br_rice_fast(&r, k_nu, limit);
     while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
         if (m >= cap) return false;
-        const uint64_t rk = next_rank + br_rice_fast(&r, e->k_gap, limit);
+        const uint64_t rk = next_rank + br_rice_fast(&r, k_gap, limit);
         br_top(&r);
         const uint32_t neg = (uint32_t)(r.acc & 1);
         br_skip(&r, 1);
         uint64_t a = 1;
-        if (e->nonunit && m == nu_next) {
-            a = br_expg(&r, e->k_mag) + 2;
-            nu_next = m + 1 + br_rice_fast(&r, e->k_nu, limit);
+        if (has_nu && m == nu_next) {
+            a = br_expg(&r, k_mag) + 2;
+            nu_next = m + 1 + br_rice_fast(&r, k_nu, limit);
             nu++;
         }
         if (rk >= limit) return false;
@@ -234,7 +255,7 @@ DK_HD bool decode_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_
     sb->count = m;
     *nonunit_out = nu;
     for (uint32_t j = m; j < cap; j++) delta[j] = 0; /* unused slots: nothing to undo */
-    return !r.overrun && tell == end && (sb->bits == 0 || m > 0) && (!e->nonunit || m == 0 || nu_next == m);
+    return !r.overrun && tell == end && (sb->bits == 0 || m > 0) && (!has_nu || m == 0 || nu_next == m);
 }
 
 #endif
