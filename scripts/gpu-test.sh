@@ -20,7 +20,8 @@
 # --bench: only the benchmarks (BENCH_ONLY=kernels|sync|ucx: one part of them,
 # scripts/gpu-bench.sh); --tests: everything but the benchmarks (GPU_RL=0:
 # without the RL loop, which takes a few minutes: a device call is limited
-# to 10); --rl: only the RL loop.
+# to 10; GPU_PYTEST=0: without pytest, about 6 minutes on the 2-GPU host,
+# which --pytest then runs alone); --rl: only the RL loop.
 # Prints a summary at the end. Exit status: 0 when everything passed.
 set -uo pipefail
 quick=0 bench_only=0 no_bench=0 rl_only=0
@@ -28,6 +29,8 @@ quick=0 bench_only=0 no_bench=0 rl_only=0
 [ "${1:-}" = "--quick" ] && quick=1
 [ "${1:-}" = "--bench" ] && bench_only=1
 [ "${1:-}" = "--tests" ] && no_bench=1
+pytest_only=0
+[ "${1:-}" = "--pytest" ] && pytest_only=1
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD/.gpu-root
 build="build-gpu"
@@ -140,6 +143,20 @@ run_rl() {
         cat "$build/rl-loop-$n.log"
     done
 }
+# The Python package's tests against the host's torch (CUDA tensors among them).
+run_pytest() {
+    echo "== pytest"
+    if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q -rs -p no:cacheprovider python/tests \
+            >"$build/pytest.log" 2>&1; then :; else status=1; fi
+    tail -15 "$build/pytest.log"
+    summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
+}
+if [ $pytest_only = 1 ]; then
+    run_pytest
+    echo "== summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
+fi
 if [ $rl_only = 1 ]; then
     run_rl
     echo "== summary"
@@ -167,11 +184,7 @@ summary+=("ctest: $(grep -E 'tests passed|tests failed' "$build/ctest.log" | tai
 skipped=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$build/ctest.log" |
     sed -E 's/.*#[0-9]+: ([^ ]+) .*/\1/' | tr '\n' ' ' || true)
 [ -z "$skipped" ] || summary+=("ctest: skipped: $skipped")
-echo "== pytest"
-if PYTHONPATH=$PWD/$build/python FERRY_CLI=$PWD/$build/ferry "$py" -m pytest -q -rs -p no:cacheprovider python/tests \
-        >"$build/pytest.log" 2>&1; then :; else status=1; fi
-tail -15 "$build/pytest.log"
-summary+=("pytest: $(grep -E '^=+ .*(passed|failed|error).* =+$|^[0-9]+ (passed|failed)' "$build/pytest.log" | tail -1 | tr -d '=')")
+if [ "${GPU_PYTEST:-1}" != 0 ]; then run_pytest; else summary+=("pytest: not run (GPU_PYTEST=0; scripts/gpu-test.sh --pytest runs it)"); fi
 if [ "${GPU_RL:-1}" != 0 ]; then run_rl; else summary+=("RL loop: not run (GPU_RL=0; scripts/gpu-test.sh --rl runs it)"); fi
 if [ $no_bench = 1 ]; then
     echo "== summary"
