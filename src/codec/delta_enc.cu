@@ -243,7 +243,7 @@ typedef struct {
  * the class's elements before the thread's (the scan) plus the thread's
  * own before it (the nibbles equal to its class), and its values are
  * loaded again (from L1), so no register array is indexed at run time.
- * Specialized by width: the generic pass ran 4x the instructions, and
+ * Specialized by width: the generic pass ran twice the instructions, and
  * the pass was bound by them, not by memory. */
 template <uint32_t W>
 static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_chunk_t *c, rank_smem_t &sm) {
