@@ -14,12 +14,12 @@
  *         The readers are codec/delta_dev.h's, host and device code, which
  *         test_delta_dev.c checks on the CPU.
  * place   a block per sparse chunk, 4096 elements (a tile) at a time:
- *         each thread takes 16 elements' magnitude buckets and counts
- *         their classes from a table, the block scans the counts, and warp
- *         k writes class k's changes of the tile: a change's rank finds
- *         its thread by binary search over the scanned counts and its
- *         element among that thread's 16. Written in place; each change's
- *         slot then holds its element, for the undo.
+ *         each thread takes 16 elements' classes (class_tile.cuh), the
+ *         block scans their counts, and warp k writes class k's changes of
+ *         the tile: a change's rank finds its thread by binary search over
+ *         the scanned counts and its element among that thread's 16 by
+ *         their class nibbles. Written in place; each change's slot then
+ *         holds its element, for the undo.
  * raw     a block per raw chunk: the old contents saved, the new copied in.
  * verify  a warp per sparse chunk: its xxh3 against next_sum. (Hashing in
  *         place, tile by tile while the tile was in cache, held place to 3
@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "codec/class_tile.cuh"
 #include "codec/delta_dev.h"
 #include "codec/delta_kern.h"
 #include "common/sum_warp.cuh"
@@ -43,7 +44,7 @@
 #define FULL 0xffffffffu
 #define CLASSES_MAX 8u
 
-static_assert(EPT == 16, "a thread's buckets are four 32-bit words");
+static_assert(TILE == CT_TILE && THREADS == CT_THREADS && CLASSES_MAX == CT_CLASSES, "class_tile.cuh's tile");
 static_assert(sizeof(dk_chunk_t) == 104 && sizeof(dk_class_t) == 64 && sizeof(dk_sub_t) == 32, "delta_kern.h's layout");
 
 __constant__ uint8_t dk_ksecret[192] = {SUMX_KSECRET_BYTES};
@@ -79,10 +80,6 @@ static __device__ __forceinline__ bool elem_unord(int64_t o, uint32_t w, uint32_
     uint64_t m = (uint64_t)(o ^ s);
     *v = (uint32_t)m | ((uint32_t)s & (mag_mask(w) + 1));
     return m <= mag_mask(w);
-}
-/* A magnitude's bucket (codec_internal.h's delta_bucket_shift). */
-static __device__ __forceinline__ uint32_t bucket_of(uint32_t v, uint32_t w) {
-    return w == 2 ? (v >> 7) & 0xFF : w == 4 ? (v >> 23) & 0xFF : v & 0x7F;
 }
 
 /* ---- the passes ----------------------------------------------------------------- */
@@ -155,114 +152,48 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
     }
 }
 
-/* A thread's 16 elements from first as vectors, when they are all in the
-   chunk and 16-aligned (every tile but a short last one, in a region that
-   starts 16-aligned); false, loading nothing, otherwise. */
-static __device__ __forceinline__ bool load_vec(const uint8_t *reg, uint32_t w, uint32_t first, uint32_t elems,
-                                                uint4 v[4]) {
-    const uint8_t *p = reg + (uint64_t)first * w;
-    if (first >= elems || elems - first < EPT || ((uintptr_t)p & 15)) return false;
-    const uint4 *q = (const uint4 *)p;
-    v[0] = q[0];
-    if (w >= 2) v[1] = q[1];
-    if (w == 4) v[2] = q[2], v[3] = q[3];
-    return true;
-}
-
-/* Buckets of a thread's 16 elements from first (nv of them in the chunk;
-   the others get bucket 0 and are left out of every count), one per byte:
-   from the vectors load_vec loaded (vec), else element by element. */
-static __device__ __forceinline__ void buckets(const uint8_t *reg, uint32_t w, uint32_t first, uint32_t nv, bool vec,
-                                               const uint4 v[4], uint32_t bw[4]) {
-    if (vec) {
-        if (w == 1) {
-            bw[0] = v[0].x & 0x7F7F7F7Fu;
-            bw[1] = v[0].y & 0x7F7F7F7Fu;
-            bw[2] = v[0].z & 0x7F7F7F7Fu;
-            bw[3] = v[0].w & 0x7F7F7F7Fu;
-        } else if (w == 2) { /* the bucket of the element in each half of x is byte 1 and 3 of x << 1 */
-            bw[0] = __byte_perm(v[0].x << 1, v[0].y << 1, 0x7531);
-            bw[1] = __byte_perm(v[0].z << 1, v[0].w << 1, 0x7531);
-            bw[2] = __byte_perm(v[1].x << 1, v[1].y << 1, 0x7531);
-            bw[3] = __byte_perm(v[1].z << 1, v[1].w << 1, 0x7531);
-        } else { /* byte 3 of x << 1 */
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                uint32_t lo = __byte_perm(v[j].x << 1, v[j].y << 1, 0x0073),
-                         hi = __byte_perm(v[j].z << 1, v[j].w << 1, 0x0073);
-                bw[j] = __byte_perm(lo, hi, 0x5410);
-            }
-        }
-        return;
-    }
-    const uint8_t *p = reg + (uint64_t)first * w;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint32_t x = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t e = 4 * j + i;
-            if (e < nv) x |= bucket_of(elem_load(p, w, e), w) << (8 * i);
-        }
-        bw[j] = x;
-    }
-}
-
-/* 4 bits, one per byte that is 0xFF. */
-static __device__ __forceinline__ uint32_t byte_bits(uint32_t e) {
-    e &= 0x80808080u;
-    return (e >> 7 | e >> 14 | e >> 21 | e >> 28) & 0xF;
-}
-
-__global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
-    __shared__ uint32_t bk[TILE / 4];                     /* every element's bucket, a byte each */
+/* The write pass's shared state. */
+typedef struct {
+    uint64_t ctab[256];               /* per bucket: ct_entry of its class */
+    uint64_t wlo[WARPS], whi[WARPS];  /* per warp, its class counts, scanned */
     /* per thread, the elements of each class before it (16-bit fields:
        classes 0-3 in lo, 4-7 in hi); at THREADS, the tile's. Stored as
        the scan left them: splitting them per class cost more than the
        searches' shifts */
-    __shared__ uint64_t pre_lo[THREADS + 1], pre_hi[THREADS + 1];
-    __shared__ uint64_t wsum[WARPS][2];
-    __shared__ uint32_t thr4[CLASSES_MAX + 1];
-    __shared__ uint64_t ctab[256];                        /* per bucket: 1 << 5 * its class */
-    __shared__ uint64_t fin_seen[CLASSES_MAX];
-    __shared__ uint32_t fin_placed[CLASSES_MAX];
-    __shared__ uint32_t go;
-    const uint32_t c = sparse[blockIdx.x];
+    uint64_t pre_lo[THREADS + 1], pre_hi[THREADS + 1];
+    uint64_t cls[THREADS];            /* per thread, its elements' classes, a nibble each */
+    uint32_t fin_seen[CLASSES_MAX];
+    uint32_t fin_placed[CLASSES_MAX];
+    uint32_t go;
+} place_smem_t;
+
+/* One sparse chunk's changes written, a tile at a time, elements of W
+ * bytes (specialized, as the encoder's rank pass: the generic pass ran the
+ * width's arithmetic on every element). Per tile: each thread its 16
+ * elements' classes (class_tile.cuh), their counts scanned over the block;
+ * then warp k writes class k's changes of the tile: a change's rank finds
+ * its thread by a binary search over the scanned counts, and its element
+ * among that thread's by their class nibbles. Each change's rank slot then
+ * holds its element, the undo log. (Marking the tile's changes in a
+ * bitmap in class order for each thread to find its own ran 1.6x the
+ * instructions: at 2% changed most threads have none, and a thread's
+ * classes are walked one after another; 2026-11-28.) */
+template <uint32_t W>
+static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t c, const dk_chunk_t &ch,
+                                                   place_smem_t &sm) {
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-    const dk_chunk_t ch = b.chunks[c];
-    const uint32_t K = ch.classes, w = ch.width, shift = w == 1 ? 0 : w == 2 ? 7 : 23, S = ch.sub_log2;
-    if (tid == 0) {
-        go = *(volatile uint32_t *)&b.status[c] == DK_OK;
-        /* format 2: the sub-streams' counts add up to the class entries' */
-        for (uint32_t k = 0; k < K && go && S; k++) {
-            const uint32_t i = ch.class0 + k;
-            if (b.cls_sum[2 * i] != b.classes[i].changed || b.cls_sum[2 * i + 1] != b.classes[i].nonunit) {
-                fail(&b.status[c], DK_STREAM);
-                go = 0;
-            }
-        }
-        if (go) b.applied[c] = 1;
-    }
-    if (tid <= CLASSES_MAX) thr4[tid] = tid < K ? (b.classes[ch.class0 + tid].lower >> shift) * 0x01010101u : 0;
-    __syncthreads();
-    if (!go) return;
-    { /* bucket tid's class: the bounds it reaches */
-        uint32_t k = 0;
-        for (uint32_t j = 1; j < K; j++) k += tid >= (thr4[j] & 0xFF);
-        ctab[tid] = 1ull << (5 * k);
-    }
-    __syncthreads();
+    const uint32_t K = ch.classes, S = ch.sub_log2, elems = ch.elems;
     uint8_t *reg = (uint8_t *)ch.region;
+    const bool vec = ((uintptr_t)reg & 15) == 0; /* then every thread's 16 are 16-aligned */
     /* warp k < K places class k's changes: format 1, the class's in one
        run of ranks over the chunk; format 2, each sub-block's in its own
        sub-stream's slots, ranks local to the sub-block */
     const dk_class_t *ek = wp < K ? &b.classes[ch.class0 + wp] : NULL;
-    uint32_t *rk = NULL;
-    int64_t *dl = NULL;
-    uint32_t cend = 0;   /* the run's changes */
-    uint64_t before = 0; /* class elements in the run's tiles before this one */
-    uint64_t seen = 0;   /* class elements in the chunk's tiles before this one */
-    uint32_t ci = 0;     /* the run's next change */
+    uint64_t run0 = 0;          /* the run's first slot in rank and delta */
+    uint32_t cend = 0;          /* the run's changes */
+    uint32_t before = 0;        /* class elements in the run's tiles before this one */
+    uint32_t seen = 0;          /* class elements in the chunk's tiles before this one */
+    uint32_t ci = 0;            /* the run's next change */
     uint32_t placed_before = 0; /* changes placed in earlier runs */
     /* the run's next 64 changes, loaded ahead: lane l holds change ci + l
        (r_a, d_a) and ci + 32 + l (r_b, d_b); the loads for the second half
@@ -270,98 +201,86 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
     uint32_t r_a = 0, r_b = 0;
     int64_t d_a = 0, d_b = 0;
     if (ek && !S) {
-        rk = b.rank + ek->change0, dl = b.delta + ek->change0, cend = ek->changed;
-        if (lane < cend) r_a = rk[lane], d_a = dl[lane];
-        if (32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];
+        run0 = ek->change0, cend = ek->changed;
+        if (lane < cend) r_a = b.rank[run0 + lane], d_a = b.delta[run0 + lane];
+        if (32 + lane < cend) r_b = b.rank[run0 + 32 + lane], d_b = b.delta[run0 + 32 + lane];
     }
-    uint4 cur[4], nxt[4];
-    bool cur_vec = load_vec(reg, w, EPT * tid, ch.elems, cur);
-    for (uint32_t at = 0; at < ch.elems; at += TILE) {
+    /* 16-bit elements: the next tile is loaded while this one is written
+       (32-bit ones have no registers to spare for it at 4 blocks per SM) */
+    constexpr bool ahead = W <= 2;
+    uint32_t cur[4 * W], nxt[4 * W];
+    if (ahead) {
+        const uint32_t first = EPT * tid;
+        ct_load<W>(reg, first, first >= elems ? 0 : elems - first < EPT ? elems - first : EPT, vec, cur);
+    }
+    for (uint32_t at = 0; at < elems; at += TILE) {
         if (ek && S && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
-            if (rk) {
-                for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* past the class's elements: not written */
-                placed_before += ci;
-            }
+            for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
+            placed_before += ci;
             if (ek->nsub) {
                 const dk_sub_t *sb = &b.subs[ek->sub0 + (at >> S)];
-                rk = b.rank + sb->slot, dl = b.delta + sb->slot, cend = sb->count;
+                run0 = sb->slot, cend = sb->count;
             } else { /* a class without changes has no sub-streams */
-                rk = NULL, dl = NULL, cend = 0;
+                cend = 0;
             }
             ci = 0, before = 0;
-            if (lane < cend) r_a = rk[lane], d_a = dl[lane];
-            if (32 + lane < cend) r_b = rk[32 + lane], d_b = dl[32 + lane];
+            if (lane < cend) r_a = b.rank[run0 + lane], d_a = b.delta[run0 + lane];
+            if (32 + lane < cend) r_b = b.rank[run0 + 32 + lane], d_b = b.delta[run0 + 32 + lane];
         }
         const uint32_t first = at + EPT * tid;
-        const uint32_t nv = first >= ch.elems ? 0 : ch.elems - first < EPT ? ch.elems - first : EPT;
-        /* the next tile on its way from memory while this one is placed */
-        const bool nxt_vec = at + TILE < ch.elems && load_vec(reg, w, first + TILE, ch.elems, nxt);
-        uint32_t bw[4];
-        buckets(reg, w, first, nv, cur_vec, cur, bw);
-        /* the thread's class counts, 5 bits each, from the table */
-        uint64_t c5 = 0;
-#pragma unroll
-        for (uint32_t e = 0; e < EPT; e++)
-            if (e < nv) c5 += ctab[(bw[e / 4] >> (8 * (e % 4))) & 0xFF];
-        uint64_t lo = 0, hi = 0;
-#pragma unroll
-        for (uint32_t k = 0; k < CLASSES_MAX; k++) {
-            const uint64_t n = (c5 >> (5 * k)) & 31;
-            if (k < 4) lo |= n << (16 * k);
-            else hi |= n << (16 * (k - 4));
+        const uint32_t nin = first >= elems ? 0 : elems - first < EPT ? elems - first : EPT;
+        if (ahead) { /* the next tile on its way from memory while this one is written */
+            const uint32_t f2 = first + TILE;
+            if (at + TILE < elems) ct_load<W>(reg, f2, f2 >= elems ? 0 : elems - f2 < EPT ? elems - f2 : EPT, vec, nxt);
+        } else {
+            ct_load<W>(reg, first, nin, vec, cur);
         }
-        const uint64_t own_lo = lo, own_hi = hi;
+        uint32_t bk[4];
+        ct_buckets<W>(cur, bk);
+        uint64_t lo, hi, cls;
+        ct_classes(sm.ctab, bk, nin, &lo, &hi, &cls);
+        uint64_t slo = lo, shi = hi;
 #pragma unroll
         for (unsigned o = 1; o < 32; o <<= 1) {
-            uint64_t a = __shfl_up_sync(FULL, lo, o), h = __shfl_up_sync(FULL, hi, o);
-            if (lane >= o) lo += a, hi += h;
+            const uint64_t a = __shfl_up_sync(FULL, slo, o), h = __shfl_up_sync(FULL, shi, o);
+            if (lane >= o) slo += a, shi += h;
         }
-        if (lane == 31) wsum[wp][0] = lo, wsum[wp][1] = hi;
-        bk[4 * tid] = bw[0];
-        bk[4 * tid + 1] = bw[1];
-        bk[4 * tid + 2] = bw[2];
-        bk[4 * tid + 3] = bw[3];
+        if (lane == 31) sm.wlo[wp] = slo, sm.whi[wp] = shi;
+        sm.cls[tid] = cls;
         __syncthreads();
-        for (unsigned x = 0; x < wp; x++) lo += wsum[x][0], hi += wsum[x][1];
-        pre_lo[tid] = lo - own_lo;
-        pre_hi[tid] = hi - own_hi;
-        if (tid == THREADS - 1) pre_lo[THREADS] = lo, pre_hi[THREADS] = hi;
+        for (unsigned x = 0; x < wp; x++) slo += sm.wlo[x], shi += sm.whi[x];
+        sm.pre_lo[tid] = slo - lo;
+        sm.pre_hi[tid] = shi - hi;
+        if (tid == THREADS - 1) sm.pre_lo[THREADS] = slo, sm.pre_hi[THREADS] = shi;
         __syncthreads();
         if (ek) {
             const uint32_t k = wp, sh = 16 * (k & 3);
-            const uint64_t *pk = k < 4 ? pre_lo : pre_hi;
+            const uint64_t *pk = k < 4 ? sm.pre_lo : sm.pre_hi;
             const uint32_t tot = (uint32_t)(pk[THREADS] >> sh) & 0xFFFF;
-            const uint64_t lim = before + tot;
+            const uint32_t lim = before + tot;
             for (;;) {
                 const uint32_t i = ci + lane;
                 const uint32_t r = r_a;
-                const bool in = i < cend && r < lim;
+                const bool in = i < cend && r < lim; /* ranks rise, so the run's next ones are the tile's */
                 const unsigned m = __ballot_sync(FULL, in);
                 if (in) {
-                    const uint32_t tr = (uint32_t)(r - before);
+                    const uint32_t tr = r - before;
                     uint32_t a = 0, z = THREADS; /* thread a's prefix <= tr < thread z's */
                     while (z - a > 1) {
-                        uint32_t mid = (a + z) / 2;
+                        const uint32_t mid = (a + z) / 2;
                         if (((uint32_t)(pk[mid] >> sh) & 0xFFFF) <= tr) a = mid;
                         else z = mid;
                     }
-                    uint32_t nth = tr - ((uint32_t)(pk[a] >> sh) & 0xFFFF), mm = 0;
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        uint32_t x = bk[4 * a + j];
-                        const uint32_t e = (k == 0 ? FULL : __vcmpgeu4(x, thr4[k])) &
-                                           (k + 1 < K ? ~__vcmpgeu4(x, thr4[k + 1]) : FULL);
-                        mm |= byte_bits(e) << (4 * j);
-                    }
-                    for (; nth; nth--) mm &= mm - 1;
-                    const uint32_t pos = at + EPT * a + (uint32_t)(__ffs((int)mm) - 1);
-                    const uint32_t old = elem_load(reg, w, pos);
+                    /* the (tr - prefix)-th of thread a's elements of class k */
+                    uint64_t e = ct_nibbles_eq(sm.cls[a], k);
+                    for (uint32_t nth = tr - ((uint32_t)(pk[a] >> sh) & 0xFFFF); nth; nth--) e &= e - 1;
+                    const uint32_t pos = at + EPT * a + ((uint32_t)(__ffsll((long long)e) - 1) >> 2);
                     uint32_t v;
-                    if (mm && elem_unord(elem_ord(old, w) + d_a, w, &v)) {
-                        elem_store(reg, w, pos, v);
-                        rk[i] = pos;
+                    if (e && elem_unord(elem_ord(elem_load(reg, W, pos), W) + d_a, W, &v)) {
+                        elem_store(reg, W, pos, v);
+                        b.rank[run0 + i] = pos;
                     } else {
-                        dl[i] = 0; /* not written */
+                        b.delta[run0 + i] = 0; /* not written */
                         fail(&b.status[c], DK_RANGE);
                     }
                 }
@@ -377,7 +296,7 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
                     if (from_a) {
                         r_b = rb, d_b = db;
                     } else if (ci + 32 + lane < cend) {
-                        r_b = rk[ci + 32 + lane], d_b = dl[ci + 32 + lane];
+                        r_b = b.rank[run0 + ci + 32 + lane], d_b = b.delta[run0 + ci + 32 + lane];
                     }
                 }
                 if (m != FULL) break;
@@ -385,29 +304,62 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
             before = lim;
             seen += tot;
         }
-        __syncthreads(); /* the tile is written; bk, pre and wsum are the next tile's */
+        __syncthreads(); /* the tile is written; cls, pre and the counts are the next tile's */
+        if (ahead)
 #pragma unroll
-        for (int j = 0; j < 4; j++) cur[j] = nxt[j];
-        cur_vec = nxt_vec;
+            for (uint32_t q = 0; q < 4 * W; q++) cur[q] = nxt[q];
     }
     if (ek) {
-        if (rk)
-            for (uint32_t i = ci + lane; i < cend; i += 32) dl[i] = 0; /* past the class's elements: not written */
-        if (lane == 0) fin_seen[wp] = seen, fin_placed[wp] = placed_before + ci;
+        for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
+        if (lane == 0) sm.fin_seen[wp] = seen, sm.fin_placed[wp] = placed_before + ci;
     }
     __syncthreads();
     if (tid == 0) /* the first class at fault, as the CPU walk reports it */
         for (uint32_t k = 0; k < K; k++) {
             const dk_class_t *e = &b.classes[ch.class0 + k];
-            if (fin_seen[k] != e->count) {
+            if (sm.fin_seen[k] != e->count) {
                 fail(&b.status[c], DK_COUNT);
                 break;
             }
-            if (fin_placed[k] != e->changed) {
+            if (sm.fin_placed[k] != e->changed) {
                 fail(&b.status[c], DK_PAST);
                 break;
             }
         }
+}
+
+__global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
+    __shared__ place_smem_t sm;
+    __shared__ uint32_t lower[CLASSES_MAX];
+    const uint32_t c = sparse[blockIdx.x];
+    const unsigned tid = threadIdx.x;
+    const dk_chunk_t ch = b.chunks[c];
+    const uint32_t K = ch.classes, w = ch.width, shift = w == 1 ? 0 : w == 2 ? 7 : 23, S = ch.sub_log2;
+    if (tid == 0) {
+        uint32_t go = *(volatile uint32_t *)&b.status[c] == DK_OK;
+        /* format 2: the sub-streams' counts add up to the class entries' */
+        for (uint32_t k = 0; k < K && go && S; k++) {
+            const uint32_t i = ch.class0 + k;
+            if (b.cls_sum[2 * i] != b.classes[i].changed || b.cls_sum[2 * i + 1] != b.classes[i].nonunit) {
+                fail(&b.status[c], DK_STREAM);
+                go = 0;
+            }
+        }
+        if (go) b.applied[c] = 1;
+        sm.go = go;
+    }
+    if (tid < CLASSES_MAX) lower[tid] = tid < K ? b.classes[ch.class0 + tid].lower >> shift : 0;
+    __syncthreads();
+    if (!sm.go) return;
+    { /* bucket tid's class: the bounds it reaches */
+        uint32_t k = 0;
+        for (uint32_t j = 1; j < K; j++) k += tid >= lower[j];
+        sm.ctab[tid] = ct_entry(k);
+    }
+    __syncthreads();
+    if (w == 2) place_chunk<2>(b, c, ch, sm);
+    else if (w == 4) place_chunk<4>(b, c, ch, sm);
+    else place_chunk<1>(b, c, ch, sm);
 }
 
 __global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *raw) {

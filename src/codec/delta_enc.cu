@@ -3,11 +3,13 @@
  * codec/delta_enc_dev.h's (host and device code, checked on the CPU by
  * test_delta_enc_dev.c); these kernels only lay them out over the GPU:
  *
- * scan     a block per chunk, 4096 elements (a tile) at a time: every
- *          element compared, the changed ones' buckets and every
- *          stride-th one's counted in shared memory.
- * hash     a warp per chunk and version: the checksums of next and (when
- *          it changed and its sums were not given) base.
+ * scan     a block per chunk, 8 KiB of each version (a round) at a time:
+ *          every element compared, the changed ones' buckets and every
+ *          stride-th one's counted in shared memory, and both versions
+ *          hashed as they are read (base unless its sums were given).
+ * hash     a warp per chunk and version, for the chunks the scan could not
+ *          hash (not 16-aligned, or short): the checksums of next and
+ *          (when it changed and its sums were not given) base.
  * classes  a warp per chunk with changes: lane 0 groups the buckets, the
  *          lanes price every range of groups, lane 0 runs the DP.
  * rank     a block per chunk with changes, 4096 elements (a tile) at a
@@ -26,6 +28,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "codec/class_tile.cuh"
 #include "codec/delta_enc_kern.h"
 #include "common/sum_warp.cuh"
 #include "common/sum_xxh3.h"
@@ -35,7 +38,7 @@
 #define EPT (EK_TILE / THREADS) /* elements per thread and tile: 16 */
 #define FULL 0xffffffffu
 
-static_assert(EPT == 16, "16 elements per thread");
+static_assert(EPT == CT_EPT && THREADS == CT_THREADS && EK_CLASSES == CT_CLASSES, "class_tile.cuh's tile");
 
 __constant__ uint8_t ek_ksecret[192] = {SUMX_KSECRET_BYTES};
 
@@ -70,8 +73,9 @@ static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t i0, u
     }
 }
 
-/* One chunk's scan, elements of W bytes (specialized: the generic loop
-   ran the width's arithmetic on every word). */
+/* One chunk's scan without its hashes (the chunks hashed_by_scan leaves
+   to ek_hash), elements of W bytes (specialized: the generic loop ran the
+   width's arithmetic on every word). */
 template <uint32_t W>
 static __device__ __forceinline__ uint32_t scan_chunk(const ek_chunk_t *c, uint32_t *hs, uint32_t *hc) {
     const unsigned tid = threadIdx.x;
@@ -117,15 +121,138 @@ static __device__ __forceinline__ uint32_t scan_chunk(const ek_chunk_t *c, uint3
     return mine;
 }
 
-__global__ void __launch_bounds__(THREADS, 5) ek_scan(ek_batch_t b) {
+/* Whether the scan hashes a chunk as it reads it (scan_hash_chunk): base
+   and next 16-aligned (then a warp's 16-byte loads are xxh3's lanes) and
+   longer than xxh3's short inputs. ek_hash takes the others. */
+static __device__ __forceinline__ bool hashed_by_scan(const ek_chunk_t *c) {
+    return ((c->base | c->next) & 15) == 0 && (uint64_t)c->elems * c->width > SUMX_SHORT_MAX;
+}
+
+/* Per 1 KiB block of a round, per accumulator pair q: the block's sums
+   (common/sum_warp.cuh's s0, s1) of base, then next. */
+typedef struct {
+    uint64_t s[2][WARPS][4][4];
+} scan_sums_t;
+
+/* One chunk's scan with both versions hashed as they are read: a round is
+   8 KiB of each, warp w taking xxh3 block 8r + w of both (lane t the 16
+   bytes at 512h + 16t, h = 0, 1, as sumw_warp_long lays a block out). Each
+   warp compares its elements and adds up its block's stripes; warp 0's
+   lanes 0-7 then run the chain of accumulators over the round's blocks in
+   order (the scramble after each 1 KiB is what keeps xxh3 sequential), one
+   lane per version and accumulator pair. Base is hashed unless its sum was
+   given. (The scan and the hash apart read both versions twice: 11.4 ms at
+   lr 1e-6 where one read takes 5.6.) */
+template <uint32_t W>
+static __device__ __forceinline__ uint32_t scan_hash_chunk(ek_chunk_t *c, uint32_t *hs, uint32_t *hc,
+                                                           const uint8_t *sec, scan_sums_t *sums) {
+    const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    const uint8_t *base = (const uint8_t *)c->base, *next = (const uint8_t *)c->next;
+    const uint32_t elems = c->elems, smask = elems >= (1u << 16) ? 63 : 0; /* every 64th, or all */
+    const uint64_t len = (uint64_t)elems * W, nfull = sumx_nfull(len);
+    const unsigned nstr = sumx_nstr(len), q = lane & 3, r8 = lane >> 2;
+    const bool hb = !c->given;
+    sumx_keys_t k;
+    sumx_lane_keys(sec, lane, &k);
+    /* warp 0, lanes 0-7: version lane >> 2's accumulators 2q, 2q + 1 */
+    uint64_t acc0 = sumx_init_acc(2 * q), acc1 = sumx_init_acc(2 * q + 1);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint32_t mine = 0;
+    for (uint64_t r = 0; 8 * r <= nfull; r++) {
+        const uint64_t kb = 8 * r + wp;
+        if (kb <= nfull) {
+            uint4 vb[2], vn[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint64_t x = 1024 * kb + 512 * h + 16 * lane;
+                vb[h] = x < len ? *(const uint4 *)(base + x) : zero;
+                vn[h] = x < len ? *(const uint4 *)(next + x) : zero;
+            }
+            const unsigned ns = kb < nfull ? 16 : nstr; /* stripes in this block */
+            uint64_t b0 = 0, b1 = 0, n0 = 0, n1 = 0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint64_t x = 1024 * kb + 512 * h + 16 * lane;
+                if (x + 16 <= len) {
+                    scan_vec<W>(vb[h], vn[h], (uint32_t)(x / W), smask, hs, hc, &mine);
+                } else { /* the chunk ends inside this vector */
+                    for (uint64_t i = x / W; i < elems; i++) {
+                        const uint32_t bv = elem_load(base, W, i), nv = elem_load(next, W, i), bk = ek_bucket(bv, W);
+                        if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
+                        if (bv != nv) {
+                            atomicAdd(&hc[bk], 1u);
+                            mine++;
+                        }
+                    }
+                }
+                if (8 * (unsigned)h + r8 < ns) {
+                    sumx_contrib(vn[h].x | (uint64_t)vn[h].y << 32, vn[h].z | (uint64_t)vn[h].w << 32, k.k[h][0],
+                                 k.k[h][1], &n0, &n1);
+                    if (hb)
+                        sumx_contrib(vb[h].x | (uint64_t)vb[h].y << 32, vb[h].z | (uint64_t)vb[h].w << 32, k.k[h][0],
+                                     k.k[h][1], &b0, &b1);
+                }
+            }
+            if (kb == nfull && lane < 4) { /* the last stripe, [len - 64, len): lanes 0-3 */
+                const uint64_t x = len - 64 + 16 * lane;
+                const uint64_t l0 = sumx_last_key(sec, lane, 0), l1 = sumx_last_key(sec, lane, 1);
+                sumx_contrib(sumx_rd64(next + x), sumx_rd64(next + x + 8), l0, l1, &n0, &n1);
+                if (hb) sumx_contrib(sumx_rd64(base + x), sumx_rd64(base + x + 8), l0, l1, &b0, &b1);
+            }
+#pragma unroll
+            for (unsigned m = 4; m < 32; m <<= 1) { /* over the 8 lanes of each accumulator pair */
+                n0 += __shfl_xor_sync(FULL, n0, m);
+                n1 += __shfl_xor_sync(FULL, n1, m);
+                if (hb) {
+                    b0 += __shfl_xor_sync(FULL, b0, m);
+                    b1 += __shfl_xor_sync(FULL, b1, m);
+                }
+            }
+            if (lane < 4) {
+                uint64_t *o = sums->s[r & 1][wp][lane];
+                o[0] = b0, o[1] = b1, o[2] = n0, o[3] = n1;
+            }
+        }
+        __syncthreads(); /* the round's sums are in; the next round writes the other half */
+        if (wp == 0 && lane < 8)
+            for (unsigned w = 0; w < WARPS && 8 * r + w <= nfull; w++) {
+                const uint64_t *o = sums->s[r & 1][w][q] + 2 * (lane >> 2);
+                acc0 += o[0];
+                acc1 += o[1];
+                if (8 * r + w < nfull) {
+                    acc0 = sumx_scramble(acc0, k.scr[0]);
+                    acc1 = sumx_scramble(acc1, k.scr[1]);
+                }
+            }
+    }
+    if (wp == 0) { /* the merge: pair q's part, over the 4 pairs of each version */
+        uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, lane, 0), acc1 ^ sumx_merge_key(sec, lane, 1));
+        m += __shfl_xor_sync(FULL, m, 1);
+        m += __shfl_xor_sync(FULL, m, 2);
+        const uint64_t h = sumx_avalanche(len * SUMX_PRIME64_1 + m);
+        if (lane == 0 && hb) c->base_sum = h;
+        if (lane == 4) c->next_sum = h;
+    }
+    return mine;
+}
+
+__global__ void __launch_bounds__(THREADS, 3) ek_scan(ek_batch_t b) {
     __shared__ uint32_t hs[256], hc[256], nchg;
+    __shared__ uint8_t sec[192];
+    __shared__ scan_sums_t sums;
     const unsigned tid = threadIdx.x, lane = tid & 31;
     ek_chunk_t *c = &b.chunks[blockIdx.x];
     hs[tid] = hc[tid] = 0;
+    if (tid < 192) sec[tid] = ek_ksecret[tid];
     if (tid == 0) nchg = 0;
     __syncthreads();
-    uint32_t mine = c->width == 2 ? scan_chunk<2>(c, hs, hc) : c->width == 4 ? scan_chunk<4>(c, hs, hc)
-                                                                              : scan_chunk<1>(c, hs, hc);
+    const uint32_t w = c->width;
+    uint32_t mine;
+    if (hashed_by_scan(c))
+        mine = w == 2 ? scan_hash_chunk<2>(c, hs, hc, sec, &sums) : w == 4 ? scan_hash_chunk<4>(c, hs, hc, sec, &sums)
+                                                                          : scan_hash_chunk<1>(c, hs, hc, sec, &sums);
+    else
+        mine = w == 2 ? scan_chunk<2>(c, hs, hc) : w == 4 ? scan_chunk<4>(c, hs, hc) : scan_chunk<1>(c, hs, hc);
     for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
     if (lane == 0 && mine) atomicAdd(&nchg, mine);
     __syncthreads();
@@ -137,13 +264,11 @@ __global__ void __launch_bounds__(THREADS, 5) ek_scan(ek_batch_t b) {
 
 /* ---- hash ------------------------------------------------------------------------- */
 
-/* After ek_scan: a warp per chunk and version, xxh3 of the whole chunk
- * at a time (common/sum_warp.cuh, as ferry sum hashes its leaves): next's,
- * which is base's too when nothing changed, and base's when it changed
- * and its sum was not given. Hashing tile by tile inside the scan, while
- * the tile was in cache, took 126 registers there and left memory idle
- * while a block hashed: scan and hash apart read the bytes twice and are
- * 1.7x faster (docs/benchmarks.md). */
+/* After ek_scan, for the chunks it did not hash (hashed_by_scan): a warp
+ * per chunk and version, xxh3 of the whole chunk at a time
+ * (common/sum_warp.cuh, as ferry sum hashes its leaves): next's, which is
+ * base's too when nothing changed, and base's when it changed and its sum
+ * was not given. */
 __global__ void __launch_bounds__(THREADS) ek_hash(ek_batch_t b) {
     __shared__ uint8_t sec[192];
     if (threadIdx.x < 192) sec[threadIdx.x] = ek_ksecret[threadIdx.x];
@@ -153,7 +278,7 @@ __global__ void __launch_bounds__(THREADS) ek_hash(ek_batch_t b) {
     if (j >= 2ull * b.nchunks) return;
     ek_chunk_t *c = &b.chunks[j >> 1];
     const bool of_base = j & 1;
-    if (of_base && (!c->changed || c->given)) return;
+    if (hashed_by_scan(c) || (of_base && (!c->changed || c->given))) return;
     const uint64_t h = sumw_xxh3((const uint8_t *)(of_base ? c->base : c->next), (uint64_t)c->elems * c->width, sec,
                                  lane);
     if (lane == 0) {
@@ -196,38 +321,7 @@ __global__ void __launch_bounds__(32) ek_classes(ek_batch_t b) {
 
 /* ---- rank ------------------------------------------------------------------------- */
 
-/* 16-bit field k of a class count pair (classes 0-3 in lo, 4-7 in hi) */
-static __device__ __forceinline__ uint32_t field(uint64_t lo, uint64_t hi, uint32_t k) {
-    return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
-}
-
-/* The magnitude buckets of a thread's 16 elements (W bytes each, packed
- * in 4 * W words), one per byte: four elements to a word. */
-template <uint32_t W>
-static __device__ __forceinline__ void bucket_bytes(const uint32_t *wd, uint32_t bk[4]) {
-#pragma unroll
-    for (uint32_t j = 0; j < 4; j++) {
-        if (W == 1) {
-            bk[j] = wd[j] & 0x7F7F7F7Fu;
-        } else if (W == 2) { /* each half's bucket is byte 1 or 3 of the word << 1 */
-            bk[j] = __byte_perm(wd[2 * j] << 1, wd[2 * j + 1] << 1, 0x7531);
-        } else { /* byte 3 of the word << 1 */
-            const uint32_t lo = __byte_perm(wd[4 * j] << 1, wd[4 * j + 1] << 1, 0x0073),
-                           hi = __byte_perm(wd[4 * j + 2] << 1, wd[4 * j + 3] << 1, 0x0073);
-            bk[j] = __byte_perm(lo, hi, 0x5410);
-        }
-    }
-}
-
-/* Element e (a constant) of 16 packed in 4 * W words. */
-template <uint32_t W>
-static __device__ __forceinline__ uint32_t word_elem(const uint32_t *wd, uint32_t e) {
-    return W == 4 ? wd[e] : W == 2 ? (wd[e / 2] >> (16 * (e % 2))) & 0xFFFF : (wd[e / 4] >> (8 * (e % 4))) & 0xFF;
-}
-
-/* The rank pass's shared state. ctab: per bucket, 1 << 5k (k its class)
- * in the low 40 bits, so that a thread adds up its 16 elements' class
- * counts in 5-bit fields, and k in the top 3 bits. */
+/* The rank pass's shared state. ctab: per bucket, ct_entry of its class. */
 typedef struct {
     uint64_t ctab[256];
     uint64_t wlo[WARPS], whi[WARPS];
@@ -255,53 +349,18 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t first = t0 + EPT * tid;
         const uint32_t nin = first >= elems ? 0 : elems - first < EPT ? elems - first : EPT;
-        uint32_t bk[4], chg = 0;
-        if (vec && nin == EPT) {
-            uint32_t bw[4 * W], nw[4 * W];
-            const uint4 *bp = (const uint4 *)(base + (uint64_t)first * W), *np = (const uint4 *)(next + (uint64_t)first * W);
+        uint32_t bw[4 * W], nw[4 * W], bk[4], chg = 0;
+        ct_load<W>(base, first, nin, vec, bw);
+        ct_load<W>(next, first, nin, vec, nw);
+        uint32_t any = 0;
 #pragma unroll
-            for (uint32_t j = 0; j < W; j++) {
-                const uint4 x = bp[j], y = np[j];
-                bw[4 * j] = x.x, bw[4 * j + 1] = x.y, bw[4 * j + 2] = x.z, bw[4 * j + 3] = x.w;
-                nw[4 * j] = y.x, nw[4 * j + 1] = y.y, nw[4 * j + 2] = y.z, nw[4 * j + 3] = y.w;
-            }
-            uint32_t any = 0;
+        for (uint32_t q = 0; q < 4 * W; q++) any |= bw[q] ^ nw[q];
+        if (any) /* about a quarter of the threads at 2% changed */
 #pragma unroll
-            for (uint32_t q = 0; q < 4 * W; q++) any |= bw[q] ^ nw[q];
-            if (any) /* about a quarter of the threads at 2% changed */
-#pragma unroll
-                for (uint32_t e = 0; e < EPT; e++) chg |= (uint32_t)(word_elem<W>(bw, e) != word_elem<W>(nw, e)) << e;
-            bucket_bytes<W>(bw, bk);
-        } else {
-            uint32_t bw[4 * W];
-#pragma unroll
-            for (uint32_t q = 0; q < 4 * W; q++) bw[q] = 0;
-#pragma unroll
-            for (uint32_t e = 0; e < EPT; e++) {
-                if (e < nin) {
-                    const uint32_t x = elem_load(base, W, first + e), y = elem_load(next, W, first + e);
-                    bw[e / (4 / W)] |= x << (8 * W * (e % (4 / W)));
-                    chg |= (uint32_t)(x != y) << e;
-                }
-            }
-            bucket_bytes<W>(bw, bk);
-        }
-        uint64_t c5 = 0, cls = 0; /* class counts in 5-bit fields; each element's class in a nibble */
-#pragma unroll
-        for (uint32_t e = 0; e < EPT; e++) {
-            if (e < nin) {
-                const uint64_t t = sm.ctab[(bk[e / 4] >> (8 * (e % 4))) & 0xFF];
-                c5 += t;
-                cls |= (t >> 61) << (4 * e);
-            }
-        }
-        uint64_t lo = 0, hi = 0;
-#pragma unroll
-        for (uint32_t k = 0; k < EK_CLASSES; k++) {
-            const uint64_t n = (c5 >> (5 * k)) & 31;
-            if (k < 4) lo |= n << (16 * k);
-            else hi |= n << (16 * (k - 4));
-        }
+            for (uint32_t e = 0; e < EPT; e++) chg |= (uint32_t)(ct_elem<W>(bw, e) != ct_elem<W>(nw, e)) << e;
+        ct_buckets<W>(bw, bk);
+        uint64_t lo, hi, cls;
+        ct_classes(sm.ctab, bk, nin, &lo, &hi, &cls);
         const uint32_t nch = __popc(chg);
         /* inclusive scans over the warp, then over the warps */
         uint64_t slo = lo, shi = hi;
@@ -321,13 +380,10 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
             const uint32_t e = __ffs(chg) - 1;
             chg &= chg - 1;
             const uint32_t k = (uint32_t)(cls >> (4 * e)) & 15;
-            /* the thread's elements before e whose nibble is k */
-            const uint64_t x = cls ^ (0x1111111111111111ull * k);
-            const uint64_t z = ~(((x & 0x7777777777777777ull) + 0x7777777777777777ull) | x) & 0x8888888888888888ull;
-            const uint32_t own = __popcll(z & ((1ull << (4 * e)) - 1));
+            const uint32_t own = __popcll(ct_nibbles_eq(cls, k) & ((1ull << (4 * e)) - 1)); /* its class's before it */
             uint32_t val, sign;
             ek_change(elem_load(base, W, first + e), elem_load(next, W, first + e), W, &val, &sign);
-            list[at++] = ek_entry(sm.carry[k] + field(plo, phi, k) + own, k, sign, val);
+            list[at++] = ek_entry(sm.carry[k] + ct_field(plo, phi, k) + own, k, sign, val);
             atomicAdd(&sm.sub_m[k], 1u);
             if (val) atomicAdd(&sm.sub_nu[k], 1u);
         }
@@ -336,7 +392,7 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
         const bool sub_end = t1 >= elems || (t1 & ((1u << S) - 1)) == 0;
         if (tid < EK_CLASSES) {
             uint32_t tot = 0;
-            for (unsigned x = 0; x < WARPS; x++) tot += field(sm.wlo[x], sm.whi[x], tid);
+            for (unsigned x = 0; x < WARPS; x++) tot += ct_field(sm.wlo[x], sm.whi[x], tid);
             sm.carry[tid] += tot;
             if (sub_end) {
                 ek_sub_t *s = &b.subs[((uint64_t)c->sub0 + (t0 >> S)) * EK_CLASSES + tid];
@@ -369,8 +425,7 @@ __global__ void __launch_bounds__(THREADS, 4) ek_rank(ek_batch_t b) {
     if (tid == 0) ek_class_table(c, class_of);
     __syncthreads();
     { /* THREADS == 256 buckets */
-        const uint64_t k = class_of[tid];
-        sm.ctab[tid] = 1ull << (5 * k) | k << 61;
+        sm.ctab[tid] = ct_entry(class_of[tid]);
     }
     if (tid < EK_CLASSES) sm.carry[tid] = sm.sub_m[tid] = sm.sub_nu[tid] = 0;
     if (tid == 0) sm.chg_before = sm.sub_first = 0;

@@ -100,9 +100,8 @@ typedef struct dk_batch {
  * place: sparse chunks' changes written into place (a block per chunk,
  *      `sparse` lists their indices);
  * raw: raw chunks' old contents saved, the new ones copied in;
- * verify: sparse chunks' results hashed against next_sum (place hashes
- *      the chunks whose region is 16-aligned as it writes them; this pass
- *      takes the others).
+ * verify: sparse chunks' results hashed against next_sum (a warp per
+ *      chunk).
  * sms: the device's multiprocessor count (grid sizes). ev: 5 events,
  * recorded before pre, decode, place (with raw) and verify, and after. */
 cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse, const uint32_t *raw,
