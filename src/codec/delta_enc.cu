@@ -256,11 +256,16 @@ __global__ void __launch_bounds__(THREADS, 3) ek_scan(ek_batch_t b) {
         mine = w == 2 ? scan_chunk<2>(c, hs, hc) : w == 4 ? scan_chunk<4>(c, hs, hc) : scan_chunk<1>(c, hs, hc);
     for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
     if (lane == 0 && mine) atomicAdd(&nchg, mine);
-    __syncthreads();
+    __syncthreads(); /* (and next_sum written) */
     uint32_t *hist = b.hist + (uint64_t)blockIdx.x * 512;
     hist[tid] = hs[tid];
     hist[256 + tid] = hc[tid];
-    if (tid == 0) c->changed = nchg;
+    if (tid == 0) {
+        c->changed = nchg;
+        /* nothing changed: base is next's bytes, whatever sum was given
+           (as on the CPU and in ek_hash) */
+        if (!nchg && hashed_by_scan(c)) c->base_sum = c->next_sum;
+    }
 }
 
 /* ---- hash ------------------------------------------------------------------------- */

@@ -2,7 +2,8 @@
  * format 2 frames, byte for byte: regions of every dtype, synthetic Adam
  * steps at three learning rates, random changes with large value changes,
  * unrelated contents (raw chunks), unchanged regions, partial and small
- * chunks, one to eight classes, base checksums given, regions at addresses
+ * chunks, one to eight classes, base checksums given (and wrong ones for an
+ * unchanged region, where the base sum is next's), regions at addresses
  * that are not 16-aligned, an empty region; all in one batch. Each frame
  * then applies on the CPU (ferry_delta_apply) and on the GPU
  * (ferry_delta_cuda_apply) to the next version; encoded again with the
@@ -55,6 +56,7 @@ typedef struct tcase {
     uint8_t *base, *next; /* host */
     uint8_t *d_base_alloc, *d_next_alloc, *d_base, *d_next;
     bool give_sums;
+    bool wrong_sums; /* the given sums off by one: only unchanged chunks may have them */
     uint64_t *base_sums, *next_sums;
     uint8_t *cpu, *gpu; /* frames */
     size_t cpu_len, cap;
@@ -116,7 +118,7 @@ static void tcase_ready(tcase_t *t) {
             uint64_t len = t->n - at < (t->chunk ? t->chunk : FERRY_DELTA_CHUNK_DEFAULT)
                                ? t->n - at
                                : (t->chunk ? t->chunk : FERRY_DELTA_CHUNK_DEFAULT);
-            t->base_sums[c] = XXH3_64bits(t->base + at * t->w, len * t->w);
+            t->base_sums[c] = XXH3_64bits(t->base + at * t->w, len * t->w) ^ t->wrong_sums;
         }
     ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_FORMAT | FERRY_DELTA_PARAM_VERSIONS |
                                             (t->chunk ? FERRY_DELTA_PARAM_CHUNK_ELEMS : 0) |
@@ -221,6 +223,13 @@ static void test_batch(void) {
         make_random(t[n], r[i].p, r[i].big, 500 + i);
         n++;
     }
+    /* unchanged, with wrong base sums given: an unchanged chunk's base sum
+       is next's, whatever was given, as the CPU encoder has it (the
+       CPU's frame here is made without them) */
+    t[n] = tcase_new("bf16, unchanged, wrong base sums given", FERRY_DTYPE_BF16, 300000, 65536, 0);
+    t[n]->give_sums = t[n]->wrong_sums = true;
+    make_random(t[n], 0, 1, 602);
+    n++;
     /* unrelated contents: raw chunks */
     t[n] = tcase_new("bf16, unrelated contents", FERRY_DTYPE_BF16, 200000, 65536, 0);
     make_random(t[n], 0, 1, 600);
