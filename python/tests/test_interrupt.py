@@ -9,7 +9,11 @@ import textwrap
 import time
 
 SCRIPT = textwrap.dedent("""
-    import sys, threading, time, torch, ferry
+    import signal, sys, threading, time, torch, ferry
+    # Python leaves SIGINT ignored when it started so (a parent running the
+    # suite as a background job: `cmd &` in a script ignores it): the test
+    # needs its default handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     m = ferry.Model.custom("toy"); m.add_tensor("w", "F32", (8,))
     lay = ferry.Layout.hf(m)
     # async: the version stays granted until its slot is needed again, so the
