@@ -20,6 +20,12 @@
    fields, and k in the top 3 bits. */
 static __device__ __forceinline__ uint64_t ct_entry(uint32_t k) { return 1ull << (5 * k) | (uint64_t)k << 61; }
 
+/* How many of a thread's 16 elements from element `first` lie in a chunk
+   of elems. */
+static __device__ __forceinline__ uint32_t ct_nin(uint32_t first, uint32_t elems) {
+    return first >= elems ? 0 : elems - first < CT_EPT ? elems - first : CT_EPT;
+}
+
 /* A thread's 16 elements from element `first` of p (W bytes each, nin of
  * them inside the chunk) into 4 * W words, packed as in memory; the
  * elements past nin are 0. vec: p is 16-aligned, so a whole thread's 16 are

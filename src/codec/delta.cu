@@ -211,7 +211,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
     uint32_t cur[4 * W], nxt[4 * W];
     if (ahead) {
         const uint32_t first = EPT * tid;
-        ct_load<W>(reg, first, first >= elems ? 0 : elems - first < EPT ? elems - first : EPT, vec, cur);
+        ct_load<W>(reg, first, ct_nin(first, elems), vec, cur);
     }
     for (uint32_t at = 0; at < elems; at += TILE) {
         if (ek && S && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
@@ -228,10 +228,10 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
             if (32 + lane < cend) r_b = b.rank[run0 + 32 + lane], d_b = b.delta[run0 + 32 + lane];
         }
         const uint32_t first = at + EPT * tid;
-        const uint32_t nin = first >= elems ? 0 : elems - first < EPT ? elems - first : EPT;
+        const uint32_t nin = ct_nin(first, elems);
         if (ahead) { /* the next tile on its way from memory while this one is written */
             const uint32_t f2 = first + TILE;
-            if (at + TILE < elems) ct_load<W>(reg, f2, f2 >= elems ? 0 : elems - f2 < EPT ? elems - f2 : EPT, vec, nxt);
+            if (at + TILE < elems) ct_load<W>(reg, f2, ct_nin(f2, elems), vec, nxt);
         } else {
             ct_load<W>(reg, first, nin, vec, cur);
         }

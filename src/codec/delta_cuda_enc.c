@@ -275,7 +275,10 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     size_t nbusy = 0, nblks = 0;
     for (c = 0; c < nchunks; c++) {
         ek_chunk_t *h = &d->h_chunks[c];
-        if (!h->changed) continue;
+        if (!h->changed) { /* base is next's bytes, whatever sum was given (as the CPU encoder has it) */
+            h->base_sum = h->next_sum;
+            continue;
+        }
         h->sub_log2 = er_sub_log2(h->changed, h->elems);
         h->nsub = (h->elems + (1u << h->sub_log2) - 1) >> h->sub_log2;
         h->sub0 = (uint32_t)nblks;

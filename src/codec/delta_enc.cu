@@ -48,6 +48,19 @@ static __device__ __forceinline__ uint32_t elem_load(const uint8_t *p, uint32_t 
 
 /* ---- scan ----------------------------------------------------------------------- */
 
+/* Element i of a chunk (values bv, nv), W bytes: its bucket counted when
+ * it is sampled (every smask + 1-th) and when it changed. */
+template <uint32_t W>
+static __device__ __forceinline__ void scan_elem(uint32_t bv, uint32_t nv, uint64_t i, uint32_t smask, uint32_t *hs,
+                                                 uint32_t *hc, uint32_t *mine) {
+    const uint32_t bk = ek_bucket(bv, W);
+    if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
+    if (bv != nv) {
+        atomicAdd(&hc[bk], 1u);
+        (*mine)++;
+    }
+}
+
 /* The elements of 16 bytes of base (b) and next (n), element i0 first:
  * each sampled one's bucket and each changed one's counted. */
 template <uint32_t W>
@@ -62,13 +75,8 @@ static __device__ __forceinline__ void scan_vec(uint4 b, uint4 n, uint32_t i0, u
         if (bw[q] == nw[q] && ((i0 + q * per) & smask) != 0) continue;
 #pragma unroll
         for (uint32_t e = 0; e < per; e++) {
-            const uint32_t i = i0 + q * per + e;
-            const uint32_t bv = (bw[q] >> (bits * e)) & mask, nv = (nw[q] >> (bits * e)) & mask, bk = ek_bucket(bv, W);
-            if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
-            if (bv != nv) {
-                atomicAdd(&hc[bk], 1u);
-                (*mine)++;
-            }
+            scan_elem<W>((bw[q] >> (bits * e)) & mask, (nw[q] >> (bits * e)) & mask, i0 + q * per + e, smask, hs, hc,
+                         mine);
         }
     }
 }
@@ -109,14 +117,7 @@ static __device__ __forceinline__ uint32_t scan_chunk(const ek_chunk_t *c, uint3
             }
             i = v1 * per + tid;
         }
-        for (; i < t1; i += THREADS) {
-            uint32_t bv = elem_load(base, w, i), nv = elem_load(next, w, i), bk = ek_bucket(bv, w);
-            if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
-            if (bv != nv) {
-                atomicAdd(&hc[bk], 1u);
-                mine++;
-            }
-        }
+        for (; i < t1; i += THREADS) scan_elem<W>(elem_load(base, W, i), elem_load(next, W, i), i, smask, hs, hc, &mine);
     }
     return mine;
 }
@@ -177,14 +178,8 @@ static __device__ __forceinline__ uint32_t scan_hash_chunk(ek_chunk_t *c, uint32
                 if (x + 16 <= len) {
                     scan_vec<W>(vb[h], vn[h], (uint32_t)(x / W), smask, hs, hc, &mine);
                 } else { /* the chunk ends inside this vector */
-                    for (uint64_t i = x / W; i < elems; i++) {
-                        const uint32_t bv = elem_load(base, W, i), nv = elem_load(next, W, i), bk = ek_bucket(bv, W);
-                        if ((i & smask) == 0) atomicAdd(&hs[bk], 1u);
-                        if (bv != nv) {
-                            atomicAdd(&hc[bk], 1u);
-                            mine++;
-                        }
-                    }
+                    for (uint64_t i = x / W; i < elems; i++)
+                        scan_elem<W>(elem_load(base, W, i), elem_load(next, W, i), i, smask, hs, hc, &mine);
                 }
                 if (8 * (unsigned)h + r8 < ns) {
                     sumx_contrib(vn[h].x | (uint64_t)vn[h].y << 32, vn[h].z | (uint64_t)vn[h].w << 32, k.k[h][0],
@@ -256,25 +251,20 @@ __global__ void __launch_bounds__(THREADS, 3) ek_scan(ek_batch_t b) {
         mine = w == 2 ? scan_chunk<2>(c, hs, hc) : w == 4 ? scan_chunk<4>(c, hs, hc) : scan_chunk<1>(c, hs, hc);
     for (unsigned o = 16; o; o >>= 1) mine += __shfl_xor_sync(FULL, mine, o);
     if (lane == 0 && mine) atomicAdd(&nchg, mine);
-    __syncthreads(); /* (and next_sum written) */
+    __syncthreads();
     uint32_t *hist = b.hist + (uint64_t)blockIdx.x * 512;
     hist[tid] = hs[tid];
     hist[256 + tid] = hc[tid];
-    if (tid == 0) {
-        c->changed = nchg;
-        /* nothing changed: base is next's bytes, whatever sum was given
-           (as on the CPU and in ek_hash) */
-        if (!nchg && hashed_by_scan(c)) c->base_sum = c->next_sum;
-    }
+    if (tid == 0) c->changed = nchg;
 }
 
 /* ---- hash ------------------------------------------------------------------------- */
 
 /* After ek_scan, for the chunks it did not hash (hashed_by_scan): a warp
  * per chunk and version, xxh3 of the whole chunk at a time
- * (common/sum_warp.cuh, as ferry sum hashes its leaves): next's, which is
- * base's too when nothing changed, and base's when it changed and its sum
- * was not given. */
+ * (common/sum_warp.cuh, as ferry sum hashes its leaves): next's, and
+ * base's when it changed and its sum was not given (when nothing changed
+ * the host takes next's for base's, whichever pass hashed it). */
 __global__ void __launch_bounds__(THREADS) ek_hash(ek_batch_t b) {
     __shared__ uint8_t sec[192];
     if (threadIdx.x < 192) sec[threadIdx.x] = ek_ksecret[threadIdx.x];
@@ -287,14 +277,7 @@ __global__ void __launch_bounds__(THREADS) ek_hash(ek_batch_t b) {
     if (hashed_by_scan(c) || (of_base && (!c->changed || c->given))) return;
     const uint64_t h = sumw_xxh3((const uint8_t *)(of_base ? c->base : c->next), (uint64_t)c->elems * c->width, sec,
                                  lane);
-    if (lane == 0) {
-        if (of_base) {
-            c->base_sum = h;
-        } else {
-            c->next_sum = h;
-            if (!c->changed) c->base_sum = h; /* the same bytes */
-        }
-    }
+    if (lane == 0) *(of_base ? &c->base_sum : &c->next_sum) = h;
 }
 
 /* ---- classes ---------------------------------------------------------------------- */
@@ -354,7 +337,7 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
     const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0; /* then every thread's 16 are 16-aligned */
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t first = t0 + EPT * tid;
-        const uint32_t nin = first >= elems ? 0 : elems - first < EPT ? elems - first : EPT;
+        const uint32_t nin = ct_nin(first, elems);
         uint32_t bw[4 * W], nw[4 * W], bk[4], chg = 0;
         ct_load<W>(base, first, nin, vec, bw);
         ct_load<W>(next, first, nin, vec, nw);

@@ -56,7 +56,7 @@ typedef struct tcase {
     uint8_t *base, *next; /* host */
     uint8_t *d_base_alloc, *d_next_alloc, *d_base, *d_next;
     bool give_sums;
-    bool wrong_sums; /* the given sums off by one: only unchanged chunks may have them */
+    bool wrong_sums; /* the given sums with their lowest bit flipped: only for unchanged chunks */
     uint64_t *base_sums, *next_sums;
     uint8_t *cpu, *gpu; /* frames */
     size_t cpu_len, cap;
