@@ -15,10 +15,10 @@
 #define CT_TILE (CT_THREADS * CT_EPT)     /* 4096 */
 #define CT_CLASSES 8u                     /* ER_CLASSES_MAX */
 
-/* The class table's entry of a bucket of class k: 1 << 5k in the low 40
-   bits, so that a thread adds up its 16 elements' class counts in 5-bit
-   fields, and k in the top 3 bits. */
-static __device__ __forceinline__ uint64_t ct_entry(uint32_t k) { return 1ull << (5 * k) | (uint64_t)k << 61; }
+/* The class table's entry of a bucket of class k: 1 << 4k in the low word,
+   so that a thread adds up the class counts of 8 of its elements in
+   nibbles, and k in the high word. */
+static __device__ __forceinline__ uint64_t ct_entry(uint32_t k) { return 1ull << (4 * k) | (uint64_t)k << 32; }
 
 /* How many of a thread's 16 elements from element `first` lie in a chunk
    of elems. */
@@ -78,34 +78,56 @@ static __device__ __forceinline__ void ct_buckets(const uint32_t *wd, uint32_t b
     }
 }
 
-/* The classes of a thread's elements (nin of its 16 in the chunk) from
- * ctab (ct_entry per bucket): per class, its count, in 16-bit fields
- * (classes 0-3 in *lo, 4-7 in *hi, ready to be scanned over the block);
- * per element, its class in a nibble (*cls; 0 past nin). */
-static __device__ __forceinline__ void ct_classes(const uint64_t *ctab, const uint32_t bk[4], uint32_t nin,
-                                                  uint64_t *lo, uint64_t *hi, uint64_t *cls) {
-    uint64_t c5 = 0, cl = 0;
-#pragma unroll
-    for (uint32_t e = 0; e < CT_EPT; e++) {
-        if (e < nin) {
-            const uint64_t t = ctab[(bk[e / 4] >> (8 * (e % 4))) & 0xFF];
-            c5 += t;
-            cl |= (t >> 61) << (4 * e);
-        }
-    }
-    uint64_t l = 0, h = 0;
-#pragma unroll
-    for (uint32_t k = 0; k < CT_CLASSES; k++) {
-        const uint64_t n = (c5 >> (5 * k)) & 31;
-        if (k < 4) l |= n << (16 * k);
-        else h |= n << (16 * (k - 4));
-    }
-    *lo = l, *hi = h, *cls = cl;
+/* Class counts travel in 16-bit fields of 4 words, two classes a word:
+ * class k in word ct_word(k), field k >> 2. A block's counts fit (4096
+ * elements a tile), so counts of threads and warps add up word by word.
+ * The order of classes over the words is the one ct_classes gets them in
+ * at the least cost. */
+static __device__ __forceinline__ uint32_t ct_word(uint32_t k) { return (k & 1) << 1 | (k >> 1 & 1); }
+/* Class k's count of 4 words of counts. */
+static __device__ __forceinline__ uint32_t ct_count(const uint32_t c[4], uint32_t k) {
+    const uint32_t j = ct_word(k);
+    const uint32_t w = j == 0 ? c[0] : j == 1 ? c[1] : j == 2 ? c[2] : c[3];
+    return (w >> (16 * (k >> 2))) & 0xFFFF;
 }
 
-/* 16-bit field k of a pair of class counts (classes 0-3 in lo, 4-7 in hi). */
-static __device__ __forceinline__ uint32_t ct_field(uint64_t lo, uint64_t hi, uint32_t k) {
-    return (uint32_t)((k < 4 ? lo >> (16 * k) : hi >> (16 * (k - 4))) & 0xFFFF);
+/* The classes of a thread's elements (nin of its 16 in the chunk; past nin
+ * ct_load left zeros: bucket 0, class 0) from ctab (ct_entry per bucket):
+ * per class, its count (c, the fields above); per element, its class in a
+ * nibble (*cls; 0 past nin). Per element: a byte permute, an address, one
+ * shared load and two adds; the elements past nin are taken back from
+ * class 0 at the end rather than tested one by one. */
+static __device__ __forceinline__ void ct_classes(const uint64_t *ctab, const uint32_t bk[4], uint32_t nin,
+                                                  uint32_t c[4], uint64_t *cls) {
+    const uint2 *tab = (const uint2 *)ctab;
+    uint32_t n[2] = {0, 0}, k[2] = {0, 0}; /* elements 0-7 and 8-15: at most 8 per nibble */
+#pragma unroll
+    for (uint32_t e = 0; e < CT_EPT; e++) {
+        const uint2 t = tab[__byte_perm(bk[e / 4], 0, 0x4440 | (e % 4))];
+        n[e / 8] += t.x;
+        k[e / 8] += t.y << (4 * (e % 8)); /* the nibbles do not overlap: one multiply-add */
+    }
+    const uint32_t ev = (n[0] & 0x0F0F0F0Fu) + (n[1] & 0x0F0F0F0Fu),               /* classes 0, 2, 4, 6 */
+        od = (n[0] >> 4 & 0x0F0F0F0Fu) + (n[1] >> 4 & 0x0F0F0F0Fu);                 /* 1, 3, 5, 7 */
+    c[0] = (ev & 0x00FF00FFu) - (CT_EPT - nin); /* classes 0 and 4; class 0 less the padding */
+    c[1] = ev >> 8 & 0x00FF00FFu;               /* 2 and 6 */
+    c[2] = od & 0x00FF00FFu;                    /* 1 and 5 */
+    c[3] = od >> 8 & 0x00FF00FFu;               /* 3 and 7 */
+    *cls = (uint64_t)k[1] << 32 | k[0];
+}
+
+/* Inclusive sum of v over the warp's lanes up to this one (v's fields add
+   up without carries). shfl.up with its in-range predicate, as CUB does:
+   two instructions a step. */
+static __device__ __forceinline__ uint32_t ct_warp_sum(uint32_t v) {
+#pragma unroll
+    for (uint32_t o = 1; o < 32; o <<= 1)
+        asm("{\n\t.reg .u32 t;\n\t.reg .pred p;\n\t"
+            "shfl.sync.up.b32 t|p, %0, %1, 0, 0xffffffff;\n\t"
+            "@p add.u32 %0, %0, t;\n\t}"
+            : "+r"(v)
+            : "r"(o));
+    return v;
 }
 
 /* Bit 4e + 3 set for each nibble e of cls that equals k. */

@@ -152,16 +152,17 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
     }
 }
 
-/* The write pass's shared state. */
+/* The write pass's shared state. The tile's counts and classes are kept
+   for two tiles, by the tile's parity: a warp still placing tile t reads
+   its buffer while the others fill the other one with tile t + 1, and none
+   can reach tile t + 2 before every warp is done with t (the barrier of
+   t + 1 comes after), so one barrier a tile is enough. */
 typedef struct {
-    uint64_t ctab[256];               /* per bucket: ct_entry of its class */
-    uint64_t wlo[WARPS], whi[WARPS];  /* per warp, its class counts, scanned */
-    /* per thread, the elements of each class before it (16-bit fields:
-       classes 0-3 in lo, 4-7 in hi); at THREADS, the tile's. Stored as
-       the scan left them: splitting them per class cost more than the
-       searches' shifts */
-    uint64_t pre_lo[THREADS + 1], pre_hi[THREADS + 1];
-    uint64_t cls[THREADS];            /* per thread, its elements' classes, a nibble each */
+    uint64_t ctab[256];           /* per bucket: ct_entry of its class */
+    uint4 wcnt[2][WARPS];         /* per warp, its class counts (class_tile.cuh's words) */
+    uint4 pre[2][THREADS];        /* per thread, the class's elements before it in its warp */
+    uint64_t cls[2][THREADS];     /* per thread, its elements' classes, a nibble each */
+    uint4 vals[2][THREADS * 4];   /* the tile's elements (4 bytes each at most), as the threads loaded them */
     uint32_t fin_seen[CLASSES_MAX];
     uint32_t fin_placed[CLASSES_MAX];
     uint32_t go;
@@ -170,14 +171,16 @@ typedef struct {
 /* One sparse chunk's changes written, a tile at a time, elements of W
  * bytes (specialized, as the encoder's rank pass: the generic pass ran the
  * width's arithmetic on every element). Per tile: each thread its 16
- * elements' classes (class_tile.cuh), their counts scanned over the block;
- * then warp k writes class k's changes of the tile: a change's rank finds
- * its thread by a binary search over the scanned counts, and its element
- * among that thread's by their class nibbles. Each change's rank slot then
- * holds its element, the undo log. (Marking the tile's changes in a
- * bitmap in class order for each thread to find its own ran 1.6x the
- * instructions: at 2% changed most threads have none, and a thread's
- * classes are walked one after another; 2026-11-28.) */
+ * elements' classes (class_tile.cuh), their counts scanned over its warp;
+ * then warp k writes class k's changes of the tile: it sums the warps'
+ * counts of class k itself, in its lanes, so a change's rank finds its
+ * warp by comparing with those 8 sums, its thread by a binary search over
+ * the warp's scanned counts, and its element among that thread's 16 by
+ * their class nibbles. Each change's rank slot then holds its element, the
+ * undo log. (Marking the tile's changes in a bitmap in class order for
+ * each thread to find its own ran 1.6x the instructions: at 2% changed
+ * most threads have none, and a thread's classes are walked one after
+ * another; 2026-11-28.) */
 template <uint32_t W>
 static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t c, const dk_chunk_t &ch,
                                                    place_smem_t &sm) {
@@ -189,6 +192,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
        run of ranks over the chunk; format 2, each sub-block's in its own
        sub-stream's slots, ranks local to the sub-block */
     const dk_class_t *ek = wp < K ? &b.classes[ch.class0 + wp] : NULL;
+    const uint32_t kw = ct_word(wp), ksh = 16 * (wp >> 2); /* class wp's counts: word and shift */
     uint64_t run0 = 0;          /* the run's first slot in rank and delta */
     uint32_t cend = 0;          /* the run's changes */
     uint32_t before = 0;        /* class elements in the run's tiles before this one */
@@ -213,7 +217,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
         const uint32_t first = EPT * tid;
         ct_load<W>(reg, first, ct_nin(first, elems), vec, cur);
     }
-    for (uint32_t at = 0; at < elems; at += TILE) {
+    for (uint32_t at = 0, par = 0; at < elems; at += TILE, par ^= 1) {
         if (ek && S && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
             for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
             placed_before += ci;
@@ -235,28 +239,30 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
         } else {
             ct_load<W>(reg, first, nin, vec, cur);
         }
-        uint32_t bk[4];
-        ct_buckets<W>(cur, bk);
-        uint64_t lo, hi, cls;
-        ct_classes(sm.ctab, bk, nin, &lo, &hi, &cls);
-        uint64_t slo = lo, shi = hi;
+        {
+            uint32_t bk[4], cnt[4], inc[4];
+            uint64_t cls;
+            ct_buckets<W>(cur, bk);
+            ct_classes(sm.ctab, bk, nin, cnt, &cls);
 #pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const uint64_t a = __shfl_up_sync(FULL, slo, o), h = __shfl_up_sync(FULL, shi, o);
-            if (lane >= o) slo += a, shi += h;
+            for (uint32_t j = 0; j < 4; j++) inc[j] = ct_warp_sum(cnt[j]);
+            if (lane == 31) sm.wcnt[par][wp] = make_uint4(inc[0], inc[1], inc[2], inc[3]);
+            sm.pre[par][tid] = make_uint4(inc[0] - cnt[0], inc[1] - cnt[1], inc[2] - cnt[2], inc[3] - cnt[3]);
+            sm.cls[par][tid] = cls;
+#pragma unroll
+            for (uint32_t j = 0; j < W; j++) sm.vals[par][W * tid + j] = make_uint4(cur[4 * j], cur[4 * j + 1], cur[4 * j + 2], cur[4 * j + 3]);
         }
-        if (lane == 31) sm.wlo[wp] = slo, sm.whi[wp] = shi;
-        sm.cls[tid] = cls;
-        __syncthreads();
-        for (unsigned x = 0; x < wp; x++) slo += sm.wlo[x], shi += sm.whi[x];
-        sm.pre_lo[tid] = slo - lo;
-        sm.pre_hi[tid] = shi - hi;
-        if (tid == THREADS - 1) sm.pre_lo[THREADS] = slo, sm.pre_hi[THREADS] = shi;
         __syncthreads();
         if (ek) {
-            const uint32_t k = wp, sh = 16 * (k & 3);
-            const uint64_t *pk = k < 4 ? sm.pre_lo : sm.pre_hi;
-            const uint32_t tot = (uint32_t)(pk[THREADS] >> sh) & 0xFFFF;
+            const uint32_t k = wp;
+            /* class k's elements in the warps before warp x, in every lane */
+            const uint32_t *wk = (const uint32_t *)sm.wcnt[par] + kw;
+            const uint32_t mine = lane < WARPS ? (wk[4 * lane] >> ksh) & 0xFFFF : 0, upto = ct_warp_sum(mine);
+            uint32_t wpre[WARPS];
+#pragma unroll
+            for (uint32_t x = 0; x < WARPS; x++) wpre[x] = x ? __shfl_sync(FULL, upto, x - 1) : 0;
+            const uint32_t tot = __shfl_sync(FULL, upto, WARPS - 1);
+            const uint32_t *pk = (const uint32_t *)sm.pre[par] + kw;
             const uint32_t lim = before + tot;
             for (;;) {
                 const uint32_t i = ci + lane;
@@ -265,18 +271,25 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                 const unsigned m = __ballot_sync(FULL, in);
                 if (in) {
                     const uint32_t tr = r - before;
-                    uint32_t a = 0, z = THREADS; /* thread a's prefix <= tr < thread z's */
-                    while (z - a > 1) {
-                        const uint32_t mid = (a + z) / 2;
-                        if (((uint32_t)(pk[mid] >> sh) & 0xFFFF) <= tr) a = mid;
-                        else z = mid;
-                    }
-                    /* the (tr - prefix)-th of thread a's elements of class k */
-                    uint64_t e = ct_nibbles_eq(sm.cls[a], k);
-                    for (uint32_t nth = tr - ((uint32_t)(pk[a] >> sh) & 0xFFFF); nth; nth--) e &= e - 1;
+                    /* its warp: the last whose elements before it are <= tr */
+                    uint32_t wv = 0, wb = 0;
+#pragma unroll
+                    for (uint32_t x = 1; x < WARPS; x++)
+                        if (wpre[x] <= tr) wv = x, wb = wpre[x];
+                    /* its thread: the warp's last whose prefix is <= tr - wb */
+                    const uint32_t wr = tr - wb;
+                    uint32_t a = 32 * wv;
+#pragma unroll
+                    for (uint32_t step = 16; step; step >>= 1)
+                        if (((pk[4 * (a + step)] >> ksh) & 0xFFFF) <= wr) a += step;
+                    /* the (wr - prefix)-th of thread a's elements of class k */
+                    uint64_t e = ct_nibbles_eq(sm.cls[par][a], k);
+                    for (uint32_t nth = wr - ((pk[4 * a] >> ksh) & 0xFFFF); nth; nth--) e &= e - 1;
                     const uint32_t pos = at + EPT * a + ((uint32_t)(__ffsll((long long)e) - 1) >> 2);
                     uint32_t v;
-                    if (e && elem_unord(elem_ord(elem_load(reg, W, pos), W) + d_a, W, &v)) {
+                    /* its old value from the tile's copy, not from memory: the
+                       warp's load would hold up the tile's barrier */
+                    if (e && elem_unord(elem_ord(elem_load((const uint8_t *)sm.vals[par], W, pos - at), W) + d_a, W, &v)) {
                         elem_store(reg, W, pos, v);
                         b.rank[run0 + i] = pos;
                     } else {
@@ -304,7 +317,6 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
             before = lim;
             seen += tot;
         }
-        __syncthreads(); /* the tile is written; cls, pre and the counts are the next tile's */
         if (ahead)
 #pragma unroll
             for (uint32_t q = 0; q < 4 * W; q++) cur[q] = nxt[q];

@@ -310,22 +310,30 @@ __global__ void __launch_bounds__(32) ek_classes(ek_batch_t b) {
 
 /* ---- rank ------------------------------------------------------------------------- */
 
-/* The rank pass's shared state. ctab: per bucket, ct_entry of its class. */
+/* The rank pass's shared state. ctab: per bucket, ct_entry of its class.
+   Per warp: its class counts (class_tile.cuh's words) and changes, and
+   what comes before it in the chunk's sub-block (the tile's warps before
+   it; the changes before it in the chunk). ctile: per class, its elements
+   in the sub-block's tiles before this one. */
 typedef struct {
     uint64_t ctab[256];
-    uint64_t wlo[WARPS], whi[WARPS];
-    uint32_t wch[WARPS];
-    uint32_t carry[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
-    uint32_t chg_before, sub_first;
+    uint4 wcnt[WARPS], wpre[WARPS];
+    uint32_t wch[WARPS], wat[WARPS];
+    uint32_t ctile[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
 } rank_smem_t;
 
 /* One chunk's ranks, tile by tile; elements of W bytes. Per thread and
  * tile: its 16 elements' buckets and which of them changed (one mask),
- * their classes from ctab (counts in 5-bit fields, each element's class in
- * a nibble), one scan over the block; then each change alone: its rank is
- * the class's elements before the thread's (the scan) plus the thread's
- * own before it (the nibbles equal to its class), and its values are
- * loaded again (from L1), so no register array is indexed at run time.
+ * their classes from ctab (counts in 16-bit fields, each element's class in
+ * a nibble), one scan over the warp; then warp 0 alone scans the warps'
+ * counts and carries the chunk's (its lanes hold the running counts, so
+ * no other thread waits on them); then each change alone: its rank is the
+ * class's elements before its thread's (the sub-block's tiles, the tile's
+ * warps, the warp's lanes) plus the thread's own before it (the nibbles
+ * equal to its class), and its values are loaded again (from L1), so no
+ * register array is indexed at run time. Two barriers a tile: warp 0's
+ * counts are for the tile's changes, and the next tile's warp 0 runs only
+ * when they are placed (so the sub-block's changes are counted then).
  * Specialized by width: the generic pass ran twice the instructions, and
  * the pass was bound by them, not by memory. */
 template <uint32_t W>
@@ -335,6 +343,12 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
     const uint32_t elems = c->elems, S = c->sub_log2;
     uint64_t *list = b.list + c->list0;
     const bool vec = (((uintptr_t)base | (uintptr_t)next) & 15) == 0; /* then every thread's 16 are 16-aligned */
+    /* warp 0's running state: lane k < EK_CLASSES, class k's elements in
+       the sub-block's tiles so far; every lane, the chunk's changes so far
+       and the sub-block's first; the sub-block whose changes are yet to be
+       counted (-1: none) */
+    uint32_t carry = 0, chg_before = 0, sub_first = 0;
+    int64_t done_sub = -1;
     for (uint32_t t0 = 0; t0 < elems; t0 += EK_TILE) {
         const uint32_t first = t0 + EPT * tid;
         const uint32_t nin = ct_nin(first, elems);
@@ -348,61 +362,81 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
 #pragma unroll
             for (uint32_t e = 0; e < EPT; e++) chg |= (uint32_t)(ct_elem<W>(bw, e) != ct_elem<W>(nw, e)) << e;
         ct_buckets<W>(bw, bk);
-        uint64_t lo, hi, cls;
-        ct_classes(sm.ctab, bk, nin, &lo, &hi, &cls);
+        uint32_t cnt[4], pre[4];
+        uint64_t cls;
+        ct_classes(sm.ctab, bk, nin, cnt, &cls);
         const uint32_t nch = __popc(chg);
-        /* inclusive scans over the warp, then over the warps */
-        uint64_t slo = lo, shi = hi;
-        uint32_t sch = nch;
 #pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const uint64_t a = __shfl_up_sync(FULL, slo, o), h = __shfl_up_sync(FULL, shi, o);
-            const uint32_t x = __shfl_up_sync(FULL, sch, o);
-            if (lane >= o) slo += a, shi += h, sch += x;
-        }
-        if (lane == 31) sm.wlo[wp] = slo, sm.whi[wp] = shi, sm.wch[wp] = sch;
+        for (uint32_t j = 0; j < 4; j++) pre[j] = ct_warp_sum(cnt[j]);
+        const uint32_t ich = ct_warp_sum(nch);
+        if (lane == 31) sm.wcnt[wp] = make_uint4(pre[0], pre[1], pre[2], pre[3]), sm.wch[wp] = ich;
+#pragma unroll
+        for (uint32_t j = 0; j < 4; j++) pre[j] -= cnt[j]; /* exclusive: the warp's lanes before this one */
+        const uint32_t at0 = ich - nch;
         __syncthreads();
-        uint64_t plo = slo - lo, phi = shi - hi; /* this thread's exclusive prefix */
-        uint32_t at = sm.chg_before + sch - nch;
-        for (unsigned x = 0; x < wp; x++) plo += sm.wlo[x], phi += sm.whi[x], at += sm.wch[x];
-        while (chg) {
-            const uint32_t e = __ffs(chg) - 1;
-            chg &= chg - 1;
-            const uint32_t k = (uint32_t)(cls >> (4 * e)) & 15;
-            const uint32_t own = __popcll(ct_nibbles_eq(cls, k) & ((1ull << (4 * e)) - 1)); /* its class's before it */
-            uint32_t val, sign;
-            ek_change(elem_load(base, W, first + e), elem_load(next, W, first + e), W, &val, &sign);
-            list[at++] = ek_entry(sm.carry[k] + ct_field(plo, phi, k) + own, k, sign, val);
-            atomicAdd(&sm.sub_m[k], 1u);
-            if (val) atomicAdd(&sm.sub_nu[k], 1u);
-        }
-        __syncthreads(); /* every thread has read carry and chg_before */
-        const uint32_t t1 = t0 + EK_TILE;
-        const bool sub_end = t1 >= elems || (t1 & ((1u << S) - 1)) == 0;
-        if (tid < EK_CLASSES) {
-            uint32_t tot = 0;
-            for (unsigned x = 0; x < WARPS; x++) tot += ct_field(sm.wlo[x], sm.whi[x], tid);
-            sm.carry[tid] += tot;
+        if (wp == 0) { /* the warps' prefixes; the running counts; the sub-blocks done */
+            const uint32_t t1 = t0 + EK_TILE;
+            const bool sub_end = t1 >= elems || (t1 & ((1u << S) - 1)) == 0;
+            const uint64_t sub = (uint64_t)c->sub0 + (t0 >> S);
+            uint32_t v[4] = {0, 0, 0, 0}, vch = 0, s[4];
+            if (lane < WARPS) {
+                const uint4 x = sm.wcnt[lane];
+                v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, vch = sm.wch[lane];
+            }
+#pragma unroll
+            for (uint32_t j = 0; j < 4; j++) s[j] = ct_warp_sum(v[j]);
+            const uint32_t sch = ct_warp_sum(vch);
+            if (lane < WARPS)
+                sm.wpre[lane] = make_uint4(s[0] - v[0], s[1] - v[1], s[2] - v[2], s[3] - v[3]),
+                sm.wat[lane] = chg_before + sch - vch;
+            uint32_t tot[4];
+#pragma unroll
+            for (uint32_t j = 0; j < 4; j++) tot[j] = __shfl_sync(FULL, s[j], WARPS - 1);
+            if (done_sub >= 0 && lane < EK_CLASSES) { /* the sub-block before: its changes are all counted */
+                ek_sub_t *d = &b.subs[(uint64_t)done_sub * EK_CLASSES + lane];
+                d->m = sm.sub_m[lane];
+                d->nu = sm.sub_nu[lane];
+                sm.sub_m[lane] = sm.sub_nu[lane] = 0;
+            }
+            done_sub = -1;
+            if (lane < EK_CLASSES) {
+                sm.ctile[lane] = carry;
+                carry += ct_count(tot, lane);
+            }
+            chg_before += __shfl_sync(FULL, sch, WARPS - 1);
             if (sub_end) {
-                ek_sub_t *s = &b.subs[((uint64_t)c->sub0 + (t0 >> S)) * EK_CLASSES + tid];
-                s->count = sm.carry[tid];
-                s->m = sm.sub_m[tid];
-                s->nu = sm.sub_nu[tid];
-                sm.carry[tid] = sm.sub_m[tid] = sm.sub_nu[tid] = 0;
+                if (lane < EK_CLASSES) b.subs[sub * EK_CLASSES + lane].count = carry;
+                if (lane == 0) {
+                    ek_subblk_t *k = &b.blks[sub];
+                    k->first = sub_first;
+                    k->m = chg_before - sub_first;
+                }
+                carry = 0, sub_first = chg_before, done_sub = (int64_t)sub;
             }
         }
-        if (tid == 0) {
-            uint32_t tch = 0;
-            for (unsigned x = 0; x < WARPS; x++) tch += sm.wch[x];
-            sm.chg_before += tch;
-            if (sub_end) {
-                ek_subblk_t *k = &b.blks[c->sub0 + (t0 >> S)];
-                k->first = sm.sub_first;
-                k->m = sm.chg_before - sm.sub_first;
-                sm.sub_first = sm.chg_before;
-            }
-        }
         __syncthreads();
+        if (chg) {
+            const uint4 wq = sm.wpre[wp];
+            pre[0] += wq.x, pre[1] += wq.y, pre[2] += wq.z, pre[3] += wq.w; /* the tile's lanes before */
+            uint32_t at = sm.wat[wp] + at0;
+            do {
+                const uint32_t e = __ffs(chg) - 1;
+                chg &= chg - 1;
+                const uint32_t k = (uint32_t)(cls >> (4 * e)) & 15;
+                const uint32_t own = __popcll(ct_nibbles_eq(cls, k) & ((1ull << (4 * e)) - 1)); /* its class's before it */
+                uint32_t val, sign;
+                ek_change(elem_load(base, W, first + e), elem_load(next, W, first + e), W, &val, &sign);
+                list[at++] = ek_entry(sm.ctile[k] + ct_count(pre, k) + own, k, sign, val);
+                atomicAdd(&sm.sub_m[k], 1u);
+                if (val) atomicAdd(&sm.sub_nu[k], 1u);
+            } while (chg);
+        }
+    }
+    __syncthreads(); /* the last sub-block's changes are counted */
+    if (wp == 0 && done_sub >= 0 && lane < EK_CLASSES) {
+        ek_sub_t *d = &b.subs[(uint64_t)done_sub * EK_CLASSES + lane];
+        d->m = sm.sub_m[lane];
+        d->nu = sm.sub_nu[lane];
     }
 }
 
@@ -416,8 +450,7 @@ __global__ void __launch_bounds__(THREADS, 4) ek_rank(ek_batch_t b) {
     { /* THREADS == 256 buckets */
         sm.ctab[tid] = ct_entry(class_of[tid]);
     }
-    if (tid < EK_CLASSES) sm.carry[tid] = sm.sub_m[tid] = sm.sub_nu[tid] = 0;
-    if (tid == 0) sm.chg_before = sm.sub_first = 0;
+    if (tid < EK_CLASSES) sm.sub_m[tid] = sm.sub_nu[tid] = 0;
     __syncthreads();
     if (c->width == 2) rank_chunk<2>(b, c, sm);
     else if (c->width == 4) rank_chunk<4>(b, c, sm);
