@@ -116,17 +116,19 @@ static __device__ __forceinline__ void ct_classes(const uint64_t *ctab, const ui
     *cls = (uint64_t)k[1] << 32 | k[0];
 }
 
-/* Inclusive sum of v over the warp's lanes up to this one (v's fields add
-   up without carries). shfl.up with its in-range predicate, as CUB does:
-   two instructions a step. */
+/* Inclusive sum of v over lanes up to this one, of the warp's first N
+   lanes (N a power of 2; lanes past N get sums of their own N) (v's
+   fields add up without carries). shfl.up with its in-range predicate, as
+   CUB does: two instructions a step. */
+template <uint32_t N = 32>
 static __device__ __forceinline__ uint32_t ct_warp_sum(uint32_t v) {
 #pragma unroll
-    for (uint32_t o = 1; o < 32; o <<= 1)
+    for (uint32_t o = 1; o < N; o <<= 1)
         asm("{\n\t.reg .u32 t;\n\t.reg .pred p;\n\t"
-            "shfl.sync.up.b32 t|p, %0, %1, 0, 0xffffffff;\n\t"
+            "shfl.sync.up.b32 t|p, %0, %1, %2, 0xffffffff;\n\t"
             "@p add.u32 %0, %0, t;\n\t}"
             : "+r"(v)
-            : "r"(o));
+            : "r"(o), "r"((32 - N) << 8));
     return v;
 }
 

@@ -14,12 +14,13 @@
  *         The readers are codec/delta_dev.h's, host and device code, which
  *         test_delta_dev.c checks on the CPU.
  * place   a block per sparse chunk, 4096 elements (a tile) at a time:
- *         each thread takes 16 elements' classes (class_tile.cuh), the
- *         block scans their counts, and warp k writes class k's changes of
- *         the tile: a change's rank finds its thread by binary search over
- *         the scanned counts and its element among that thread's 16 by
- *         their class nibbles. Written in place; each change's slot then
- *         holds its element, for the undo.
+ *         each thread takes 16 elements' classes (class_tile.cuh), each
+ *         warp scans their counts, and warp k writes class k's changes of
+ *         the tile: a change's rank finds its warp among the warps' sums,
+ *         its thread by binary search over the warp's scanned counts and
+ *         its element among that thread's 16 by their class nibbles.
+ *         Written in place; each change's slot then holds its element, for
+ *         the undo.
  * raw     a block per raw chunk: the old contents saved, the new copied in.
  * verify  a warp per sparse chunk: its xxh3 against next_sum. (Hashing in
  *         place, tile by tile while the tile was in cache, held place to 3
@@ -257,7 +258,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
             const uint32_t k = wp;
             /* class k's elements in the warps before warp x, in every lane */
             const uint32_t *wk = (const uint32_t *)sm.wcnt[par] + kw;
-            const uint32_t mine = lane < WARPS ? (wk[4 * lane] >> ksh) & 0xFFFF : 0, upto = ct_warp_sum(mine);
+            const uint32_t mine = lane < WARPS ? (wk[4 * lane] >> ksh) & 0xFFFF : 0, upto = ct_warp_sum<WARPS>(mine);
             uint32_t wpre[WARPS];
 #pragma unroll
             for (uint32_t x = 0; x < WARPS; x++) wpre[x] = x ? __shfl_sync(FULL, upto, x - 1) : 0;

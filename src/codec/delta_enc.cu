@@ -384,8 +384,8 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
                 v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, vch = sm.wch[lane];
             }
 #pragma unroll
-            for (uint32_t j = 0; j < 4; j++) s[j] = ct_warp_sum(v[j]);
-            const uint32_t sch = ct_warp_sum(vch);
+            for (uint32_t j = 0; j < 4; j++) s[j] = ct_warp_sum<WARPS>(v[j]);
+            const uint32_t sch = ct_warp_sum<WARPS>(vch);
             if (lane < WARPS)
                 sm.wpre[lane] = make_uint4(s[0] - v[0], s[1] - v[1], s[2] - v[2], s[3] - v[3]),
                 sm.wat[lane] = chg_before + sch - vch;
