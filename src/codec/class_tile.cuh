@@ -96,7 +96,11 @@ static __device__ __forceinline__ uint32_t ct_count(const uint32_t c[4], uint32_
  * per class, its count (c, the fields above); per element, its class in a
  * nibble (*cls; 0 past nin). Per element: a byte permute, an address, one
  * shared load and two adds; the elements past nin are taken back from
- * class 0 at the end rather than tested one by one. */
+ * class 0 at the end rather than tested one by one. Bucket 0 is always
+ * class 0: the encoder's bounds start past group 0, and a frame whose
+ * lower[1] is 0 (or not a whole bucket) fails to parse (codec.c) before
+ * the apply builds its table, so no count here is taken from the wrong
+ * class and no search lands past nin. */
 static __device__ __forceinline__ void ct_classes(const uint64_t *ctab, const uint32_t bk[4], uint32_t nin,
                                                   uint32_t c[4], uint64_t *cls) {
     const uint2 *tab = (const uint2 *)ctab;
