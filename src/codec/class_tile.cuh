@@ -109,7 +109,7 @@ static __device__ __forceinline__ void ct_classes(const uint64_t *ctab, const ui
     for (uint32_t e = 0; e < CT_EPT; e++) {
         const uint2 t = tab[__byte_perm(bk[e / 4], 0, 0x4440 | (e % 4))];
         n[e / 8] += t.x;
-        k[e / 8] += t.y << (4 * (e % 8)); /* the nibbles do not overlap: one multiply-add */
+        k[e / 8] += t.y << (4 * (e % 8)); /* the nibbles do not overlap: one shift-and-add */
     }
     const uint32_t ev = (n[0] & 0x0F0F0F0Fu) + (n[1] & 0x0F0F0F0Fu),               /* classes 0, 2, 4, 6 */
         od = (n[0] >> 4 & 0x0F0F0F0Fu) + (n[1] >> 4 & 0x0F0F0F0Fu);                 /* 1, 3, 5, 7 */
@@ -120,15 +120,15 @@ static __device__ __forceinline__ void ct_classes(const uint64_t *ctab, const ui
     *cls = (uint64_t)k[1] << 32 | k[0];
 }
 
-/* Inclusive sum of v over lanes up to this one, of the warp's first N
-   lanes (N a power of 2; lanes past N get sums of their own N) (v's
-   fields add up without carries). shfl.up with its in-range predicate, as
-   CUB does: two instructions a step. */
+/* Inclusive sum of v over the lanes up to this one within its group of N
+   lanes (N a power of 2; callers read the first group), v's fields adding
+   up without carries. shfl.up with its in-range predicate, as CUB does: two
+   instructions a step; volatile, as a shuffle every lane must reach. */
 template <uint32_t N = 32>
 static __device__ __forceinline__ uint32_t ct_warp_sum(uint32_t v) {
 #pragma unroll
     for (uint32_t o = 1; o < N; o <<= 1)
-        asm("{\n\t.reg .u32 t;\n\t.reg .pred p;\n\t"
+        asm volatile("{\n\t.reg .u32 t;\n\t.reg .pred p;\n\t"
             "shfl.sync.up.b32 t|p, %0, %1, %2, 0xffffffff;\n\t"
             "@p add.u32 %0, %0, t;\n\t}"
             : "+r"(v)

@@ -322,6 +322,15 @@ typedef struct {
     uint32_t ctile[EK_CLASSES], sub_m[EK_CLASSES], sub_nu[EK_CLASSES];
 } rank_smem_t;
 
+/* Sub-block sub's changes and non-unit changes of class k, once every
+   change of its last tile is counted. */
+static __device__ __forceinline__ void rank_sub_done(const ek_batch_t &b, const rank_smem_t &sm, uint64_t sub,
+                                                     uint32_t k) {
+    ek_sub_t *d = &b.subs[sub * EK_CLASSES + k];
+    d->m = sm.sub_m[k];
+    d->nu = sm.sub_nu[k];
+}
+
 /* One chunk's ranks, tile by tile; elements of W bytes. Per thread and
  * tile: its 16 elements' buckets and which of them changed (one mask),
  * their classes from ctab (counts in 16-bit fields, each element's class in
@@ -393,9 +402,7 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
 #pragma unroll
             for (uint32_t j = 0; j < 4; j++) tot[j] = __shfl_sync(FULL, s[j], WARPS - 1);
             if (done_sub >= 0 && lane < EK_CLASSES) { /* the sub-block before: its changes are all counted */
-                ek_sub_t *d = &b.subs[(uint64_t)done_sub * EK_CLASSES + lane];
-                d->m = sm.sub_m[lane];
-                d->nu = sm.sub_nu[lane];
+                rank_sub_done(b, sm, (uint64_t)done_sub, lane);
                 sm.sub_m[lane] = sm.sub_nu[lane] = 0;
             }
             done_sub = -1;
@@ -433,11 +440,7 @@ static __device__ __forceinline__ void rank_chunk(const ek_batch_t &b, const ek_
         }
     }
     __syncthreads(); /* the last sub-block's changes are counted */
-    if (wp == 0 && done_sub >= 0 && lane < EK_CLASSES) {
-        ek_sub_t *d = &b.subs[(uint64_t)done_sub * EK_CLASSES + lane];
-        d->m = sm.sub_m[lane];
-        d->nu = sm.sub_nu[lane];
-    }
+    if (wp == 0 && done_sub >= 0 && lane < EK_CLASSES) rank_sub_done(b, sm, (uint64_t)done_sub, lane);
 }
 
 __global__ void __launch_bounds__(THREADS, 4) ek_rank(ek_batch_t b) {
