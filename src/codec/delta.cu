@@ -20,12 +20,10 @@
  *         its thread by binary search over the warp's scanned counts and
  *         its element among that thread's 16 by their class nibbles.
  *         Written in place; each change's slot then holds its element, for
- *         the undo.
+ *         the undo. The result's xxh3 is summed from each tile's final
+ *         contents in shared memory as it goes, and checked against
+ *         next_sum at the chunk's end (no pass reads the chunk again).
  * raw     a block per raw chunk: the old contents saved, the new copied in.
- * verify  a warp per sparse chunk: its xxh3 against next_sum. (Hashing in
- *         place, tile by tile while the tile was in cache, held place to 3
- *         blocks per SM and stalled its loads: apart, the whole apply is
- *         1.04x faster although the chunk is read again.)
  * undo    a block per chunk to restore: the logged changes taken back (or
  *         the saved contents copied back), then the chunk hashed again so
  *         the host can tell a wrong base from damaged data. */
@@ -127,24 +125,53 @@ __global__ void __launch_bounds__(THREADS) dk_subs(dk_batch_t b) {
            chunk already refused gets empty sub-streams */
         const bool ok = *(volatile uint32_t *)&b.status[e->chunk] == DK_OK;
         uint64_t slot = 0, end = 0;
-        if (!dk_table(e, (uint32_t)i, ok, b.subs + e->sub0, &slot, &end)) {
-            fail(&b.status[e->chunk], DK_STREAM);
-            continue;
-        }
-        /* the class's slots past its sub-streams' (each rounds down): never
-           written, so nothing the undo would take back */
-        for (; slot < end; slot++) b.delta[slot] = 0;
+        if (!dk_table(e, (uint32_t)i, ok, b.subs + e->sub0, &slot, &end)) fail(&b.status[e->chunk], DK_STREAM);
     }
 }
 
+/* Format 2, a thread per sub-stream. A round's 256 sub-streams are
+   consecutive, so their bytes (dk_sub_span) lie together in the frames:
+   the block copies them into shared memory with 16-byte loads first, and
+   each thread decodes from there. Read from device memory, every top-up
+   of a thread's window was a load of its own that the thread then waited
+   on: two thirds of the pass's stall samples (ncu, 2026-11-28). A round
+   whose bytes do not fit decodes from device memory. */
+#define STAGE_BYTES 40960u
+
 __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
-    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nsubs; i += (uint64_t)gridDim.x * THREADS) {
-        dk_sub_t *sb = &b.subs[i];
-        const dk_class_t *e = &b.classes[sb->cls];
-        if (*(volatile uint32_t *)&b.status[e->chunk] != DK_OK) continue;
+    __shared__ uint4 stage[STAGE_BYTES / 16];
+    __shared__ unsigned long long span[2];
+    const unsigned t = threadIdx.x;
+    for (uint64_t first = (uint64_t)blockIdx.x * THREADS; first < b.nsubs; first += (uint64_t)gridDim.x * THREADS) {
+        const uint64_t i = first + t;
+        dk_sub_t *sb = i < b.nsubs ? &b.subs[i] : NULL;
+        const dk_class_t *e = sb ? &b.classes[sb->cls] : NULL;
+        const bool go = e && *(volatile uint32_t *)&b.status[e->chunk] == DK_OK;
+        unsigned long long lo = ~0ull, hi = 0;
+        if (go) {
+            uint64_t from, to;
+            dk_sub_span(e, sb, &from, &to);
+            lo = e->stream + from, hi = e->stream + to;
+        }
+#pragma unroll
+        for (unsigned m = 16; m; m >>= 1) {
+            const unsigned long long l2 = __shfl_xor_sync(FULL, lo, m), h2 = __shfl_xor_sync(FULL, hi, m);
+            lo = l2 < lo ? l2 : lo, hi = h2 > hi ? h2 : hi;
+        }
+        if (t == 0) span[0] = ~0ull, span[1] = 0;
+        __syncthreads();
+        if ((t & 31) == 0 && hi) atomicMin(&span[0], lo), atomicMax(&span[1], hi);
+        __syncthreads();
+        const uint64_t lo16 = span[0] & ~15ull, hi16 = (span[1] + 15) & ~15ull; /* inside the frames (16-aligned, rounded) */
+        const bool staged = span[1] > span[0] && hi16 - lo16 <= STAGE_BYTES;
+        if (staged)
+            for (uint64_t k = t; k < (hi16 - lo16) / 16; k += THREADS) stage[k] = ((const uint4 *)(uintptr_t)lo16)[k];
+        __syncthreads();
+        if (!go) continue;
         const uint32_t limit = 1u << b.chunks[e->chunk].sub_log2;
+        const uint8_t *st = staged ? (const uint8_t *)stage + (e->stream - lo16) : (const uint8_t *)(uintptr_t)e->stream;
         uint32_t nu = 0;
-        if (!decode_sub(e, sb, limit, b.rank + sb->slot, b.delta + sb->slot, &nu)) {
+        if (!decode_sub(e, st, sb, limit, b.rank + sb->slot, b.delta + sb->slot, &nu)) {
             fail(&b.status[e->chunk], DK_STREAM);
             continue;
         }
@@ -153,12 +180,17 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
     }
 }
 
+#define HSLOTS 16u /* hash sums a tile holds: 4 * W blocks of 1 KiB, or 8 half blocks (W = 1) */
+
 /* The write pass's shared state. The tile's counts and classes are kept
    for two tiles, by the tile's parity: a warp still placing tile t reads
    its buffer while the others fill the other one with tile t + 1, and none
    can reach tile t + 2 before every warp is done with t (the barrier of
    t + 1 comes after), so one barrier a tile is enough. */
 typedef struct {
+    uint64_t sec[24];             /* xxh3's secret, as words */
+    uint64_t hsum[2][HSLOTS][8];  /* per tile: each 1 KiB block's sums for the 8 accumulators (1-byte elements: each half block's) */
+    uint64_t hacc[8];             /* the accumulators, through the blocks scrambled so far */
     uint64_t ctab[256];           /* per bucket: ct_entry of its class */
     uint4 wcnt[2][WARPS];         /* per warp, its class counts (class_tile.cuh's words) */
     uint4 pre[2][THREADS];        /* per thread, the class's elements before it in its warp */
@@ -168,6 +200,57 @@ typedef struct {
     uint32_t fin_placed[CLASSES_MAX];
     uint32_t go;
 } place_smem_t;
+
+/* ---- the result's hash, as the write pass goes ----
+ * A chunk's xxh3 (common/sum_warp.cuh's arithmetic) is summed tile by tile
+ * from the tile's final contents in shared memory: each warp takes the
+ * bytes its own threads loaded (512 * W of them: two blocks of 1 KiB, one,
+ * or half of one), sums its stripes' products and words for each of the 8
+ * accumulators (sums add in any order), and warp 0's lanes 0-7 carry the
+ * accumulators, one each, through the blocks' scrambles in order, a tile
+ * later. The chunk's last block and the merge are done at its end, from
+ * memory (sumw_tail). This replaced a pass that read every chunk again
+ * (2.8 ms of 16 at lr 1e-6). */
+
+/* Warp wp's share of tile tt's sums (its contents in v; blocks from
+   nfull on are left for the tail). */
+template <uint32_t W>
+static __device__ __forceinline__ void hash_tile(const uint4 *v, const uint64_t *sec, uint64_t tt, uint64_t nfull,
+                                                 unsigned wp, unsigned lane, uint64_t (*hs)[8]) {
+    const unsigned q = lane & 3, r8 = lane >> 2;
+#pragma unroll
+    for (uint32_t u = 0; u < (W == 4 ? 2u : 1u); u++) {
+        const uint32_t lb = W == 1 ? wp >> 1 : W == 2 ? wp : 2 * wp + u; /* the block in the tile */
+        if (tt * (4 * W) + lb >= nfull) break;                            /* warp-uniform */
+        uint64_t s0 = 0, s1 = 0;
+#pragma unroll
+        for (uint32_t h = 0; h < 2; h++) {
+            if (W == 1 && h != (wp & 1)) continue;
+            const uint4 d = v[64 * lb + 32 * h + lane];
+            const unsigned k = 8 * h + r8 + 2 * q; /* stripe 8h + r8's words 2q, 2q + 1 */
+            sumx_contrib(d.x | (uint64_t)d.y << 32, d.z | (uint64_t)d.w << 32, sec[k], sec[k + 1], &s0, &s1);
+        }
+#pragma unroll
+        for (unsigned m = 4; m < 32; m <<= 1) {
+            s0 += __shfl_xor_sync(FULL, s0, m);
+            s1 += __shfl_xor_sync(FULL, s1, m);
+        }
+        const uint32_t slot = W == 1 ? wp : lb;
+        if (lane < 4) hs[slot][2 * q] = s0, hs[slot][2 * q + 1] = s1;
+    }
+}
+
+/* Tile tt's blocks (below nfull) through accumulator `lane` (warp 0's
+   lanes 0-7; kept in shared memory, not in a register the pass has none
+   of to spare): added, then scrambled, in order. */
+template <uint32_t W>
+static __device__ __forceinline__ void hash_chain(uint64_t *hacc, const uint64_t (*hs)[8], const uint64_t *sec,
+                                                  uint64_t tt, uint64_t nfull, unsigned lane) {
+    uint64_t acc = hacc[lane];
+    for (uint32_t lb = 0; lb < 4 * W && tt * (4 * W) + lb < nfull; lb++)
+        acc = sumx_scramble(acc + (W == 1 ? hs[2 * lb][lane] + hs[2 * lb + 1][lane] : hs[lb][lane]), sec[16 + lane]);
+    hacc[lane] = acc;
+}
 
 /* One sparse chunk's changes written, a tile at a time, elements of W
  * bytes (specialized, as the encoder's rank pass: the generic pass ran the
@@ -210,6 +293,8 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
         if (lane < cend) r_a = b.rank[run0 + lane], d_a = b.delta[run0 + lane];
         if (32 + lane < cend) r_b = b.rank[run0 + 32 + lane], d_b = b.delta[run0 + 32 + lane];
     }
+    /* its hash: the blocks below nfull summed and scrambled as the tiles go (hash_tile, hash_chain) */
+    const uint64_t len = (uint64_t)elems * W, nfull = len > SUMX_SHORT_MAX ? sumx_nfull(len) : 0;
     /* 16-bit elements: the next tile is loaded while this one is written
        (32-bit ones have no registers to spare for it at 4 blocks per SM) */
     constexpr bool ahead = W <= 2;
@@ -256,6 +341,12 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
             if (at + TILE < elems) ct_load<W>(reg, f2, ct_nin(f2, elems), vec, nxt);
         }
         __syncthreads();
+        if (at) { /* the last tile's contents are final: its sums; the one before it through the chain */
+            hash_tile<W>(sm.vals[par ^ 1], sm.sec, at / TILE - 1, nfull, wp, lane, sm.hsum[par ^ 1]);
+            __syncwarp(); /* read before this warp's threads load tile + 1 into the buffer */
+            if (wp == 0 && lane < 8 && at >= 2 * TILE)
+                hash_chain<W>(sm.hacc, sm.hsum[par], sm.sec, at / TILE - 2, nfull, lane);
+        }
         if (ek) {
             const uint32_t k = wp;
             /* class k's elements in the warps before warp x, in every lane */
@@ -294,6 +385,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                        warp's load would hold up the tile's barrier */
                     if (e && elem_unord(elem_ord(elem_load((const uint8_t *)sm.vals[par], W, pos - at), W) + d_a, W, &v)) {
                         elem_store(reg, W, pos, v);
+                        elem_store((uint8_t *)sm.vals[par], W, pos - at, v); /* for the hash */
                         b.rank[run0 + i] = pos;
                     } else {
                         b.delta[run0 + i] = 0; /* not written */
@@ -328,7 +420,17 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
         for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
         if (lane == 0) sm.fin_seen[wp] = seen, sm.fin_placed[wp] = placed_before + ci;
     }
+    __syncthreads(); /* every change written, in memory and in the last tile's buffer */
+    const uint64_t tiles = (elems + TILE - 1) / TILE;
+    hash_tile<W>(sm.vals[(tiles - 1) & 1], sm.sec, tiles - 1, nfull, wp, lane, sm.hsum[(tiles - 1) & 1]);
+    if (wp == 0 && lane < 8 && tiles >= 2) hash_chain<W>(sm.hacc, sm.hsum[tiles & 1], sm.sec, tiles - 2, nfull, lane);
     __syncthreads();
+    if (wp == 0) {
+        if (lane < 8) hash_chain<W>(sm.hacc, sm.hsum[(tiles - 1) & 1], sm.sec, tiles - 1, nfull, lane);
+        __syncwarp();
+        const uint64_t h = sumw_tail(reg, len, sm.hacc[lane & 7], (const uint8_t *)sm.sec, lane);
+        if (lane == 0 && h != ch.next_sum) fail(&b.status[c], DK_NEXT_SUM);
+    }
     if (tid == 0) /* the first class at fault, as the CPU walk reports it */
         for (uint32_t k = 0; k < K; k++) {
             const dk_class_t *e = &b.classes[ch.class0 + k];
@@ -344,7 +446,8 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
 }
 
 __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
-    __shared__ place_smem_t sm;
+    extern __shared__ uint4 dk_dyn[]; /* a place_smem_t: more than the 48 KiB of static shared memory */
+    place_smem_t &sm = *(place_smem_t *)dk_dyn;
     __shared__ uint32_t lower[CLASSES_MAX];
     const uint32_t c = sparse[blockIdx.x];
     const unsigned tid = threadIdx.x;
@@ -364,6 +467,8 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
         sm.go = go;
     }
     if (tid < CLASSES_MAX) lower[tid] = tid < K ? b.classes[ch.class0 + tid].lower >> shift : 0;
+    if (tid < 192) ((uint8_t *)sm.sec)[tid] = dk_ksecret[tid];
+    if (tid < 8) sm.hacc[tid] = sumx_init_acc(tid);
     __syncthreads();
     if (!sm.go) return;
     { /* bucket tid's class: the bounds it reaches */
@@ -391,17 +496,12 @@ __global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *
     }
 }
 
-__global__ void __launch_bounds__(THREADS) dk_verify(dk_batch_t b, const uint32_t *sparse, uint32_t n) {
-    __shared__ uint8_t sec[192];
-    load_secret(sec);
-    const unsigned t = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    for (uint64_t x = (uint64_t)blockIdx.x * WARPS + wp; x < n; x += (uint64_t)gridDim.x * WARPS) {
-        const uint32_t c = sparse[x];
-        const dk_chunk_t *ch = &b.chunks[c];
-        if (*(volatile uint32_t *)&b.status[c] != DK_OK) continue;
-        if (sumw_xxh3((const uint8_t *)ch->region, (uint64_t)ch->elems * ch->width, sec, t) != ch->next_sum && t == 0)
-            fail(&b.status[c], DK_NEXT_SUM);
-    }
+/* A placed change taken back (its slot's rank holds its element; delta 0:
+   not written). */
+static __device__ __forceinline__ void undo_one(const dk_batch_t &b, uint8_t *reg, uint32_t w, uint64_t i) {
+    const int64_t d = b.delta[i];
+    uint32_t v;
+    if (d && elem_unord(elem_ord(elem_load(reg, w, b.rank[i]), w) - d, w, &v)) elem_store(reg, w, b.rank[i], v);
 }
 
 __global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t *idx) {
@@ -413,12 +513,16 @@ __global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t 
     const uint32_t w = ch->width;
     const uint64_t bytes = (uint64_t)ch->elems * w;
     if (b.applied[c]) {
-        if (ch->mode == DK_SPARSE_CHUNK) {
-            for (uint64_t i = ch->change0 + threadIdx.x; i < ch->change0 + ch->changed; i += THREADS) {
-                const int64_t d = b.delta[i];
-                uint32_t v;
-                if (d && elem_unord(elem_ord(elem_load(reg, w, b.rank[i]), w) - d, w, &v))
-                    elem_store(reg, w, b.rank[i], v);
+        if (ch->mode == DK_SPARSE_CHUNK && !ch->sub_log2) {
+            for (uint64_t i = ch->change0 + threadIdx.x; i < ch->change0 + ch->changed; i += THREADS)
+                undo_one(b, reg, w, i);
+        } else if (ch->mode == DK_SPARSE_CHUNK) { /* format 2: each sub-stream's changes (slots past them hold nothing) */
+            for (uint32_t k = 0; k < ch->classes; k++) {
+                const dk_class_t *e = &b.classes[ch->class0 + k];
+                for (uint32_t x = 0; x < e->nsub; x++) {
+                    const dk_sub_t *sb = &b.subs[e->sub0 + x];
+                    for (uint32_t i = threadIdx.x; i < sb->count; i += THREADS) undo_one(b, reg, w, sb->slot + i);
+                }
             }
         } else if (ch->mode == DK_RAW_CHUNK) {
             const uint8_t *save = b.save + ch->save;
@@ -452,11 +556,15 @@ extern "C" cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *spa
         dk_decode2<<<grid_for(b->nsubs, THREADS, sms), THREADS, 0, stream>>>(*b);
     }
     cudaEventRecord(ev[2], stream);
-    if (nsparse) dk_place<<<nsparse, THREADS, 0, stream>>>(*b, sparse);
+    if (nsparse) {
+        /* every call: cheap, and the attribute is per device */
+        const cudaError_t e = cudaFuncSetAttribute(dk_place, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)sizeof(place_smem_t));
+        if (e != cudaSuccess) return e;
+        dk_place<<<nsparse, THREADS, sizeof(place_smem_t), stream>>>(*b, sparse);
+    }
     if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
     cudaEventRecord(ev[3], stream);
-    if (nsparse) dk_verify<<<grid_for(nsparse, WARPS, sms), THREADS, 0, stream>>>(*b, sparse, nsparse);
-    cudaEventRecord(ev[4], stream);
     return cudaGetLastError();
 }
 

@@ -55,7 +55,7 @@ struct ferry_delta_cuda {
     size_t cap_chunk_item;
     /* the last batch's copies and passes, timed on the stream: before the
        copies, before each pass, after the last */
-    cudaEvent_t ev[6];
+    cudaEvent_t ev[5];
     ferry_delta_cuda_times_t times;
 };
 
@@ -94,10 +94,10 @@ ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, fer
         free(d);
         return st;
     }
-    for (int i = 0; i < 6 && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
+    for (int i = 0; i < 5 && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
     leave(d, prev);
     if (e != cudaSuccess) {
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 5; i++)
             if (d->ev[i]) cudaEventDestroy(d->ev[i]);
         free(d);
         return cuda_fail(err, e, "delta apply: cudaEventCreate");
@@ -106,7 +106,7 @@ ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, fer
     if (ferry_ctx_create(NULL, &d->ctx, detail, sizeof detail) != FERRY_OK ||
         ferry_delta_codec_create(d->ctx, &d->codec) != FERRY_OK) {
         ferry_ctx_destroy(d->ctx);
-        for (int i = 0; i < 6; i++) cudaEventDestroy(d->ev[i]);
+        for (int i = 0; i < 5; i++) cudaEventDestroy(d->ev[i]);
         free(d);
         return ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: making a codec: %s", detail);
     }
@@ -140,7 +140,7 @@ void ferry_delta_cuda_destroy(ferry_delta_cuda_t *d) {
     ferry_errbuf_t ignored;
     bool entered = enter(d, &prev, &ignored) == FERRY_OK;
     free_scratch(d);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 5; i++)
         if (d->ev[i]) cudaEventDestroy(d->ev[i]);
     if (entered) leave(d, prev);
     free(d->chunk_item);
@@ -432,11 +432,11 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
         (e = cudaMemcpyAsync(d->h_status, d->d_status, nc * 4, cudaMemcpyDeviceToHost, stream)) ||
         (e = cudaStreamSynchronize(stream)))
         return cuda_fail(err, e, "delta apply: the GPU's passes");
-    float ms[5] = {0};
-    for (int i = 0; i < 5; i++)
+    float ms[4] = {0};
+    for (int i = 0; i < 4; i++)
         if (cudaEventElapsedTime(&ms[i], d->ev[i], d->ev[i + 1]) != cudaSuccess) ms[i] = 0;
     d->times = (ferry_delta_cuda_times_t){.copy_s = ms[0] / 1e3, .check_s = ms[1] / 1e3, .decode_s = ms[2] / 1e3,
-                                          .write_s = ms[3] / 1e3, .verify_s = ms[4] / 1e3};
+                                          .write_s = ms[3] / 1e3};
 
     /* 4. items with a failed chunk restored, then their failed chunks blamed */
     uint32_t *undo = d->h_lists + 2 * d->hcap_chunks;

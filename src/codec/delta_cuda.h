@@ -82,8 +82,7 @@ typedef struct ferry_delta_cuda_times {
     double copy_s;   /* the deltas and tables copied to the device */
     double check_s;  /* record checksums; unchanged and raw chunks checked */
     double decode_s; /* class streams decoded */
-    double write_s;  /* changes written in place, raw chunks copied */
-    double verify_s; /* results hashed against their checksums */
+    double write_s;  /* changes written in place and the results hashed against their checksums, raw chunks copied */
 } ferry_delta_cuda_times_t;
 void ferry_delta_cuda_last_times(const ferry_delta_cuda_t *d, ferry_delta_cuda_times_t *out);
 

@@ -20,9 +20,11 @@
 #ifdef __CUDA_ARCH__
 #define DK_CTZ64(x) ((uint32_t)(__ffsll((long long)(x)) - 1))
 #define DK_CLZ32(x) ((uint32_t)__clz((int)(x)))
+#define DK_CTZ32(x) ((uint32_t)(__ffs((int)(x)) - 1))
 #else
 #define DK_CTZ64(x) ((uint32_t)__builtin_ctzll(x))
 #define DK_CLZ32(x) ((uint32_t)__builtin_clz(x))
+#define DK_CTZ32(x) ((uint32_t)__builtin_ctz(x))
 #endif
 
 /* ---- a class stream, read as class_dec.h reads it ------------------------------ */
@@ -32,9 +34,12 @@ typedef struct dbits {
     uint64_t acc;
     uint32_t n, pad;
     bool overrun;
+    bool ahead;      /* GPU: w0, w1 hold the aligned words at and after p's, loaded ahead (br_top) */
+    uint32_t w0, w1;
 } dbits_t;
 
 DK_HD void br_refill(dbits_t *r) {
+    r->ahead = false; /* p moves by bytes */
     while (r->n <= 56) {
         uint64_t b = 0;
         if (r->p < r->end) b = *r->p++;
@@ -102,17 +107,24 @@ DK_HD void br_top(dbits_t *r) {
 #ifdef __CUDA_ARCH__
     if (r->end - p >= 8) {
         /* on the GPU, far from the end: the two aligned words holding the
-           four bytes, through the read-only cache (the stream does not
-           change while it is read), instead of four byte loads and their
-           bounds; both lie inside the frame buffer the apply copied the
-           frames into (cudaMalloc'd, so 4-aligned; and p + 7 < end) */
+           four bytes, instead of four byte loads and their bounds; both
+           lie inside the buffer the stream is read from (the frames the
+           apply copied to the device, or dk_decode2's copy in shared
+           memory: 4-aligned where the stream's bytes are; and p + 7 <
+           end). The word the next top-up needs is loaded now, so that its
+           wait can fall behind the codes of these 32 bits. */
         const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-        const uint32_t v = __funnelshift_r(__ldg(a), __ldg(a + 1), 8u * (uint32_t)((uintptr_t)p & 3));
+        const uint32_t w0 = r->ahead ? r->w0 : a[0], w1 = r->ahead ? r->w1 : a[1];
+        const uint32_t v = __funnelshift_r(w0, w1, 8u * (uint32_t)((uintptr_t)p & 3));
+        r->ahead = r->end - p >= 12; /* the next top-up takes this path too */
+        r->w0 = w1;
+        if (r->ahead) r->w1 = a[2];
         r->acc |= (uint64_t)v << r->n;
         r->n += 32;
         r->p = p + 4;
         return;
     }
+    r->ahead = false;
 #endif
     uint32_t b0 = p < r->end ? p[0] : 0, b1 = p + 1 < r->end ? p[1] : 0, b2 = p + 2 < r->end ? p[2] : 0,
              b3 = p + 3 < r->end ? p[3] : 0;
@@ -143,15 +155,90 @@ DK_HD uint32_t br_rice_fast(dbits_t *r, uint32_t k, uint32_t limit) {
     return br_rice(r, k, limit);
 }
 
+/* ---- codes read straight from the window ----
+ * The decoders below read most of a change's codes from the low 32 bits
+ * of the window in 32-bit arithmetic, and take the general reader for
+ * what does not fit there (a long code, a broken limit, the stream's end),
+ * from the same place, with the same values and verdicts. Doing little per
+ * change, with few branches, matters on a GPU: its lanes decode different
+ * streams, and every path one lane takes, the whole warp waits through
+ * (the general reader's non-unit path, taken by some lane nearly every
+ * step, cost 5x the one-ulp path's instructions; ncu, 2026-11-28). */
+
+/* bits [at, at + 32) of the window (at < 32) */
+DK_HD uint32_t win32(uint64_t acc, uint32_t at) {
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r((uint32_t)acc, (uint32_t)(acc >> 32), at);
+#else
+    return (uint32_t)(acc >> at);
+#endif
+}
+
+/* Consumes the first `used` bits of the window (used <= 32), as br_skip. */
+DK_HD void br_drop(dbits_t *r, uint32_t used) {
+#ifdef __CUDA_ARCH__
+    const uint32_t lo = (uint32_t)r->acc, hi = (uint32_t)(r->acc >> 32);
+    r->acc = (uint64_t)__funnelshift_rc(hi, 0u, used) << 32 | __funnelshift_rc(lo, hi, used);
+#else
+    r->acc >>= used;
+#endif
+    r->n -= used;
+    if (r->n < r->pad) r->overrun = true;
+}
+
+/* After the window's first a bits (a < 32; the window topped up), a
+   Rice(k) code into *v, then b bits (0 or 1) into *after: all consumed
+   when they end in the window's low 32 bits and the quotient keeps
+   limit >> k; false, consuming nothing, otherwise. */
+DK_HD bool rice_low(dbits_t *r, uint32_t a, uint32_t b, uint32_t k, uint32_t limit, uint32_t *v, uint32_t *after) {
+    const uint32_t x = win32(r->acc, a);
+    if (!x) return false;
+    const uint32_t t = DK_CTZ32(x), e = a + t + 1 + k + b;
+    if (e > 32 || t > (limit >> k)) return false;
+    const uint32_t rest = x >> t >> 1; /* the bits after the code's one */
+    *v = t << k | (rest & ((1u << k) - 1));
+    *after = b ? (rest >> k) & 1 : 0;
+    br_drop(r, e);
+    return true;
+}
+
+/* After the window's first a bits (a: 0 or 1; the window topped up), a
+   non-unit change's magnitude (ExpGolomb(|d| - 2, k_mag)) into *mag, then
+   when run_follows the run to the next non-unit change (Rice(k_nu), at
+   most run_limit) into *run: consumed when all of it ends in the window's
+   low 32 bits; false, consuming nothing, otherwise. */
+DK_HD bool nu_low(dbits_t *r, uint32_t a, uint32_t k_mag, bool run_follows, uint32_t k_nu, uint32_t run_limit,
+                  uint64_t *mag, uint32_t *run) {
+    const uint32_t x = win32(r->acc, a);
+    if (!x) return false;
+    const uint32_t z = DK_CTZ32(x), low = z + k_mag, e = a + z + 1 + low; /* low <= 31 once e <= 32 */
+    if (z > 32 - k_mag || e > 32) return false;
+    const uint32_t value = ((1u << low) | ((x >> z >> 1) & ((1u << low) - 1))) - (1u << k_mag);
+    uint32_t used = e, rv = 0;
+    if (run_follows) {
+        if (e >= 32) return false;
+        const uint32_t y = win32(r->acc, e);
+        if (!y) return false;
+        const uint32_t z2 = DK_CTZ32(y);
+        used = e + z2 + 1 + k_nu;
+        if (used > 32 || z2 > (run_limit >> k_nu)) return false;
+        rv = z2 << k_nu | ((y >> z2 >> 1) & ((1u << k_nu) - 1));
+    }
+    br_drop(r, used);
+    *mag = (uint64_t)value + 2;
+    *run = rv;
+    return true;
+}
+
 /* One class's changes in rank order; false when the stream is malformed, a
    rank falls past the class's elements or the stream does not end with its
-   last change (class_cursor_start, next_value, class_cursor_sound). The
-   window is topped up 4 bytes at a time and short codes are read straight
-   from it; long ones take the general reader, which gives the same values
-   and the same verdicts. */
+   last change (class_cursor_start, next_value, class_cursor_sound). A
+   one-ulp change's sign bit and the gap to the next change are read at
+   once from the window; a non-unit change's magnitude and run at once,
+   then its gap (above). */
 DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
     dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
-                 false};
+                 false, false, 0, 0};
     /* the class's fields in locals: the stores to rank and delta could
        alias *e, so reading them from *e in the loop loads them again per
        change (from memory, on the GPU) */
@@ -164,16 +251,31 @@ DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
         rank[j] = (uint32_t)target;
         br_top(&r);
         const uint32_t neg = (uint32_t)(r.acc & 1);
-        br_skip(&r, 1);
+        const bool last = j + 1 == changed;
+        uint32_t gap = 0, unused;
         uint64_t a = 1;
         if (nu_left && j == nu_next) {
-            a = br_expg(&r, k_mag) + 2;
+            uint32_t run = 0;
+            if (!nu_low(&r, 1, k_mag, nu_left > 1, k_nu, changed, &a, &run)) {
+                br_skip(&r, 1);
+                a = br_expg(&r, k_mag) + 2;
+                if (nu_left > 1) run = br_rice_fast(&r, k_nu, changed);
+            }
             if (--nu_left) {
-                nu_next += br_rice_fast(&r, k_nu, changed) + 1;
+                nu_next += run + 1;
                 if (nu_next >= changed) r.overrun = true;
             }
+            if (!last) {
+                br_top(&r);
+                if (!rice_low(&r, 0, 0, k_gap, count, &gap, &unused)) gap = br_rice_fast(&r, k_gap, count);
+            }
+        } else if (last) {
+            br_skip(&r, 1);
+        } else if (!rice_low(&r, 1, 0, k_gap, count, &gap, &unused)) {
+            br_skip(&r, 1);
+            gap = br_rice_fast(&r, k_gap, count);
         }
-        target = j + 1 == changed ? UINT64_MAX : target + (uint64_t)br_rice_fast(&r, k_gap, count) + 1;
+        target = last ? UINT64_MAX : target + gap + 1;
         delta[j] = neg ? -(int64_t)a : (int64_t)a;
     }
     uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
@@ -194,7 +296,7 @@ DK_HD bool dk_table(const dk_class_t *e, uint32_t i, bool ok, dk_sub_t *subs, ui
     ok = ok && table <= e->len;
     const uint64_t part = ok ? e->len - table : 0;
     const uint8_t *st = (const uint8_t *)(uintptr_t)e->stream;
-    dbits_t r = {st + part, st + part, st + (ok ? e->len : part), 0, 0, 0, false};
+    dbits_t r = {st + part, st + part, st + (ok ? e->len : part), 0, 0, 0, false, false, 0, 0};
     uint64_t bit = 0, slot = e->change0;
     uint32_t longest = 0;
     const uint32_t nsub = e->nsub, len_bits = e->len_bits, per = 2 + e->k_gap; /* locals: subs could alias *e */
@@ -215,19 +317,36 @@ DK_HD bool dk_table(const dk_class_t *e, uint32_t i, bool ok, dk_sub_t *subs, ui
     return sound;
 }
 
+/* Format 2: the bytes of class e's stream that sub-stream sb is read
+   from, [*from, *to): its first byte to the one holding its last bit,
+   within the stream's first part. Reading no further changes no verdict: a
+   sub-stream that reads past its last bit is refused either way (its end
+   is not where its length says, or it runs out of bits). */
+DK_HD void dk_sub_span(const dk_class_t *e, const dk_sub_t *sb, uint64_t *from, uint64_t *to) {
+    const uint64_t table = ((uint64_t)e->nsub * e->len_bits + 7) / 8, part = table <= e->len ? e->len - table : 0;
+    const uint64_t f = sb->bit / 8, t = (sb->bit + sb->bits + 7) / 8;
+    *from = f < part ? f : part;
+    *to = t < part ? t : part;
+}
+
 /* Format 2: one sub-stream's changes, ranks local to its sub-block, into
    its slots; false when malformed (docs/delta-format.md, format 2: a code
    past its length, an end not at a change's end, the non-unit index not
-   ending at the change count, a rank past the sub-block). */
-DK_HD bool decode_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_t *rank, int64_t *delta,
-                                  uint32_t *nonunit_out) {
-    const uint64_t table = ((uint64_t)e->nsub * e->len_bits + 7) / 8;
-    const uint8_t *st = (const uint8_t *)e->stream, *p = st + sb->bit / 8;
-    dbits_t r = {p, p, st + (e->len - table), 0, 0, 0, false};
+   ending at the change count, a rank past the sub-block). st: where the
+   class stream's bytes are read (e->stream, or a copy of the bytes
+   dk_sub_span names). Each change's codes come from the window at once,
+   as decode_class's do. Slots past its changes are left as they are: the
+   undo walks each sub-stream's count (dk_undo). */
+DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint32_t limit, uint32_t *rank,
+                      int64_t *delta, uint32_t *nonunit_out) {
+    uint64_t from, to;
+    dk_sub_span(e, sb, &from, &to);
+    const uint8_t *p = st + from;
+    dbits_t r = {p, p, st + to, 0, 0, 0, false, false, 0, 0};
     /* the class's fields in locals (decode_class says why) */
     const uint32_t k_gap = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag, has_nu = e->nonunit != 0;
     const uint32_t skip = (uint32_t)(sb->bit % 8), cap = sb->bits / (2 + k_gap);
-    br_refill(&r);
+    br_top(&r); /* 4 bytes at once (on the GPU, aligned words), not br_refill's 8 loads one after another */
     br_skip(&r, skip);
     const uint64_t end = skip + (uint64_t)sb->bits;
     uint32_t m = 0, nu = 0, nu_next = 0;
@@ -235,14 +354,24 @@ DK_HD bool decode_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_
     if (sb->bits && has_nu) nu_next = br_rice_fast(&r, k_nu, limit);
     while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
         if (m >= cap) return false;
-        const uint64_t rk = next_rank + br_rice_fast(&r, k_gap, limit);
         br_top(&r);
-        const uint32_t neg = (uint32_t)(r.acc & 1);
-        br_skip(&r, 1);
+        uint32_t gap, neg;
+        if (!rice_low(&r, 0, 1, k_gap, limit, &gap, &neg)) { /* the gap and the sign bit */
+            gap = br_rice_fast(&r, k_gap, limit);
+            br_top(&r);
+            neg = (uint32_t)(r.acc & 1);
+            br_skip(&r, 1);
+        }
+        const uint64_t rk = next_rank + gap;
         uint64_t a = 1;
         if (has_nu && m == nu_next) {
-            a = br_expg(&r, k_mag) + 2;
-            nu_next = m + 1 + br_rice_fast(&r, k_nu, limit);
+            uint32_t run;
+            br_top(&r);
+            if (!nu_low(&r, 0, k_mag, true, k_nu, limit, &a, &run)) {
+                a = br_expg(&r, k_mag) + 2;
+                run = br_rice_fast(&r, k_nu, limit);
+            }
+            nu_next = m + 1 + run;
             nu++;
         }
         if (rk >= limit) return false;
@@ -254,7 +383,6 @@ DK_HD bool decode_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_
     const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     sb->count = m;
     *nonunit_out = nu;
-    for (uint32_t j = m; j < cap; j++) delta[j] = 0; /* unused slots: nothing to undo */
     return !r.overrun && tell == end && (sb->bits == 0 || m > 0) && (!has_nu || m == 0 || nu_next == m);
 }
 

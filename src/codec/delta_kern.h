@@ -97,13 +97,12 @@ typedef struct dk_batch {
  * decode: every format 1 class stream into (rank, delta) (a thread per
  *      class); format 2: the sub-stream table from each class's length
  *      table (a thread per class), then every sub-stream (a thread each);
- * place: sparse chunks' changes written into place (a block per chunk,
+ * place: sparse chunks' changes written into place and each result
+ *      hashed against next_sum as it is written (a block per chunk,
  *      `sparse` lists their indices);
- * raw: raw chunks' old contents saved, the new ones copied in;
- * verify: sparse chunks' results hashed against next_sum (a warp per
- *      chunk).
- * sms: the device's multiprocessor count (grid sizes). ev: 5 events,
- * recorded before pre, decode, place (with raw) and verify, and after. */
+ * raw: raw chunks' old contents saved, the new ones copied in.
+ * sms: the device's multiprocessor count (grid sizes). ev: 4 events,
+ * recorded before pre, decode and place (with raw), and after. */
 cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse, const uint32_t *raw,
                              uint32_t nraw, unsigned sms, cudaEvent_t *ev, cudaStream_t stream);
 

@@ -98,6 +98,43 @@ static __device__ uint64_t sumw_xxh3(const uint8_t *p, uint64_t len, const uint8
     return __shfl_sync(SUMW_FULL, h, 0);
 }
 
+/* The end of xxh3-64 (seed 0) of [p, p + len) for a caller that has
+ * taken its nfull full blocks through the accumulators itself (codec/
+ * delta.cu's write pass): acc holds accumulator `lane` in lanes 0-7. The
+ * last block's stripes, the last stripe and the merge, by a whole warp
+ * (lane t), read from p (any alignment); the hash on every lane. Inputs of
+ * 240 bytes or fewer (no blocks) are hashed whole. */
+static __device__ uint64_t sumw_tail(const uint8_t *p, uint64_t len, uint64_t acc, const uint8_t *sec, unsigned t) {
+    if (len <= SUMX_SHORT_MAX) return sumw_xxh3(p, len, sec, t);
+    const unsigned q = t & 3, r8 = t >> 2, nstr = sumx_nstr(len);
+    uint64_t acc0 = __shfl_sync(SUMW_FULL, acc, 2 * q), acc1 = __shfl_sync(SUMW_FULL, acc, 2 * q + 1);
+    const uint8_t *blk = p + 1024 * sumx_nfull(len);
+    uint64_t s0 = 0, s1 = 0;
+    for (unsigned h = 0; h < 2; h++) {
+        const unsigned st = 8 * h + r8; /* the stripe; this lane's words 2q, 2q + 1 */
+        if (st < nstr) {
+            const uint8_t *x = blk + 64 * st + 16 * q;
+            sumx_contrib(sumx_rd64(x), sumx_rd64(x + 8), sumx_sec64(sec, 8 * (st + 2 * q)),
+                         sumx_sec64(sec, 8 * (st + 2 * q) + 8), &s0, &s1);
+        }
+    }
+    if (t < 4) { /* the last stripe, [len - 64, len) */
+        const uint8_t *x = p + len - 64 + 16 * t;
+        sumx_contrib(sumx_rd64(x), sumx_rd64(x + 8), sumx_last_key(sec, t, 0), sumx_last_key(sec, t, 1), &s0, &s1);
+    }
+#pragma unroll
+    for (unsigned m = 4; m < 32; m <<= 1) {
+        s0 += __shfl_xor_sync(SUMW_FULL, s0, m);
+        s1 += __shfl_xor_sync(SUMW_FULL, s1, m);
+    }
+    acc0 += s0;
+    acc1 += s1;
+    uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, t, 0), acc1 ^ sumx_merge_key(sec, t, 1));
+    m += __shfl_xor_sync(SUMW_FULL, m, 1);
+    m += __shfl_xor_sync(SUMW_FULL, m, 2);
+    return sumx_avalanche(len * SUMX_PRIME64_1 + m);
+}
+
 /* xxh3-64 with a seed; cs: this warp's 192 bytes of shared memory for the
    secret the seed derives (long inputs). */
 static __device__ uint64_t sumw_xxh3_seeded(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *sec,

@@ -68,7 +68,8 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
         uint32_t sum = 0, nu_sum = 0;
         for (uint32_t b = 0; b < nsub; b++) {
             uint32_t nu = 0;
-            if (!decode_sub(&e, &subs[k][b], 1u << S, rank[k] + subs[k][b].slot, dl[k] + subs[k][b].slot, &nu)) {
+            if (!decode_sub(&e, (const uint8_t *)(uintptr_t)e.stream, &subs[k][b], 1u << S, rank[k] + subs[k][b].slot,
+                            dl[k] + subs[k][b].slot, &nu)) {
                 decoded = false;
                 break;
             }
@@ -161,6 +162,195 @@ static void check_delta(const uint8_t *d, size_t len, uint32_t w, const uint8_t 
     free(region);
 }
 
+/* ---- the fast readers against the general one ----
+ * decode_class and decode_sub read most changes straight from the window
+ * and fall back to the general reader for the rest. Here the general
+ * reader alone (br_rice, br_bits, br_expg: no window fast path) decodes the
+ * same streams, and both must agree: the verdict always, the changes when
+ * good. The streams are written by the format's rules from random changes
+ * (long gaps and magnitudes included, so that the fallbacks run), then
+ * some have a bit flipped or are cut short. */
+
+static bool ref_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
+    dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
+                 false, false, 0, 0};
+    uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice(&r, e->k_nu, e->changed) : 0;
+    uint64_t target = e->changed ? br_rice(&r, e->k_gap, e->count) : UINT64_MAX;
+    bool past = false;
+    for (uint32_t j = 0; j < e->changed && !r.overrun; j++) {
+        past |= target >= e->count;
+        rank[j] = (uint32_t)target;
+        const uint32_t neg = br_bits(&r, 1);
+        uint64_t a = 1;
+        if (nu_left && j == nu_next) {
+            a = br_expg(&r, e->k_mag) + 2;
+            if (--nu_left) {
+                nu_next += br_rice(&r, e->k_nu, e->changed) + 1;
+                if (nu_next >= e->changed) r.overrun = true;
+            }
+        }
+        target = j + 1 == e->changed ? UINT64_MAX : target + (uint64_t)br_rice(&r, e->k_gap, e->count) + 1;
+        delta[j] = neg ? -(int64_t)a : (int64_t)a;
+    }
+    const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
+    return !past && !r.overrun && nu_left == 0 && tell + 7 >= (uint64_t)e->len * 8;
+}
+
+static bool ref_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_t *rank, int64_t *delta,
+                    uint32_t *nonunit_out) {
+    const uint8_t *st = (const uint8_t *)e->stream, *p = st + sb->bit / 8;
+    dbits_t r = {p, p, st + e->len, 0, 0, 0, false, false, 0, 0};
+    const uint32_t cap = sb->bits / (2 + e->k_gap);
+    br_skip((br_refill(&r), &r), (uint32_t)(sb->bit % 8));
+    const uint64_t end = sb->bit % 8 + (uint64_t)sb->bits;
+    uint32_t m = 0, nu = 0, nu_next = 0;
+    uint64_t next_rank = 0;
+    if (sb->bits && e->nonunit) nu_next = br_rice(&r, e->k_nu, limit);
+    while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
+        if (m >= cap) return false;
+        const uint64_t rk = next_rank + br_rice(&r, e->k_gap, limit);
+        const uint32_t neg = br_bits(&r, 1);
+        uint64_t a = 1;
+        if (e->nonunit && m == nu_next) {
+            a = br_expg(&r, e->k_mag) + 2;
+            nu_next = m + 1 + br_rice(&r, e->k_nu, limit);
+            nu++;
+        }
+        if (rk >= limit) return false;
+        rank[m] = (uint32_t)rk;
+        delta[m] = neg ? -(int64_t)a : (int64_t)a;
+        next_rank = rk + 1;
+        m++;
+    }
+    const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
+    sb->count = m;
+    *nonunit_out = nu;
+    return !r.overrun && tell == end && (sb->bits == 0 || m > 0) && (!e->nonunit || m == 0 || nu_next == m);
+}
+
+typedef struct bw {
+    uint8_t *buf;
+    uint64_t bit, cap;
+} bw_t;
+
+static void bw_put(bw_t *w, uint64_t v, uint32_t n) {
+    for (uint32_t i = 0; i < n && w->bit < w->cap * 8; i++, w->bit++)
+        if (v >> i & 1) w->buf[w->bit / 8] |= (uint8_t)(1u << (w->bit % 8));
+}
+static void bw_rice(bw_t *w, uint64_t v, uint32_t k) {
+    for (uint64_t q = v >> k; q; q--) bw_put(w, 0, 1);
+    bw_put(w, 1, 1);
+    bw_put(w, v, k);
+}
+static void bw_expg(bw_t *w, uint64_t v, uint32_t k) { /* ExpGolomb(v, k) */
+    const uint64_t x = v + (1ull << k);
+    uint32_t len = 0;
+    while (len < 64 && x >> len) len++;
+    bw_rice(w, len - 1 - k, 0);
+    bw_put(w, x, len - 1);
+}
+
+static uint64_t rnd(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+/* A change list: m changes, ranks rising from 0 with gaps mostly short,
+   some non-unit (magnitudes up to 2^33). */
+static void random_changes(uint64_t *s, uint32_t m, uint32_t k_gap, uint32_t *rank, int64_t *d, bool *nu_out) {
+    uint64_t at = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        const uint32_t pick = (uint32_t)(rnd(s) % 100);
+        uint64_t gap = pick < 3 ? rnd(s) % 5000 : rnd(s) % ((2ull << k_gap) + 1);
+        at += gap + (j ? 1 : 0);
+        rank[j] = (uint32_t)at;
+        const uint32_t q = (uint32_t)(rnd(s) % 100);
+        uint64_t a = q < 80 ? 1 : q < 97 ? 2 + rnd(s) % 20 : q < 99 ? 2 + rnd(s) % (1u << 20) : 2 + rnd(s) % (1ull << 33);
+        d[j] = rnd(s) & 1 ? -(int64_t)a : (int64_t)a;
+        nu_out[j] = a != 1;
+    }
+}
+
+static void check_fast_readers(void) {
+    enum { M = 300, BYTES = 16384, TRIALS = 30000 };
+    static uint8_t buf[BYTES + 8];
+    /* a sub-stream's slots: up to bits / 2 */
+    static uint32_t r1[BYTES * 4 + 1], r2[BYTES * 4 + 1], rank[M];
+    static int64_t d1[BYTES * 4 + 1], d2[BYTES * 4 + 1], d[M];
+    static bool isnu[M];
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    size_t good[2] = {0, 0}, bad[2] = {0, 0};
+    for (uint32_t t = 0; t < TRIALS; t++) {
+        const uint32_t fmt = 1 + (t & 1), m = 1 + (uint32_t)(rnd(&s) % M);
+        const uint32_t k_gap = (uint32_t)(rnd(&s) % 100 < 90 ? rnd(&s) % 9 : rnd(&s) % 25);
+        const uint32_t k_nu = (uint32_t)(rnd(&s) % 8), k_mag = (uint32_t)(rnd(&s) % 5);
+        random_changes(&s, m, k_gap, rank, d, isnu);
+        uint32_t nonunit = 0, first_nu = m;
+        for (uint32_t j = m; j-- > 0;)
+            if (isnu[j]) nonunit++, first_nu = j;
+        memset(buf, 0, sizeof buf);
+        const uint32_t lead = fmt == 2 ? (uint32_t)(rnd(&s) % 16) : 0; /* a sub-stream starts mid-byte */
+        bw_t w = {buf, lead, BYTES};
+        if (nonunit) bw_rice(&w, first_nu, k_nu);
+        if (fmt == 1) bw_rice(&w, rank[0], k_gap);
+        uint32_t nu_left = nonunit;
+        for (uint32_t j = 0; j < m; j++) {
+            if (fmt == 2) bw_rice(&w, j ? rank[j] - rank[j - 1] - 1 : rank[0], k_gap);
+            bw_put(&w, d[j] < 0, 1);
+            if (isnu[j]) {
+                bw_expg(&w, (uint64_t)(d[j] < 0 ? -d[j] : d[j]) - 2, k_mag);
+                uint32_t nx = j + 1;
+                while (nx < m && !isnu[nx]) nx++;
+                if (fmt == 2 || --nu_left) bw_rice(&w, nx - j - 1, k_nu);
+            }
+            if (fmt == 1 && j + 1 < m) bw_rice(&w, rank[j + 1] - rank[j] - 1, k_gap);
+        }
+        if (w.bit >= (uint64_t)BYTES * 8) continue; /* did not fit: drawn again */
+        uint64_t bits = w.bit - lead;
+        const uint32_t harm = (uint32_t)(rnd(&s) % 4); /* 0, 1: as written; 2: a bit flipped; 3: cut or grown */
+        if (harm == 2) {
+            const uint64_t b = lead + rnd(&s) % bits;
+            buf[b / 8] ^= (uint8_t)(1u << (b % 8));
+        } else if (harm == 3) {
+            const uint64_t cut = rnd(&s) % 24;
+            bits = rnd(&s) & 1 ? (bits > cut ? bits - cut : 0) : bits + cut;
+        }
+        const uint32_t count = (uint32_t)(rank[m - 1] + 1 + (rnd(&s) & 1 ? 0 : rnd(&s) % 100));
+        dk_class_t e = {.stream = (uint64_t)(uintptr_t)buf, .count = count, .changed = m, .nonunit = nonunit,
+                        .len = (uint32_t)((lead + bits + 7) / 8), .k_gap = k_gap, .k_nu = k_nu, .k_mag = k_mag,
+                        .nsub = fmt == 2};
+        bool ok1, ok2;
+        uint32_t got = m; /* changes decoded (a format 2 sub-stream's count) */
+        if (fmt == 1) {
+            if (harm == 3 && rnd(&s) & 1) e.count = count - 1 - (uint32_t)(rnd(&s) % 4); /* a rank past the class */
+            ok1 = ref_class(&e, r1, d1);
+            ok2 = decode_class(&e, r2, d2);
+        } else {
+            const uint32_t limit = rnd(&s) & 1 ? count : rank[m - 1] + 1;
+            dk_sub_t s1 = {.bit = lead, .bits = (uint32_t)bits}, s2 = s1;
+            uint32_t nu1 = 0, nu2 = 0;
+            ok1 = ref_sub(&e, &s1, limit, r1, d1, &nu1);
+            ok2 = decode_sub(&e, buf, &s2, limit, r2, d2, &nu2);
+            if (ok1 && ok2) CHECK(s1.count == s2.count && nu1 == nu2);
+            got = s1.count;
+            if (ok1 && harm < 2) CHECK(s1.count == m && nu1 == nonunit);
+        }
+        if (ok1 != ok2)
+            fprintf(stderr, "trial %u (format %u, %u changes, k_gap %u, k_nu %u, k_mag %u, harm %u): general %d, fast %d\n",
+                    t, fmt, m, k_gap, k_nu, k_mag, harm, ok1, ok2);
+        CHECK(ok1 == ok2);
+        if (ok1) {
+            CHECK(memcmp(r1, r2, got * sizeof *r1) == 0 && memcmp(d1, d2, got * sizeof *d1) == 0);
+            if (harm < 2) CHECK(memcmp(r1, rank, m * sizeof *r1) == 0 && memcmp(d1, d, m * sizeof *d1) == 0);
+        }
+        (ok1 ? good : bad)[fmt - 1]++;
+    }
+    printf("fast readers against the general one: format 1 %zu good / %zu refused, format 2 %zu / %zu, "
+           "the same verdicts and changes\n",
+           good[0], bad[0], good[1], bad[1]);
+    CHECK(good[0] > TRIALS / 8 && bad[0] > TRIALS / 20 && good[1] > TRIALS / 8 && bad[1] > TRIALS / 20);
+}
+
 /* A delta of n elements, format fmt, chunks of chunk elements. */
 static uint8_t *encode(ferry_dtype_t dt, const void *base, const void *next, uint64_t n, uint32_t fmt, uint32_t chunk,
                        size_t *len) {
@@ -183,6 +373,7 @@ int main(void) {
     char detail[256];
     CHECK(ferry_ctx_create(NULL, &ctx, detail, sizeof detail) == FERRY_OK);
     CHECK(ferry_delta_codec_create(ctx, &codec) == FERRY_OK);
+    check_fast_readers();
     /* synthetic Adam steps at three learning rates, 3 chunks (the last partial) */
     const uint64_t n = (2u << 20) + 12345;
     uint16_t *b16 = malloc(n * 2), *n16 = malloc(n * 2);
