@@ -169,7 +169,9 @@ static void check_delta(const uint8_t *d, size_t len, uint32_t w, const uint8_t 
  * same streams, and both must agree: the verdict always, the changes when
  * good. The streams are written by the format's rules from random changes
  * (long gaps and magnitudes included, so that the fallbacks run), then
- * some have a bit flipped or are cut short. */
+ * some have a bit flipped or are cut short. A format 2 sub-stream is also
+ * decoded from a copy of only the bytes dk_sub_span names (garbage around
+ * them), as the GPU decodes it from shared memory: the same again. */
 
 static bool ref_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
     dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
@@ -273,10 +275,10 @@ static void random_changes(uint64_t *s, uint32_t m, uint32_t k_gap, uint32_t *ra
 
 static void check_fast_readers(void) {
     enum { M = 300, BYTES = 16384, TRIALS = 30000 };
-    static uint8_t buf[BYTES + 8];
+    static uint8_t buf[BYTES + 8], fenced[BYTES + 8];
     /* a sub-stream's slots: up to bits / 2 */
-    static uint32_t r1[BYTES * 4 + 1], r2[BYTES * 4 + 1], rank[M];
-    static int64_t d1[BYTES * 4 + 1], d2[BYTES * 4 + 1], d[M];
+    static uint32_t r1[BYTES * 4 + 1], r2[BYTES * 4 + 1], r3[BYTES * 4 + 1], rank[M];
+    static int64_t d1[BYTES * 4 + 1], d2[BYTES * 4 + 1], d3[BYTES * 4 + 1], d[M];
     static bool isnu[M];
     uint64_t s = 0x9E3779B97F4A7C15ull;
     size_t good[2] = {0, 0}, bad[2] = {0, 0};
@@ -333,6 +335,19 @@ static void check_fast_readers(void) {
             ok2 = decode_sub(&e, buf, &s2, limit, r2, d2, &nu2);
             if (ok1 && ok2) CHECK(s1.count == s2.count && nu1 == nu2);
             got = s1.count;
+            /* only the bytes dk_sub_span names, as dk_decode2 copies them
+               into shared memory: anything read past them is garbage here */
+            uint64_t from, to;
+            dk_sub_span(&e, &s2, &from, &to);
+            memset(fenced, 0xA5, sizeof fenced);
+            memcpy(fenced + from, buf + from, to - from);
+            dk_sub_t s3 = s1;
+            uint32_t nu3 = 0;
+            const bool ok3 = decode_sub(&e, fenced, &s3, limit, r3, d3, &nu3);
+            CHECK(ok3 == ok2);
+            if (ok3)
+                CHECK(s3.count == s2.count && nu3 == nu2 && memcmp(r3, r2, s3.count * sizeof *r3) == 0 &&
+                      memcmp(d3, d2, s3.count * sizeof *d3) == 0);
             if (ok1 && harm < 2) CHECK(s1.count == m && nu1 == nonunit);
         }
         if (ok1 != ok2)
