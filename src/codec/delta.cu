@@ -11,6 +11,9 @@
  *         serial per class. Format 2: a thread per class reads its length
  *         table (where each sub-stream starts, and its slots), then a
  *         thread per sub-stream decodes it, ranks local to its sub-block.
+ *         Both write 4 ranks or 2 value changes at a time (16-byte
+ *         stores into 16-aligned slots): a store per change and lane had
+ *         been half the pass's time.
  *         The readers are codec/delta_dev.h's, host and device code, which
  *         test_delta_dev.c checks on the CPU.
  * place   a block per sparse chunk, 4096 elements (a tile) at a time:
@@ -544,6 +547,10 @@ static unsigned grid_for(uint64_t items, unsigned per_block, unsigned sms) {
     return g ? (unsigned)g : 1;
 }
 
+extern "C" cudaError_t dk_init(void) {
+    return cudaFuncSetAttribute(dk_place, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(place_smem_t));
+}
+
 extern "C" cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse,
                                         const uint32_t *raw, uint32_t nraw, unsigned sms, cudaEvent_t *ev,
                                         cudaStream_t stream) {
@@ -556,13 +563,7 @@ extern "C" cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *spa
         dk_decode2<<<grid_for(b->nsubs, THREADS, sms), THREADS, 0, stream>>>(*b);
     }
     cudaEventRecord(ev[2], stream);
-    if (nsparse) {
-        /* every call: cheap, and the attribute is per device */
-        const cudaError_t e = cudaFuncSetAttribute(dk_place, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)sizeof(place_smem_t));
-        if (e != cudaSuccess) return e;
-        dk_place<<<nsparse, THREADS, sizeof(place_smem_t), stream>>>(*b, sparse);
-    }
+    if (nsparse) dk_place<<<nsparse, THREADS, sizeof(place_smem_t), stream>>>(*b, sparse);
     if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
     cudaEventRecord(ev[3], stream);
     return cudaGetLastError();

@@ -95,12 +95,14 @@ ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, fer
         return st;
     }
     for (int i = 0; i < 5 && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
+    const cudaError_t ek = e == cudaSuccess ? dk_init() : cudaSuccess;
     leave(d, prev);
-    if (e != cudaSuccess) {
+    if (e != cudaSuccess || ek != cudaSuccess) {
         for (int i = 0; i < 5; i++)
             if (d->ev[i]) cudaEventDestroy(d->ev[i]);
         free(d);
-        return cuda_fail(err, e, "delta apply: cudaEventCreate");
+        return e != cudaSuccess ? cuda_fail(err, e, "delta apply: cudaEventCreate")
+                                : cuda_fail(err, ek, "delta apply: setting the write pass's shared memory");
     }
     char detail[256] = "";
     if (ferry_ctx_create(NULL, &d->ctx, detail, sizeof detail) != FERRY_OK ||
@@ -264,12 +266,16 @@ static uint32_t class_subs(const delta_chunk_t *h, const delta_class_t *q) {
 /* Entries of the decoded arrays a class takes: its changes (format 1), or
    the most its sub-streams' bits can hold (format 2: each change takes at
    least a Rice code of k_gap + 1 bits and a sign bit), which the device
-   splits between the sub-streams from their lengths. delta_chunk_parse
+   splits between the sub-streams from their lengths, each sub-stream's
+   rounded up to 4 (dk_table). The decoders write 16 bytes at a time
+   (decode_class, decode_sub), so a sparse chunk's first slot is a
+   multiple of 4 and so is each class's count here. delta_chunk_parse
    bounds both by the class's bytes. */
 static size_t class_slots(const delta_chunk_t *h, const delta_class_t *q) {
-    if (!h->sub_log2 || !q->changed) return q->changed;
+    if (!h->sub_log2 || !q->changed) return (q->changed + 3) & ~(size_t)3;
     uint64_t table = delta_table_bytes(class_subs(h, q), q->len_bits);
-    return table > q->len ? 0 : (size_t)((q->len - table) * 8 / (2 + q->k_gap));
+    size_t s = table > q->len ? 0 : (size_t)((q->len - table) * 8 / (2 + q->k_gap));
+    return (s + 3 * (size_t)class_subs(h, q) + 3) & ~(size_t)3;
 }
 
 /* Why chunk c failed, once restored (hashes read back). */
@@ -336,6 +342,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             if (h.mode == CHUNK_RAW) save += (size_t)h.elems * h.width;
             if (h.mode != CHUNK_SPARSE) continue;
             classes += h.classes;
+            slots += 3; /* its first slot rounded up to 4 (class_slots) */
             for (uint32_t k = 0; k < h.classes; k++) {
                 slots += class_slots(&h, &h.cls[k]);
                 subs += class_subs(&h, &h.cls[k]);
@@ -366,6 +373,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
                 return ferry_fail(err, FERRY_ERR_CORRUPT, "delta %zu: chunk %u: a record peek accepted fails to parse",
                                   i, c); /* cannot happen: peek parsed it */
             dk_chunk_t *k = &d->h_chunks[nc];
+            if (h.mode == CHUNK_SPARSE) nch = (nch + 3) & ~(size_t)3; /* (class_slots) */
             *k = (dk_chunk_t){
                 .region = (uint64_t)(uintptr_t)it->region + (uint64_t)c * chunk_elems * w,
                 .rec = dev + off + CHUNK_HEADER,

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "codec/delta_kern.h"
 
@@ -37,6 +38,12 @@ typedef struct dbits {
     bool ahead;      /* GPU: w0, w1 hold the aligned words at and after p's, loaded ahead (br_top) */
     uint32_t w0, w1;
 } dbits_t;
+
+/* A reader of bytes [p, end). */
+DK_HD dbits_t br_open(const uint8_t *p, const uint8_t *end) {
+    const dbits_t r = {p, p, end, 0, 0, 0, false, false, 0, 0};
+    return r;
+}
 
 DK_HD void br_refill(dbits_t *r) {
     r->ahead = false; /* p moves by bytes */
@@ -235,10 +242,30 @@ DK_HD bool nu_low(dbits_t *r, uint32_t a, uint32_t k_mag, bool run_follows, uint
    last change (class_cursor_start, next_value, class_cursor_sound). A
    one-ulp change's sign bit and the gap to the next change are read at
    once from the window; a non-unit change's magnitude and run at once,
-   then its gap (above). */
+   then its gap (above). rank and delta are 16-aligned
+   with room for changed rounded up to 4: they are written 16 bytes at a
+   time (4 ranks, 2 value changes; each lane's 4- and 8-byte stores, one
+   per change, were half of the pass's time), the slots past the last
+   change with rank and delta 0. */
+DK_HD void store4(uint32_t *p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) { /* p 16-aligned */
+#ifdef __CUDA_ARCH__
+    *(uint4 *)p = make_uint4(a, b, c, d);
+#else
+    const uint32_t v[4] = {a, b, c, d};
+    memcpy(p, v, sizeof v);
+#endif
+}
+DK_HD void store2(int64_t *p, int64_t a, int64_t b) { /* p 16-aligned */
+#ifdef __CUDA_ARCH__
+    *(longlong2 *)p = make_longlong2(a, b);
+#else
+    const int64_t v[2] = {a, b};
+    memcpy(p, v, sizeof v);
+#endif
+}
+
 DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
-    dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
-                 false, false, 0, 0};
+    dbits_t r = br_open((const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len);
     /* the class's fields in locals: the stores to rank and delta could
        alias *e, so reading them from *e in the loop loads them again per
        change (from memory, on the GPU) */
@@ -246,9 +273,15 @@ DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
     uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice_fast(&r, k_nu, changed) : 0;
     uint64_t target = changed ? br_rice_fast(&r, k_gap, count) : UINT64_MAX;
     bool past = false;
+    uint32_t q0 = 0, q1 = 0, q2 = 0; /* ranks of this group of 4 changes, stored at its 4th */
+    int64_t dq = 0;                  /* an even change's value change, stored with the next */
     for (uint32_t j = 0; j < changed && !r.overrun; j++) {
         past |= target >= count;
-        rank[j] = (uint32_t)target;
+        const uint32_t m = j & 3, rk = (uint32_t)target;
+        q0 = m == 0 ? rk : q0;
+        q1 = m == 1 ? rk : q1;
+        q2 = m == 2 ? rk : q2;
+        if (m == 3) store4(rank + j - 3, q0, q1, q2, rk);
         br_top(&r);
         const uint32_t neg = (uint32_t)(r.acc & 1);
         const bool last = j + 1 == changed;
@@ -276,16 +309,25 @@ DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
             gap = br_rice_fast(&r, k_gap, count);
         }
         target = last ? UINT64_MAX : target + gap + 1;
-        delta[j] = neg ? -(int64_t)a : (int64_t)a;
+        const int64_t dv = neg ? -(int64_t)a : (int64_t)a;
+        if (j & 1) store2(delta + j - 1, dq, dv);
+        dq = dv;
     }
+    /* the last group, its slots past the changes with delta 0 (nothing
+       to undo there) */
+    if (changed & 3) store4(rank + (changed & ~3u), q0, changed % 4 > 1 ? q1 : 0, changed % 4 > 2 ? q2 : 0, 0);
+    if (changed & 1) store2(delta + changed - 1, dq, 0);
+    if (((changed + 1) & ~1u) & 3) store2(delta + ((changed + 1) & ~1u), 0, 0);
     uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     return !past && !r.overrun && nu_left == 0 && tell + 7 >= (uint64_t)e->len * 8;
 }
 
 /* Format 2: class e's (index i) sub-stream table from its length table at
    the end of its stream: subs[b] = (slot, bit, bits) for each of its nsub
-   sub-streams, *slot_end the end of the slots they take, *class_end of
-   those the class has (host: delta_cuda.c's class_slots). False when the
+   sub-streams (a sub-stream's slots, bits / (2 + k_gap), rounded up to 4;
+   e->change0 is a multiple of 4), *slot_end the end of the slots they
+   take, *class_end of those the class has (host: delta_cuda.c's
+   class_slots, whose rounding this bounds). False when the
    table is unsound as the CPU reader judges it (the lengths add up to the
    codes' bits less under a byte of zero padding, W is the longest length's
    bit count, the table's padding is zero); with ok false (the chunk is
@@ -296,7 +338,7 @@ DK_HD bool dk_table(const dk_class_t *e, uint32_t i, bool ok, dk_sub_t *subs, ui
     ok = ok && table <= e->len;
     const uint64_t part = ok ? e->len - table : 0;
     const uint8_t *st = (const uint8_t *)(uintptr_t)e->stream;
-    dbits_t r = {st + part, st + part, st + (ok ? e->len : part), 0, 0, 0, false, false, 0, 0};
+    dbits_t r = br_open(st + part, st + (ok ? e->len : part));
     uint64_t bit = 0, slot = e->change0;
     uint32_t longest = 0;
     const uint32_t nsub = e->nsub, len_bits = e->len_bits, per = 2 + e->k_gap; /* locals: subs could alias *e */
@@ -304,7 +346,7 @@ DK_HD bool dk_table(const dk_class_t *e, uint32_t i, bool ok, dk_sub_t *subs, ui
         const uint32_t len = ok ? br_bits(&r, len_bits) : 0;
         subs[x] = (dk_sub_t){slot, bit, len, 0, i, 0};
         bit += len;
-        slot += len / per;
+        slot += (len / per + 3) & ~3u; /* 16-aligned for decode_sub's stores, as change0 is */
         longest = len > longest ? len : longest;
     }
     const uint32_t tail = (uint32_t)(table * 8 - (uint64_t)e->nsub * e->len_bits);
@@ -313,7 +355,7 @@ DK_HD bool dk_table(const dk_class_t *e, uint32_t i, bool ok, dk_sub_t *subs, ui
                        (!tail || br_bits(&r, tail) == 0) && !r.overrun &&
                        (bit % 8 == 0 || !(st[part - 1] >> (bit % 8)));
     *slot_end = slot;
-    *class_end = e->change0 + part * 8 / (2 + e->k_gap);
+    *class_end = e->change0 + part * 8 / (2 + e->k_gap) + 3 * (uint64_t)nsub;
     return sound;
 }
 
@@ -335,14 +377,16 @@ DK_HD void dk_sub_span(const dk_class_t *e, const dk_sub_t *sb, uint64_t *from, 
    ending at the change count, a rank past the sub-block). st: where the
    class stream's bytes are read (e->stream, or a copy of the bytes
    dk_sub_span names). Each change's codes come from the window at once,
-   as decode_class's do. Slots past its changes are left as they are: the
-   undo walks each sub-stream's count (dk_undo). */
+   and the changes are written 16 bytes at a time, as decode_class's are:
+   its slots start 16-aligned (dk_table), and those past its changes up to
+   a multiple of 4 get rank and delta 0; the rest are left as they are
+   (the undo walks each sub-stream's count, dk_undo). */
 DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint32_t limit, uint32_t *rank,
                       int64_t *delta, uint32_t *nonunit_out) {
     uint64_t from, to;
     dk_sub_span(e, sb, &from, &to);
     const uint8_t *p = st + from;
-    dbits_t r = {p, p, st + to, 0, 0, 0, false, false, 0, 0};
+    dbits_t r = br_open(p, st + to);
     /* the class's fields in locals (decode_class says why) */
     const uint32_t k_gap = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag, has_nu = e->nonunit != 0;
     const uint32_t skip = (uint32_t)(sb->bit % 8), cap = sb->bits / (2 + k_gap);
@@ -350,6 +394,8 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
     br_skip(&r, skip);
     const uint64_t end = skip + (uint64_t)sb->bits;
     uint32_t m = 0, nu = 0, nu_next = 0;
+    uint32_t q0 = 0, q1 = 0, q2 = 0; /* as decode_class's */
+    int64_t dq = 0;
     uint64_t next_rank = 0; /* the lowest rank the next change may have */
     if (sb->bits && has_nu) nu_next = br_rice_fast(&r, k_nu, limit);
     while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
@@ -375,11 +421,21 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
             nu++;
         }
         if (rk >= limit) return false;
-        rank[m] = (uint32_t)rk;
-        delta[m] = neg ? -(int64_t)a : (int64_t)a;
+        const uint32_t g = m & 3;
+        q0 = g == 0 ? (uint32_t)rk : q0;
+        q1 = g == 1 ? (uint32_t)rk : q1;
+        q2 = g == 2 ? (uint32_t)rk : q2;
+        if (g == 3) store4(rank + m - 3, q0, q1, q2, (uint32_t)rk);
+        const int64_t dv = neg ? -(int64_t)a : (int64_t)a;
+        if (m & 1) store2(delta + m - 1, dq, dv);
+        dq = dv;
         next_rank = rk + 1;
         m++;
     }
+    /* the last group, as decode_class writes it */
+    if (m & 3) store4(rank + (m & ~3u), q0, m % 4 > 1 ? q1 : 0, m % 4 > 2 ? q2 : 0, 0);
+    if (m & 1) store2(delta + m - 1, dq, 0);
+    if (((m + 1) & ~1u) & 3) store2(delta + ((m + 1) & ~1u), 0, 0);
     const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     sb->count = m;
     *nonunit_out = nu;

@@ -106,6 +106,11 @@ typedef struct dk_batch {
 cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse, const uint32_t *raw,
                              uint32_t nraw, unsigned sms, cudaEvent_t *ev, cudaStream_t stream);
 
+/* Kernel attributes that dk_apply_enqueue needs on the current device
+ * (the write pass's shared memory, over the default 48 KB): once per
+ * device, before the first enqueue. */
+cudaError_t dk_init(void);
+
 /* Restores chunks idx[0..n) (device array) where the kernels wrote into
  * them, then hashes each into hashes[chunk] (for blame). */
 cudaError_t dk_undo_enqueue(const dk_batch_t *b, const uint32_t *idx, uint32_t n, cudaStream_t stream);

@@ -49,12 +49,14 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
         uint64_t slots = q->changed;
         if (e.nsub) {
             uint64_t table = delta_table_bytes(nsub, q->len_bits);
-            slots = table > q->len ? 0 : (q->len - table) * 8 / (2 + q->k_gap);
+            slots = (table > q->len ? 0 : (q->len - table) * 8 / (2 + q->k_gap)) + 3 * (uint64_t)nsub;
         }
-        rank[k] = calloc(slots + 1, sizeof *rank[k]);
-        dl[k] = calloc(slots + 1, sizeof *dl[k]);
+        /* 16-aligned (malloc's alignment here), room for slots rounded up
+           to 4: decode_class writes 16 bytes at a time */
+        rank[k] = calloc(slots + 4, sizeof *rank[k]);
+        dl[k] = calloc(slots + 4, sizeof *dl[k]);
         subs[k] = calloc(nsub, sizeof *subs[k]);
-        CHECK(rank[k] && dl[k] && subs[k]);
+        CHECK(rank[k] && dl[k] && subs[k] && (uintptr_t)rank[k] % 16 == 0 && (uintptr_t)dl[k] % 16 == 0);
         if (!e.nsub) {
             if (!S) decoded &= decode_class(&e, rank[k], dl[k]);
             continue;
@@ -74,6 +76,9 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
                 break;
             }
             CHECK(subs[k][b].slot + subs[k][b].count <= slot_end);
+            /* 16-aligned, and the next one's past this one's stores (decode_sub) */
+            CHECK(subs[k][b].slot % 4 == 0 &&
+                  (b + 1 == nsub || subs[k][b].slot + ((subs[k][b].count + 3) & ~3u) <= subs[k][b + 1].slot));
             sum += subs[k][b].count;
             nu_sum += nu;
         }
@@ -174,8 +179,7 @@ static void check_delta(const uint8_t *d, size_t len, uint32_t w, const uint8_t 
  * them), as the GPU decodes it from shared memory: the same again. */
 
 static bool ref_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
-    dbits_t r = {(const uint8_t *)e->stream, (const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len, 0, 0, 0,
-                 false, false, 0, 0};
+    dbits_t r = br_open((const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len);
     uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice(&r, e->k_nu, e->changed) : 0;
     uint64_t target = e->changed ? br_rice(&r, e->k_gap, e->count) : UINT64_MAX;
     bool past = false;
@@ -201,7 +205,7 @@ static bool ref_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
 static bool ref_sub(const dk_class_t *e, dk_sub_t *sb, uint32_t limit, uint32_t *rank, int64_t *delta,
                     uint32_t *nonunit_out) {
     const uint8_t *st = (const uint8_t *)e->stream, *p = st + sb->bit / 8;
-    dbits_t r = {p, p, st + e->len, 0, 0, 0, false, false, 0, 0};
+    dbits_t r = br_open(p, st + e->len);
     const uint32_t cap = sb->bits / (2 + e->k_gap);
     br_skip((br_refill(&r), &r), (uint32_t)(sb->bit % 8));
     const uint64_t end = sb->bit % 8 + (uint64_t)sb->bits;
@@ -275,10 +279,11 @@ static void random_changes(uint64_t *s, uint32_t m, uint32_t k_gap, uint32_t *ra
 
 static void check_fast_readers(void) {
     enum { M = 300, BYTES = 16384, TRIALS = 30000 };
-    static uint8_t buf[BYTES + 8], fenced[BYTES + 8];
-    /* a sub-stream's slots: up to bits / 2 */
-    static uint32_t r1[BYTES * 4 + 1], r2[BYTES * 4 + 1], r3[BYTES * 4 + 1], rank[M];
-    static int64_t d1[BYTES * 4 + 1], d2[BYTES * 4 + 1], d3[BYTES * 4 + 1], d[M];
+    static _Alignas(16) uint8_t buf[BYTES + 48], fenced[BYTES + 8];
+    /* a sub-stream's slots: up to bits / 2; decode_class's, 16-aligned and
+       rounded up to 4 (it writes 16 bytes at a time) */
+    static _Alignas(16) uint32_t r1[BYTES * 4 + 4], r2[BYTES * 4 + 4], r3[BYTES * 4 + 4], rank[M];
+    static _Alignas(16) int64_t d1[BYTES * 4 + 4], d2[BYTES * 4 + 4], d3[BYTES * 4 + 4], d[M];
     static bool isnu[M];
     uint64_t s = 0x9E3779B97F4A7C15ull;
     size_t good[2] = {0, 0}, bad[2] = {0, 0};
@@ -291,7 +296,9 @@ static void check_fast_readers(void) {
         for (uint32_t j = m; j-- > 0;)
             if (isnu[j]) nonunit++, first_nu = j;
         memset(buf, 0, sizeof buf);
-        const uint32_t lead = fmt == 2 ? (uint32_t)(rnd(&s) % 16) : 0; /* a sub-stream starts mid-byte */
+        /* a sub-stream starts mid-byte; a class stream at any byte of a
+           16-byte unit (the GPU reads aligned words around it) */
+        const uint32_t lead = (uint32_t)(rnd(&s) % 16) * (fmt == 2 ? 1 : 8);
         bw_t w = {buf, lead, BYTES};
         if (nonunit) bw_rice(&w, first_nu, k_nu);
         if (fmt == 1) bw_rice(&w, rank[0], k_gap);
@@ -318,21 +325,28 @@ static void check_fast_readers(void) {
             bits = rnd(&s) & 1 ? (bits > cut ? bits - cut : 0) : bits + cut;
         }
         const uint32_t count = (uint32_t)(rank[m - 1] + 1 + (rnd(&s) & 1 ? 0 : rnd(&s) % 100));
-        dk_class_t e = {.stream = (uint64_t)(uintptr_t)buf, .count = count, .changed = m, .nonunit = nonunit,
-                        .len = (uint32_t)((lead + bits + 7) / 8), .k_gap = k_gap, .k_nu = k_nu, .k_mag = k_mag,
+        const uint32_t at = fmt == 1 ? lead / 8 : 0; /* format 1: the stream's first byte */
+        dk_class_t e = {.stream = (uint64_t)(uintptr_t)(buf + at), .count = count, .changed = m, .nonunit = nonunit,
+                        .len = (uint32_t)((lead + bits + 7) / 8) - at, .k_gap = k_gap, .k_nu = k_nu, .k_mag = k_mag,
                         .nsub = fmt == 2};
         bool ok1, ok2;
         uint32_t got = m; /* changes decoded (a format 2 sub-stream's count) */
         if (fmt == 1) {
             if (harm == 3 && rnd(&s) & 1) e.count = count - 1 - (uint32_t)(rnd(&s) % 4); /* a rank past the class */
+            memset(buf + at + e.len, 0xA5, 32);   /* what follows a class stream: the next one's bytes */
+            memset(buf, 0x5A, at);                 /* and what precedes it */
+            memset(d2, 0x5A, sizeof d2);
             ok1 = ref_class(&e, r1, d1);
             ok2 = decode_class(&e, r2, d2);
+            for (uint32_t x = m; ok2 && x % 4; x++) CHECK(d2[x] == 0); /* its last group's slots past the changes */
         } else {
             const uint32_t limit = rnd(&s) & 1 ? count : rank[m - 1] + 1;
             dk_sub_t s1 = {.bit = lead, .bits = (uint32_t)bits}, s2 = s1;
             uint32_t nu1 = 0, nu2 = 0;
+            memset(d2, 0x5A, sizeof d2);
             ok1 = ref_sub(&e, &s1, limit, r1, d1, &nu1);
             ok2 = decode_sub(&e, buf, &s2, limit, r2, d2, &nu2);
+            for (uint32_t x = s2.count; ok2 && x % 4; x++) CHECK(d2[x] == 0); /* as decode_class's */
             if (ok1 && ok2) CHECK(s1.count == s2.count && nu1 == nu2);
             got = s1.count;
             /* only the bytes dk_sub_span names, as dk_decode2 copies them
