@@ -237,16 +237,14 @@ DK_HD bool nu_low(dbits_t *r, uint32_t a, uint32_t k_mag, bool run_follows, uint
     return true;
 }
 
-/* One class's changes in rank order; false when the stream is malformed, a
-   rank falls past the class's elements or the stream does not end with its
-   last change (class_cursor_start, next_value, class_cursor_sound). A
-   one-ulp change's sign bit and the gap to the next change are read at
-   once from the window; a non-unit change's magnitude and run at once,
-   then its gap (above). rank and delta are 16-aligned
-   with room for changed rounded up to 4: they are written 16 bytes at a
-   time (4 ranks, 2 value changes; each lane's 4- and 8-byte stores, one
-   per change, were half of the pass's time), the slots past the last
-   change with rank and delta 0. */
+/* ---- the decoded changes ----
+ * The decoders (decode_class, decode_sub) keep a group of 4 ranks and 2
+ * value changes in registers and write each with one 16-byte store into
+ * 16-aligned slots: each lane's 4- and 8-byte stores, one per change to
+ * addresses of its own, were half of format 1's decode (2026-11-28). The
+ * last group's slots past the changes get rank and delta 0 (delta 0:
+ * nothing there for the undo). */
+
 DK_HD void store4(uint32_t *p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) { /* p 16-aligned */
 #ifdef __CUDA_ARCH__
     *(uint4 *)p = make_uint4(a, b, c, d);
@@ -264,6 +262,14 @@ DK_HD void store2(int64_t *p, int64_t a, int64_t b) { /* p 16-aligned */
 #endif
 }
 
+/* One class's changes in rank order; false when the stream is malformed, a
+   rank falls past the class's elements or the stream does not end with its
+   last change (class_cursor_start, next_value, class_cursor_sound). A
+   one-ulp change's sign bit and the gap to the next change are read at
+   once from the window; a non-unit change's magnitude and run at once,
+   then its gap (above). rank and delta are 16-aligned with room for
+   changed rounded up to 4: written a group at a time (above), the slots
+   past the last change with rank and delta 0. */
 DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
     dbits_t r = br_open((const uint8_t *)e->stream, (const uint8_t *)e->stream + e->len);
     /* the class's fields in locals: the stores to rank and delta could
