@@ -262,6 +262,35 @@ DK_HD void store2(int64_t *p, int64_t a, int64_t b) { /* p 16-aligned */
 #endif
 }
 
+/* The group being gathered: the ranks of changes 4x .. 4x + 2, and an
+   even change's value change. */
+typedef struct dk_group {
+    uint32_t q0, q1, q2;
+    int64_t dq;
+} dk_group_t;
+
+/* Change j's rank, stored with its group's 4th. */
+DK_HD void group_rank(dk_group_t *g, uint32_t *rank, uint32_t j, uint32_t rk) {
+    const uint32_t m = j & 3;
+    g->q0 = m == 0 ? rk : g->q0;
+    g->q1 = m == 1 ? rk : g->q1;
+    g->q2 = m == 2 ? rk : g->q2;
+    if (m == 3) store4(rank + j - 3, g->q0, g->q1, g->q2, rk);
+}
+
+/* Change j's value change, stored with its pair's second. */
+DK_HD void group_delta(dk_group_t *g, int64_t *delta, uint32_t j, int64_t dv) {
+    if (j & 1) store2(delta + j - 1, g->dq, dv);
+    g->dq = dv;
+}
+
+/* After n changes: the last group, its slots past them 0. */
+DK_HD void group_end(const dk_group_t *g, uint32_t *rank, int64_t *delta, uint32_t n) {
+    if (n & 3) store4(rank + (n & ~3u), g->q0, n % 4 > 1 ? g->q1 : 0, n % 4 > 2 ? g->q2 : 0, 0);
+    if (n & 1) store2(delta + n - 1, g->dq, 0);
+    if (((n + 1) & ~1u) & 3) store2(delta + ((n + 1) & ~1u), 0, 0);
+}
+
 /* One class's changes in rank order; false when the stream is malformed, a
    rank falls past the class's elements or the stream does not end with its
    last change (class_cursor_start, next_value, class_cursor_sound). A
@@ -279,15 +308,10 @@ DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
     uint32_t nu_left = e->nonunit, nu_next = nu_left ? br_rice_fast(&r, k_nu, changed) : 0;
     uint64_t target = changed ? br_rice_fast(&r, k_gap, count) : UINT64_MAX;
     bool past = false;
-    uint32_t q0 = 0, q1 = 0, q2 = 0; /* ranks of this group of 4 changes, stored at its 4th */
-    int64_t dq = 0;                  /* an even change's value change, stored with the next */
+    dk_group_t grp = {0, 0, 0, 0};
     for (uint32_t j = 0; j < changed && !r.overrun; j++) {
         past |= target >= count;
-        const uint32_t m = j & 3, rk = (uint32_t)target;
-        q0 = m == 0 ? rk : q0;
-        q1 = m == 1 ? rk : q1;
-        q2 = m == 2 ? rk : q2;
-        if (m == 3) store4(rank + j - 3, q0, q1, q2, rk);
+        group_rank(&grp, rank, j, (uint32_t)target);
         br_top(&r);
         const uint32_t neg = (uint32_t)(r.acc & 1);
         const bool last = j + 1 == changed;
@@ -315,15 +339,9 @@ DK_HD bool decode_class(const dk_class_t *e, uint32_t *rank, int64_t *delta) {
             gap = br_rice_fast(&r, k_gap, count);
         }
         target = last ? UINT64_MAX : target + gap + 1;
-        const int64_t dv = neg ? -(int64_t)a : (int64_t)a;
-        if (j & 1) store2(delta + j - 1, dq, dv);
-        dq = dv;
+        group_delta(&grp, delta, j, neg ? -(int64_t)a : (int64_t)a);
     }
-    /* the last group, its slots past the changes with delta 0 (nothing
-       to undo there) */
-    if (changed & 3) store4(rank + (changed & ~3u), q0, changed % 4 > 1 ? q1 : 0, changed % 4 > 2 ? q2 : 0, 0);
-    if (changed & 1) store2(delta + changed - 1, dq, 0);
-    if (((changed + 1) & ~1u) & 3) store2(delta + ((changed + 1) & ~1u), 0, 0);
+    group_end(&grp, rank, delta, changed);
     uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     return !past && !r.overrun && nu_left == 0 && tell + 7 >= (uint64_t)e->len * 8;
 }
@@ -400,8 +418,7 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
     br_skip(&r, skip);
     const uint64_t end = skip + (uint64_t)sb->bits;
     uint32_t m = 0, nu = 0, nu_next = 0;
-    uint32_t q0 = 0, q1 = 0, q2 = 0; /* as decode_class's */
-    int64_t dq = 0;
+    dk_group_t grp = {0, 0, 0, 0};
     uint64_t next_rank = 0; /* the lowest rank the next change may have */
     if (sb->bits && has_nu) nu_next = br_rice_fast(&r, k_nu, limit);
     while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
@@ -427,21 +444,12 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
             nu++;
         }
         if (rk >= limit) return false;
-        const uint32_t g = m & 3;
-        q0 = g == 0 ? (uint32_t)rk : q0;
-        q1 = g == 1 ? (uint32_t)rk : q1;
-        q2 = g == 2 ? (uint32_t)rk : q2;
-        if (g == 3) store4(rank + m - 3, q0, q1, q2, (uint32_t)rk);
-        const int64_t dv = neg ? -(int64_t)a : (int64_t)a;
-        if (m & 1) store2(delta + m - 1, dq, dv);
-        dq = dv;
+        group_rank(&grp, rank, m, (uint32_t)rk);
+        group_delta(&grp, delta, m, neg ? -(int64_t)a : (int64_t)a);
         next_rank = rk + 1;
         m++;
     }
-    /* the last group, as decode_class writes it */
-    if (m & 3) store4(rank + (m & ~3u), q0, m % 4 > 1 ? q1 : 0, m % 4 > 2 ? q2 : 0, 0);
-    if (m & 1) store2(delta + m - 1, dq, 0);
-    if (((m + 1) & ~1u) & 3) store2(delta + ((m + 1) & ~1u), 0, 0);
+    group_end(&grp, rank, delta, m);
     const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     sb->count = m;
     *nonunit_out = nu;

@@ -23,6 +23,26 @@ static __device__ __forceinline__ uint4 sumw_shfl_vec(uint4 v, unsigned src) {
     return r;
 }
 
+/* The last stripe, [len - 64, len), into lanes 0-3's sums (the last
+   block's part of them). */
+static __device__ __forceinline__ void sumw_last_stripe(const uint8_t *p, uint64_t len, const uint8_t *sec, unsigned t,
+                                                        uint64_t *s0, uint64_t *s1) {
+    if (t < 4) {
+        const uint8_t *x = p + len - 64 + 16 * t;
+        sumx_contrib(sumx_rd64(x), sumx_rd64(x + 8), sumx_last_key(sec, t, 0), sumx_last_key(sec, t, 1), s0, s1);
+    }
+}
+
+/* The merge: lanes hold accumulator pair t & 3 (all 8 lanes of a pair
+   alike); the hash on every lane. */
+static __device__ __forceinline__ uint64_t sumw_merge(uint64_t acc0, uint64_t acc1, uint64_t len, const uint8_t *sec,
+                                                      unsigned t) {
+    uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, t, 0), acc1 ^ sumx_merge_key(sec, t, 1)); /* pair q's part */
+    m += __shfl_xor_sync(SUMW_FULL, m, 1);
+    m += __shfl_xor_sync(SUMW_FULL, m, 2);
+    return sumx_avalanche(len * SUMX_PRIME64_1 + m);
+}
+
 /* XXH3 of [p, p + len), len > 240, with secret sec (192 bytes, shared
  * memory), by a whole warp (every lane calls it with its lane index t);
  * the hash is returned on every lane. */
@@ -68,10 +88,7 @@ static __device__ uint64_t sumw_warp_long(const uint8_t *p, uint64_t len, const 
                 if (8 * (unsigned)h + r8 < ns)
                     sumx_contrib(d.x | (uint64_t)d.y << 32, d.z | (uint64_t)d.w << 32, k.k[h][0], k.k[h][1], &s0, &s1);
             }
-            if (kb == nfull && t < 4) { /* the last stripe, [len - 64, len): lanes 0-3 */
-                const uint8_t *x = p + len - 64 + 16 * t;
-                sumx_contrib(sumx_rd64(x), sumx_rd64(x + 8), sumx_last_key(sec, t, 0), sumx_last_key(sec, t, 1), &s0, &s1);
-            }
+            if (kb == nfull) sumw_last_stripe(p, len, sec, t, &s0, &s1);
 #pragma unroll
             for (unsigned m = 4; m < 32; m <<= 1) { /* over the 8 lanes of this accumulator pair */
                 s0 += __shfl_xor_sync(SUMW_FULL, s0, m);
@@ -85,10 +102,7 @@ static __device__ uint64_t sumw_warp_long(const uint8_t *p, uint64_t len, const 
             }
         }
     }
-    uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, t, 0), acc1 ^ sumx_merge_key(sec, t, 1)); /* pair q's part of the merge */
-    m += __shfl_xor_sync(SUMW_FULL, m, 1);
-    m += __shfl_xor_sync(SUMW_FULL, m, 2);
-    return sumx_avalanche(len * SUMX_PRIME64_1 + m);
+    return sumw_merge(acc0, acc1, len, sec, t);
 }
 
 /* xxh3-64 (seed 0) of [p, p + len) by a warp; on every lane. */
@@ -118,21 +132,13 @@ static __device__ uint64_t sumw_tail(const uint8_t *p, uint64_t len, uint64_t ac
                          sumx_sec64(sec, 8 * (st + 2 * q) + 8), &s0, &s1);
         }
     }
-    if (t < 4) { /* the last stripe, [len - 64, len) */
-        const uint8_t *x = p + len - 64 + 16 * t;
-        sumx_contrib(sumx_rd64(x), sumx_rd64(x + 8), sumx_last_key(sec, t, 0), sumx_last_key(sec, t, 1), &s0, &s1);
-    }
+    sumw_last_stripe(p, len, sec, t, &s0, &s1);
 #pragma unroll
     for (unsigned m = 4; m < 32; m <<= 1) {
         s0 += __shfl_xor_sync(SUMW_FULL, s0, m);
         s1 += __shfl_xor_sync(SUMW_FULL, s1, m);
     }
-    acc0 += s0;
-    acc1 += s1;
-    uint64_t m = sumx_fold64(acc0 ^ sumx_merge_key(sec, t, 0), acc1 ^ sumx_merge_key(sec, t, 1));
-    m += __shfl_xor_sync(SUMW_FULL, m, 1);
-    m += __shfl_xor_sync(SUMW_FULL, m, 2);
-    return sumx_avalanche(len * SUMX_PRIME64_1 + m);
+    return sumw_merge(acc0 + s0, acc1 + s1, len, sec, t);
 }
 
 /* xxh3-64 with a seed; cs: this warp's 192 bytes of shared memory for the
