@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
     __shared__ uint8_t cs[WARPS][192];
     load_secret(sec);
     const unsigned t = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    for (uint64_t c = (uint64_t)blockIdx.x * WARPS + wp; c < b.nchunks; c += (uint64_t)gridDim.x * WARPS) {
+    for (uint64_t c = b.chunk0 + (uint64_t)blockIdx.x * WARPS + wp; c < (uint64_t)b.chunk0 + b.nchunks;
+         c += (uint64_t)gridDim.x * WARPS) {
         const dk_chunk_t *ch = &b.chunks[c];
         const uint64_t bytes = (uint64_t)ch->elems * ch->width;
         uint32_t code = DK_OK;
@@ -109,7 +110,8 @@ __global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
 
 __global__ void __launch_bounds__(THREADS) dk_decode(dk_batch_t b) {
     const uint64_t stride = (uint64_t)gridDim.x * THREADS;
-    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nclasses; i += stride) {
+    for (uint64_t i = b.class0 + (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < (uint64_t)b.class0 + b.nclasses;
+         i += stride) {
         const dk_class_t *e = &b.classes[i];
         if (e->nsub || *(volatile uint32_t *)&b.status[e->chunk] != DK_OK) continue;
         if (!decode_class(e, b.rank + e->change0, b.delta + e->change0)) fail(&b.status[e->chunk], DK_STREAM);
@@ -121,7 +123,8 @@ __global__ void __launch_bounds__(THREADS) dk_decode(dk_batch_t b) {
    must add up to the bits of the first part, less its padding. */
 __global__ void __launch_bounds__(THREADS) dk_subs(dk_batch_t b) {
     const uint64_t stride = (uint64_t)gridDim.x * THREADS;
-    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < b.nclasses; i += stride) {
+    for (uint64_t i = b.class0 + (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < (uint64_t)b.class0 + b.nclasses;
+         i += stride) {
         const dk_class_t *e = &b.classes[i];
         if (!e->nsub) continue;
         /* every entry is written, so the decoders find their class; a
@@ -145,9 +148,10 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
     __shared__ uint4 stage[STAGE_BYTES / 16];
     __shared__ unsigned long long span[2];
     const unsigned t = threadIdx.x;
-    for (uint64_t first = (uint64_t)blockIdx.x * THREADS; first < b.nsubs; first += (uint64_t)gridDim.x * THREADS) {
+    const uint64_t end = (uint64_t)b.sub0 + b.nsubs;
+    for (uint64_t first = b.sub0 + (uint64_t)blockIdx.x * THREADS; first < end; first += (uint64_t)gridDim.x * THREADS) {
         const uint64_t i = first + t;
-        dk_sub_t *sb = i < b.nsubs ? &b.subs[i] : NULL;
+        dk_sub_t *sb = i < end ? &b.subs[i] : NULL;
         const dk_class_t *e = sb ? &b.classes[sb->cls] : NULL;
         const bool go = e && *(volatile uint32_t *)&b.status[e->chunk] == DK_OK;
         unsigned long long lo = ~0ull, hi = 0;
@@ -185,6 +189,26 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
 
 #define HSLOTS 16u /* hash sums a tile holds: 4 * W blocks of 1 KiB, or 8 half blocks (W = 1) */
 
+/* Shared-memory layouts that keep a warp's accesses on distinct banks
+   (`ncu`, 2026-11-28: a third of the write pass's shared wavefronts were
+   bank conflicts, and shared memory was its busiest unit). A count word's
+   prefixes are kept per word, one padding word after every 32 threads:
+   the binary search's first step reads thread 32x + 16 for each warp x,
+   which would all sit on one bank. */
+#define PRE_STRIDE (THREADS + WARPS)
+static __device__ __forceinline__ uint32_t pre_at(uint32_t a) { return a + (a >> 5); }
+/* The tile's 16-byte pieces, piece i at vals_at(i): a thread stores its W
+   consecutive pieces, so 8 threads' stores (one phase of a 16-byte store)
+   would fall on the same 4 or 2 bank groups; the XOR spreads them over all
+   8, and 8 consecutive pieces (the hash's reads) stay on distinct ones. */
+static __device__ __forceinline__ uint32_t vals_at(uint32_t i) { return i ^ ((i >> 3) & 7); }
+/* Byte offset in the tile's copy of element e of W bytes. */
+template <uint32_t W>
+static __device__ __forceinline__ uint32_t vals_byte(uint32_t e) {
+    const uint32_t o = e * W;
+    return vals_at(o >> 4) << 4 | (o & 15);
+}
+
 /* The write pass's shared state. The tile's counts and classes are kept
    for two tiles, by the tile's parity: a warp still placing tile t reads
    its buffer while the others fill the other one with tile t + 1, and none
@@ -196,9 +220,9 @@ typedef struct {
     uint64_t hacc[8];             /* the accumulators, through the blocks scrambled so far */
     uint64_t ctab[256];           /* per bucket: ct_entry of its class */
     uint4 wcnt[2][WARPS];         /* per warp, its class counts (class_tile.cuh's words) */
-    uint4 pre[2][THREADS];        /* per thread, the class's elements before it in its warp */
+    uint32_t pre[2][4][PRE_STRIDE]; /* per count word and thread (at pre_at), its warp's elements of those classes before it */
     uint64_t cls[2][THREADS];     /* per thread, its elements' classes, a nibble each */
-    uint4 vals[2][THREADS * 4];   /* the tile's elements (4 bytes each at most), as the threads loaded them */
+    uint4 vals[2][THREADS * 4];   /* the tile's elements (4 bytes each at most), in 16-byte pieces at vals_at */
     uint32_t fin_seen[CLASSES_MAX];
     uint32_t fin_placed[CLASSES_MAX];
     uint32_t go;
@@ -229,7 +253,7 @@ static __device__ __forceinline__ void hash_tile(const uint4 *v, const uint64_t 
 #pragma unroll
         for (uint32_t h = 0; h < 2; h++) {
             if (W == 1 && h != (wp & 1)) continue;
-            const uint4 d = v[64 * lb + 32 * h + lane];
+            const uint4 d = v[vals_at(64 * lb + 32 * h + lane)];
             const unsigned k = 8 * h + r8 + 2 * q; /* stripe 8h + r8's words 2q, 2q + 1 */
             sumx_contrib(d.x | (uint64_t)d.y << 32, d.z | (uint64_t)d.w << 32, sec[k], sec[k + 1], &s0, &s1);
         }
@@ -331,10 +355,11 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
 #pragma unroll
             for (uint32_t j = 0; j < 4; j++) inc[j] = ct_warp_sum(cnt[j]);
             if (lane == 31) sm.wcnt[par][wp] = make_uint4(inc[0], inc[1], inc[2], inc[3]);
-            sm.pre[par][tid] = make_uint4(inc[0] - cnt[0], inc[1] - cnt[1], inc[2] - cnt[2], inc[3] - cnt[3]);
+#pragma unroll
+            for (uint32_t j = 0; j < 4; j++) sm.pre[par][j][pre_at(tid)] = inc[j] - cnt[j];
             sm.cls[par][tid] = cls;
 #pragma unroll
-            for (uint32_t j = 0; j < W; j++) sm.vals[par][W * tid + j] = make_uint4(cur[4 * j], cur[4 * j + 1], cur[4 * j + 2], cur[4 * j + 3]);
+            for (uint32_t j = 0; j < W; j++) sm.vals[par][vals_at(W * tid + j)] = make_uint4(cur[4 * j], cur[4 * j + 1], cur[4 * j + 2], cur[4 * j + 3]);
         }
         if (ahead) { /* the next tile on its way from memory while this one is written; issued
                         last before the barrier, where the warps' loads queue up without holding
@@ -359,7 +384,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
 #pragma unroll
             for (uint32_t x = 0; x < WARPS; x++) wpre[x] = x ? __shfl_sync(FULL, upto, x - 1) : 0;
             const uint32_t tot = __shfl_sync(FULL, upto, WARPS - 1);
-            const uint32_t *pk = (const uint32_t *)sm.pre[par] + kw;
+            const uint32_t *pk = sm.pre[par][kw];
             const uint32_t lim = before + tot;
             for (;;) {
                 const uint32_t i = ci + lane;
@@ -375,20 +400,22 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                         if (wpre[x] <= tr) wv = x, wb = wpre[x];
                     /* its thread: the warp's last whose prefix is <= tr - wb */
                     const uint32_t wr = tr - wb;
+                    const uint32_t *pw = pk + wv; /* pre_at(a) for a thread a of warp wv */
                     uint32_t a = 32 * wv;
 #pragma unroll
                     for (uint32_t step = 16; step; step >>= 1)
-                        if (((pk[4 * (a + step)] >> ksh) & 0xFFFF) <= wr) a += step;
+                        if (((pw[a + step] >> ksh) & 0xFFFF) <= wr) a += step;
                     /* the (wr - prefix)-th of thread a's elements of class k */
                     uint64_t e = ct_nibbles_eq(sm.cls[par][a], k);
-                    for (uint32_t nth = wr - ((pk[4 * a] >> ksh) & 0xFFFF); nth; nth--) e &= e - 1;
+                    for (uint32_t nth = wr - ((pw[a] >> ksh) & 0xFFFF); nth; nth--) e &= e - 1;
                     const uint32_t pos = at + EPT * a + ((uint32_t)(__ffsll((long long)e) - 1) >> 2);
                     uint32_t v;
                     /* its old value from the tile's copy, not from memory: the
                        warp's load would hold up the tile's barrier */
-                    if (e && elem_unord(elem_ord(elem_load((const uint8_t *)sm.vals[par], W, pos - at), W) + d_a, W, &v)) {
+                    uint8_t *tv = (uint8_t *)sm.vals[par] + vals_byte<W>(pos - at);
+                    if (e && elem_unord(elem_ord(elem_load(tv, W, 0), W) + d_a, W, &v)) {
                         elem_store(reg, W, pos, v);
-                        elem_store((uint8_t *)sm.vals[par], W, pos - at, v); /* for the hash */
+                        elem_store(tv, W, 0, v); /* for the hash */
                         b.rank[run0 + i] = pos;
                     } else {
                         b.delta[run0 + i] = 0; /* not written */
@@ -448,6 +475,10 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
         }
 }
 
+/* A kernel per element width (a batch's chunks of each width listed
+   apart): compiled into one kernel, the three widths' code spilled
+   registers at 64 where each alone does not. */
+template <uint32_t W>
 __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
     extern __shared__ uint4 dk_dyn[]; /* a place_smem_t: more than the 48 KiB of static shared memory */
     place_smem_t &sm = *(place_smem_t *)dk_dyn;
@@ -455,7 +486,7 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
     const uint32_t c = sparse[blockIdx.x];
     const unsigned tid = threadIdx.x;
     const dk_chunk_t ch = b.chunks[c];
-    const uint32_t K = ch.classes, w = ch.width, shift = w == 1 ? 0 : w == 2 ? 7 : 23, S = ch.sub_log2;
+    const uint32_t K = ch.classes, shift = W == 1 ? 0 : W == 2 ? 7 : 23, S = ch.sub_log2;
     if (tid == 0) {
         uint32_t go = *(volatile uint32_t *)&b.status[c] == DK_OK;
         /* format 2: the sub-streams' counts add up to the class entries' */
@@ -480,9 +511,7 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
         sm.ctab[tid] = ct_entry(k);
     }
     __syncthreads();
-    if (w == 2) place_chunk<2>(b, c, ch, sm);
-    else if (w == 4) place_chunk<4>(b, c, ch, sm);
-    else place_chunk<1>(b, c, ch, sm);
+    place_chunk<W>(b, c, ch, sm);
 }
 
 __global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *raw) {
@@ -548,24 +577,34 @@ static unsigned grid_for(uint64_t items, unsigned per_block, unsigned sms) {
 }
 
 extern "C" cudaError_t dk_init(void) {
-    return cudaFuncSetAttribute(dk_place, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(place_smem_t));
+    const int smem = (int)sizeof(place_smem_t);
+    cudaError_t e = cudaFuncSetAttribute(dk_place<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(dk_place<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(dk_place<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return e;
 }
 
-extern "C" cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse,
-                                        const uint32_t *raw, uint32_t nraw, unsigned sms, cudaEvent_t *ev,
-                                        cudaStream_t stream) {
-    cudaEventRecord(ev[0], stream);
+extern "C" cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream) {
     if (b->nchunks) dk_pre<<<grid_for(b->nchunks, WARPS, sms), THREADS, 0, stream>>>(*b);
-    cudaEventRecord(ev[1], stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream) {
     if (b->nclasses) dk_decode<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
     if (b->nsubs) {
         dk_subs<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
         dk_decode2<<<grid_for(b->nsubs, THREADS, sms), THREADS, 0, stream>>>(*b);
     }
-    cudaEventRecord(ev[2], stream);
-    if (nsparse) dk_place<<<nsparse, THREADS, sizeof(place_smem_t), stream>>>(*b, sparse);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[3],
+                                        const uint32_t *raw, uint32_t nraw, cudaStream_t stream) {
+    const size_t smem = sizeof(place_smem_t);
+    if (nsparse[0]) dk_place<1><<<nsparse[0], THREADS, smem, stream>>>(*b, sparse);
+    if (nsparse[1]) dk_place<2><<<nsparse[1], THREADS, smem, stream>>>(*b, sparse + nsparse[0]);
+    if (nsparse[2]) dk_place<4><<<nsparse[2], THREADS, smem, stream>>>(*b, sparse + nsparse[0] + nsparse[1]);
     if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
-    cudaEventRecord(ev[3], stream);
     return cudaGetLastError();
 }
 

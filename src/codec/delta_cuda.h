@@ -13,7 +13,13 @@
  * (FERRY_ERR_MISMATCH) from damaged data (FERRY_ERR_CORRUPT).
  *
  * Formats 1 and 2 both apply; format 2 (class streams cut at sub-blocks)
- * decodes far more of its streams at once.
+ * decodes far more of its streams at once, and a batch of it is applied in
+ * groups of its items, each group's passes starting once its own frames
+ * are on the device (ferry_delta_cuda_times_t says more). The object has
+ * two streams of its own besides the caller's, non-blocking: one copies
+ * the frames and tables, one runs each group's check and decode passes;
+ * events order them after what the caller's stream holds and the write
+ * passes on the caller's stream after them.
  *
  * Device memory it holds (grow-only, ferry_delta_cuda_device_bytes): the
  * batch's frames, 12 bytes per changed element (the decoded changes, then
@@ -76,15 +82,28 @@ typedef struct ferry_delta_cuda_item {
 ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n,
                                       cudaStream_t stream, ferry_errbuf_t *err);
 
-/* Where the last batch's time went, from CUDA events on its stream (a
- * restore after a failure is not in it). */
+/* Where the last batch's time went, from CUDA events (a restore after a
+ * failure is not in it). A batch of format 2 frames of 8 MiB or more is
+ * applied in groups of its items (up to 8, of 4 MiB of frames or more):
+ * each group's passes start once its frames are on the device, while the
+ * next group's are copied, and its decode overlaps the write pass of the
+ * group before. The passes' times are added up over the groups, so with
+ * groups they add up to more than total_s. */
 typedef struct ferry_delta_cuda_times {
-    double copy_s;   /* the deltas and tables copied to the device */
-    double check_s;  /* record checksums; unchanged and raw chunks checked */
-    double decode_s; /* class streams decoded */
-    double write_s;  /* changes written in place and the results hashed against their checksums, raw chunks copied */
+    uint32_t groups; /* the groups the batch was applied in */
+    double host_s;   /* the frames checked and counted on the CPU, before anything is copied */
+    double total_s;  /* the batch on the GPU: from its first copy to its last pass */
+    double copy_s;   /* from the start to the first group's passes: its deltas and tables copied */
+    double check_s;  /* record checksums; unchanged and raw chunks checked (the groups' times added up) */
+    double decode_s; /* class streams decoded (added up) */
+    double write_s;  /* changes written in place and the results hashed against their checksums, raw chunks
+                        copied (added up) */
 } ferry_delta_cuda_times_t;
 void ferry_delta_cuda_last_times(const ferry_delta_cuda_t *d, ferry_delta_cuda_times_t *out);
+
+/* For tests and benchmarks: the least bytes of frames a group takes
+ * (default 4 MiB; 0 restores it). */
+void ferry_delta_cuda_set_group_min(ferry_delta_cuda_t *d, size_t bytes);
 
 /* Device memory the object holds, in bytes. */
 size_t ferry_delta_cuda_device_bytes(const ferry_delta_cuda_t *d);

@@ -73,7 +73,11 @@ enum {
     DK_NEXT_SUM = 9   /* the result's checksum differs: corrupt, unless the base is wrong */
 };
 
-/* The device arrays of one batch. */
+/* The device arrays of one batch, and the part of it a launch takes:
+   chunks [chunk0, chunk0 + nchunks), classes [class0, class0 + nclasses),
+   sub-streams [sub0, sub0 + nsubs) (a batch is applied in groups of its
+   frames, each group's passes once its frames are on the device). Every
+   index in the tables is the batch's. */
 typedef struct dk_batch {
     const dk_chunk_t *chunks;
     const dk_class_t *classes;
@@ -85,30 +89,34 @@ typedef struct dk_batch {
     uint64_t *hashes;  /* per chunk, for the blame pass */
     dk_sub_t *subs;    /* format 2 sub-streams */
     uint32_t *cls_sum; /* format 2, per class: changes and non-unit changes its sub-streams decoded (zeroed) */
-    uint32_t nchunks, nclasses, nsubs, pad;
+    uint32_t chunk0, nchunks, class0, nclasses, sub0, nsubs;
 } dk_batch_t;
 
 #ifndef DK_TABLES_ONLY /* the tables alone for CPU code that reads them (test_delta_dev.c) */
 #include <cuda_runtime_api.h>
 
-/* Enqueue the passes of an apply on stream, in this order:
+/* The passes of an apply, enqueued on stream for b's part of its batch, in
+ * this order:
  * pre: record checksums; unchanged chunks' contents; raw chunks' base and
  *      contents (a warp per chunk);
  * decode: every format 1 class stream into (rank, delta) (a thread per
  *      class); format 2: the sub-stream table from each class's length
  *      table (a thread per class), then every sub-stream (a thread each);
- * place: sparse chunks' changes written into place and each result
- *      hashed against next_sum as it is written (a block per chunk,
- *      `sparse` lists their indices);
- * raw: raw chunks' old contents saved, the new ones copied in.
- * sms: the device's multiprocessor count (grid sizes). ev: 4 events,
- * recorded before pre, decode and place (with raw), and after. */
-cudaError_t dk_apply_enqueue(const dk_batch_t *b, const uint32_t *sparse, uint32_t nsparse, const uint32_t *raw,
-                             uint32_t nraw, unsigned sms, cudaEvent_t *ev, cudaStream_t stream);
+ * write: sparse chunks' changes written into place and each result hashed
+ *      against next_sum as it is written (a block per chunk; `sparse`
+ *      lists their indices, those of 1-byte elements first, nsparse[0] of
+ *      them, then nsparse[1] of 2 bytes, then nsparse[2] of 4 bytes); raw
+ *      chunks' old contents saved and the new ones copied in (`raw` lists
+ *      nraw).
+ * sms: the device's multiprocessor count (grid sizes). */
+cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
+cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
+cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[3], const uint32_t *raw,
+                             uint32_t nraw, cudaStream_t stream);
 
-/* Kernel attributes that dk_apply_enqueue needs on the current device
- * (the write pass's shared memory, over the default 48 KB): once per
- * device, before the first enqueue. */
+/* Kernel attributes that the write pass needs on the current device (its
+ * shared memory, over the default 48 KB): once per device, before the
+ * first enqueue. */
 cudaError_t dk_init(void);
 
 /* Restores chunks idx[0..n) (device array) where the kernels wrote into

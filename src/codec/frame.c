@@ -281,10 +281,12 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
     fold_init(&fb);
     fold_init(&fn);
     size_t off = DELTA_FRAME_HEADER + (size_t)info->chunks * 4;
+    delta_ahead_t ahead = delta_ahead_start(d, info->chunks);
     for (uint32_t i = 0; i < info->chunks; i++) {
         uint32_t rl = get_u32(d + DELTA_FRAME_HEADER + (size_t)i * 4);
         uint64_t n = chunk_elems_at(info->elems, info->chunk_elems, i);
         delta_chunk_t h;
+        if (depth == READ_HEADERS) delta_ahead_step(&ahead); /* deeper reads take whole records anyway */
         st = delta_chunk_parse(d + off, rl, w, depth >= READ_RECORDS, &h, &c->err);
         if (st != FERRY_OK) {
             char why[sizeof c->err.text];

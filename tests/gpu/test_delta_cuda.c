@@ -9,12 +9,13 @@
  * every refused region is left byte for byte as it was.
  *
  *   gpu_test_delta_cuda          the test (exit 77 without a usable GPU)
- *   gpu_test_delta_cuda --bench  apply of synthetic Adam steps at lr 1e-6,
- *                                3e-6 and 1e-5 (bf16, 16 regions of 256M
- *                                elements: 8 GiB, about half of Qwen3-8B)
- *                                beside a same-GPU copy of the same bytes,
- *                                medians of 5; first the floor (a read of
- *                                every region, tests/gpu/floor.h) */
+ *   gpu_test_delta_cuda --bench [LR]
+ *       apply of synthetic Adam steps at lr 1e-6, 3e-6 and 1e-5 (or LR
+ *       alone) (bf16, 16 regions of 256M elements: 8 GiB, about half of
+ *       Qwen3-8B) beside a same-GPU copy of the same bytes, medians of 5;
+ *       format 2 also in one group (ferry_delta_cuda_set_group_min) beside
+ *       its default groups; first the floor (a read of every region,
+ *       tests/gpu/floor.h) */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -51,6 +52,7 @@ typedef struct tcase {
 } tcase_t;
 
 static uint32_t g_format = 1; /* the delta format the cases encode */
+static size_t g_group_min = 0; /* ferry_delta_cuda_set_group_min: 0 the default, 1 a group per item (up to 8) */
 
 static uint64_t rng(uint64_t *s) {
     *s += 0x9e3779b97f4a7c15ull;
@@ -265,9 +267,11 @@ static void test_good_batch(void) {
         bad += !region_is(t[i], t[i]->next, "next version");
     }
     CHECK(bad == 0);
-    printf("format %u, good batch: %zu regions applied on the GPU, each equal to the CPU's result (%.3f s; "
-           "copies %.4f s, passes %.4f s; %zu bytes of device memory)\n",
-           g_format, n, now_s() - t0, tm.copy_s, tm.check_s + tm.decode_s + tm.write_s,
+    /* format 2 batches go in groups (format 1: one), here a group per item from the 8th last on */
+    CHECK(tm.groups == (g_format == 2 && g_group_min == 1 ? 8 : 1));
+    printf("format %u, good batch: %zu regions applied on the GPU in %u group(s), each equal to the CPU's result "
+           "(%.3f s; copies %.4f s, passes %.4f s; %zu bytes of device memory)\n",
+           g_format, n, tm.groups, now_s() - t0, tm.copy_s, tm.check_s + tm.decode_s + tm.write_s,
            ferry_delta_cuda_device_bytes(g_gpu));
     /* applied again, the next version is not its base: refused, untouched */
     CHECK(ferry_delta_cuda_apply(g_gpu, items, 3, g_stream, &err) == FERRY_ERR_MISMATCH);
@@ -370,11 +374,15 @@ static void test_refusal(const char *what, spoil_fn spoil, ferry_status_t want, 
         exit(1);
     }
     CHECK(items[0].status == FERRY_OK && items[2].status == FERRY_OK);
+    ferry_delta_cuda_times_t tm;
+    ferry_delta_cuda_last_times(g_gpu, &tm);
+    /* a group per item that passed its own checks (format 2, g_group_min 1) */
+    CHECK(g_format == 2 && g_group_min == 1 ? tm.groups >= 2 && tm.groups <= 3 : tm.groups == 1);
     CHECK(region_is(t[0], t[0]->next, "next version"));
     CHECK(region_is(t[2], t[2]->next, "next version"));
     CHECK(region_is(t[1], t[1]->base, "region before the call"));
-    printf("format %u, %s: refused (%s: %s), the region as it was, the other two applied\n", g_format, what,
-           ferry_status_name(st), err.text);
+    printf("format %u, %s, %u group(s): refused (%s: %s), the region as it was, the other two applied\n", g_format,
+           what, tm.groups, ferry_status_name(st), err.text);
     for (int i = 0; i < 3; i++) tcase_free(t[i]);
 }
 
@@ -459,7 +467,7 @@ static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, cons
     for (int r = 0; r < R; r++)
         items[r] = (ferry_delta_cuda_item_t){.delta = delta, .len = len, .region = reg[r],
                                              .dtype = FERRY_DTYPE_BF16, .elems = n, .base_version = 4};
-    double tc[8], ta[8], tp[8], tx[4][8];
+    double tc[8], ta[8], tp[8], tx[4][8], th[8];
     ferry_errbuf_t err = {{0}};
     for (int rep = -1; rep < REPS; rep++) { /* one warm-up */
         const double copy_s = copy_regions_s(reg, pristine, bytes, R, e0, e1);
@@ -478,7 +486,8 @@ static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, cons
         ferry_delta_cuda_last_times(g_gpu, &tm);
         tc[rep] = copy_s;
         ta[rep] = t1 - t0;
-        tp[rep] = tm.check_s + tm.decode_s + tm.write_s;
+        tp[rep] = tm.total_s;
+        th[rep] = tm.host_s;
         tx[0][rep] = tm.copy_s, tx[1][rep] = tm.check_s, tx[2][rep] = tm.decode_s, tx[3][rep] = tm.write_s;
     }
     double mc = median(tc, REPS), ma = median(ta, REPS), mp = median(tp, REPS);
@@ -489,15 +498,18 @@ static void bench_one(uint32_t fmt, double lr, uint64_t n, int R, int REPS, cons
            tc[0], tc[REPS - 1]);
     printf("  apply on the GPU, whole call: %.4f s (%.0f GB/s of region; %.2fx the copy; range %.4f-%.4f)\n", ma,
            total / ma / 1e9, mc / ma, ta[0], ta[REPS - 1]);
-    printf("    GPU passes %.4f s (%.0f GB/s of region; %.2fx the copy): medians copy-in %.4f, check %.4f, decode "
-           "%.4f, write and verify %.4f\n",
-           mp, total / mp / 1e9, mc / mp, median(tx[0], REPS), median(tx[1], REPS), median(tx[2], REPS),
-           median(tx[3], REPS));
+    ferry_delta_cuda_times_t last;
+    ferry_delta_cuda_last_times(g_gpu, &last);
+    printf("    on the GPU %.4f s (%.0f GB/s of region; %.2fx the copy), in %u group(s), after %.4f s of checks on the "
+           "CPU; medians of the passes (added up over the groups): copy-in %.4f, check %.4f, decode %.4f, write and "
+           "verify %.4f\n",
+           mp, total / mp / 1e9, mc / mp, last.groups, median(th, REPS), median(tx[0], REPS), median(tx[1], REPS),
+           median(tx[2], REPS), median(tx[3], REPS));
     printf("  device memory held: %.1f MiB\n", (double)ferry_delta_cuda_device_bytes(g_gpu) / (1 << 20));
     cudaFreeHost(delta);
 }
 
-static int bench(void) {
+static int bench(double only_lr) {
     const uint64_t n = (uint64_t)256 << 20; /* elements per region */
     const int R = 16, REPS = 5;
     const size_t bytes = n * 2;
@@ -529,6 +541,7 @@ static int bench(void) {
                t1, (double)R * bytes / t1 / 1e9, mc, mc / t1);
     }
     for (int l = 0; l < 3; l++) {
+        if (only_lr > 0 && only_lr != lrs[l]) continue;
         delta_synth_t s;
         delta_synth_init(&s, n, false, lrs[l], 42, a, a + n, a + 2 * n, a + 3 * n);
         for (int st = 0; st < 4; st++) synth_par(&s, NULL);
@@ -536,6 +549,11 @@ static int bench(void) {
         synth_par(&s, NULL);
         synth_par(&s, b1);
         for (uint32_t fmt = 1; fmt <= 2; fmt++) {
+            if (fmt == 2) { /* beside the default groups, the same in one group */
+                ferry_delta_cuda_set_group_min(g_gpu, SIZE_MAX);
+                bench_one(fmt, lrs[l], n, R, REPS, b0, b1, pristine, reg, e0, e1);
+                ferry_delta_cuda_set_group_min(g_gpu, 0);
+            }
             bench_one(fmt, lrs[l], n, R, REPS, b0, b1, pristine, reg, e0, e1);
         }
     }
@@ -559,9 +577,12 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaStreamCreate(&g_stream));
     int rc = 0;
     if (argc > 1 && !strcmp(argv[1], "--bench")) {
-        rc = bench();
+        rc = bench(argc > 2 ? atof(argv[2]) : 0);
     } else {
-        for (g_format = 1; g_format <= 2; g_format++) {
+        for (int run = 0; run < 3; run++) {
+            /* format 1; format 2 in one group; format 2 a group per item */
+            g_format = run ? 2 : 1, g_group_min = run == 2 ? 1 : 0;
+            ferry_delta_cuda_set_group_min(g_gpu, g_group_min ? g_group_min : SIZE_MAX);
             test_good_batch();
             test_refusal("damaged record", spoil_record, FERRY_ERR_CORRUPT, "record checksum");
             test_refusal("damaged stream, record resealed", spoil_stream, FERRY_ERR_CORRUPT, "chunk");
