@@ -105,7 +105,11 @@ typedef struct ferry_sync_params {
      * CUDA member's buffers are device memory of that GPU (checked when each
      * is added); the member packs, scatters and checksums on that GPU, on a
      * stream of its own, and every call that moves bytes returns once the
-     * GPU is done with them. Buffers it allocates (NULL pointers to
+     * GPU is done with them. That stream does not wait on the caller's
+     * work: the caller's own writes to its buffers must be done before it
+     * publishes (its stream or device synchronized; a cudaMemcpy from
+     * pageable memory may return before its bytes land), and a reader's
+     * buffers must not be written while it updates. Buffers it allocates (NULL pointers to
      * add_layout, ferry_writer_alloc_buffer) are cudaMalloc'd there. Extra
      * GPU memory it takes is reported (device_bytes in the infos below);
      * docs/sync.md lists what it is. Needs a ferry built with CUDA. */

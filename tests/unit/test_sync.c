@@ -281,6 +281,19 @@ static void mirror(worker_t *w, bool to_gpu) {
             CHECK(0);
         }
     }
+    /* From pageable memory, cudaMemcpy to the device may return once the
+       bytes are staged, before they land; ferry's streams do not wait on
+       the legacy stream's copy, so a writer could publish (and its
+       readers copy and verify) bytes still being overwritten. Seen on the
+       H200 host (2026-11-28): async cases verified, then 160-192 elements
+       of a reader differed. */
+    if (to_gpu && w->dptrs) {
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+            fprintf(stderr, "mirror: %s\n", cudaGetErrorString(e));
+            CHECK(0);
+        }
+    }
 #else
     (void)w, (void)to_gpu;
 #endif
