@@ -18,8 +18,9 @@ _Static_assert((int)DK_UNCHANGED_CHUNK == (int)CHUNK_UNCHANGED && (int)DK_SPARSE
                    (int)DK_RAW_CHUNK == (int)CHUNK_RAW,
                "chunk modes");
 
-/* A batch of format 2 frames is applied in up to GROUPS_MAX groups of
-   consecutive items, each at least GROUP_MIN bytes of frames. (Format 1
+/* A batch of format 2 frames is applied in groups of consecutive items,
+   one per GROUP_MIN bytes of frames, up to GROUPS_MAX and up to one per
+   item. (Format 1
    is not: its decode is bound by its longest class stream, however few
    the classes, so each group would pay it again.) */
 #define GROUPS_MAX 8u
@@ -360,12 +361,15 @@ static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint3
     return FERRY_ERR_CORRUPT;
 }
 
-/* A CUDA failure while a batch's groups are enqueued: the object's own
-   streams drained first, so that nothing in flight reads its tables once
+/* A CUDA failure while a batch's groups are enqueued: the streams drained
+   first (the object's and the caller's, where earlier groups' write passes
+   may still run), so that nothing in flight reads the object's tables once
    the next call fills them. */
-static ferry_status_t fail_drained(ferry_delta_cuda_t *d, ferry_errbuf_t *err, cudaError_t e, const char *what) {
+static ferry_status_t fail_drained(ferry_delta_cuda_t *d, cudaStream_t stream, ferry_errbuf_t *err, cudaError_t e,
+                                   const char *what) {
     cudaStreamSynchronize(d->copy);
     cudaStreamSynchronize(d->dec);
+    cudaStreamSynchronize(stream); /* earlier groups' write passes */
     return cuda_fail(err, e, what);
 }
 
@@ -424,19 +428,29 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
     ferry_status_t st = grow(d, frames, chunks, classes, subs, slots, save, err);
     if (st != FERRY_OK) return st;
 
-    /* 2. the groups: consecutive items of about equal frame bytes */
+    /* 2. the groups: consecutive items of about equal frame bytes, each
+       cut at the item boundary nearest its share (after item i when the
+       next item's middle lies past it), so that two items of any sizes
+       make two groups */
     size_t gfirst[GROUPS_MAX + 1], nok = 0;
     for (size_t i = 0; i < n; i++) nok += items[i].status == FERRY_OK;
-    size_t G = fmt1 || !nok ? 1 : frames / (d->group_min ? d->group_min : GROUP_MIN);
-    G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G > nok && nok ? nok : G;
+    if (!nok) { /* nothing to copy or run */
+        d->times = (ferry_delta_cuda_times_t){.host_s = ferry_mono_s() - t0};
+        return FERRY_OK;
+    }
+    size_t G = fmt1 ? 1 : frames / (d->group_min ? d->group_min : GROUP_MIN);
+    G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G > nok ? nok : G;
     {
-        size_t g = 0, acc = 0, last = n; /* the last item that applies: no group is cut after it */
-        while (last && items[last - 1].status != FERRY_OK) last--;
+        size_t g = 0, acc = 0, i = 0;
+        while (items[i].status != FERRY_OK) i++; /* the first that applies (nok > 0) */
         gfirst[0] = 0;
-        for (size_t i = 0; i + 1 < last && g + 1 < G; i++) {
-            if (items[i].status != FERRY_OK) continue;
+        while (g + 1 < G) {
+            size_t j = i + 1; /* the next that applies */
+            while (j < n && items[j].status != FERRY_OK) j++;
+            if (j == n) break;
             acc += (items[i].len + 15) & ~(size_t)15;
-            if (acc * G >= (g + 1) * frames) gfirst[++g] = i + 1;
+            if ((2 * acc + ((items[j].len + 15) & ~(size_t)15)) * G >= 2 * (g + 1) * frames) gfirst[++g] = i + 1;
+            i = j;
         }
         G = g + 1;
         gfirst[G] = n;
@@ -461,7 +475,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
     for (size_t g = 0; g < G; g++) {
         /* group g's frames were queued behind the last group's tables (group 0's here) */
         if (g == 0 && (e = copy_frames(d, items, gfirst[0], gfirst[1], &cfoff)))
-            return fail_drained(d, err, e, "delta apply: copying the deltas to the GPU");
+            return fail_drained(d, stream, err, e, "delta apply: copying the deltas to the GPU");
         const size_t c0 = nc, k0 = ncls, s0 = nsub, sp0 = nsparse, r0 = nraw;
         for (size_t i = gfirst[g]; i < gfirst[g + 1]; i++) {
             ferry_delta_cuda_item_t *it = &items[i];
@@ -480,6 +494,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
                 if (delta_chunk_parse(rec, len, w, false, &h, &ignored) != FERRY_OK) { /* cannot happen: peek parsed it */
                     cudaStreamSynchronize(d->copy); /* drained, as fail_drained */
                     cudaStreamSynchronize(d->dec);
+                    cudaStreamSynchronize(stream);
                     return ferry_fail(err, FERRY_ERR_CORRUPT,
                                       "delta %zu: chunk %u: a record peek accepted fails to parse", i, c);
                 }
@@ -545,9 +560,9 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             (nraw > r0 &&
              (e = cudaMemcpyAsync(d_raw + r0, raw + r0, (nraw - r0) * 4, cudaMemcpyHostToDevice, d->copy))) ||
             (e = cudaEventRecord(d->copied[g], d->copy)))
-            return fail_drained(d, err, e, "delta apply: copying the tables to the GPU");
+            return fail_drained(d, stream, err, e, "delta apply: copying the tables to the GPU");
         if (g + 1 < G && (e = copy_frames(d, items, gfirst[g + 1], gfirst[g + 2], &cfoff)))
-            return fail_drained(d, err, e, "delta apply: copying the deltas to the GPU");
+            return fail_drained(d, stream, err, e, "delta apply: copying the deltas to the GPU");
         b.chunk0 = (uint32_t)c0, b.nchunks = (uint32_t)(nc - c0), b.class0 = (uint32_t)k0;
         b.nclasses = (uint32_t)(ncls - k0), b.sub0 = (uint32_t)s0, b.nsubs = (uint32_t)(nsub - s0);
         cudaStream_t ds = groups ? d->dec : stream; /* pre and decode */
@@ -560,11 +575,11 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             (e = cudaEventRecord(ev[2], stream)) ||
             (e = dk_write_enqueue(&b, d_sparse + sp0, nsp, d_raw + r0, (uint32_t)(nraw - r0), stream)) ||
             (e = cudaEventRecord(ev[3], stream)))
-            return fail_drained(d, err, e, "delta apply: the GPU's passes");
+            return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
     }
     if ((e = cudaMemcpyAsync(d->h_status, d->d_status, nc * 4, cudaMemcpyDeviceToHost, stream)) ||
         (e = cudaStreamSynchronize(stream)))
-        return fail_drained(d, err, e, "delta apply: the GPU's passes");
+        return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
     b.chunk0 = 0, b.nchunks = (uint32_t)nc, b.class0 = 0, b.nclasses = (uint32_t)ncls, b.sub0 = 0;
     b.nsubs = (uint32_t)nsub;
     d->times = (ferry_delta_cuda_times_t){.groups = (uint32_t)G, .host_s = host_s};

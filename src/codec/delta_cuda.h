@@ -84,7 +84,7 @@ ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_it
 
 /* Where the last batch's time went, from CUDA events (a restore after a
  * failure is not in it). A batch of format 2 frames of 8 MiB or more is
- * applied in groups of its items (up to 8, of 4 MiB of frames or more):
+ * applied in groups of its items (one per 4 MiB of frames, up to 8):
  * each group's passes start once its frames are on the device, while the
  * next group's are copied, and its decode overlaps the write pass of the
  * group before. The passes' times are added up over the groups, so with

@@ -267,8 +267,8 @@ static void test_good_batch(void) {
         bad += !region_is(t[i], t[i]->next, "next version");
     }
     CHECK(bad == 0);
-    /* format 2 batches go in groups (format 1: one), here a group per item from the 8th last on */
-    CHECK(tm.groups == (g_format == 2 && g_group_min == 1 ? 8 : 1));
+    /* format 2 batches go in groups (format 1: one), here up to 8 of about equal frame bytes */
+    CHECK(g_format == 2 && g_group_min == 1 ? tm.groups >= 2 && tm.groups <= 8 : tm.groups == 1);
     printf("format %u, good batch: %zu regions applied on the GPU in %u group(s), each equal to the CPU's result "
            "(%.3f s; copies %.4f s, passes %.4f s; %zu bytes of device memory)\n",
            g_format, n, tm.groups, now_s() - t0, tm.copy_s, tm.check_s + tm.decode_s + tm.write_s,
@@ -376,7 +376,7 @@ static void test_refusal(const char *what, spoil_fn spoil, ferry_status_t want, 
     CHECK(items[0].status == FERRY_OK && items[2].status == FERRY_OK);
     ferry_delta_cuda_times_t tm;
     ferry_delta_cuda_last_times(g_gpu, &tm);
-    /* a group per item that passed its own checks (format 2, g_group_min 1) */
+    /* format 2, g_group_min 1: up to a group per item that passed its own checks, and two items make two */
     CHECK(g_format == 2 && g_group_min == 1 ? tm.groups >= 2 && tm.groups <= 3 : tm.groups == 1);
     CHECK(region_is(t[0], t[0]->next, "next version"));
     CHECK(region_is(t[2], t[2]->next, "next version"));
