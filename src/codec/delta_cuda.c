@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec/codec_internal.h"
+#include "codec/delta_groups.h"
 #include "codec/delta_kern.h"
 #include "common/cuda.h"
 #include "common/hash.h"
@@ -428,10 +429,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
     ferry_status_t st = grow(d, frames, chunks, classes, subs, slots, save, err);
     if (st != FERRY_OK) return st;
 
-    /* 2. the groups: consecutive items of about equal frame bytes, each
-       cut at the item boundary nearest its share (after item i when the
-       next item's middle lies past it), so that two items of any sizes
-       make two groups */
+    /* 2. the groups (delta_groups.h) */
     size_t gfirst[GROUPS_MAX + 1], nok = 0;
     for (size_t i = 0; i < n; i++) nok += items[i].status == FERRY_OK;
     if (!nok) { /* nothing to copy or run */
@@ -439,21 +437,15 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
         return FERRY_OK;
     }
     size_t G = fmt1 ? 1 : frames / (d->group_min ? d->group_min : GROUP_MIN);
-    G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G > nok ? nok : G;
-    {
-        size_t g = 0, acc = 0, i = 0;
-        while (items[i].status != FERRY_OK) i++; /* the first that applies (nok > 0) */
-        gfirst[0] = 0;
-        while (g + 1 < G) {
-            size_t j = i + 1; /* the next that applies */
-            while (j < n && items[j].status != FERRY_OK) j++;
-            if (j == n) break;
-            acc += (items[i].len + 15) & ~(size_t)15;
-            if ((2 * acc + ((items[j].len + 15) & ~(size_t)15)) * G >= 2 * (g + 1) * frames) gfirst[++g] = i + 1;
-            i = j;
-        }
-        G = g + 1;
-        gfirst[G] = n;
+    G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G > nok ? nok : G; /* shares of the items that apply */
+    if (G > 1) {
+        size_t *bytes = malloc(n * sizeof *bytes);
+        if (!bytes) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+        for (size_t i = 0; i < n; i++) bytes[i] = items[i].status == FERRY_OK ? (items[i].len + 15) & ~(size_t)15 : 0;
+        G = delta_groups(bytes, n, G, frames, gfirst);
+        free(bytes);
+    } else {
+        gfirst[0] = 0, gfirst[1] = n;
     }
     const bool groups = G > 1;
 
