@@ -366,11 +366,14 @@ static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint3
    first (the object's and the caller's, where earlier groups' write passes
    may still run), so that nothing in flight reads the object's tables once
    the next call fills them. */
-static ferry_status_t fail_drained(ferry_delta_cuda_t *d, cudaStream_t stream, ferry_errbuf_t *err, cudaError_t e,
-                                   const char *what) {
+static void drain(ferry_delta_cuda_t *d, cudaStream_t stream) {
     cudaStreamSynchronize(d->copy);
     cudaStreamSynchronize(d->dec);
     cudaStreamSynchronize(stream); /* earlier groups' write passes */
+}
+static ferry_status_t fail_drained(ferry_delta_cuda_t *d, cudaStream_t stream, ferry_errbuf_t *err, cudaError_t e,
+                                   const char *what) {
+    drain(d, stream);
     return cuda_fail(err, e, what);
 }
 
@@ -386,6 +389,78 @@ static cudaError_t copy_frames(ferry_delta_cuda_t *d, const ferry_delta_cuda_ite
         *foff += (items[i].len + 15) & ~(size_t)15;
     }
     return cudaSuccess;
+}
+
+/* Where the tables stand as a batch is filled: the next chunk, class,
+   slot and sub-stream, the raw chunks' saved bytes, the sparse and raw
+   chunks listed (h_lists, and h_lists + hcap_chunks). */
+typedef struct fill {
+    size_t nc, ncls, nch, nsub, nsave, nsparse, nraw;
+} fill_t;
+
+/* Item i's chunks and classes into the host tables from *at on (its
+   frame at `frame` on the device, once copied). */
+static ferry_status_t fill_item(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, size_t i,
+                                const uint8_t *frame, fill_t *at, ferry_errbuf_t *err) {
+    const uint8_t *f = it->delta;
+    const uint64_t dev = (uint64_t)(uintptr_t)frame;
+    uint32_t nchunks = get_u32(f + 20), chunk_elems = get_u32(f + 16), w = delta_width(it->dtype);
+    size_t off = DELTA_FRAME_HEADER + (size_t)nchunks * 4; /* peek checked that the lengths add up */
+    delta_ahead_t ahead = delta_ahead_start(f, nchunks);
+    for (uint32_t c = 0; c < nchunks; c++) {
+        delta_ahead_step(&ahead);
+        size_t len = get_u32(f + DELTA_FRAME_HEADER + 4 * (size_t)c);
+        const uint8_t *rec = f + off;
+        delta_chunk_t h;
+        ferry_errbuf_t ignored;
+        if (delta_chunk_parse(rec, len, w, false, &h, &ignored) != FERRY_OK)
+            return ferry_fail(err, FERRY_ERR_CORRUPT, "delta %zu: chunk %u: a record peek accepted fails to parse",
+                              i, c);
+        dk_chunk_t *k = &d->h_chunks[at->nc];
+        if (h.mode == CHUNK_SPARSE) at->nch = (at->nch + 3) & ~(size_t)3; /* (class_slots) */
+        *k = (dk_chunk_t){
+            .region = (uint64_t)(uintptr_t)it->region + (uint64_t)c * chunk_elems * w,
+            .rec = dev + off + CHUNK_HEADER,
+            .payload = dev + (uint64_t)(h.payload - f),
+            .base_sum = h.base_sum,
+            .next_sum = h.next_sum,
+            .rec_sum = h.rec_sum,
+            .rec_seed = XXH3_64bits(rec, 32),
+            .change0 = at->nch,
+            .save = at->nsave,
+            .rec_len = (uint32_t)(len - CHUNK_HEADER),
+            .elems = h.elems,
+            .mode = h.mode,
+            .width = w,
+            .classes = h.classes,
+            .class0 = (uint32_t)at->ncls,
+            .changed = h.changed,
+            .sub_log2 = h.mode == CHUNK_SPARSE ? h.sub_log2 : 0,
+        };
+        d->chunk_item[at->nc] = i;
+        if (h.mode == CHUNK_SPARSE) {
+            uint64_t s = k->payload;
+            for (uint32_t x = 0; x < h.classes; x++) {
+                const delta_class_t *q = &h.cls[x];
+                d->h_classes[at->ncls++] = (dk_class_t){
+                    .stream = s, .change0 = at->nch, .lower = q->lower, .count = q->count,
+                    .changed = q->changed, .nonunit = q->nonunit, .len = q->len, .k_gap = q->k_gap,
+                    .k_nu = q->k_nu, .k_mag = q->k_mag, .chunk = (uint32_t)at->nc, .len_bits = q->len_bits,
+                    .nsub = class_subs(&h, q), .sub0 = (uint32_t)at->nsub};
+                s += q->len;
+                at->nch += class_slots(&h, q);
+                at->nsub += class_subs(&h, q);
+            }
+            k->changed = (uint32_t)(at->nch - k->change0); /* format 2: its slots, for the undo */
+            d->h_lists[at->nsparse++] = (uint32_t)at->nc;
+        } else if (h.mode == CHUNK_RAW) {
+            d->h_lists[d->hcap_chunks + at->nraw++] = (uint32_t)at->nc;
+            at->nsave += (size_t)h.elems * w;
+        }
+        at->nc++;
+        off += len;
+    }
+    return FERRY_OK;
 }
 
 static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n, cudaStream_t stream,
@@ -451,7 +526,8 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
 
     /* 3. per group: its frames to the device (the next group's queued
        behind them), its tables filled and copied, its passes enqueued */
-    size_t foff = 0, cfoff = 0, nc = 0, ncls = 0, nch = 0, nsub = 0, nsave = 0, nsparse = 0, nraw = 0;
+    size_t foff = 0, cfoff = 0;
+    fill_t at = {0};
     uint32_t *sparse = d->h_lists, *raw = d->h_lists + d->hcap_chunks, *tmp = d->h_lists + 2 * d->hcap_chunks;
     uint32_t *d_sparse = d->d_lists, *d_raw = d->d_lists + d->cap_chunks, *d_undo = d->d_lists + 2 * d->cap_chunks;
     dk_batch_t b = {.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status, .applied = d->d_applied,
@@ -468,95 +544,37 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
         /* group g's frames were queued behind the last group's tables (group 0's here) */
         if (g == 0 && (e = copy_frames(d, items, gfirst[0], gfirst[1], &cfoff)))
             return fail_drained(d, stream, err, e, "delta apply: copying the deltas to the GPU");
-        const size_t c0 = nc, k0 = ncls, s0 = nsub, sp0 = nsparse, r0 = nraw;
+        const size_t c0 = at.nc, k0 = at.ncls, s0 = at.nsub, sp0 = at.nsparse, r0 = at.nraw;
         for (size_t i = gfirst[g]; i < gfirst[g + 1]; i++) {
             ferry_delta_cuda_item_t *it = &items[i];
             if (it->status != FERRY_OK) continue;
-            const uint8_t *f = it->delta;
-            const uint64_t dev = (uint64_t)(uintptr_t)(d->d_frames + foff);
-            uint32_t nchunks = get_u32(f + 20), chunk_elems = get_u32(f + 16), w = delta_width(it->dtype);
-            size_t off = DELTA_FRAME_HEADER + (size_t)nchunks * 4; /* peek checked that the lengths add up */
-            delta_ahead_t ahead = delta_ahead_start(f, nchunks);
-            for (uint32_t c = 0; c < nchunks; c++) {
-                delta_ahead_step(&ahead);
-                size_t len = get_u32(f + DELTA_FRAME_HEADER + 4 * (size_t)c);
-                const uint8_t *rec = f + off;
-                delta_chunk_t h;
-                ferry_errbuf_t ignored;
-                if (delta_chunk_parse(rec, len, w, false, &h, &ignored) != FERRY_OK) { /* cannot happen: peek parsed it */
-                    cudaStreamSynchronize(d->copy); /* drained, as fail_drained */
-                    cudaStreamSynchronize(d->dec);
-                    cudaStreamSynchronize(stream);
-                    return ferry_fail(err, FERRY_ERR_CORRUPT,
-                                      "delta %zu: chunk %u: a record peek accepted fails to parse", i, c);
-                }
-                dk_chunk_t *k = &d->h_chunks[nc];
-                if (h.mode == CHUNK_SPARSE) nch = (nch + 3) & ~(size_t)3; /* (class_slots) */
-                *k = (dk_chunk_t){
-                    .region = (uint64_t)(uintptr_t)it->region + (uint64_t)c * chunk_elems * w,
-                    .rec = dev + off + CHUNK_HEADER,
-                    .payload = dev + (uint64_t)(h.payload - f),
-                    .base_sum = h.base_sum,
-                    .next_sum = h.next_sum,
-                    .rec_sum = h.rec_sum,
-                    .rec_seed = XXH3_64bits(rec, 32),
-                    .change0 = nch,
-                    .save = nsave,
-                    .rec_len = (uint32_t)(len - CHUNK_HEADER),
-                    .elems = h.elems,
-                    .mode = h.mode,
-                    .width = w,
-                    .classes = h.classes,
-                    .class0 = (uint32_t)ncls,
-                    .changed = h.changed,
-                    .sub_log2 = h.mode == CHUNK_SPARSE ? h.sub_log2 : 0,
-                };
-                d->chunk_item[nc] = i;
-                if (h.mode == CHUNK_SPARSE) {
-                    uint64_t s = k->payload;
-                    for (uint32_t x = 0; x < h.classes; x++) {
-                        const delta_class_t *q = &h.cls[x];
-                        d->h_classes[ncls++] = (dk_class_t){
-                            .stream = s, .change0 = nch, .lower = q->lower, .count = q->count,
-                            .changed = q->changed, .nonunit = q->nonunit, .len = q->len, .k_gap = q->k_gap,
-                            .k_nu = q->k_nu, .k_mag = q->k_mag, .chunk = (uint32_t)nc, .len_bits = q->len_bits,
-                            .nsub = class_subs(&h, q), .sub0 = (uint32_t)nsub};
-                        s += q->len;
-                        nch += class_slots(&h, q);
-                        nsub += class_subs(&h, q);
-                    }
-                    k->changed = (uint32_t)(nch - k->change0); /* format 2: its slots, for the undo */
-                    sparse[nsparse++] = (uint32_t)nc;
-                } else if (h.mode == CHUNK_RAW) {
-                    raw[nraw++] = (uint32_t)nc;
-                    nsave += (size_t)h.elems * w;
-                }
-                nc++;
-                off += len;
+            if (fill_item(d, it, i, d->d_frames + foff, &at, err) != FERRY_OK) { /* cannot happen: peek parsed it */
+                drain(d, stream);
+                return FERRY_ERR_CORRUPT;
             }
             foff += (it->len + 15) & ~(size_t)15;
         }
         /* the group's sparse chunks by element width, one write kernel each */
         uint32_t nsp[3] = {0, 0, 0};
-        size_t at = sp0;
+        size_t to = sp0;
         for (uint32_t wi = 0; wi < 3; wi++)
-            for (size_t j = sp0; j < nsparse; j++)
-                if (d->h_chunks[sparse[j]].width == 1u << wi) tmp[at++] = sparse[j], nsp[wi]++;
-        memcpy(sparse + sp0, tmp + sp0, (nsparse - sp0) * sizeof *sparse);
-        if ((nc > c0 && (e = cudaMemcpyAsync(d->d_chunks + c0, d->h_chunks + c0, (nc - c0) * sizeof(dk_chunk_t),
+            for (size_t j = sp0; j < at.nsparse; j++)
+                if (d->h_chunks[sparse[j]].width == 1u << wi) tmp[to++] = sparse[j], nsp[wi]++;
+        memcpy(sparse + sp0, tmp + sp0, (at.nsparse - sp0) * sizeof *sparse);
+        if ((at.nc > c0 && (e = cudaMemcpyAsync(d->d_chunks + c0, d->h_chunks + c0, (at.nc - c0) * sizeof(dk_chunk_t),
                                              cudaMemcpyHostToDevice, d->copy))) ||
-            (ncls > k0 && (e = cudaMemcpyAsync(d->d_classes + k0, d->h_classes + k0, (ncls - k0) * sizeof(dk_class_t),
+            (at.ncls > k0 && (e = cudaMemcpyAsync(d->d_classes + k0, d->h_classes + k0, (at.ncls - k0) * sizeof(dk_class_t),
                                                cudaMemcpyHostToDevice, d->copy))) ||
-            (nsparse > sp0 && (e = cudaMemcpyAsync(d_sparse + sp0, sparse + sp0, (nsparse - sp0) * 4,
+            (at.nsparse > sp0 && (e = cudaMemcpyAsync(d_sparse + sp0, sparse + sp0, (at.nsparse - sp0) * 4,
                                                    cudaMemcpyHostToDevice, d->copy))) ||
-            (nraw > r0 &&
-             (e = cudaMemcpyAsync(d_raw + r0, raw + r0, (nraw - r0) * 4, cudaMemcpyHostToDevice, d->copy))) ||
+            (at.nraw > r0 &&
+             (e = cudaMemcpyAsync(d_raw + r0, raw + r0, (at.nraw - r0) * 4, cudaMemcpyHostToDevice, d->copy))) ||
             (e = cudaEventRecord(d->copied[g], d->copy)))
             return fail_drained(d, stream, err, e, "delta apply: copying the tables to the GPU");
         if (g + 1 < G && (e = copy_frames(d, items, gfirst[g + 1], gfirst[g + 2], &cfoff)))
             return fail_drained(d, stream, err, e, "delta apply: copying the deltas to the GPU");
-        b.chunk0 = (uint32_t)c0, b.nchunks = (uint32_t)(nc - c0), b.class0 = (uint32_t)k0;
-        b.nclasses = (uint32_t)(ncls - k0), b.sub0 = (uint32_t)s0, b.nsubs = (uint32_t)(nsub - s0);
+        b.chunk0 = (uint32_t)c0, b.nchunks = (uint32_t)(at.nc - c0), b.class0 = (uint32_t)k0;
+        b.nclasses = (uint32_t)(at.ncls - k0), b.sub0 = (uint32_t)s0, b.nsubs = (uint32_t)(at.nsub - s0);
         cudaStream_t ds = groups ? d->dec : stream; /* pre and decode */
         cudaEvent_t *ev = d->ev + 1 + 4 * g;
         if ((e = cudaStreamWaitEvent(ds, d->copied[g], 0)) || (e = cudaEventRecord(ev[0], ds)) ||
@@ -565,15 +583,15 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             (groups && ((e = cudaEventRecord(d->decoded[g], ds)) ||
                          (e = cudaStreamWaitEvent(stream, d->decoded[g], 0)))) ||
             (e = cudaEventRecord(ev[2], stream)) ||
-            (e = dk_write_enqueue(&b, d_sparse + sp0, nsp, d_raw + r0, (uint32_t)(nraw - r0), stream)) ||
+            (e = dk_write_enqueue(&b, d_sparse + sp0, nsp, d_raw + r0, (uint32_t)(at.nraw - r0), stream)) ||
             (e = cudaEventRecord(ev[3], stream)))
             return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
     }
-    if ((e = cudaMemcpyAsync(d->h_status, d->d_status, nc * 4, cudaMemcpyDeviceToHost, stream)) ||
+    if ((e = cudaMemcpyAsync(d->h_status, d->d_status, at.nc * 4, cudaMemcpyDeviceToHost, stream)) ||
         (e = cudaStreamSynchronize(stream)))
         return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
-    b.chunk0 = 0, b.nchunks = (uint32_t)nc, b.class0 = 0, b.nclasses = (uint32_t)ncls, b.sub0 = 0;
-    b.nsubs = (uint32_t)nsub;
+    b.chunk0 = 0, b.nchunks = (uint32_t)at.nc, b.class0 = 0, b.nclasses = (uint32_t)at.ncls, b.sub0 = 0;
+    b.nsubs = (uint32_t)at.nsub;
     d->times = (ferry_delta_cuda_times_t){.groups = (uint32_t)G, .host_s = host_s};
     for (size_t g = 0; g < G; g++) {
         float ms[4] = {0};
@@ -585,21 +603,21 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
     }
     float all = 0;
     if (cudaEventElapsedTime(&all, d->ev[0], d->ev[4 * G]) == cudaSuccess) d->times.total_s = all / 1e3;
-    if (!nc) return FERRY_OK;
+    if (!at.nc) return FERRY_OK;
 
     /* 4. items with a failed chunk restored, then their failed chunks blamed */
     uint32_t *undo = d->h_lists + 2 * d->hcap_chunks;
     size_t nundo = 0;
     bool *bad = calloc(n, sizeof *bad);
     if (!bad) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
-    for (size_t c = 0; c < nc; c++)
+    for (size_t c = 0; c < at.nc; c++)
         if (d->h_status[c] != DK_OK) bad[d->chunk_item[c]] = true;
-    for (size_t c = 0; c < nc; c++)
+    for (size_t c = 0; c < at.nc; c++)
         if (bad[d->chunk_item[c]]) undo[nundo++] = (uint32_t)c;
     if (nundo) {
         if ((e = cudaMemcpyAsync(d_undo, undo, nundo * 4, cudaMemcpyHostToDevice, stream)) ||
             (e = dk_undo_enqueue(&b, d_undo, (uint32_t)nundo, stream)) ||
-            (e = cudaMemcpyAsync(d->h_hashes, d->d_hashes, nc * 8, cudaMemcpyDeviceToHost, stream)) ||
+            (e = cudaMemcpyAsync(d->h_hashes, d->d_hashes, at.nc * 8, cudaMemcpyDeviceToHost, stream)) ||
             (e = cudaStreamSynchronize(stream))) {
             free(bad);
             return cuda_fail(err, e, "delta apply: restoring the regions that failed");
@@ -609,7 +627,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
        (the CPU checks every record before it writes anything), else the
        first chunk that failed */
     for (int pass = 0; pass < 2; pass++)
-        for (size_t c = 0, first = 0; c < nc; c++) {
+        for (size_t c = 0, first = 0; c < at.nc; c++) {
             size_t i = d->chunk_item[c];
             if (c == 0 || d->chunk_item[c - 1] != i) first = c;
             if (!bad[i] || d->h_status[c] == DK_OK || items[i].status != FERRY_OK) continue;
