@@ -10,6 +10,7 @@
 
 #include "codec/codec_internal.h"
 #include "codec/delta_enc_kern.h"
+#include "codec/enc_slices.h"
 #include "common/cuda.h"
 
 _Static_assert(EK_HEADER == CHUNK_HEADER && EK_ENTRY == CLASS_ENTRY && EK_CLASSES == FERRY_DELTA_CLASSES_MAX &&
@@ -19,6 +20,11 @@ _Static_assert(EK_HEADER == CHUNK_HEADER && EK_ENTRY == CLASS_ENTRY && EK_CLASSE
 
 #define HIST_WORDS 512u
 #define EVENTS 7
+/* A slice's budget (enc_slices.h): the change list takes 10 bytes a change
+   (640 MiB), the sub-block tables 20 + 8 * 68 bytes a sub-block (141 MiB).
+   At lr 1e-6 (2% changed) a slice covers 6 GiB of bf16 versions. */
+#define SLICE_CHANGES ((uint64_t)1 << 26)
+#define SLICE_BLKS ((uint64_t)1 << 18)
 
 /* An item's frame in the last batch: its chunks' entries in h_chunks, its
    records at d_out + item_out[i]. */
@@ -58,6 +64,7 @@ struct ferry_delta_cuda_enc {
     size_t cap_items, cap_sums;
     enc_frame_t *frames; /* per item of the last batch */
     size_t nframes, cap_frames;
+    uint64_t slice_changes, slice_blks; /* 0: SLICE_CHANGES, SLICE_BLKS */
     cudaEvent_t ev[EVENTS];
     ferry_delta_cuda_enc_times_t times;
 };
@@ -224,6 +231,125 @@ static void put_frame_head(ferry_delta_cuda_enc_t *d, size_t i, void *dst_) {
     delta_frame_header_put(dst, 2, f->dtype, f->elems, f->chunk, f->base_version, f->next_version, bs, ns);
 }
 
+/* d_out grown to `need` bytes, its first `keep` (the records of the
+   batch's slices before, written by passes queued on stream) kept. */
+static cudaError_t grow_out(ferry_delta_cuda_enc_t *d, size_t need, size_t keep, cudaStream_t stream) {
+    if (need <= d->cap_out) return cudaSuccess;
+    const size_t want = need + need / 4 + 64;
+    uint8_t *q = NULL;
+    cudaError_t e = cudaMalloc((void **)&q, want);
+    if (e == cudaSuccess && keep) e = cudaMemcpyAsync(q, d->d_out, keep, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream); /* no pass still writes the old area */
+    if (e != cudaSuccess) {
+        cudaFree(q);
+        return e;
+    }
+    cudaFree(d->d_out);
+    d->d_out = q;
+    d->cap_out = want;
+    return cudaSuccess;
+}
+
+/* One slice of a batch (enc_slices.h): its chunks with changes, h_busy[from,
+   to), and its chunks, [c_lo, c_hi), those without changes among and after
+   them included. Its chunks' list0 and sub0 count from the starts of the
+   change list and the sub-block tables, which each slice uses afresh. */
+typedef struct slice {
+    size_t from, to, c_lo, c_hi;
+    size_t nblks;  /* its sub-blocks */
+    uint64_t out;  /* the batch's records so far: bytes of d_out */
+    bool pending;  /* a write whose time ev[4], ev[5] hold, not yet added up */
+} slice_t;
+
+static ek_batch_t slice_batch(const ferry_delta_cuda_enc_t *d, const slice_t *sl) {
+    return (ek_batch_t){.chunks = d->d_chunks, .hist = d->d_hist, .busy = d->d_busy + sl->from, .blks = d->d_blks,
+                        .subs = d->d_subs, .list = d->d_list, .runs = d->d_runs, .out = d->d_out, .raw = d->d_raw,
+                        .sparse_blks = d->d_sparse_blks, .nchunks = (uint32_t)(sl->c_hi - sl->c_lo),
+                        .nbusy = (uint32_t)(sl->to - sl->from), .nblks = (uint32_t)sl->nblks,
+                        .chunk0 = (uint32_t)sl->c_lo};
+}
+
+/* Round 2 for a slice: its sub-blocks laid out; rank .. choose (the
+   batch's classes first, with the first slice); the host waits for its
+   records' lengths. */
+static ferry_status_t plan_slice(ferry_delta_cuda_enc_t *d, slice_t *sl, size_t nchunks, size_t nbusy,
+                                 cudaStream_t stream, ferry_errbuf_t *err) {
+    size_t nblks = 0;
+    for (size_t x = sl->from; x < sl->to; x++) {
+        const ek_chunk_t *h = &d->h_chunks[d->h_busy[x]];
+        for (uint32_t s = 0; s < h->nsub; s++) d->h_blks[nblks + s] = (ek_subblk_t){.chunk = d->h_busy[x], .b = s};
+        nblks += h->nsub;
+    }
+    sl->nblks = nblks;
+    cudaError_t e;
+    const ek_batch_t b = slice_batch(d, sl);
+    if (sl->from == 0) { /* the table (every slice's list0 and sub0 set) and the classes, for all slices */
+        const ek_batch_t all = {.chunks = d->d_chunks, .hist = d->d_hist, .busy = d->d_busy, .nbusy = (uint32_t)nbusy};
+        if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess ||
+            (nchunks && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, nchunks * sizeof(ek_chunk_t),
+                                             cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+            (nbusy && (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) !=
+                          cudaSuccess) ||
+            (e = ek_classes_enqueue(&all, stream)) != cudaSuccess)
+            return cuda_fail(err, e, "delta encode: classes");
+    } else if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess) {
+        return cuda_fail(err, e, "delta encode: classes and code parameters");
+    }
+    if (sl->to == sl->from) return FERRY_OK;
+    const size_t c0 = d->h_busy[sl->from], tab = (d->h_busy[sl->to - 1] + 1 - c0) * sizeof(ek_chunk_t);
+    if ((nblks && (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice,
+                                       stream)) != cudaSuccess) ||
+        (e = ek_plan_enqueue(&b, stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(d->h_chunks + c0, d->d_chunks + c0, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (e = cudaEventRecord(d->ev[3], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: classes and code parameters");
+    d->times.plan_s += ms_between(d->ev[2], d->ev[3]);
+    if (sl->pending) d->times.write_s += ms_between(d->ev[4], d->ev[5]); /* the slice before's, done by now */
+    sl->pending = false;
+    return FERRY_OK;
+}
+
+/* Round 3 for a slice: its records laid out after the batch's so far (each
+   item's back to back, from a 16-aligned start); written. */
+static ferry_status_t write_slice(ferry_delta_cuda_enc_t *d, slice_t *sl, cudaStream_t stream, ferry_errbuf_t *err) {
+    const uint64_t out0 = sl->out;
+    uint64_t out = out0;
+    size_t nraw = 0;
+    for (size_t c = sl->c_lo; c < sl->c_hi; c++) {
+        ek_chunk_t *h = &d->h_chunks[c];
+        if (c == 0 || d->chunk_item[c] != d->chunk_item[c - 1]) {
+            out = (out + 15) & ~(uint64_t)15;
+            d->item_out[d->chunk_item[c]] = out;
+        }
+        if (!h->changed) h->mode = EK_UNCHANGED, h->rec_len = EK_HEADER;
+        h->rec = out; /* an offset until d_out is sized */
+        out += h->rec_len;
+        if (h->mode == EK_RAW) d->h_raw[nraw++] = (uint32_t)c;
+    }
+    cudaError_t e = grow_out(d, out + 8, out0, stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: the records");
+    for (size_t c = sl->c_lo; c < sl->c_hi; c++) d->h_chunks[c].rec += (uint64_t)(uintptr_t)d->d_out;
+    size_t nsb = 0;
+    for (size_t x = 0; x < sl->nblks; x++)
+        if (d->h_chunks[d->h_blks[x].chunk].mode == EK_SPARSE) d->h_sparse_blks[nsb++] = (uint32_t)x;
+    ek_batch_t b = slice_batch(d, sl);
+    b.nraw = (uint32_t)nraw;
+    b.nsparse_blks = (uint32_t)nsb;
+    const size_t tab = (sl->c_hi - sl->c_lo) * sizeof(ek_chunk_t);
+    if ((tab && (e = cudaMemcpyAsync(d->d_chunks + sl->c_lo, d->h_chunks + sl->c_lo, tab, cudaMemcpyHostToDevice,
+                                     stream)) != cudaSuccess) ||
+        (nraw && (e = cudaMemcpyAsync(d->d_raw, d->h_raw, nraw * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
+        (nsb && (e = cudaMemcpyAsync(d->d_sparse_blks, d->h_sparse_blks, nsb * 4, cudaMemcpyHostToDevice, stream)) !=
+                    cudaSuccess) ||
+        (e = cudaMemsetAsync(d->d_out + out0, 0, out + 8 - out0, stream)) != cudaSuccess ||
+        (e = cudaEventRecord(d->ev[4], stream)) != cudaSuccess || (e = ek_write_enqueue(&b, stream)) != cudaSuccess ||
+        (e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess)
+        return cuda_fail(err, e, "delta encode: writing the records");
+    sl->out = out;
+    sl->pending = true;
+    return FERRY_OK;
+}
+
 /* The batch's rounds; items whose status is not FERRY_OK are left out. */
 static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t *items, size_t n,
                           cudaStream_t stream, ferry_errbuf_t *err) {
@@ -270,9 +396,15 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         (e = cudaEventRecord(d->ev[1], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: scan");
 
-    /* round 2: sub-blocks and the change list laid out; classes .. choose */
-    uint64_t changes = 0;
-    size_t nbusy = 0, nblks = 0;
+    /* rounds 2 and 3, a slice of the chunks with changes at a time (enc_slices.h) */
+    uint32_t *counts = malloc((2 * nchunks + 1) * sizeof *counts); /* per busy chunk: changes, then sub-blocks */
+    size_t *ends = malloc((nchunks + 1) * sizeof *ends);            /* per slice, its end in h_busy */
+    if (!counts || !ends) {
+        free(counts);
+        free(ends);
+        return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
+    }
+    size_t nbusy = 0;
     for (c = 0; c < nchunks; c++) {
         ek_chunk_t *h = &d->h_chunks[c];
         if (!h->changed) { /* base is next's bytes, whatever sum was given (as the CPU encoder has it) */
@@ -281,66 +413,42 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         }
         h->sub_log2 = er_sub_log2(h->changed, h->elems);
         h->nsub = (h->elems + (1u << h->sub_log2) - 1) >> h->sub_log2;
-        h->sub0 = (uint32_t)nblks;
-        h->list0 = changes;
-        changes += h->changed;
-        nblks += h->nsub;
+        counts[nbusy] = h->changed, counts[nchunks + nbusy] = h->nsub;
         d->h_busy[nbusy++] = (uint32_t)c;
     }
-    if ((e = grow_blks(d, nblks)) != cudaSuccess || (e = grow_list(d, changes)) != cudaSuccess)
-        return cuda_fail(err, e, "delta encode: the change list");
-    for (size_t x = 0, blk = 0; x < nbusy; x++) {
-        const ek_chunk_t *h = &d->h_chunks[d->h_busy[x]];
-        for (uint32_t s = 0; s < h->nsub; s++, blk++)
-            d->h_blks[blk] = (ek_subblk_t){.chunk = d->h_busy[x], .b = s};
-    }
-    b.blks = d->d_blks, b.sparse_blks = d->d_sparse_blks, b.subs = d->d_subs, b.list = d->d_list,
-    b.runs = d->d_runs;
-    b.nbusy = (uint32_t)nbusy;
-    b.nblks = (uint32_t)nblks;
-    if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess ||
-        (tab && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
-        (nbusy && (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
-        (nblks && (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice,
-                                       stream)) != cudaSuccess) ||
-        (e = ek_plan_enqueue(&b, stream)) != cudaSuccess ||
-        (tab && (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess) ||
-        (e = cudaEventRecord(d->ev[3], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
-        return cuda_fail(err, e, "delta encode: classes and code parameters");
-
-    /* round 3: the records laid out, each item's back to back; written */
-    uint64_t out = 0;
-    size_t nraw = 0;
-    for (c = 0; c < nchunks; c++) {
-        ek_chunk_t *h = &d->h_chunks[c];
-        if (c == 0 || d->chunk_item[c] != d->chunk_item[c - 1]) {
-            out = (out + 15) & ~(uint64_t)15;
-            d->item_out[d->chunk_item[c]] = out;
+    /* the slices, and each chunk's place in its slice's list and tables */
+    size_t nslices = 0;
+    uint64_t most_changes = 0, most_blks = 0;
+    for (size_t from = 0; from < nbusy; from = ends[nslices++]) {
+        ends[nslices] = enc_slice_end(counts, counts + nchunks, from, nbusy,
+                                      d->slice_changes ? d->slice_changes : SLICE_CHANGES,
+                                      d->slice_blks ? d->slice_blks : SLICE_BLKS);
+        uint64_t changes = 0, blks = 0;
+        for (size_t x = from; x < ends[nslices]; x++) {
+            ek_chunk_t *h = &d->h_chunks[d->h_busy[x]];
+            h->list0 = changes, h->sub0 = (uint32_t)blks;
+            changes += h->changed, blks += h->nsub;
         }
-        if (!h->changed) h->mode = EK_UNCHANGED, h->rec_len = EK_HEADER;
-        h->rec = out; /* an offset until d_out is sized */
-        out += h->rec_len;
-        if (h->mode == EK_RAW) d->h_raw[nraw++] = (uint32_t)c;
+        most_changes = changes > most_changes ? changes : most_changes;
+        most_blks = blks > most_blks ? blks : most_blks;
     }
-    size_t cap_out = d->cap_out;
-    if ((e = grow((void **)&d->d_out, &cap_out, out + 8, 1, true)) != cudaSuccess) /* (never NULL after) */
-        return cuda_fail(err, e, "delta encode: the records");
-    d->cap_out = cap_out;
-    for (c = 0; c < nchunks; c++) d->h_chunks[c].rec += (uint64_t)(uintptr_t)d->d_out;
-    size_t nsb = 0;
-    for (size_t x = 0; x < nblks; x++)
-        if (d->h_chunks[d->h_blks[x].chunk].mode == EK_SPARSE) d->h_sparse_blks[nsb++] = (uint32_t)x;
-    b.out = d->d_out;
-    b.nraw = (uint32_t)nraw;
-    b.nsparse_blks = (uint32_t)nsb;
-    if ((tab && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, tab, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
-        (nraw && (e = cudaMemcpyAsync(d->d_raw, d->h_raw, nraw * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
-        (nsb && (e = cudaMemcpyAsync(d->d_sparse_blks, d->h_sparse_blks, nsb * 4, cudaMemcpyHostToDevice, stream)) !=
-                    cudaSuccess) ||
-        (e = cudaMemsetAsync(d->d_out, 0, out + 8, stream)) != cudaSuccess ||
-        (e = cudaEventRecord(d->ev[4], stream)) != cudaSuccess || (e = ek_write_enqueue(&b, stream)) != cudaSuccess ||
-        (e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess)
-        return cuda_fail(err, e, "delta encode: writing the records");
+    free(counts);
+    if (!nslices) ends[nslices++] = 0; /* nothing changed: one slice of unchanged chunks */
+    if ((e = grow_blks(d, most_blks)) != cudaSuccess || (e = grow_list(d, most_changes)) != cudaSuccess) {
+        free(ends);
+        return cuda_fail(err, e, "delta encode: the change list");
+    }
+    slice_t sl = {.out = 0};
+    d->times = (ferry_delta_cuda_enc_times_t){.scan_s = ms_between(d->ev[0], d->ev[1])};
+    ferry_status_t st = FERRY_OK;
+    for (size_t k = 0; k < nslices && st == FERRY_OK; k++) {
+        sl.from = k ? ends[k - 1] : 0, sl.to = ends[k];
+        sl.c_lo = sl.c_hi, sl.c_hi = k + 1 == nslices ? nchunks : d->h_busy[sl.to - 1] + 1;
+        st = plan_slice(d, &sl, nchunks, nbusy, stream, err);
+        if (st == FERRY_OK) st = write_slice(d, &sl, stream, err);
+    }
+    free(ends);
+    if (st != FERRY_OK) return st;
     /* the frames: each item's records copied into place (or kept for
        ferry_delta_cuda_enc_copy), then the chunk table and header */
     for (size_t i = 0, first = 0; i < n; i++) {
@@ -373,9 +481,7 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
     for (size_t i = 0; i < n; i++)
         if (items[i].dst && items[i].status == FERRY_OK) put_frame_head(d, i, items[i].dst);
     d->nframes = n;
-    d->times.scan_s = ms_between(d->ev[0], d->ev[1]);
-    d->times.plan_s = ms_between(d->ev[2], d->ev[3]);
-    d->times.write_s = ms_between(d->ev[4], d->ev[5]);
+    d->times.write_s += ms_between(d->ev[4], d->ev[5]); /* the last slice's */
     d->times.copy_s = ms_between(d->ev[5], d->ev[6]);
     return FERRY_OK;
 }
@@ -438,6 +544,10 @@ ferry_status_t ferry_delta_cuda_enc_copy(ferry_delta_cuda_enc_t *d, size_t i, vo
     if (e != cudaSuccess) return cuda_fail(err, e, "delta encode: copying a frame to the host");
     put_frame_head(d, i, dst);
     return FERRY_OK;
+}
+
+void ferry_delta_cuda_enc_set_slice_max(ferry_delta_cuda_enc_t *d, uint64_t changes, uint64_t blks) {
+    if (d) d->slice_changes = changes, d->slice_blks = blks;
 }
 
 void ferry_delta_cuda_enc_last_times(const ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_times_t *out) {

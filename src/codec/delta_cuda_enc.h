@@ -9,17 +9,21 @@
  * (to count and hash, to rank the changes; three times when a region is
  * not 16-aligned), write 10 bytes per change and the records, then copy the
  * frames to the host buffers. The
- * host waits for the GPU three times per batch: after the scan (to size
- * the change list), after the records' lengths are known (to lay them
- * out), and at the end.
+ * host waits for the GPU after the scan (to size the change list), after
+ * each slice's records' lengths are known (below; to lay them out), and at
+ * the end.
  *
  * Device memory it holds (grow-only, ferry_delta_cuda_enc_device_bytes):
- * 10 bytes per changed element (counted before a chunk turns out raw: a
- * region whose every element changed takes 5x its bf16 bytes), about 2.5 KiB
- * per chunk, 68 bytes per class and sub-block and 20 per sub-block
- * (sub-blocks of 4096 to 32768 elements), and the batch's records (at most
- * its regions' bytes plus 40 per chunk). Callers bound it by the batches
- * they pass.
+ * about 2.5 KiB per chunk; the change list, 10 bytes per changed element
+ * (counted before a chunk turns out raw), and 20 + 8 * 68 bytes per
+ * sub-block (of 4096 to 32768 elements) of the chunks with changes, both
+ * for a slice of the batch at a time: the plan and write passes run on at
+ * most 2^26 changes and 2^18 sub-blocks at once (781 MiB, a quarter more
+ * as the arrays grow), or on one chunk
+ * when a chunk alone has more (a chunk of 2^20 elements every one of which
+ * changed: 10 MiB); and the batch's records (at most its regions' bytes
+ * plus 40 per chunk; as large as the frames, which stay on the device for
+ * ferry_delta_cuda_enc_copy).
  *
  * Thread-safety: one object per thread (or serialized calls); objects are
  * independent. Builds without CUDA have no such object (FERRY_CUDA). */
@@ -94,6 +98,10 @@ typedef struct ferry_delta_cuda_enc_times {
     double copy_s;  /* the frames copied to the host */
 } ferry_delta_cuda_enc_times_t;
 void ferry_delta_cuda_enc_last_times(const ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_times_t *out);
+
+/* For tests and benchmarks: a slice's budget, in changes and in sub-blocks
+ * (0: the defaults, 2^26 and 2^18). */
+void ferry_delta_cuda_enc_set_slice_max(ferry_delta_cuda_enc_t *e, uint64_t changes, uint64_t blks);
 
 /* Device memory the object holds, in bytes. */
 size_t ferry_delta_cuda_enc_device_bytes(const ferry_delta_cuda_enc_t *e);

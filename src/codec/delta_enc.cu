@@ -469,11 +469,81 @@ __global__ void __launch_bounds__(THREADS) ek_totals_k(ek_batch_t b) {
     ek_totals(c, b.subs + (uint64_t)c->sub0 * EK_CLASSES);
 }
 
+/* ek_choose (delta_enc_dev.h, which the CPU tests run) with a warp per
+ * chunk: the lanes add up a class's sub-blocks' sums, and lay out their
+ * sub-streams with a scan, 32 sub-blocks at a time. The same integers into
+ * the same fields (the sums are order-free, the offsets an exclusive scan).
+ * A thread per chunk walked each class's sub-blocks one after another, a
+ * chain of loads: about 3 ms a launch at lr 1e-5 however few the chunks,
+ * paid again by every slice (H200, 2026-11-29). */
+static __device__ __forceinline__ void choose_warp(ek_chunk_t *c, ek_sub_t *subs, unsigned lane) {
+    if (!c->changed) {
+        if (lane == 0) c->mode = EK_UNCHANGED, c->rec_len = EK_HEADER;
+        return;
+    }
+    const uint64_t raw_len = EK_HEADER + (uint64_t)c->elems * c->width;
+    const uint32_t K = c->classes, nsub = c->nsub;
+    uint64_t off = EK_HEADER + (uint64_t)K * EK_ENTRY;
+    for (uint32_t k = 0; k < K; k++) {
+        const uint32_t stream_off = (uint32_t)(off < UINT32_MAX ? off : UINT32_MAX);
+        uint32_t W = 0;
+        uint64_t first = 0, len = 0;
+        if (c->chg[k]) {
+            uint64_t v[11] = {0}; /* gap bits 0-2, run bits 3-5, magnitude bits 6-10 */
+            for (uint32_t b = lane; b < nsub; b += 32) {
+                const ek_sub_t *s = &subs[b * EK_CLASSES + k];
+#pragma unroll
+                for (int e = 0; e < 3; e++) v[e] += s->gs[e], v[3 + e] += s->rs[e];
+#pragma unroll
+                for (int e = 0; e < 5; e++) v[6 + e] += s->ms[e];
+            }
+#pragma unroll
+            for (int e = 0; e < 11; e++)
+#pragma unroll
+                for (unsigned m = 16; m; m >>= 1) v[e] += __shfl_xor_sync(FULL, v[e], m);
+            uint32_t kg, kn, km; /* every lane the same */
+            er_choose_params(v, v + 3, v + 6, c->chg[k], c->runs[k], c->g0[k], c->n0[k], &kg, &kn, &km);
+            if (lane == 0) c->k_gap[k] = (uint8_t)kg, c->k_nu[k] = (uint8_t)kn, c->k_mag[k] = (uint8_t)km;
+            __syncwarp(); /* ek_sub_bits reads them */
+            uint64_t at = 0;
+            uint32_t longest = 0;
+            for (uint32_t b0 = 0; b0 < nsub; b0 += 32) {
+                const uint32_t b = b0 + lane;
+                ek_sub_t *s = b < nsub ? &subs[b * EK_CLASSES + k] : NULL;
+                const uint32_t bits = s ? ek_sub_bits(c, k, s) : 0;
+                uint64_t incl = bits;
+#pragma unroll
+                for (unsigned o = 1; o < 32; o <<= 1) {
+                    const uint64_t t = __shfl_up_sync(FULL, incl, o);
+                    if (lane >= o) incl += t;
+                }
+                if (s) s->bits = bits, s->off = (uint32_t)(at + incl - bits);
+                at += __shfl_sync(FULL, incl, 31);
+                longest |= __reduce_or_sync(FULL, bits);
+            }
+            W = longest ? 32u - (uint32_t)(ER_CLZ64((uint64_t)longest) - 32u) : 0;
+            first = (at + 7) / 8, len = first + ((uint64_t)nsub * W + 7) / 8;
+        }
+        if (lane == 0) {
+            if (!c->chg[k]) c->k_gap[k] = c->k_nu[k] = c->k_mag[k] = 0;
+            c->len_bits[k] = (uint8_t)W;
+            c->first_bytes[k] = (uint32_t)(first < UINT32_MAX ? first : UINT32_MAX);
+            c->stream_len[k] = (uint32_t)(len < UINT32_MAX ? len : UINT32_MAX);
+            c->stream_off[k] = stream_off;
+        }
+        off += len;
+    }
+    if (lane == 0) {
+        if (off <= raw_len - 1) c->mode = EK_SPARSE, c->rec_len = (uint32_t)off;
+        else c->mode = EK_RAW, c->rec_len = (uint32_t)raw_len;
+    }
+}
+
 __global__ void __launch_bounds__(THREADS) ek_choose_k(ek_batch_t b) {
-    const uint32_t i = blockIdx.x * THREADS + threadIdx.x;
+    const uint32_t i = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (i >= b.nbusy) return;
     ek_chunk_t *c = &b.chunks[b.busy[i]];
-    ek_choose(c, b.subs + (uint64_t)c->sub0 * EK_CLASSES);
+    choose_warp(c, b.subs + (uint64_t)c->sub0 * EK_CLASSES, threadIdx.x & 31);
 }
 
 /* ---- part and write: a warp per sub-block, lane k walking class k ---------------- */
@@ -543,8 +613,9 @@ __global__ void __launch_bounds__(THREADS) ek_write_k(ek_batch_t b) {
 /* ---- head, raw, seal ---------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(THREADS) ek_head_k(ek_batch_t b) {
-    const uint32_t i = blockIdx.x * THREADS + threadIdx.x;
-    if (i >= b.nchunks) return;
+    const uint32_t x = blockIdx.x * THREADS + threadIdx.x;
+    if (x >= b.nchunks) return;
+    const uint32_t i = b.chunk0 + x;
     ek_head(&b.chunks[i], (uint8_t *)b.chunks[i].rec);
 }
 
@@ -562,9 +633,9 @@ __global__ void __launch_bounds__(THREADS) ek_seal_k(ek_batch_t b) {
     if (threadIdx.x < 192) sec[threadIdx.x] = ek_ksecret[threadIdx.x];
     __syncthreads();
     const unsigned lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    const uint32_t i = blockIdx.x * WARPS + wp;
-    if (i >= b.nchunks) return;
-    const ek_chunk_t *c = &b.chunks[i];
+    const uint32_t x = blockIdx.x * WARPS + wp;
+    if (x >= b.nchunks) return;
+    const ek_chunk_t *c = &b.chunks[b.chunk0 + x];
     uint8_t *rec = (uint8_t *)c->rec;
     uint64_t seed = lane == 0 ? sumx_xxh3_short(rec, 32, sec, 0) : 0;
     seed = __shfl_sync(FULL, seed, 0);
@@ -583,13 +654,17 @@ extern "C" cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream)
     return cudaGetLastError();
 }
 
+extern "C" cudaError_t ek_classes_enqueue(const ek_batch_t *b, cudaStream_t stream) {
+    if (b->nbusy) ek_classes<<<b->nbusy, 32, 0, stream>>>(*b);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t ek_plan_enqueue(const ek_batch_t *b, cudaStream_t stream) {
     if (!b->nbusy) return cudaSuccess;
-    ek_classes<<<b->nbusy, 32, 0, stream>>>(*b);
     ek_rank<<<b->nbusy, THREADS, 0, stream>>>(*b);
     ek_totals_k<<<blocks(b->nbusy, THREADS), THREADS, 0, stream>>>(*b);
     if (b->nblks) ek_part_k<<<blocks(b->nblks, WARPS), THREADS, 0, stream>>>(*b);
-    ek_choose_k<<<blocks(b->nbusy, THREADS), THREADS, 0, stream>>>(*b);
+    ek_choose_k<<<blocks(b->nbusy, WARPS), THREADS, 0, stream>>>(*b);
     return cudaGetLastError();
 }
 

@@ -24,14 +24,18 @@ typedef struct ek_batch {
     uint16_t *runs;        /* per change: a non-unit change's run */
     uint8_t *out;          /* the record area (zeroed before write), 4-aligned; records at chunks[c].rec */
     const uint32_t *raw;   /* the chunks choose made raw */
-    uint32_t nchunks, nbusy, nblks, nsparse_blks, nraw, pad;
+    uint32_t nchunks, nbusy, nblks, nsparse_blks, nraw;
+    uint32_t chunk0;       /* head and seal: chunks [chunk0, chunk0 + nchunks) (scan: 0) */
     const uint32_t *sparse_blks; /* the sub-blocks of sparse chunks */
 } ek_batch_t;
 
 /* scan: a block per chunk, changes counted, histograms; then hash: a warp
  * per chunk and version, the checksums. */
 cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream);
-/* classes, rank, totals, part, choose, over the chunks with changes. */
+/* classes, over the chunks with changes (busy[0, nbusy)). */
+cudaError_t ek_classes_enqueue(const ek_batch_t *b, cudaStream_t stream);
+/* rank, totals, part, choose, over the chunks with changes (busy[0, nbusy),
+ * their sub-blocks blks[0, nblks)), once their classes are chosen. */
 cudaError_t ek_plan_enqueue(const ek_batch_t *b, cudaStream_t stream);
 /* write (sparse chunks' sub-streams), head (every chunk), raw contents,
  * seal (every chunk). */

@@ -4,7 +4,9 @@
  * unrelated contents (raw chunks), unchanged regions, partial and small
  * chunks, one to eight classes, base checksums given (and wrong ones for an
  * unchanged region, where the base sum is next's), regions at addresses
- * that are not 16-aligned, an empty region; all in one batch. Each frame
+ * that are not 16-aligned, an empty region; all in one batch, planned and
+ * written in one slice, a chunk at a time, and a few chunks at a time
+ * (ferry_delta_cuda_enc_set_slice_max). Each frame
  * then applies on the CPU (ferry_delta_apply) and on the GPU
  * (ferry_delta_cuda_apply) to the next version; encoded again with the
  * frames kept on the device, each copied out on its own, the same. Refusals (a dtype without
@@ -19,7 +21,12 @@
  *                                    medians of 5; also with the base's
  *                                    chunk sums given, and the floors (a
  *                                    read of old + new, of base alone:
- *                                    tests/gpu/floor.h) */
+ *                                    tests/gpu/floor.h)
+ *   gpu_test_delta_cuda_enc --bench N  the same with slices of up to N
+ *                                    changes (and N / 256 sub-blocks)
+ *                                    instead of the default 2^26 and 2^18
+ *                                    (0xffffffffffff: the whole batch in
+ *                                    one slice, as before 2026-11-29) */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -236,37 +243,55 @@ static void test_batch(void) {
     uint64_t s = 601;
     for (uint64_t i = 0; i < 200000 * 2; i++) t[n]->next[i] = (uint8_t)rng(&s);
     n++;
-    ferry_delta_cuda_enc_item_t items[32];
-    for (int i = 0; i < n; i++) {
-        tcase_ready(t[i]);
-        items[i] = item_of(t[i]);
+    for (int i = 0; i < n; i++) tcase_ready(t[i]);
+    /* the batch in one slice (the default budget), then with the plan and
+       write passes a chunk at a time, then a few chunks at a time; the last
+       two on new encoders, whose record area grows between slices (the
+       records of the slices before kept) */
+    static const struct {
+        const char *what;
+        uint64_t changes, blks;
+    } slices[] = {{"one slice", 0, 0}, {"a slice per chunk", 1, 1}, {"slices of up to 200000 changes", 200000, 24}};
+    for (size_t v = 0; v < sizeof slices / sizeof slices[0]; v++) {
+        ferry_delta_cuda_enc_t *enc = g_enc;
+        ferry_errbuf_t err = {{0}};
+        if (v) {
+            CHECK_OK(ferry_delta_cuda_enc_create(0, &enc, &err), err.text);
+            ferry_delta_cuda_enc_set_slice_max(enc, slices[v].changes, slices[v].blks);
+        }
+        ferry_delta_cuda_enc_item_t items[32];
+        for (int i = 0; i < n; i++) {
+            memset(t[i]->gpu, 0, t[i]->cap);
+            memset(t[i]->next_sums, 0, ferry_delta_chunk_count(t[i]->n, t[i]->chunk) * sizeof(uint64_t));
+            items[i] = item_of(t[i]);
+        }
+        CHECK_OK(ferry_delta_cuda_encode(enc, items, (size_t)n, g_stream, &err), err.text);
+        for (int i = 0; i < n; i++) check_frame(t[i], &items[i]);
+        ferry_delta_cuda_enc_times_t tm;
+        ferry_delta_cuda_enc_last_times(enc, &tm);
+        CHECK(tm.scan_s > 0 && tm.plan_s > 0 && tm.write_s > 0);
+        printf("ok: %d regions in one batch, %s, every GPU frame the CPU's (scan %.2f ms, plan %.2f ms, write %.2f "
+               "ms, %.1f MiB of device memory)\n",
+               n, slices[v].what, tm.scan_s * 1e3, tm.plan_s * 1e3, tm.write_s * 1e3,
+               ferry_delta_cuda_enc_device_bytes(enc) / 1048576.0);
+        /* the same batch again, the frames kept on the device and copied out
+           one by one once their lengths are known (as a writer places them) */
+        for (int i = 0; i < n; i++) {
+            memset(t[i]->gpu, 0, t[i]->cap);
+            items[i] = item_of(t[i]);
+            items[i].dst = NULL;
+        }
+        CHECK_OK(ferry_delta_cuda_encode(enc, items, (size_t)n, g_stream, &err), err.text);
+        for (int i = n - 1; i >= 0; i--) {
+            CHECK(items[i].len == t[i]->cpu_len);
+            CHECK(ferry_delta_cuda_enc_copy(enc, (size_t)i, t[i]->gpu, items[i].len - 1, &err) == FERRY_ERR_LIMIT);
+            CHECK_OK(ferry_delta_cuda_enc_copy(enc, (size_t)i, t[i]->gpu, items[i].len, &err), err.text);
+            check_frame(t[i], &items[i]);
+        }
+        CHECK(ferry_delta_cuda_enc_copy(enc, (size_t)n, t[0]->gpu, t[0]->cap, &err) == FERRY_ERR_INVALID_ARGUMENT);
+        printf("ok: the same batch again, %s, frames kept on the device and copied out\n", slices[v].what);
+        if (v) ferry_delta_cuda_enc_destroy(enc);
     }
-    ferry_errbuf_t err = {{0}};
-    CHECK_OK(ferry_delta_cuda_encode(g_enc, items, (size_t)n, g_stream, &err), err.text);
-    for (int i = 0; i < n; i++) check_frame(t[i], &items[i]);
-    ferry_delta_cuda_enc_times_t tm;
-    ferry_delta_cuda_enc_last_times(g_enc, &tm);
-    CHECK(tm.scan_s > 0 && tm.plan_s > 0 && tm.write_s > 0);
-    printf("ok: %d regions in one batch, every GPU frame the CPU's (scan %.2f ms, plan %.2f ms, write %.2f ms, "
-           "%.1f MiB of device memory)\n",
-           n, tm.scan_s * 1e3, tm.plan_s * 1e3, tm.write_s * 1e3,
-           ferry_delta_cuda_enc_device_bytes(g_enc) / 1048576.0);
-    /* the same batch again, the frames kept on the device and copied out
-       one by one once their lengths are known (as a writer places them) */
-    for (int i = 0; i < n; i++) {
-        memset(t[i]->gpu, 0, t[i]->cap);
-        items[i] = item_of(t[i]);
-        items[i].dst = NULL;
-    }
-    CHECK_OK(ferry_delta_cuda_encode(g_enc, items, (size_t)n, g_stream, &err), err.text);
-    for (int i = n - 1; i >= 0; i--) {
-        CHECK(items[i].len == t[i]->cpu_len);
-        CHECK(ferry_delta_cuda_enc_copy(g_enc, (size_t)i, t[i]->gpu, items[i].len - 1, &err) == FERRY_ERR_LIMIT);
-        CHECK_OK(ferry_delta_cuda_enc_copy(g_enc, (size_t)i, t[i]->gpu, items[i].len, &err), err.text);
-        check_frame(t[i], &items[i]);
-    }
-    CHECK(ferry_delta_cuda_enc_copy(g_enc, (size_t)n, t[0]->gpu, t[0]->cap, &err) == FERRY_ERR_INVALID_ARGUMENT);
-    printf("ok: the same batch again, frames kept on the device and copied out\n");
     for (int i = 0; i < n; i++) tcase_free(t[i]);
 }
 
@@ -406,6 +431,7 @@ static int bench(void) {
                "%.4f-%.4f), scan %.1f ms: %.2fx\n",
                t_given[REPS / 2], t_given[0], t_given[REPS - 1], t_gscan[REPS / 2] * 1e3,
                t_copy[REPS / 2] / t_given[REPS / 2]);
+        printf("  device memory held by the encoder: %.1f MiB\n", ferry_delta_cuda_enc_device_bytes(g_enc) / 1048576.0);
         if (l == 0) { /* the floors: what any encoder reads, in the same run */
             const void *bb[R], *nn[R];
             for (int r = 0; r < R; r++) bb[r] = base[r], nn[r] = next[r];
@@ -421,7 +447,6 @@ static int bench(void) {
                    t_copy[REPS / 2] / t2, t2 + t1, t_copy[REPS / 2] / (t2 + t1));
         }
     }
-    printf("device memory held by the encoder: %.1f MiB\n", ferry_delta_cuda_enc_device_bytes(g_enc) / 1048576.0);
     for (int r = 0; r < R; r++) cudaFree(base[r]), cudaFree(next[r]), cudaFreeHost(dst[r]);
     cudaFree(copy);
     free(a);
@@ -443,6 +468,11 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaStreamCreate(&g_stream));
     int rc = 0;
     if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        if (argc > 2) { /* a slice's budget in changes (sub-blocks: 1/256 of it), as A/B against the default */
+            const uint64_t ch = strtoull(argv[2], NULL, 0);
+            ferry_delta_cuda_enc_set_slice_max(g_enc, ch, ch >> 8 ? ch >> 8 : 1);
+            printf("slices of up to %llu changes\n", (unsigned long long)ch);
+        }
         rc = bench();
     } else {
         test_batch();
