@@ -68,12 +68,14 @@ struct ferry_delta_cuda {
        the caller's stream): the frames and tables are copied on `copy`,
        so that a group's passes run while the next group's bytes travel;
        with groups, each group's pre and decode passes run on `dec`, so
-       that they overlap the write pass of the group before on the
-       caller's stream (the decode keeps few warps busy, the write pass is
-       bound by its instructions. H200, lr 1e-6, 2026-11-28: 12.5 ms in
-       one group, 12.0 in 4 groups with every pass on one stream, 10.7
-       with the decode on its own). copied[g]: group g's bytes are on the
-       device; decoded[g]: its decode is done. */
+       that they wait only for their own group's bytes, not for the write
+       pass of the group before on the caller's stream (H200, lr 1e-6,
+       2026-11-28: 12.5 ms in one group, 12.0 in 4 groups with every pass
+       on one stream, 10.7 with the decode on its own). They hardly run
+       beside that write pass, which takes every register of an SM: what
+       the groups hide is the copy-in (docs/benchmarks.md, session 15).
+       copied[g]: group g's bytes are on the device; decoded[g]: its
+       decode is done. */
     cudaStream_t copy, dec;
     size_t group_min; /* 0: GROUP_MIN */
     cudaEvent_t copied[GROUPS_MAX];
