@@ -251,9 +251,11 @@ static cudaError_t grow_out(ferry_delta_cuda_enc_t *d, size_t need, size_t keep,
 }
 
 /* One slice of a batch (enc_slices.h): its chunks with changes, h_busy[from,
-   to), and its chunks, [c_lo, c_hi), those without changes among and after
-   them included. Its chunks' list0 and sub0 count from the starts of the
-   change list and the sub-block tables, which each slice uses afresh. */
+   to), and its chunks, [c_lo, c_hi): from the end of the slice before (0
+   for the first) to its last chunk with changes (to the batch's end for
+   the last slice), those without changes among them included. Its
+   chunks' list0 and sub0 count from the starts of the change list and the
+   sub-block tables, which each slice uses afresh. */
 typedef struct slice {
     size_t from, to, c_lo, c_hi;
     size_t nblks;  /* its sub-blocks */
@@ -281,6 +283,7 @@ static ferry_status_t plan_slice(ferry_delta_cuda_enc_t *d, slice_t *sl, size_t 
         nblks += h->nsub;
     }
     sl->nblks = nblks;
+    if (!nbusy) return FERRY_OK; /* nothing changed: write_slice has the table */
     cudaError_t e;
     const ek_batch_t b = slice_batch(d, sl);
     if (sl->from == 0) { /* the table (every slice's list0 and sub0 set) and the classes, for all slices */
@@ -295,7 +298,6 @@ static ferry_status_t plan_slice(ferry_delta_cuda_enc_t *d, slice_t *sl, size_t 
     } else if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess) {
         return cuda_fail(err, e, "delta encode: classes and code parameters");
     }
-    if (sl->to == sl->from) return FERRY_OK;
     const size_t c0 = d->h_busy[sl->from], tab = (d->h_busy[sl->to - 1] + 1 - c0) * sizeof(ek_chunk_t);
     if ((nblks && (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice,
                                        stream)) != cudaSuccess) ||
@@ -448,7 +450,10 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         if (st == FERRY_OK) st = write_slice(d, &sl, stream, err);
     }
     free(ends);
-    if (st != FERRY_OK) return st;
+    if (st != FERRY_OK) { /* no pass of an earlier slice still runs on the regions or the tables */
+        cudaStreamSynchronize(stream);
+        return st;
+    }
     /* the frames: each item's records copied into place (or kept for
        ferry_delta_cuda_enc_copy), then the chunk table and header */
     for (size_t i = 0, first = 0; i < n; i++) {

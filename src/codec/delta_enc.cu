@@ -20,7 +20,8 @@
  * totals   a thread per chunk with changes.
  * part     a warp per sub-block: 32 list entries at a time, one ballot per
  *          class, and lane k walks class k's.
- * choose   a thread per chunk with changes.
+ * choose   a warp per chunk with changes: its lanes add up each class's
+ *          sub-blocks and lay out their sub-streams with a scan.
  * write    a warp per sub-block of a sparse chunk, walking as part does,
  *          ORing its sub-streams' words into the zeroed record area.
  * head     a thread per chunk; raw: a block per raw chunk copies the next
@@ -655,7 +656,8 @@ extern "C" cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream)
 }
 
 extern "C" cudaError_t ek_classes_enqueue(const ek_batch_t *b, cudaStream_t stream) {
-    if (b->nbusy) ek_classes<<<b->nbusy, 32, 0, stream>>>(*b);
+    if (!b->nbusy) return cudaSuccess;
+    ek_classes<<<b->nbusy, 32, 0, stream>>>(*b);
     return cudaGetLastError();
 }
 

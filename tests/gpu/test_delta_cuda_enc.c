@@ -317,6 +317,30 @@ static void test_refusals(void) {
     tcase_free(good);
 }
 
+/* Batches in which nothing changed (no slice has a chunk with changes, so
+   no plan pass runs), of one empty region (no chunks), and of no items. */
+static void test_quiet_batches(void) {
+    tcase_t *t[3];
+    t[0] = tcase_new("bf16, a batch with nothing changed", FERRY_DTYPE_BF16, 1500000, 0, 0);
+    t[0]->give_sums = true;
+    t[1] = tcase_new("f32, a batch with nothing changed", FERRY_DTYPE_F32, 70000, 16384, 0);
+    t[2] = tcase_new("bf16, a batch of an empty region", FERRY_DTYPE_BF16, 0, 0, 0);
+    for (int i = 0; i < 3; i++) {
+        make_random(t[i], 0, 1, 800 + (uint64_t)i);
+        tcase_ready(t[i]);
+    }
+    ferry_delta_cuda_enc_item_t items[2] = {item_of(t[0]), item_of(t[1])};
+    ferry_errbuf_t err = {{0}};
+    CHECK_OK(ferry_delta_cuda_encode(g_enc, items, 2, g_stream, &err), err.text);
+    for (int i = 0; i < 2; i++) check_frame(t[i], &items[i]);
+    items[0] = item_of(t[2]);
+    CHECK_OK(ferry_delta_cuda_encode(g_enc, items, 1, g_stream, &err), err.text);
+    check_frame(t[2], &items[0]);
+    CHECK_OK(ferry_delta_cuda_encode(g_enc, NULL, 0, g_stream, &err), err.text);
+    printf("ok: a batch with nothing changed, one of an empty region, one of no items\n");
+    for (int i = 0; i < 3; i++) tcase_free(t[i]);
+}
+
 /* ---- the benchmark ----------------------------------------------------------- */
 
 static double now(void) {
@@ -477,6 +501,7 @@ int main(int argc, char **argv) {
     } else {
         test_batch();
         test_refusals();
+        test_quiet_batches();
         printf("delta encode on the GPU: all cases passed\n");
     }
     ferry_delta_cuda_enc_destroy(g_enc);
