@@ -520,7 +520,14 @@ static __device__ __forceinline__ void choose_warp(ek_chunk_t *c, ek_sub_t *subs
                 }
                 if (s) s->bits = bits, s->off = (uint32_t)(at + incl - bits);
                 at += __shfl_sync(FULL, incl, 31);
+#if __CUDA_ARCH__ >= 800
                 longest |= __reduce_or_sync(FULL, bits);
+#else /* no warp reduction before sm_80 */
+                uint32_t any = bits;
+#pragma unroll
+                for (unsigned m = 16; m; m >>= 1) any |= __shfl_xor_sync(FULL, any, m);
+                longest |= any;
+#endif
             }
             W = longest ? 32u - (uint32_t)(ER_CLZ64((uint64_t)longest) - 32u) : 0;
             first = (at + 7) / 8, len = first + ((uint64_t)nsub * W + 7) / 8;
