@@ -3,7 +3,8 @@
 #   asan     Debug, -Werror, AddressSanitizer + UBSan: every test (unit,
 #            property, golden, fuzz-corpus replay, CLI integration, layering)
 #   tsan     Debug, -Werror, ThreadSanitizer: the unit tests (where the
-#            threads are: service, heartbeats, transports, sync)
+#            threads are: service, heartbeats, transports, sync), less
+#            those labelled nothreads (the pure codec's: tests/CMakeLists.txt)
 #   release  Release (-O2), -Werror: every test, on the code users run
 # The asan and release builds also build the Python package and run its
 # pytest suite (python/tests): asan against the build tree (with the ASan
@@ -45,7 +46,7 @@ run_job() {
         # its memory hooks off (they crash at thread exit under TSan)
         env_run=("TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan-ucx.supp"
                  UCX_MEM_MMAP_HOOK_MODE=none)
-        ctest_args+=(-R '^unit/')
+        ctest_args=(--output-on-failure -j"$ncpu" -LE 'gpu|nothreads' -R '^unit/') # (two -LE would both have to match)
         ;;
     release)
         dir=build-ci-release
