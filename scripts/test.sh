@@ -26,8 +26,9 @@ summary=()
 
 run_job() {
     local name=$1 dir=build-ci
-    local -a cfg ctest_args=(--output-on-failure -j"$ncpu" -LE gpu)
+    local -a cfg ctest_args=(--output-on-failure -j"$ncpu")
     local -a env_run=() py_env=()
+    local skip_labels=gpu # one -LE regex (two would both have to match)
     local py_from=build
     case "$name" in
     asan)
@@ -46,7 +47,8 @@ run_job() {
         # its memory hooks off (they crash at thread exit under TSan)
         env_run=("TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan-ucx.supp"
                  UCX_MEM_MMAP_HOOK_MODE=none)
-        ctest_args=(--output-on-failure -j"$ncpu" -LE 'gpu|nothreads' -R '^unit/') # (two -LE would both have to match)
+        ctest_args+=(-R '^unit/')
+        skip_labels='gpu|nothreads'
         ;;
     release)
         dir=build-ci-release
@@ -73,7 +75,7 @@ run_job() {
     local log
     log=$(mktemp)
     local rc=0
-    (cd "$dir" && env "${env_run[@]}" ctest "${ctest_args[@]}") 2>&1 | tee "$log" || rc=$?
+    (cd "$dir" && env "${env_run[@]}" ctest "${ctest_args[@]}" -LE "$skip_labels") 2>&1 | tee "$log" || rc=$?
     summary+=("$name: $(grep -E 'tests passed|tests failed' "$log" | tail -1)")
     if [ "$name" != tsan ]; then
         run_pytest "$name" "$dir" "$py_from" "${py_env[@]}" || rc=1

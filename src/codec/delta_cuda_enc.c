@@ -260,7 +260,6 @@ typedef struct slice {
     size_t from, to, c_lo, c_hi;
     size_t nblks;  /* its sub-blocks */
     uint64_t out;  /* the batch's records so far: bytes of d_out */
-    bool pending;  /* a write whose time ev[4], ev[5] hold, not yet added up */
 } slice_t;
 
 static ek_batch_t slice_batch(const ferry_delta_cuda_enc_t *d, const slice_t *sl) {
@@ -286,28 +285,23 @@ static ferry_status_t plan_slice(ferry_delta_cuda_enc_t *d, slice_t *sl, size_t 
     if (!nbusy) return FERRY_OK; /* nothing changed: write_slice has the table */
     cudaError_t e;
     const ek_batch_t b = slice_batch(d, sl);
-    if (sl->from == 0) { /* the table (every slice's list0 and sub0 set) and the classes, for all slices */
-        const ek_batch_t all = {.chunks = d->d_chunks, .hist = d->d_hist, .busy = d->d_busy, .nbusy = (uint32_t)nbusy};
-        if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess ||
-            (nchunks && (e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, nchunks * sizeof(ek_chunk_t),
-                                             cudaMemcpyHostToDevice, stream)) != cudaSuccess) ||
-            (nbusy && (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) !=
-                          cudaSuccess) ||
-            (e = ek_classes_enqueue(&all, stream)) != cudaSuccess)
-            return cuda_fail(err, e, "delta encode: classes");
-    } else if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess) {
-        return cuda_fail(err, e, "delta encode: classes and code parameters");
-    }
+    /* with the first slice, the table (every slice's list0 and sub0 set) and the classes, for all slices */
+    const ek_batch_t all = {.chunks = d->d_chunks, .hist = d->d_hist, .busy = d->d_busy, .nbusy = (uint32_t)nbusy};
     const size_t c0 = d->h_busy[sl->from], tab = (d->h_busy[sl->to - 1] + 1 - c0) * sizeof(ek_chunk_t);
-    if ((nblks && (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice,
+    if ((e = cudaEventRecord(d->ev[2], stream)) != cudaSuccess ||
+        (sl->from == 0 &&
+         ((e = cudaMemcpyAsync(d->d_chunks, d->h_chunks, nchunks * sizeof(ek_chunk_t), cudaMemcpyHostToDevice,
+                               stream)) != cudaSuccess ||
+          (e = cudaMemcpyAsync(d->d_busy, d->h_busy, nbusy * 4, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+          (e = ek_classes_enqueue(&all, stream)) != cudaSuccess)) ||
+        (nblks && (e = cudaMemcpyAsync(d->d_blks, d->h_blks, nblks * sizeof(ek_subblk_t), cudaMemcpyHostToDevice,
                                        stream)) != cudaSuccess) ||
         (e = ek_plan_enqueue(&b, stream)) != cudaSuccess ||
         (e = cudaMemcpyAsync(d->h_chunks + c0, d->d_chunks + c0, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
         (e = cudaEventRecord(d->ev[3], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: classes and code parameters");
     d->times.plan_s += ms_between(d->ev[2], d->ev[3]);
-    if (sl->pending) d->times.write_s += ms_between(d->ev[4], d->ev[5]); /* the slice before's, done by now */
-    sl->pending = false;
+    if (sl->from) d->times.write_s += ms_between(d->ev[4], d->ev[5]); /* the slice before's, done by now */
     return FERRY_OK;
 }
 
@@ -348,7 +342,6 @@ static ferry_status_t write_slice(ferry_delta_cuda_enc_t *d, slice_t *sl, cudaSt
         (e = cudaEventRecord(d->ev[5], stream)) != cudaSuccess)
         return cuda_fail(err, e, "delta encode: writing the records");
     sl->out = out;
-    sl->pending = true;
     return FERRY_OK;
 }
 
