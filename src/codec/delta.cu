@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
     for (uint64_t first = b.sub0 + (uint64_t)blockIdx.x * THREADS; first < end; first += (uint64_t)gridDim.x * THREADS) {
         const uint64_t i = first + t;
         dk_sub_t *sb = i < end ? &b.subs[i] : NULL;
-        const dk_class_t *e = sb ? &b.classes[sb->cls] : NULL;
+        const uint32_t cls = sb ? sb->cls : 0; /* here: after the decode's stores it would be loaded again */
+        const dk_class_t *e = sb ? &b.classes[cls] : NULL;
         const bool go = e && *(volatile uint32_t *)&b.status[e->chunk] == DK_OK;
         unsigned long long lo = ~0ull, hi = 0;
         if (go) {
@@ -178,12 +179,14 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
         const uint32_t limit = 1u << b.chunks[e->chunk].sub_log2;
         const uint8_t *st = staged ? (const uint8_t *)stage + (e->stream - lo16) : (const uint8_t *)(uintptr_t)e->stream;
         uint32_t nu = 0;
-        if (!decode_sub(e, st, sb, limit, b.rank + sb->slot, b.delta + sb->slot, &nu)) {
-            fail(&b.status[e->chunk], DK_STREAM);
+        const uint32_t chunk = e->chunk;
+        const bool ok = decode_sub(e, st, sb, limit, b.rank + sb->slot, b.delta + sb->slot, &nu);
+        if (!ok) {
+            fail(&b.status[chunk], DK_STREAM);
             continue;
         }
-        atomicAdd(&b.cls_sum[2 * sb->cls], sb->count);
-        atomicAdd(&b.cls_sum[2 * sb->cls + 1], nu);
+        atomicAdd(&b.cls_sum[2 * cls], sb->count);
+        atomicAdd(&b.cls_sum[2 * cls + 1], nu);
     }
 }
 
@@ -406,14 +409,14 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                     for (uint32_t step = 16; step; step >>= 1)
                         if (((pw[a + step] >> ksh) & 0xFFFF) <= wr) a += step;
                     /* the (wr - prefix)-th of thread a's elements of class k */
-                    uint64_t e = ct_nibbles_eq(sm.cls[par][a], k);
-                    for (uint32_t nth = wr - ((pw[a] >> ksh) & 0xFFFF); nth; nth--) e &= e - 1;
-                    const uint32_t pos = at + EPT * a + ((uint32_t)(__ffsll((long long)e) - 1) >> 2);
+                    const uint32_t el = ct_nth(ct_nibbles_eq(sm.cls[par][a], k), wr - ((pw[a] >> ksh) & 0xFFFF));
+                    const bool found = el < EPT;
+                    const uint32_t pos = at + EPT * a + el;
                     uint32_t v;
                     /* its old value from the tile's copy, not from memory: the
                        warp's load would hold up the tile's barrier */
                     uint8_t *tv = (uint8_t *)sm.vals[par] + vals_byte<W>(pos - at);
-                    if (e && elem_unord(elem_ord(elem_load(tv, W, 0), W) + d_a, W, &v)) {
+                    if (found && elem_unord(elem_ord(elem_load(tv, W, 0), W) + d_a, W, &v)) {
                         elem_store(reg, W, pos, v);
                         elem_store(tv, W, 0, v); /* for the hash */
                         b.rank[run0 + i] = pos;

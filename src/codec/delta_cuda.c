@@ -271,15 +271,58 @@ static ferry_status_t grow(ferry_delta_cuda_t *d, size_t frames, size_t chunks, 
     return FERRY_OK;
 }
 
+/* A format 2 class's sub-streams (0 in format 1, and for a class without
+   changes, whose sub-streams are all empty). */
+static uint32_t class_subs(const delta_chunk_t *h, const delta_class_t *q) {
+    return h->sub_log2 && q->changed ? delta_nsub(h->elems, h->sub_log2) : 0;
+}
+
+/* Entries of the decoded arrays a class takes: its changes (format 1), or
+   the most its sub-streams' bits can hold (format 2: each change takes at
+   least a Rice code of k_gap + 1 bits and a sign bit), which the device
+   splits between the sub-streams from their lengths, each sub-stream's
+   rounded up to 4 (dk_table). The decoders write 16 bytes at a time
+   (decode_class, decode_sub), so a sparse chunk's first slot is a
+   multiple of 4 and so is each class's count here. delta_chunk_parse
+   bounds both by the class's bytes. */
+static size_t class_slots(const delta_chunk_t *h, const delta_class_t *q) {
+    if (!h->sub_log2 || !q->changed) return (q->changed + 3) & ~(size_t)3;
+    uint64_t table = delta_table_bytes(class_subs(h, q), q->len_bits);
+    size_t s = table > q->len ? 0 : (size_t)((q->len - table) * 8 / (2 + q->k_gap));
+    return (s + 3 * (size_t)class_subs(h, q) + 3) & ~(size_t)3;
+}
+
+/* The device tables' sizes that a batch's items need. */
+typedef struct sizes {
+    size_t classes, subs, slots, save;
+    bool fmt1; /* a format 1 sparse chunk: one group */
+} sizes_t;
+
+/* One checked record's share of the sizes (delta_peek_each's callback:
+   counted as the records are checked, not in a second walk of them). */
+static void count_chunk(void *ctx, const delta_chunk_t *h) {
+    sizes_t *z = ctx;
+    if (h->mode == CHUNK_RAW) z->save += (size_t)h->elems * h->width;
+    if (h->mode != CHUNK_SPARSE) return;
+    z->fmt1 |= !h->sub_log2;
+    z->classes += h->classes;
+    z->slots += 3; /* its first slot rounded up to 4 (class_slots) */
+    for (uint32_t k = 0; k < h->classes; k++) {
+        z->slots += class_slots(h, &h->cls[k]);
+        z->subs += class_subs(h, &h->cls[k]);
+    }
+}
+
 /* An item's own checks before anything is copied: its frame peeks well
-   and is for this region. */
+   and is for this region; *z gets its sizes when it is good. */
 static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, ferry_delta_info_t *info,
-                                 char *why, size_t why_len) {
+                                 sizes_t *z, char *why, size_t why_len) {
     if (!it->delta || !it->len) {
         snprintf(why, why_len, "no delta (NULL or 0 bytes)");
         return FERRY_ERR_INVALID_ARGUMENT;
     }
-    ferry_status_t st = ferry_delta_peek(d->codec, it->delta, it->len, info);
+    sizes_t mine = {0};
+    ferry_status_t st = delta_peek_each(d->codec, it->delta, it->len, info, count_chunk, &mine);
     if (st != FERRY_OK) {
         snprintf(why, why_len, "%s", ferry_delta_codec_detail(d->codec));
         return st;
@@ -304,28 +347,9 @@ static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_i
         snprintf(why, why_len, "region %p is NULL or not aligned to its %u-byte elements", it->region, w);
         return FERRY_ERR_INVALID_ARGUMENT;
     }
+    z->classes += mine.classes, z->subs += mine.subs, z->slots += mine.slots, z->save += mine.save;
+    z->fmt1 |= mine.fmt1;
     return FERRY_OK;
-}
-
-/* A format 2 class's sub-streams (0 in format 1, and for a class without
-   changes, whose sub-streams are all empty). */
-static uint32_t class_subs(const delta_chunk_t *h, const delta_class_t *q) {
-    return h->sub_log2 && q->changed ? delta_nsub(h->elems, h->sub_log2) : 0;
-}
-
-/* Entries of the decoded arrays a class takes: its changes (format 1), or
-   the most its sub-streams' bits can hold (format 2: each change takes at
-   least a Rice code of k_gap + 1 bits and a sign bit), which the device
-   splits between the sub-streams from their lengths, each sub-stream's
-   rounded up to 4 (dk_table). The decoders write 16 bytes at a time
-   (decode_class, decode_sub), so a sparse chunk's first slot is a
-   multiple of 4 and so is each class's count here. delta_chunk_parse
-   bounds both by the class's bytes. */
-static size_t class_slots(const delta_chunk_t *h, const delta_class_t *q) {
-    if (!h->sub_log2 || !q->changed) return (q->changed + 3) & ~(size_t)3;
-    uint64_t table = delta_table_bytes(class_subs(h, q), q->len_bits);
-    size_t s = table > q->len ? 0 : (size_t)((q->len - table) * 8 / (2 + q->k_gap));
-    return (s + 3 * (size_t)class_subs(h, q) + 3) & ~(size_t)3;
 }
 
 /* Why chunk c failed, once restored (hashes read back). */
@@ -469,41 +493,23 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
                           ferry_errbuf_t *err, size_t *first_bad, char *why, size_t why_len) {
     /* 1. each item's frame checked; the batch's sizes counted */
     const double t0 = ferry_mono_s();
-    size_t frames = 0, chunks = 0, classes = 0, subs = 0, slots = 0, save = 0;
-    bool fmt1 = false; /* a format 1 sparse chunk: one group */
+    size_t frames = 0, chunks = 0;
+    sizes_t z = {0};
     ferry_delta_info_t info;
     for (size_t i = 0; i < n; i++) {
         ferry_delta_cuda_item_t *it = &items[i];
         char w[FERRY_ERR_TEXT];
-        it->status = item_check(d, it, &info, w, sizeof w);
+        it->status = item_check(d, it, &info, &z, w, sizeof w);
         if (it->status != FERRY_OK) {
             if (*first_bad == SIZE_MAX) *first_bad = i, snprintf(why, why_len, "%s", w);
             continue;
         }
         frames += (it->len + 15) & ~(size_t)15;
         chunks += info.chunks;
-        const uint8_t *f = it->delta;
-        size_t off = DELTA_FRAME_HEADER + (size_t)info.chunks * 4;
-        for (uint32_t c = 0; c < info.chunks; c++) {
-            size_t len = get_u32(f + DELTA_FRAME_HEADER + 4 * (size_t)c);
-            delta_chunk_t h;
-            ferry_errbuf_t ignored;
-            if (delta_chunk_parse(f + off, len, delta_width(info.dtype), false, &h, &ignored) != FERRY_OK)
-                return ferry_fail(err, FERRY_ERR_CORRUPT, "delta %zu: chunk %u: a record peek accepted fails to parse",
-                                  i, c); /* cannot happen: peek parsed it */
-            off += len;
-            if (h.mode == CHUNK_RAW) save += (size_t)h.elems * h.width;
-            if (h.mode != CHUNK_SPARSE) continue;
-            fmt1 |= !h.sub_log2;
-            classes += h.classes;
-            slots += 3; /* its first slot rounded up to 4 (class_slots) */
-            for (uint32_t k = 0; k < h.classes; k++) {
-                slots += class_slots(&h, &h.cls[k]);
-                subs += class_subs(&h, &h.cls[k]);
-            }
-        }
     }
-    ferry_status_t st = grow(d, frames, chunks, classes, subs, slots, save, err);
+    const size_t classes = z.classes, subs = z.subs;
+    const bool fmt1 = z.fmt1;
+    ferry_status_t st = grow(d, frames, chunks, classes, z.subs, z.slots, z.save, err);
     if (st != FERRY_OK) return st;
 
     /* 2. the groups (delta_groups.h) */

@@ -36,13 +36,37 @@ typedef struct dbits {
     uint32_t n, pad;
     bool overrun;
     bool ahead;      /* GPU: w0, w1 hold the aligned words at and after p's, loaded ahead (br_top) */
+    bool shared;     /* GPU: the bytes are in shared memory (dk_decode2's copy) */
     uint32_t w0, w1;
 } dbits_t;
 
 /* A reader of bytes [p, end). */
 DK_HD dbits_t br_open(const uint8_t *p, const uint8_t *end) {
-    const dbits_t r = {p, p, end, 0, 0, 0, false, false, 0, 0};
+#ifdef __CUDA_ARCH__
+    const bool sh = __isShared(p);
+#else
+    const bool sh = false;
+#endif
+    const dbits_t r = {p, p, end, 0, 0, 0, false, false, sh, 0, 0};
     return r;
+}
+
+/* The aligned word at a. On the GPU, from shared memory as a shared-memory
+   load: through a pointer that may point to either, the compiler emits a
+   generic load, and generic loads wait in the queue of loads and stores to
+   device memory, behind the decode's stores (ncu, 2026-11-29). The memory
+   clobber keeps it after the barrier that follows the copy. */
+DK_HD uint32_t br_word(const uint32_t *a, bool shared) {
+#ifdef __CUDA_ARCH__
+    if (shared) {
+        uint32_t v;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"((uint32_t)__cvta_generic_to_shared(a)) : "memory");
+        return v;
+    }
+#else
+    (void)shared;
+#endif
+    return *a;
 }
 
 DK_HD void br_refill(dbits_t *r) {
@@ -123,11 +147,11 @@ DK_HD void br_top(dbits_t *r) {
            format 1's decode took 3.5 ms against 3.3, format 2's the same
            2.8: H200, lr 1e-6, 2026-11-28). */
         const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-        const uint32_t w0 = r->ahead ? r->w0 : a[0], w1 = r->ahead ? r->w1 : a[1];
+        const uint32_t w0 = r->ahead ? r->w0 : br_word(a, r->shared), w1 = r->ahead ? r->w1 : br_word(a + 1, r->shared);
         const uint32_t v = __funnelshift_r(w0, w1, 8u * (uint32_t)((uintptr_t)p & 3));
         r->ahead = r->end - p >= 12; /* the next top-up takes this path too */
         r->w0 = w1;
-        if (r->ahead) r->w1 = a[2];
+        if (r->ahead) r->w1 = br_word(a + 2, r->shared);
         r->acc |= (uint64_t)v << r->n;
         r->n += 32;
         r->p = p + 4;
@@ -280,10 +304,13 @@ DK_HD void group_rank(dk_group_t *g, uint32_t *rank, uint32_t j, uint32_t rk) {
     if (m == 3) store4(rank + j - 3, g->q0, g->q1, g->q2, rk);
 }
 
-/* Change j's value change, stored with its pair's second. */
+/* Change j's value change, stored with its pair's second. An odd change
+   leaves dq as it is (no one reads it before the next even one): written
+   right after the store, the store's register held it up until the store
+   had left (ncu, 2026-11-29: 14% of format 2's decode waited there). */
 DK_HD void group_delta(dk_group_t *g, int64_t *delta, uint32_t j, int64_t dv) {
     if (j & 1) store2(delta + j - 1, g->dq, dv);
-    g->dq = dv;
+    else g->dq = dv;
 }
 
 /* After n changes: the last group, its slots past them 0. */
@@ -413,18 +440,31 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
     dk_sub_span(e, sb, &from, &to);
     const uint8_t *p = st + from;
     dbits_t r = br_open(p, st + to);
-    /* the class's fields in locals (decode_class says why) */
+    /* the class's and the sub-stream's fields in locals (decode_class says
+       why; read from *sb after the loop, the GPU's lanes each waited on the
+       load on their own, 15% of the pass: ncu, 2026-11-29) */
     const uint32_t k_gap = e->k_gap, k_nu = e->k_nu, k_mag = e->k_mag, has_nu = e->nonunit != 0;
-    const uint32_t skip = (uint32_t)(sb->bit % 8), cap = sb->bits / (2 + k_gap);
+    const uint32_t bits = sb->bits, skip = (uint32_t)(sb->bit % 8), cap = bits / (2 + k_gap);
     br_top(&r); /* 4 bytes at once (on the GPU, aligned words), not br_refill's 8 loads one after another */
     br_skip(&r, skip);
-    const uint64_t end = skip + (uint64_t)sb->bits;
+    const uint64_t end = skip + (uint64_t)bits;
     uint32_t m = 0, nu = 0, nu_next = 0;
     dk_group_t grp = {0, 0, 0, 0};
     uint64_t next_rank = 0; /* the lowest rank the next change may have */
-    if (sb->bits && has_nu) nu_next = br_rice_fast(&r, k_nu, limit);
+    bool bad = false;
+#ifdef __CUDA_ARCH__
+    /* The lanes that decode a sub-stream together, made to meet again after
+       the loop: else each lane, once its own sub-stream ended, ran the rest
+       alone (ncu, 2026-11-29: 660 K runs of it by one lane each, a tenth of
+       the pass's stalls). */
+    const unsigned lanes = __activemask();
+#endif
+    if (bits && has_nu) nu_next = br_rice_fast(&r, k_nu, limit);
     while (!r.overrun && (uint64_t)(r.p - r.start) * 8 + r.pad - r.n < end) {
-        if (m >= cap) return false;
+        if (m >= cap) {
+            bad = true;
+            break;
+        }
         br_top(&r);
         uint32_t gap, neg;
         if (!rice_low(&r, 0, 1, k_gap, limit, &gap, &neg)) { /* the gap and the sign bit */
@@ -445,17 +485,24 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
             nu_next = m + 1 + run;
             nu++;
         }
-        if (rk >= limit) return false;
+        if (rk >= limit) {
+            bad = true;
+            break;
+        }
         group_rank(&grp, rank, m, (uint32_t)rk);
         group_delta(&grp, delta, m, neg ? -(int64_t)a : (int64_t)a);
         next_rank = rk + 1;
         m++;
     }
+#ifdef __CUDA_ARCH__
+    __syncwarp(lanes);
+#endif
+    if (bad) return false;
     group_end(&grp, rank, delta, m);
     const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     sb->count = m;
     *nonunit_out = nu;
-    return !r.overrun && tell == end && (sb->bits == 0 || m > 0) && (!has_nu || m == 0 || nu_next == m);
+    return !r.overrun && tell == end && (bits == 0 || m > 0) && (!has_nu || m == 0 || nu_next == m);
 }
 
 #endif

@@ -272,7 +272,7 @@ typedef enum {
 /* Checks the frame and every chunk record as deep as asked and fills *info
  * (bytes_positions and bytes_values only at READ_STREAMS). */
 static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info,
-                              read_depth_t depth) {
+                              read_depth_t depth, delta_each_fn each, void *ctx) {
     uint32_t w;
     const uint8_t *d = delta;
     ferry_status_t st = frame_parse(c, d, len, info, &w);
@@ -321,6 +321,7 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
             }
         }
         if (h.mode == CHUNK_SPARSE) info->chunks_sparse++;
+        if (each) each(ctx, &h);
         off += rl;
     }
     if (fold_end(&fb) != info->base_sum || fold_end(&fn) != info->next_sum)
@@ -331,13 +332,18 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
 ferry_status_t ferry_delta_inspect(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info) {
     if (!c || !info) return FERRY_ERR_INVALID_ARGUMENT;
     ferry_err_clear(&c->err);
-    return inspect(c, delta, len, info, READ_STREAMS);
+    return inspect(c, delta, len, info, READ_STREAMS, NULL, NULL);
+}
+
+ferry_status_t delta_peek_each(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info,
+                               delta_each_fn each, void *ctx) {
+    if (!c || !info) return FERRY_ERR_INVALID_ARGUMENT;
+    ferry_err_clear(&c->err);
+    return inspect(c, delta, len, info, READ_HEADERS, each, ctx);
 }
 
 ferry_status_t ferry_delta_peek(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info) {
-    if (!c || !info) return FERRY_ERR_INVALID_ARGUMENT;
-    ferry_err_clear(&c->err);
-    return inspect(c, delta, len, info, READ_HEADERS);
+    return delta_peek_each(c, delta, len, info, NULL, NULL);
 }
 
 ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *c, const void *delta, size_t len, uint32_t i,
@@ -360,7 +366,7 @@ ferry_status_t ferry_delta_chunk_get(ferry_delta_codec_t *c, const void *delta, 
 
 ferry_status_t delta_apply_logged(ferry_delta_codec_t *c, const void *delta, size_t len, void *region,
                                   uint64_t elems, uint64_t base_version, ferry_delta_info_t *info) {
-    ferry_status_t st = inspect(c, delta, len, info, READ_RECORDS);
+    ferry_status_t st = inspect(c, delta, len, info, READ_RECORDS, NULL, NULL);
     if (st != FERRY_OK) return st;
     if (info->elems != elems)
         return delta_fail(c, FERRY_ERR_MISMATCH, "delta of %llu elements applied to a region of %llu",
