@@ -10,10 +10,11 @@
  *         (class_dec.h). A class stream is one chain of codes, so this is
  *         serial per class. Format 2: a thread per class reads its length
  *         table (where each sub-stream starts, and its slots), then a
- *         thread per sub-stream decodes it, ranks local to its sub-block.
- *         Both write 4 ranks or 2 value changes at a time (16-byte
- *         stores into 16-aligned slots): a store per change and lane had
- *         been half the pass's time.
+ *         thread per sub-stream decodes it, ranks local to its sub-block,
+ *         each change's rank and value change packed in 8 bytes
+ *         (dk_pack). Both write 16 bytes at a time into 16-aligned slots
+ *         (format 1: 4 ranks or 2 value changes; format 2: 2 changes): a
+ *         store per change and lane had been half the pass's time.
  *         The readers are codec/delta_dev.h's, host and device code, which
  *         test_delta_dev.c checks on the CPU.
  * place   a block per sparse chunk, 4096 elements (a tile) at a time:
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(THREADS) dk_decode2(dk_batch_t b) {
         const uint8_t *st = staged ? (const uint8_t *)stage + (e->stream - lo16) : (const uint8_t *)(uintptr_t)e->stream;
         uint32_t nu = 0;
         const uint32_t chunk = e->chunk;
-        const bool ok = decode_sub(e, st, sb, limit, b.rank + sb->slot, b.delta + sb->slot, &nu);
+        const bool ok = decode_sub(e, st, sb, limit, b.delta + sb->slot, &nu);
         if (!ok) {
             fail(&b.status[chunk], DK_STREAM);
             continue;
@@ -282,6 +283,18 @@ static __device__ __forceinline__ void hash_chain(uint64_t *hacc, const uint64_t
     hacc[lane] = acc;
 }
 
+/* Decoded change i: its rank and value change (format 2: one packed
+   entry, dk_pack; format 1: from the two arrays). */
+template <bool F2>
+static __device__ __forceinline__ void load_change(const dk_batch_t &b, uint64_t i, uint32_t *r, int64_t *d) {
+    if (F2) {
+        const int64_t p = b.delta[i];
+        *r = dk_pack_rank(p), *d = dk_pack_delta(p);
+    } else {
+        *r = b.rank[i], *d = b.delta[i];
+    }
+}
+
 /* One sparse chunk's changes written, a tile at a time, elements of W
  * bytes (specialized, as the encoder's rank pass: the generic pass ran the
  * width's arithmetic on every element). Per tile: each thread its 16
@@ -295,7 +308,7 @@ static __device__ __forceinline__ void hash_chain(uint64_t *hacc, const uint64_t
  * each thread to find its own ran 1.6x the instructions: at 2% changed
  * most threads have none, and a thread's classes are walked one after
  * another; 2026-11-28.) */
-template <uint32_t W>
+template <uint32_t W, bool F2>
 static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t c, const dk_chunk_t &ch,
                                                    place_smem_t &sm) {
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
@@ -318,10 +331,10 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
        are issued 32 changes before they are needed */
     uint32_t r_a = 0, r_b = 0;
     int64_t d_a = 0, d_b = 0;
-    if (ek && !S) {
+    if (ek && !F2) {
         run0 = ek->change0, cend = ek->changed;
-        if (lane < cend) r_a = b.rank[run0 + lane], d_a = b.delta[run0 + lane];
-        if (32 + lane < cend) r_b = b.rank[run0 + 32 + lane], d_b = b.delta[run0 + 32 + lane];
+        if (lane < cend) load_change<F2>(b, run0 + lane, &r_a, &d_a);
+        if (32 + lane < cend) load_change<F2>(b, run0 + 32 + lane, &r_b, &d_b);
     }
     /* its hash: the blocks below nfull summed and scrambled as the tiles go (hash_tile, hash_chain) */
     const uint64_t len = (uint64_t)elems * W, nfull = len > SUMX_SHORT_MAX ? sumx_nfull(len) : 0;
@@ -334,7 +347,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
         ct_load<W>(reg, first, ct_nin(first, elems), vec, cur);
     }
     for (uint32_t at = 0, par = 0; at < elems; at += TILE, par ^= 1) {
-        if (ek && S && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
+        if (F2 && ek && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
             for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
             placed_before += ci;
             if (ek->nsub) {
@@ -344,8 +357,8 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                 cend = 0;
             }
             ci = 0, before = 0;
-            if (lane < cend) r_a = b.rank[run0 + lane], d_a = b.delta[run0 + lane];
-            if (32 + lane < cend) r_b = b.rank[run0 + 32 + lane], d_b = b.delta[run0 + 32 + lane];
+            if (lane < cend) load_change<F2>(b, run0 + lane, &r_a, &d_a);
+            if (32 + lane < cend) load_change<F2>(b, run0 + 32 + lane, &r_b, &d_b);
         }
         const uint32_t first = at + EPT * tid;
         const uint32_t nin = ct_nin(first, elems);
@@ -419,7 +432,8 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                     if (found && elem_unord(elem_ord(elem_load(tv, W, 0), W) + d_a, W, &v)) {
                         elem_store(reg, W, pos, v);
                         elem_store(tv, W, 0, v); /* for the hash */
-                        b.rank[run0 + i] = pos;
+                        if (F2) b.delta[run0 + i] = dk_pack(pos & ((1u << S) - 1), d_a); /* the undo's log */
+                        else b.rank[run0 + i] = pos;
                     } else {
                         b.delta[run0 + i] = 0; /* not written */
                         fail(&b.status[c], DK_RANGE);
@@ -437,7 +451,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                     if (from_a) {
                         r_b = rb, d_b = db;
                     } else if (ci + 32 + lane < cend) {
-                        r_b = b.rank[run0 + ci + 32 + lane], d_b = b.delta[run0 + ci + 32 + lane];
+                        load_change<F2>(b, run0 + ci + 32 + lane, &r_b, &d_b);
                     }
                 }
                 if (m != FULL) break;
@@ -514,7 +528,10 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
         sm.ctab[tid] = ct_entry(k);
     }
     __syncthreads();
-    place_chunk<W>(b, c, ch, sm);
+    /* the format's reads and writes of the decoded changes compiled apart
+       (a branch on it per change cost format 1's pass 7%) */
+    if (S) place_chunk<W, true>(b, c, ch, sm);
+    else place_chunk<W, false>(b, c, ch, sm);
 }
 
 __global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *raw) {
@@ -531,12 +548,12 @@ __global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *
     }
 }
 
-/* A placed change taken back (its slot's rank holds its element; delta 0:
-   not written). */
-static __device__ __forceinline__ void undo_one(const dk_batch_t &b, uint8_t *reg, uint32_t w, uint64_t i) {
-    const int64_t d = b.delta[i];
+/* A placed change taken back: at element `at` (format 1: its slot's rank;
+   format 2: its sub-block's first element and the entry's place in it),
+   value change d (0: not written). */
+static __device__ __forceinline__ void undo_one(uint8_t *reg, uint32_t w, uint32_t at, int64_t d) {
     uint32_t v;
-    if (d && elem_unord(elem_ord(elem_load(reg, w, b.rank[i]), w) - d, w, &v)) elem_store(reg, w, b.rank[i], v);
+    if (d && elem_unord(elem_ord(elem_load(reg, w, at), w) - d, w, &v)) elem_store(reg, w, at, v);
 }
 
 __global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t *idx) {
@@ -550,13 +567,16 @@ __global__ void __launch_bounds__(THREADS) dk_undo(dk_batch_t b, const uint32_t 
     if (b.applied[c]) {
         if (ch->mode == DK_SPARSE_CHUNK && !ch->sub_log2) {
             for (uint64_t i = ch->change0 + threadIdx.x; i < ch->change0 + ch->changed; i += THREADS)
-                undo_one(b, reg, w, i);
+                undo_one(reg, w, b.rank[i], b.delta[i]);
         } else if (ch->mode == DK_SPARSE_CHUNK) { /* format 2: each sub-stream's changes (slots past them hold nothing) */
             for (uint32_t k = 0; k < ch->classes; k++) {
                 const dk_class_t *e = &b.classes[ch->class0 + k];
                 for (uint32_t x = 0; x < e->nsub; x++) {
                     const dk_sub_t *sb = &b.subs[e->sub0 + x];
-                    for (uint32_t i = threadIdx.x; i < sb->count; i += THREADS) undo_one(b, reg, w, sb->slot + i);
+                    for (uint32_t i = threadIdx.x; i < sb->count; i += THREADS) {
+                        const int64_t p = b.delta[sb->slot + i];
+                        undo_one(reg, w, (x << ch->sub_log2) + dk_pack_rank(p), dk_pack_delta(p));
+                    }
                 }
             }
         } else if (ch->mode == DK_RAW_CHUNK) {

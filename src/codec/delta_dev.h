@@ -306,12 +306,26 @@ DK_HD void group_rank(dk_group_t *g, uint32_t *rank, uint32_t j, uint32_t rk) {
 
 /* Change j's value change, stored with its pair's second. An odd change
    leaves dq as it is (no one reads it before the next even one): written
-   right after the store, the store's register held it up until the store
-   had left (ncu, 2026-11-29: 14% of format 2's decode waited there). */
+   right after the store, its register would wait until the store had read
+   it, and stores queue (ncu, 2026-11-29). */
 DK_HD void group_delta(dk_group_t *g, int64_t *delta, uint32_t j, int64_t dv) {
     if (j & 1) store2(delta + j - 1, g->dq, dv);
     else g->dq = dv;
 }
+
+/* Format 2's decoded changes, one 8-byte entry each: the rank (local to
+   the sub-block: below 2^DELTA_SUB_LOG2_MAX, 2^24) in the low 24 bits, the
+   value change above them (a decoded magnitude is below 2^34, so it fits
+   with its sign in 40 bits). A change took a 4-byte rank and an 8-byte
+   value change before, in two arrays: the decode waited on its stores
+   (ncu, 2026-11-29: a third of its stall samples were on the store
+   queue), and a 16-byte store now holds two changes, not 4/3. The write
+   pass replaces the rank by the element's place in its sub-block once it
+   is written (the undo's log); entry 0 (value change 0): nothing written. */
+#define DK_PACK_RANK_BITS 24u
+DK_HD int64_t dk_pack(uint32_t rank, int64_t d) { return (int64_t)((uint64_t)d << DK_PACK_RANK_BITS | rank); }
+DK_HD uint32_t dk_pack_rank(int64_t p) { return (uint32_t)p & ((1u << DK_PACK_RANK_BITS) - 1); }
+DK_HD int64_t dk_pack_delta(int64_t p) { return p >> DK_PACK_RANK_BITS; } /* arithmetic: the sign comes down */
 
 /* After n changes: the last group, its slots past them 0. */
 DK_HD void group_end(const dk_group_t *g, uint32_t *rank, int64_t *delta, uint32_t n) {
@@ -425,17 +439,18 @@ DK_HD void dk_sub_span(const dk_class_t *e, const dk_sub_t *sb, uint64_t *from, 
 }
 
 /* Format 2: one sub-stream's changes, ranks local to its sub-block, into
-   its slots; false when malformed (docs/delta-format.md, format 2: a code
-   past its length, an end not at a change's end, the non-unit index not
-   ending at the change count, a rank past the sub-block). st: where the
-   class stream's bytes are read (e->stream, or a copy of the bytes
-   dk_sub_span names). Each change's codes come from the window at once,
-   and the changes are written 16 bytes at a time, as decode_class's are:
-   its slots start 16-aligned (dk_table), and those past its changes up to
-   a multiple of 4 get rank and delta 0; the rest are left as they are
-   (the undo walks each sub-stream's count, dk_undo). */
-DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint32_t limit, uint32_t *rank,
-                      int64_t *delta, uint32_t *nonunit_out) {
+   its slots as packed entries (dk_pack); false when malformed
+   (docs/delta-format.md, format 2: a code past its length, an end not at a
+   change's end, the non-unit index not ending at the change count, a rank
+   past the sub-block). limit: the sub-block's elements, at most 2^24. st:
+   where the class stream's bytes are read (e->stream, or a copy of the
+   bytes dk_sub_span names). Each change's codes come from the window at
+   once, and two changes are written with one 16-byte store: its slots
+   start 16-aligned (dk_table), and those past its changes up to a multiple
+   of 4 get 0; the rest are left as they are (the undo walks each
+   sub-stream's count, dk_undo). */
+DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint32_t limit, int64_t *packed,
+                      uint32_t *nonunit_out) {
     uint64_t from, to;
     dk_sub_span(e, sb, &from, &to);
     const uint8_t *p = st + from;
@@ -449,7 +464,7 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
     br_skip(&r, skip);
     const uint64_t end = skip + (uint64_t)bits;
     uint32_t m = 0, nu = 0, nu_next = 0;
-    dk_group_t grp = {0, 0, 0, 0};
+    int64_t even = 0;       /* an even change's entry, stored with the next one's */
     uint64_t next_rank = 0; /* the lowest rank the next change may have */
     bool bad = false;
 #ifdef __CUDA_ARCH__
@@ -489,8 +504,9 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
             bad = true;
             break;
         }
-        group_rank(&grp, rank, m, (uint32_t)rk);
-        group_delta(&grp, delta, m, neg ? -(int64_t)a : (int64_t)a);
+        const int64_t en = dk_pack((uint32_t)rk, neg ? -(int64_t)a : (int64_t)a);
+        if (m & 1) store2(packed + m - 1, even, en);
+        else even = en; /* not written after the store: the store's register would hold it up (group_delta) */
         next_rank = rk + 1;
         m++;
     }
@@ -498,7 +514,8 @@ DK_HD bool decode_sub(const dk_class_t *e, const uint8_t *st, dk_sub_t *sb, uint
     __syncwarp(lanes);
 #endif
     if (bad) return false;
-    group_end(&grp, rank, delta, m);
+    if (m & 1) store2(packed + m - 1, even, 0);
+    if (((m + 1) & ~1u) & 3) store2(packed + ((m + 1) & ~1u), 0, 0);
     const uint64_t tell = (uint64_t)(r.p - r.start) * 8 + r.pad - r.n;
     sb->count = m;
     *nonunit_out = nu;

@@ -83,8 +83,9 @@ typedef struct dk_batch {
     const dk_class_t *classes;
     uint32_t *status;  /* per chunk, DK_* */
     uint8_t *applied;  /* per chunk: the kernels wrote into it (undo needed on failure) */
-    uint32_t *rank;    /* per change: its rank in its class; once placed, its element in the chunk */
-    int64_t *delta;    /* per change: its value change in elem_ord steps; 0: not written */
+    uint32_t *rank;    /* format 1, per change: its rank in its class; once placed, its element in the chunk */
+    int64_t *delta;    /* per change: its value change in elem_ord steps, 0: not written; format 2: packed
+                          with its rank, then its element (delta_dev.h's dk_pack), rank unused */
     uint8_t *save;     /* raw chunks' old contents */
     uint64_t *hashes;  /* per chunk, for the blame pass */
     dk_sub_t *subs;    /* format 2 sub-streams */
