@@ -157,7 +157,9 @@ ferry_status_t xcuda_alloc(ferry_errbuf_t *err, size_t size, void **out) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, size);
     if (e != cudaSuccess) return ferry_cuda_fail(err, FERRY_ERR_NO_MEMORY, e, "cuda: cudaMalloc");
-    if ((e = cudaMemset(p, 0, size)) != cudaSuccess) {
+    /* waited for: cudaMemset returns before it is done, and the streams
+       that copy into this memory later do not wait for the default one */
+    if ((e = cudaMemset(p, 0, size)) != cudaSuccess || (e = cudaStreamSynchronize(0)) != cudaSuccess) {
         cudaFree(p);
         return ferry_cuda_fail(err, FERRY_ERR_IO, e, "cuda: cudaMemset");
     }

@@ -262,7 +262,11 @@ static void event_sync(cudaEvent_t ev) {
 
 static bool copy_sync_to_device(int device, void *dst, const void *src, size_t len) {
     saved_ctx_t prev = ctx_save();
-    bool ok = cudaSetDevice(device) == cudaSuccess && cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice) == cudaSuccess;
+    /* waited for: from pageable memory cudaMemcpy returns once the bytes are
+       staged, before they land, and the streams that read them next do not
+       wait for the default one */
+    bool ok = cudaSetDevice(device) == cudaSuccess && cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaStreamSynchronize(0) == cudaSuccess;
     if (!ok) cudaGetLastError();
     ctx_restore(prev);
     return ok;

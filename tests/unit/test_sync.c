@@ -523,6 +523,11 @@ static int child_main(int argc, char **argv) {
         w.nbufs++;
     }
     CHECK(w.nbufs > 0);
+#ifdef FERRY_CUDA
+    /* the zeroing done before ferry's streams write there: cudaMemset returns
+       before it lands, and those streams do not wait for the default one */
+    if (cuda) CHECK(cudaDeviceSynchronize() == cudaSuccess);
+#endif
 
     ferry_sync_params_t sp;
     memset(&sp, 0, sizeof sp);
