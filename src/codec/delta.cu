@@ -303,8 +303,9 @@ static __device__ __forceinline__ void load_change(const dk_batch_t &b, uint64_t
  * counts of class k itself, in its lanes, so a change's rank finds its
  * warp by comparing with those 8 sums, its thread by a binary search over
  * the warp's scanned counts, and its element among that thread's 16 by
- * their class nibbles. Each change's rank slot then holds its element, the
- * undo log. (Marking the tile's changes in a bitmap in class order for
+ * their class nibbles. Each change's slot then holds its element, the undo
+ * log (format 1: in the rank array; format 2: its place in its sub-block,
+ * in the packed entry's rank bits). (Marking the tile's changes in a bitmap in class order for
  * each thread to find its own ran 1.6x the instructions: at 2% changed
  * most threads have none, and a thread's classes are walked one after
  * another; 2026-11-28.) */
@@ -494,7 +495,9 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
 
 /* A kernel per element width (a batch's chunks of each width listed
    apart): compiled into one kernel, the three widths' code spilled
-   registers at 64 where each alone does not. */
+   registers at 64 in its loops. Each alone (with both formats' loops since
+   session 16) spills 8 bytes once per block, outside them (ncu: one store
+   and one load per warp and chunk). */
 template <uint32_t W>
 __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
     extern __shared__ uint4 dk_dyn[]; /* a place_smem_t: more than the 48 KiB of static shared memory */

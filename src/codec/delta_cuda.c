@@ -15,6 +15,8 @@
 #include "common/hash.h"
 #include "ferry/ctx.h"
 
+_Static_assert(DK_PACK_RANK_BITS >= DELTA_SUB_LOG2_MAX, "a sub-block's ranks fit a packed entry (delta_kern.h)");
+
 _Static_assert((int)DK_UNCHANGED_CHUNK == (int)CHUNK_UNCHANGED && (int)DK_SPARSE_CHUNK == (int)CHUNK_SPARSE &&
                    (int)DK_RAW_CHUNK == (int)CHUNK_RAW,
                "chunk modes");

@@ -264,12 +264,12 @@ DK_HD bool nu_low(dbits_t *r, uint32_t a, uint32_t k_mag, bool run_follows, uint
 }
 
 /* ---- the decoded changes ----
- * The decoders (decode_class, decode_sub) keep a group of 4 ranks and 2
- * value changes in registers and write each with one 16-byte store into
- * 16-aligned slots: each lane's 4- and 8-byte stores, one per change to
- * addresses of its own, were half of format 1's decode (2026-11-28). The
- * last group's slots past the changes get rank and delta 0 (delta 0:
- * nothing there for the undo). */
+ * The decoders write 16 bytes at a time into 16-aligned slots: each lane's
+ * 4- and 8-byte stores, one per change to addresses of its own, were half
+ * of format 1's decode (2026-11-28). decode_class (format 1) keeps a group
+ * of 4 ranks and 2 value changes in registers (dk_group_t); decode_sub
+ * (format 2) two packed entries (dk_pack, below). The last group's slots
+ * past the changes get 0 (value change 0: nothing there for the undo). */
 
 DK_HD void store4(uint32_t *p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) { /* p 16-aligned */
 #ifdef __CUDA_ARCH__
@@ -322,7 +322,6 @@ DK_HD void group_delta(dk_group_t *g, int64_t *delta, uint32_t j, int64_t dv) {
    queue), and a 16-byte store now holds two changes, not 4/3. The write
    pass replaces the rank by the element's place in its sub-block once it
    is written (the undo's log); entry 0 (value change 0): nothing written. */
-#define DK_PACK_RANK_BITS 24u
 DK_HD int64_t dk_pack(uint32_t rank, int64_t d) { return (int64_t)((uint64_t)d << DK_PACK_RANK_BITS | rank); }
 DK_HD uint32_t dk_pack_rank(int64_t p) { return (uint32_t)p & ((1u << DK_PACK_RANK_BITS) - 1); }
 DK_HD int64_t dk_pack_delta(int64_t p) { return p >> DK_PACK_RANK_BITS; } /* arithmetic: the sign comes down */

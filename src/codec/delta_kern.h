@@ -73,6 +73,11 @@ enum {
     DK_NEXT_SUM = 9   /* the result's checksum differs: corrupt, unless the base is wrong */
 };
 
+/* Format 2's decoded changes are packed, rank in the low DK_PACK_RANK_BITS
+   bits (a sub-block's, so DELTA_SUB_LOG2_MAX at most: delta_cuda.c checks),
+   value change above (delta_dev.h's dk_pack). */
+#define DK_PACK_RANK_BITS 24u
+
 /* The device arrays of one batch, and the part of it a launch takes:
    chunks [chunk0, chunk0 + nchunks), classes [class0, class0 + nclasses),
    sub-streams [sub0, sub0 + nsubs) (a batch is applied in groups of its
@@ -85,7 +90,8 @@ typedef struct dk_batch {
     uint8_t *applied;  /* per chunk: the kernels wrote into it (undo needed on failure) */
     uint32_t *rank;    /* format 1, per change: its rank in its class; once placed, its element in the chunk */
     int64_t *delta;    /* per change: its value change in elem_ord steps, 0: not written; format 2: packed
-                          with its rank, then its element (delta_dev.h's dk_pack), rank unused */
+                          with its rank, then with its element's place in its sub-block (delta_dev.h's
+                          dk_pack), rank unused */
     uint8_t *save;     /* raw chunks' old contents */
     uint64_t *hashes;  /* per chunk, for the blame pass */
     dk_sub_t *subs;    /* format 2 sub-streams */

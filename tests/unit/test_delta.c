@@ -370,6 +370,48 @@ static void test_peek_reads_headers(void) {
     free(d);
 }
 
+/* delta_peek_each (the GPU apply's one walk of a frame's records): each
+ * record's header in order, as the peek checked it; on a damaged record it
+ * fails as the peek does, having seen only the records before it. */
+typedef struct seen {
+    uint32_t n, sparse, raw;
+    uint64_t changed;
+} seen_t;
+static void note_chunk(void *arg, const delta_chunk_t *h) {
+    seen_t *z = arg;
+    z->n++;
+    z->sparse += h->mode == CHUNK_SPARSE;
+    z->raw += h->mode == CHUNK_RAW;
+    z->changed += h->changed;
+}
+static void test_peek_each(void) {
+    enum { CH = 4096, N = 4 * CH };
+    static uint16_t base[N], next[N];
+    for (int i = 0; i < N; i++) base[i] = next[i] = (uint16_t)(0x3C00 + rng_next() % 2048);
+    for (int i = 0; i < CH; i += 5) next[i]++;                          /* chunk 0: sparse */
+    for (int i = 2 * CH; i < 3 * CH; i++) next[i] = (uint16_t)rng_next(); /* chunk 2: raw */
+    ferry_delta_params_t p = {.field_mask = FERRY_DELTA_PARAM_CHUNK_ELEMS, .dtype = FERRY_DTYPE_BF16,
+                              .chunk_elems = CH};
+    size_t cap = ferry_delta_bound(FERRY_DTYPE_BF16, N, CH), len;
+    uint8_t *d = malloc(cap);
+    CHECK(d);
+    CHECK_OK(ferry_delta_encode(codec, &p, base, next, N, d, cap, &len), ferry_delta_codec_detail(codec));
+    ferry_delta_info_t info, pk;
+    seen_t z = {0};
+    CHECK_OK(delta_peek_each(codec, d, len, &info, note_chunk, &z), ferry_delta_codec_detail(codec));
+    CHECK_OK(ferry_delta_peek(codec, d, len, &pk), ferry_delta_codec_detail(codec));
+    CHECK(z.n == info.chunks && z.n == 4 && z.sparse == info.chunks_sparse && z.raw == info.chunks_raw &&
+          z.changed == info.changed && info.changed == pk.changed && z.sparse == 1 && z.raw == 1);
+    /* the third record's header damaged: refused as the peek refuses it, after two records */
+    size_t off = DELTA_FRAME_HEADER + 4 * (size_t)info.chunks;
+    for (uint32_t c = 0; c < 2; c++) off += get_u32(d + DELTA_FRAME_HEADER + 4 * (size_t)c);
+    d[off] ^= 0xFF; /* the mode byte */
+    memset(&z, 0, sizeof z);
+    ferry_status_t st = delta_peek_each(codec, d, len, &info, note_chunk, &z);
+    CHECK(st == FERRY_ERR_CORRUPT && ferry_delta_peek(codec, d, len, &pk) == st && z.n == 2);
+    free(d);
+}
+
 /* Chunk sums carried from one encode to the next: the next encode writes
  * the same bytes without hashing its base; a wrong sum gets a delta
  * refused, never applied wrongly. */
@@ -729,6 +771,7 @@ int main(void) {
     test_delta_file();
     test_delta_file_meta();
     test_peek_reads_headers();
+    test_peek_each();
     test_kernels();
     test_encoders();
     /* the whole suite at every kernel level this CPU runs, best last */

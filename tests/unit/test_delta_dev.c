@@ -32,7 +32,7 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
     const uint32_t K = h.classes, S = h.sub_log2;
     uint8_t *orig = malloc((size_t)elems * w + 1);
     uint32_t *rank[FERRY_DELTA_CLASSES_MAX] = {0}, nsub = S ? delta_nsub(elems, S) : 1;
-    int64_t *dl[FERRY_DELTA_CLASSES_MAX] = {0};
+    int64_t *dl[FERRY_DELTA_CLASSES_MAX] = {0}, *lg[FERRY_DELTA_CLASSES_MAX] = {0}; /* lg: format 2's undo log */
     dk_sub_t *subs[FERRY_DELTA_CLASSES_MAX] = {0};
     CHECK(orig);
     memcpy(orig, base, (size_t)elems * w);
@@ -55,8 +55,9 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
            to 4: decode_class writes 16 bytes at a time */
         rank[k] = calloc(slots + 4, sizeof *rank[k]);
         dl[k] = calloc(slots + 4, sizeof *dl[k]);
+        lg[k] = calloc(slots + 4, sizeof *lg[k]);
         subs[k] = calloc(nsub, sizeof *subs[k]);
-        CHECK(rank[k] && dl[k] && subs[k] && (uintptr_t)rank[k] % 16 == 0 && (uintptr_t)dl[k] % 16 == 0);
+        CHECK(rank[k] && dl[k] && lg[k] && subs[k] && (uintptr_t)rank[k] % 16 == 0 && (uintptr_t)dl[k] % 16 == 0);
         if (!e.nsub) {
             if (!S) decoded &= decode_class(&e, rank[k], dl[k]);
             continue;
@@ -120,6 +121,8 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
                 goto blame;
             }
             elem_put(base, w, i, nv);
+            if (S) /* the write pass's log: the element's place in its sub-block, packed with the change */
+                lg[k][(rk[k] - rank[k]) + ci[k]] = dk_pack(i & ((1u << S) - 1), dd[k][ci[k]]);
             ci[k]++;
         }
         before[k]++;
@@ -130,12 +133,28 @@ static ferry_status_t gpu_rules(const uint8_t *rec, size_t len, uint32_t w, uint
         else if (placed[k] + ci[k] != h.cls[k].changed) st = FERRY_ERR_CORRUPT;
     }
     if (st == FERRY_OK && XXH3_64bits(base, (size_t)elems * w) != h.next_sum) st = FERRY_ERR_CORRUPT;
+    if (st == FERRY_OK && S) { /* dk_undo's walk of the log takes the result back to the base */
+        uint8_t *back = malloc((size_t)elems * w + 1);
+        CHECK(back);
+        memcpy(back, base, (size_t)elems * w);
+        for (uint32_t k = 0; k < K; k++)
+            for (uint32_t x = 0; h.cls[k].changed && x < nsub; x++)
+                for (uint32_t i = 0; i < subs[k][x].count; i++) {
+                    const int64_t e = lg[k][subs[k][x].slot + i], d = dk_pack_delta(e);
+                    const uint32_t at = (x << S) + dk_pack_rank(e);
+                    uint32_t v;
+                    CHECK(d != 0 && elem_unord(elem_ord(elem_get(back, w, at), w) - d, w, &v));
+                    elem_put(back, w, at, v);
+                }
+        CHECK(memcmp(back, orig, (size_t)elems * w) == 0);
+        free(back);
+    }
 blame: /* restored; a corrupt verdict on a region that is not the base is a mismatch */
     if (st != FERRY_OK) {
         memcpy(base, orig, (size_t)elems * w);
         if (st == FERRY_ERR_CORRUPT && XXH3_64bits(base, (size_t)elems * w) != h.base_sum) st = FERRY_ERR_MISMATCH;
     }
-    for (uint32_t k = 0; k < K; k++) free(rank[k]), free(dl[k]), free(subs[k]);
+    for (uint32_t k = 0; k < K; k++) free(rank[k]), free(dl[k]), free(lg[k]), free(subs[k]);
     free(orig);
     return st;
 }
