@@ -305,10 +305,10 @@ static __device__ __forceinline__ void load_change(const dk_batch_t &b, uint64_t
  * the warp's scanned counts, and its element among that thread's 16 by
  * their class nibbles. Each change's slot then holds its element, the undo
  * log (format 1: in the rank array; format 2: its place in its sub-block,
- * in the packed entry's rank bits). (Marking the tile's changes in a bitmap in class order for
- * each thread to find its own ran 1.6x the instructions: at 2% changed
- * most threads have none, and a thread's classes are walked one after
- * another; 2026-11-28.) */
+ * in the packed entry's rank bits). (Marking the tile's changes in a
+ * bitmap in class order for each thread to find its own ran 1.6x the
+ * instructions: at 2% changed most threads have none, and a thread's
+ * classes are walked one after another; 2026-11-28.) */
 template <uint32_t W, bool F2>
 static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t c, const dk_chunk_t &ch,
                                                    place_smem_t &sm) {
@@ -334,8 +334,8 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
     int64_t d_a = 0, d_b = 0;
     if (ek && !F2) {
         run0 = ek->change0, cend = ek->changed;
-        if (lane < cend) load_change<F2>(b, run0 + lane, &r_a, &d_a);
-        if (32 + lane < cend) load_change<F2>(b, run0 + 32 + lane, &r_b, &d_b);
+        if (lane < cend) load_change<false>(b, run0 + lane, &r_a, &d_a);
+        if (32 + lane < cend) load_change<false>(b, run0 + 32 + lane, &r_b, &d_b);
     }
     /* its hash: the blocks below nfull summed and scrambled as the tiles go (hash_tile, hash_chain) */
     const uint64_t len = (uint64_t)elems * W, nfull = len > SUMX_SHORT_MAX ? sumx_nfull(len) : 0;

@@ -509,9 +509,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
         frames += (it->len + 15) & ~(size_t)15;
         chunks += info.chunks;
     }
-    const size_t classes = z.classes, subs = z.subs;
-    const bool fmt1 = z.fmt1;
-    ferry_status_t st = grow(d, frames, chunks, classes, z.subs, z.slots, z.save, err);
+    ferry_status_t st = grow(d, frames, chunks, z.classes, z.subs, z.slots, z.save, err);
     if (st != FERRY_OK) return st;
 
     /* 2. the groups (delta_groups.h) */
@@ -521,7 +519,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
         d->times = (ferry_delta_cuda_times_t){.host_s = ferry_mono_s() - t0};
         return FERRY_OK;
     }
-    size_t G = fmt1 ? 1 : frames / (d->group_min ? d->group_min : GROUP_MIN);
+    size_t G = z.fmt1 ? 1 : frames / (d->group_min ? d->group_min : GROUP_MIN);
     G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G > nok ? nok : G; /* shares of the items that apply */
     if (G > 1) {
         size_t *bytes = malloc(n * sizeof *bytes);
@@ -546,7 +544,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
     cudaError_t e;
     const double host_s = ferry_mono_s() - t0;
     if ((e = cudaMemsetAsync(d->d_applied, 0, chunks, stream)) ||
-        (subs && (e = cudaMemsetAsync(d->d_cls_sum, 0, classes * 2 * sizeof(uint32_t), stream))) ||
+        (z.subs && (e = cudaMemsetAsync(d->d_cls_sum, 0, z.classes * 2 * sizeof(uint32_t), stream))) ||
         (e = cudaEventRecord(d->ev[0], stream)) || (e = cudaStreamWaitEvent(d->copy, d->ev[0], 0)) ||
         (groups && (e = cudaStreamWaitEvent(d->dec, d->ev[0], 0))))
         return cuda_fail(err, e, "delta apply: starting");
