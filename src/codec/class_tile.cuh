@@ -26,6 +26,11 @@ static __device__ __forceinline__ uint32_t ct_nin(uint32_t first, uint32_t elems
     return first >= elems ? 0 : elems - first < CT_EPT ? elems - first : CT_EPT;
 }
 
+/* Whether p is 16-aligned: then so is every thread's 16 elements of a
+   tile (recomputed where needed: a flag kept through the write pass's loop
+   was spilled). */
+static __device__ __forceinline__ bool ct_vec(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 /* A thread's 16 elements from element `first` of p (W bytes each, nin of
  * them inside the chunk) into 4 * W words, packed as in memory; the
  * elements past nin are 0. vec: p is 16-aligned, so a whole thread's 16 are

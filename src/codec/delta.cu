@@ -17,12 +17,14 @@
  *         store per change and lane had been half the pass's time.
  *         The readers are codec/delta_dev.h's, host and device code, which
  *         test_delta_dev.c checks on the CPU.
- * place   a block per sparse chunk, 4096 elements (a tile) at a time:
- *         each thread takes 16 elements' classes (class_tile.cuh), each
- *         warp scans their counts, and warp k writes class k's changes of
- *         the tile: a change's rank finds its warp among the warps' sums,
- *         its thread by binary search over the warp's scanned counts and
- *         its element among that thread's 16 by their class nibbles.
+ * place   a block per sparse chunk, a tile at a time (4096 elements, or
+ *         8192 of 2 bytes: dk_place_kind): each thread takes 16 or 32
+ *         elements' classes (class_tile.cuh), each warp scans their
+ *         counts, and warp k writes class k's changes of the tile: a
+ *         change's rank finds its warp among the warps' sums, its thread
+ *         by binary search over the warp's scanned counts and its element
+ *         among that thread's by their class nibbles. Each tile comes into
+ *         shared memory by cp.async while the one before is written.
  *         Written in place; each change's slot then holds its element, for
  *         the undo. The result's xxh3 is summed from each tile's final
  *         contents in shared memory as it goes, and checked against
@@ -225,7 +227,7 @@ typedef struct {
     uint64_t ctab[256];           /* per bucket: ct_entry of its class */
     uint4 wcnt[2][WARPS];         /* per warp, its class counts (class_tile.cuh's words) */
     uint32_t pre[2][4][PRE_STRIDE]; /* per count word and thread (at pre_at), its warp's elements of those classes before it */
-    uint64_t cls[2][THREADS];     /* per thread, its elements' classes, a nibble each */
+    uint64_t cls[2][2][THREADS];  /* per thread, its elements' classes, a nibble each (16 a word: 32 2-byte elements take two) */
     uint4 vals[2][THREADS * 4];   /* the tile's elements (4 bytes each at most), in 16-byte pieces at vals_at */
     uint32_t fin_seen[CLASSES_MAX];
     uint32_t fin_placed[CLASSES_MAX];
@@ -235,7 +237,7 @@ typedef struct {
 /* ---- the result's hash, as the write pass goes ----
  * A chunk's xxh3 (common/sum_warp.cuh's arithmetic) is summed tile by tile
  * from the tile's final contents in shared memory: each warp takes the
- * bytes its own threads loaded (512 * W of them: two blocks of 1 KiB, one,
+ * bytes its own threads loaded (32 E W of them: two blocks of 1 KiB, one,
  * or half of one), sums its stripes' products and words for each of the 8
  * accumulators (sums add in any order), and warp 0's lanes 0-7 carry the
  * accumulators, one each, through the blocks' scrambles in order, a tile
@@ -278,8 +280,15 @@ template <uint32_t W>
 static __device__ __forceinline__ void hash_chain(uint64_t *hacc, const uint64_t (*hs)[8], const uint64_t *sec,
                                                   uint64_t tt, uint64_t nfull, unsigned lane) {
     uint64_t acc = hacc[lane];
-    for (uint32_t lb = 0; lb < 4 * W && tt * (4 * W) + lb < nfull; lb++)
-        acc = sumx_scramble(acc + (W == 1 ? hs[2 * lb][lane] + hs[2 * lb + 1][lane] : hs[lb][lane]), sec[16 + lane]);
+    const uint64_t key = sec[16 + lane];
+    if ((tt + 1) * (4 * W) <= nfull) { /* the whole tile: unrolled, no bound tested a block */
+#pragma unroll
+        for (uint32_t lb = 0; lb < 4 * W; lb++)
+            acc = sumx_scramble(acc + (W == 1 ? hs[2 * lb][lane] + hs[2 * lb + 1][lane] : hs[lb][lane]), key);
+    } else {
+        for (uint32_t lb = 0; lb < 4 * W && tt * (4 * W) + lb < nfull; lb++)
+            acc = sumx_scramble(acc + (W == 1 ? hs[2 * lb][lane] + hs[2 * lb + 1][lane] : hs[lb][lane]), key);
+    }
     hacc[lane] = acc;
 }
 
@@ -295,27 +304,56 @@ static __device__ __forceinline__ void load_change(const dk_batch_t &b, uint64_t
     }
 }
 
+/* Thread threadIdx.x's E elements of a tile, from element `first` of reg,
+ * copied into its pieces of the tile's buffer v with cp.async (global to
+ * shared memory: no registers held while they travel), issued a tile
+ * ahead. False, and nothing issued, where they are not all in the chunk or
+ * not 16-aligned: the thread then loads them itself when the tile comes.
+ * (Loaded into registers a tile ahead, 2-byte elements had no registers
+ * for 32 a thread, and without loading ahead a third of the stalls waited
+ * on memory; ncu, 2026-11-29.) */
+template <uint32_t W, uint32_t E>
+static __device__ __forceinline__ bool tile_fetch(const uint8_t *reg, uint32_t first, uint32_t elems, uint4 *v) {
+    constexpr uint32_t HW = E * W / 16;
+    const uint8_t *p = reg + (uint64_t)first * W;
+    if (!ct_vec(p) || (uint64_t)first + E > elems) return false;
+    const uint4 *src = (const uint4 *)p;
+#pragma unroll
+    for (uint32_t j = 0; j < HW; j++) {
+        const uint32_t dst = (uint32_t)__cvta_generic_to_shared(&v[vals_at(HW * threadIdx.x + j)]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + j) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    return true;
+}
+
 /* One sparse chunk's changes written, a tile at a time, elements of W
  * bytes (specialized, as the encoder's rank pass: the generic pass ran the
- * width's arithmetic on every element). Per tile: each thread its 16
+ * width's arithmetic on every element), E of them a thread: 16, or 32
+ * 2-byte ones where the tile of 8192 holds whole sub-blocks (dk_place_kind:
+ * at lr 1e-6 the wide tile cut the pass's instructions by a quarter and its
+ * time from 6.85 to 6.35 ms, ncu 2026-11-29). Per tile: each thread its
  * elements' classes (class_tile.cuh), their counts scanned over its warp;
  * then warp k writes class k's changes of the tile: it sums the warps'
  * counts of class k itself, in its lanes, so a change's rank finds its
  * warp by comparing with those 8 sums, its thread by a binary search over
- * the warp's scanned counts, and its element among that thread's 16 by
+ * the warp's scanned counts, and its element among that thread's by
  * their class nibbles. Each change's slot then holds its element, the undo
  * log (format 1: in the rank array; format 2: its place in its sub-block,
  * in the packed entry's rank bits). (Marking the tile's changes in a
  * bitmap in class order for each thread to find its own ran 1.6x the
  * instructions: at 2% changed most threads have none, and a thread's
  * classes are walked one after another; 2026-11-28.) */
-template <uint32_t W, bool F2>
+template <uint32_t W, bool F2, uint32_t E>
 static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t c, const dk_chunk_t &ch,
                                                    place_smem_t &sm) {
+    static_assert(E == EPT || (E == 2 * EPT && W == 2), "16 elements a thread, or 32 of 2 bytes");
+    constexpr uint32_t T = THREADS * E; /* the tile's elements */
+    constexpr uint32_t HW = E * W / 16; /* the tile's bytes over 4096: what hash_tile and hash_chain take as W */
+    constexpr uint32_t HALVES = E / EPT; /* a thread's groups of 16 elements (class_tile.cuh's unit) */
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     const uint32_t K = ch.classes, S = ch.sub_log2, elems = ch.elems;
     uint8_t *reg = (uint8_t *)ch.region;
-    const bool vec = ((uintptr_t)reg & 15) == 0; /* then every thread's 16 are 16-aligned */
     /* warp k < K places class k's changes: format 1, the class's in one
        run of ranks over the chunk; format 2, each sub-block's in its own
        sub-stream's slots, ranks local to the sub-block */
@@ -324,7 +362,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
     uint64_t run0 = 0;          /* the run's first slot in rank and delta */
     uint32_t cend = 0;          /* the run's changes */
     uint32_t before = 0;        /* class elements in the run's tiles before this one */
-    uint32_t seen = 0;          /* class elements in the chunk's tiles before this one */
+    uint32_t seen = 0;          /* class elements in the chunk's sub-blocks before the run's (format 1: 0) */
     uint32_t ci = 0;            /* the run's next change */
     uint32_t placed_before = 0; /* changes placed in earlier runs */
     /* the run's next 64 changes, loaded ahead: lane l holds change ci + l
@@ -339,18 +377,12 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
     }
     /* its hash: the blocks below nfull summed and scrambled as the tiles go (hash_tile, hash_chain) */
     const uint64_t len = (uint64_t)elems * W, nfull = len > SUMX_SHORT_MAX ? sumx_nfull(len) : 0;
-    /* 16-bit elements: the next tile is loaded while this one is written
-       (32-bit ones have no registers to spare for it at 4 blocks per SM) */
-    constexpr bool ahead = W <= 2;
-    uint32_t cur[4 * W], nxt[4 * W];
-    if (ahead) {
-        const uint32_t first = EPT * tid;
-        ct_load<W>(reg, first, ct_nin(first, elems), vec, cur);
-    }
-    for (uint32_t at = 0, par = 0; at < elems; at += TILE, par ^= 1) {
+    bool fetched = tile_fetch<W, E>(reg, E * tid, elems, sm.vals[0]); /* tile 0 */
+    for (uint32_t at = 0, par = 0; at < elems; at += T, par ^= 1) {
         if (F2 && ek && (at & ((1u << S) - 1)) == 0) { /* format 2: the sub-block's run */
             for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
             placed_before += ci;
+            seen += before;
             if (ek->nsub) {
                 const dk_sub_t *sb = &b.subs[ek->sub0 + (at >> S)];
                 run0 = sb->slot, cend = sb->count;
@@ -361,37 +393,54 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
             if (lane < cend) load_change<F2>(b, run0 + lane, &r_a, &d_a);
             if (32 + lane < cend) load_change<F2>(b, run0 + 32 + lane, &r_b, &d_b);
         }
-        const uint32_t first = at + EPT * tid;
-        const uint32_t nin = ct_nin(first, elems);
-        if (!ahead) ct_load<W>(reg, first, nin, vec, cur);
+        const uint32_t first = at + E * tid;
+        /* the thread's elements in the tile's buffer: its copy landed, or loaded and stored now */
+        constexpr uint32_t HP = HW / HALVES; /* 16-byte pieces of 16 elements */
+        if (fetched) {
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+        } else {
+#pragma unroll
+            for (uint32_t h = 0; h < HALVES; h++) {
+                uint32_t wd[4 * W];
+                ct_load<W>(reg, first + EPT * h, ct_nin(first + EPT * h, elems), ct_vec(reg), wd);
+#pragma unroll
+                for (uint32_t j = 0; j < HP; j++)
+                    sm.vals[par][vals_at(HW * tid + HP * h + j)] = make_uint4(wd[4 * j], wd[4 * j + 1], wd[4 * j + 2], wd[4 * j + 3]);
+            }
+        }
         {
-            uint32_t bk[4], cnt[4], inc[4];
-            uint64_t cls;
-            ct_buckets<W>(cur, bk);
-            ct_classes(sm.ctab, bk, nin, cnt, &cls);
+            uint32_t cnt[4] = {0, 0, 0, 0}, inc[4];
+#pragma unroll
+            for (uint32_t h = 0; h < HALVES; h++) { /* (a thread's 32 counts still fit their fields) */
+                uint32_t wd[4 * W], bk[4], ch4[4];
+                uint64_t cls;
+#pragma unroll
+                for (uint32_t j = 0; j < HP; j++) {
+                    const uint4 x = sm.vals[par][vals_at(HW * tid + HP * h + j)];
+                    wd[4 * j] = x.x, wd[4 * j + 1] = x.y, wd[4 * j + 2] = x.z, wd[4 * j + 3] = x.w;
+                }
+                ct_buckets<W>(wd, bk);
+                ct_classes(sm.ctab, bk, ct_nin(first + EPT * h, elems), ch4, &cls);
+#pragma unroll
+                for (uint32_t j = 0; j < 4; j++) cnt[j] += ch4[j];
+                sm.cls[par][h][tid] = cls;
+            }
 #pragma unroll
             for (uint32_t j = 0; j < 4; j++) inc[j] = ct_warp_sum(cnt[j]);
             if (lane == 31) sm.wcnt[par][wp] = make_uint4(inc[0], inc[1], inc[2], inc[3]);
 #pragma unroll
             for (uint32_t j = 0; j < 4; j++) sm.pre[par][j][pre_at(tid)] = inc[j] - cnt[j];
-            sm.cls[par][tid] = cls;
-#pragma unroll
-            for (uint32_t j = 0; j < W; j++) sm.vals[par][vals_at(W * tid + j)] = make_uint4(cur[4 * j], cur[4 * j + 1], cur[4 * j + 2], cur[4 * j + 3]);
-        }
-        if (ahead) { /* the next tile on its way from memory while this one is written; issued
-                        last before the barrier, where the warps' loads queue up without holding
-                        the next instructions (issued first, `ncu` found 18% of the stalls on the
-                        first instruction after them) */
-            const uint32_t f2 = first + TILE;
-            if (at + TILE < elems) ct_load<W>(reg, f2, ct_nin(f2, elems), vec, nxt);
         }
         __syncthreads();
         if (at) { /* the last tile's contents are final: its sums; the one before it through the chain */
-            hash_tile<W>(sm.vals[par ^ 1], sm.sec, at / TILE - 1, nfull, wp, lane, sm.hsum[par ^ 1]);
-            __syncwarp(); /* read before this warp's threads load tile + 1 into the buffer */
-            if (wp == 0 && lane < 8 && at >= 2 * TILE)
-                hash_chain<W>(sm.hacc, sm.hsum[par], sm.sec, at / TILE - 2, nfull, lane);
+            hash_tile<HW>(sm.vals[par ^ 1], sm.sec, at / T - 1, nfull, wp, lane, sm.hsum[par ^ 1]);
+            __syncwarp(); /* read before this warp's threads copy tile + 1 into the buffer */
+            if (wp == 0 && lane < 8 && at >= 2 * T)
+                hash_chain<HW>(sm.hacc, sm.hsum[par], sm.sec, at / T - 2, nfull, lane);
         }
+        /* the next tile on its way while this one is written (its buffer's
+           part that this warp's threads fill, only this warp reads: hash_tile) */
+        fetched = at + T < elems && tile_fetch<W, E>(reg, first + T, elems, sm.vals[par ^ 1]);
         if (ek) {
             const uint32_t k = wp;
             /* class k's elements in the warps before warp x, in every lane */
@@ -423,9 +472,15 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                     for (uint32_t step = 16; step; step >>= 1)
                         if (((pw[a + step] >> ksh) & 0xFFFF) <= wr) a += step;
                     /* the (wr - prefix)-th of thread a's elements of class k */
-                    const uint32_t el = ct_nth(ct_nibbles_eq(sm.cls[par][a], k), wr - ((pw[a] >> ksh) & 0xFFFF));
-                    const bool found = el < EPT;
-                    const uint32_t pos = at + EPT * a + el;
+                    uint32_t nth = wr - ((pw[a] >> ksh) & 0xFFFF), el0 = 0;
+                    uint64_t eq = ct_nibbles_eq(sm.cls[par][0][a], k);
+                    if (HALVES == 2) { /* past the first 16's: in the second */
+                        const uint32_t c0 = (uint32_t)__popcll(eq);
+                        if (nth >= c0) nth -= c0, el0 = EPT, eq = ct_nibbles_eq(sm.cls[par][1][a], k);
+                    }
+                    const uint32_t in16 = ct_nth(eq, nth);
+                    const bool found = in16 < EPT;
+                    const uint32_t pos = at + E * a + el0 + in16;
                     uint32_t v;
                     /* its old value from the tile's copy, not from memory: the
                        warp's load would hold up the tile's barrier */
@@ -457,24 +512,20 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
                 }
                 if (m != FULL) break;
             }
-            before = lim;
-            seen += tot;
+            before = lim; /* (not also added to `seen` here: a register the loop has none of to spare) */
         }
-        if (ahead)
-#pragma unroll
-            for (uint32_t q = 0; q < 4 * W; q++) cur[q] = nxt[q];
     }
     if (ek) {
         for (uint32_t i = ci + lane; i < cend; i += 32) b.delta[run0 + i] = 0; /* past the class's elements */
-        if (lane == 0) sm.fin_seen[wp] = seen, sm.fin_placed[wp] = placed_before + ci;
+        if (lane == 0) sm.fin_seen[wp] = seen + before, sm.fin_placed[wp] = placed_before + ci;
     }
     __syncthreads(); /* every change written, in memory and in the last tile's buffer */
-    const uint64_t tiles = (elems + TILE - 1) / TILE;
-    hash_tile<W>(sm.vals[(tiles - 1) & 1], sm.sec, tiles - 1, nfull, wp, lane, sm.hsum[(tiles - 1) & 1]);
-    if (wp == 0 && lane < 8 && tiles >= 2) hash_chain<W>(sm.hacc, sm.hsum[tiles & 1], sm.sec, tiles - 2, nfull, lane);
+    const uint64_t tiles = (elems + T - 1) / T;
+    hash_tile<HW>(sm.vals[(tiles - 1) & 1], sm.sec, tiles - 1, nfull, wp, lane, sm.hsum[(tiles - 1) & 1]);
+    if (wp == 0 && lane < 8 && tiles >= 2) hash_chain<HW>(sm.hacc, sm.hsum[tiles & 1], sm.sec, tiles - 2, nfull, lane);
     __syncthreads();
     if (wp == 0) {
-        if (lane < 8) hash_chain<W>(sm.hacc, sm.hsum[(tiles - 1) & 1], sm.sec, tiles - 1, nfull, lane);
+        if (lane < 8) hash_chain<HW>(sm.hacc, sm.hsum[(tiles - 1) & 1], sm.sec, tiles - 1, nfull, lane);
         __syncwarp();
         const uint64_t h = sumw_tail(reg, len, sm.hacc[lane & 7], (const uint8_t *)sm.sec, lane);
         if (lane == 0 && h != ch.next_sum) fail(&b.status[c], DK_NEXT_SUM);
@@ -498,7 +549,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
    registers at 64 in its loops. Each alone (with both formats' loops since
    session 16) spills 8 bytes once per block, outside them (ncu: one store
    and one load per warp and chunk). */
-template <uint32_t W>
+template <uint32_t W, uint32_t E>
 __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint32_t *sparse) {
     extern __shared__ uint4 dk_dyn[]; /* a place_smem_t: more than the 48 KiB of static shared memory */
     place_smem_t &sm = *(place_smem_t *)dk_dyn;
@@ -533,8 +584,8 @@ __global__ void __launch_bounds__(THREADS, 4) dk_place(dk_batch_t b, const uint3
     __syncthreads();
     /* the format's reads and writes of the decoded changes compiled apart
        (a branch on it per change cost format 1's pass 7%) */
-    if (S) place_chunk<W, true>(b, c, ch, sm);
-    else place_chunk<W, false>(b, c, ch, sm);
+    if (S) place_chunk<W, true, E>(b, c, ch, sm);
+    else place_chunk<W, false, E>(b, c, ch, sm);
 }
 
 __global__ void __launch_bounds__(THREADS) dk_raw(dk_batch_t b, const uint32_t *raw) {
@@ -602,11 +653,16 @@ static unsigned grid_for(uint64_t items, unsigned per_block, unsigned sms) {
     return g ? (unsigned)g : 1;
 }
 
+/* The write kernel of each dk_place_kind. */
+static void (*const place_kernels[DK_PLACE_KINDS])(dk_batch_t, const uint32_t *) = {
+    dk_place<1, EPT>, dk_place<2, EPT>, dk_place<2, 2 * EPT>, dk_place<4, EPT>};
+static_assert(THREADS * 2 * EPT == 1u << DK_WIDE_SUB_LOG2_MIN, "the wide tile is the smallest sub-block it takes");
+
 extern "C" cudaError_t dk_init(void) {
     const int smem = (int)sizeof(place_smem_t);
-    cudaError_t e = cudaFuncSetAttribute(dk_place<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(dk_place<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(dk_place<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t e = cudaSuccess;
+    for (uint32_t k = 0; k < DK_PLACE_KINDS && e == cudaSuccess; k++)
+        e = cudaFuncSetAttribute(place_kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e;
 }
 
@@ -624,12 +680,12 @@ extern "C" cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cuda
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[3],
-                                        const uint32_t *raw, uint32_t nraw, cudaStream_t stream) {
+extern "C" cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse,
+                                        const uint32_t nsparse[DK_PLACE_KINDS], const uint32_t *raw, uint32_t nraw,
+                                        cudaStream_t stream) {
     const size_t smem = sizeof(place_smem_t);
-    if (nsparse[0]) dk_place<1><<<nsparse[0], THREADS, smem, stream>>>(*b, sparse);
-    if (nsparse[1]) dk_place<2><<<nsparse[1], THREADS, smem, stream>>>(*b, sparse + nsparse[0]);
-    if (nsparse[2]) dk_place<4><<<nsparse[2], THREADS, smem, stream>>>(*b, sparse + nsparse[0] + nsparse[1]);
+    for (uint32_t k = 0, from = 0; k < DK_PLACE_KINDS; from += nsparse[k++])
+        if (nsparse[k]) place_kernels[k]<<<nsparse[k], THREADS, smem, stream>>>(*b, sparse + from);
     if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
     return cudaGetLastError();
 }

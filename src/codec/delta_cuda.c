@@ -562,12 +562,14 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             }
             foff += (it->len + 15) & ~(size_t)15;
         }
-        /* the group's sparse chunks by element width, one write kernel each */
-        uint32_t nsp[3] = {0, 0, 0};
+        /* the group's sparse chunks by write kernel (dk_place_kind) */
+        uint32_t nsp[DK_PLACE_KINDS] = {0};
         size_t to = sp0;
-        for (uint32_t wi = 0; wi < 3; wi++)
-            for (size_t j = sp0; j < at.nsparse; j++)
-                if (d->h_chunks[sparse[j]].width == 1u << wi) tmp[to++] = sparse[j], nsp[wi]++;
+        for (uint32_t kind = 0; kind < DK_PLACE_KINDS; kind++)
+            for (size_t j = sp0; j < at.nsparse; j++) {
+                const dk_chunk_t *ch = &d->h_chunks[sparse[j]];
+                if (dk_place_kind(ch->width, ch->sub_log2) == kind) tmp[to++] = sparse[j], nsp[kind]++;
+            }
         memcpy(sparse + sp0, tmp + sp0, (at.nsparse - sp0) * sizeof *sparse);
         if ((at.nc > c0 && (e = cudaMemcpyAsync(d->d_chunks + c0, d->h_chunks + c0, (at.nc - c0) * sizeof(dk_chunk_t),
                                              cudaMemcpyHostToDevice, d->copy))) ||

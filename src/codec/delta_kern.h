@@ -99,6 +99,21 @@ typedef struct dk_batch {
     uint32_t chunk0, nchunks, class0, nclasses, sub0, nsubs;
 } dk_batch_t;
 
+/* The write pass's kernels (delta.cu), one per element width and tile:
+ * 2-byte elements go 8192 to a tile (32 a thread: the tile's fixed costs,
+ * its barrier, scans and the search setup of each class's changes, over
+ * twice the elements) where every tile holds whole sub-blocks, that is in
+ * format 1 and where format 2's sub-blocks are 2^13 elements or more;
+ * other chunks go 4096 to a tile. A kernel per kind, so that each is
+ * compiled for one tile (together, the two spilled registers in their loops). */
+enum { DK_PLACE_W1, DK_PLACE_W2, DK_PLACE_W2_WIDE, DK_PLACE_W4, DK_PLACE_KINDS };
+#define DK_WIDE_SUB_LOG2_MIN 13u
+static inline uint32_t dk_place_kind(uint32_t width, uint32_t sub_log2) {
+    return width == 1 ? DK_PLACE_W1
+           : width == 4 ? DK_PLACE_W4
+           : !sub_log2 || sub_log2 >= DK_WIDE_SUB_LOG2_MIN ? DK_PLACE_W2_WIDE : DK_PLACE_W2;
+}
+
 #ifndef DK_TABLES_ONLY /* the tables alone for CPU code that reads them (test_delta_dev.c) */
 #include <cuda_runtime_api.h>
 
@@ -111,14 +126,13 @@ typedef struct dk_batch {
  *      table (a thread per class), then every sub-stream (a thread each);
  * write: sparse chunks' changes written into place and each result hashed
  *      against next_sum as it is written (a block per chunk; `sparse`
- *      lists their indices, those of 1-byte elements first, nsparse[0] of
- *      them, then nsparse[1] of 2 bytes, then nsparse[2] of 4 bytes); raw
- *      chunks' old contents saved and the new ones copied in (`raw` lists
- *      nraw).
+ *      lists their indices by dk_place_kind, nsparse[kind] of each, kind
+ *      0 first); raw chunks' old contents saved and the new ones copied in
+ *      (`raw` lists nraw).
  * sms: the device's multiprocessor count (grid sizes). */
 cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
 cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
-cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[3], const uint32_t *raw,
+cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[DK_PLACE_KINDS], const uint32_t *raw,
                              uint32_t nraw, cudaStream_t stream);
 
 /* Kernel attributes that the write pass needs on the current device (its
