@@ -351,6 +351,7 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
     constexpr uint32_t T = THREADS * E; /* the tile's elements */
     constexpr uint32_t HW = E * W / 16; /* the tile's bytes over 4096: what hash_tile and hash_chain take as W */
     constexpr uint32_t HALVES = E / EPT; /* a thread's groups of 16 elements (class_tile.cuh's unit) */
+    constexpr uint32_t HP = HW / HALVES; /* 16-byte pieces of such a group */
     const unsigned tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     const uint32_t K = ch.classes, S = ch.sub_log2, elems = ch.elems;
     uint8_t *reg = (uint8_t *)ch.region;
@@ -394,8 +395,9 @@ static __device__ __forceinline__ void place_chunk(const dk_batch_t &b, uint32_t
             if (32 + lane < cend) load_change<F2>(b, run0 + 32 + lane, &r_b, &d_b);
         }
         const uint32_t first = at + E * tid;
-        /* the thread's elements in the tile's buffer: its copy landed, or loaded and stored now */
-        constexpr uint32_t HP = HW / HALVES; /* 16-byte pieces of 16 elements */
+        /* the thread's elements in the tile's buffer: its copy landed, or
+           loaded and stored now; both classify from there, 16 at a time
+           (a thread's 32 held in registers at once spilled) */
         if (fetched) {
             asm volatile("cp.async.wait_all;\n" ::: "memory");
         } else {

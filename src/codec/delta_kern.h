@@ -132,8 +132,8 @@ static inline uint32_t dk_place_kind(uint32_t width, uint32_t sub_log2) {
  * sms: the device's multiprocessor count (grid sizes). */
 cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
 cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
-cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[DK_PLACE_KINDS], const uint32_t *raw,
-                             uint32_t nraw, cudaStream_t stream);
+cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[DK_PLACE_KINDS],
+                             const uint32_t *raw, uint32_t nraw, cudaStream_t stream);
 
 /* Kernel attributes that the write pass needs on the current device (its
  * shared memory, over the default 48 KB): once per device, before the
