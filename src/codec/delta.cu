@@ -3,8 +3,11 @@
  * parses the frames and fills the tables of delta_kern.h; these passes run
  * on them, every chunk of every region of a batch at once:
  *
+ * pull    a group's tables from pinned host memory, by the SMs' loads
+ *         (a copy engine would queue them behind the frames before them).
  * pre     a warp per chunk: the record checksum; an unchanged chunk's
- *         contents, a raw chunk's base and contents, against their sums.
+ *         contents, a raw chunk's base and contents, against their sums;
+ *         its status set, its applied flag cleared.
  * decode  format 1: a thread per magnitude class, its stream into (rank,
  *         value change) pairs, with every check the CPU decoder makes
  *         (class_dec.h). A class stream is one chain of codes, so this is
@@ -89,6 +92,14 @@ static __device__ __forceinline__ bool elem_unord(int64_t o, uint32_t w, uint32_
 
 /* ---- the passes ----------------------------------------------------------------- */
 
+/* Tables from pinned host memory into device memory by the SMs' own
+   loads: a copy engine takes its copies in order, so a group's tables
+   would wait behind every frame queued before them. */
+__global__ void __launch_bounds__(THREADS) dk_pull(uint32_t *dst, const uint32_t *src, uint64_t words) {
+    for (uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x; i < words; i += (uint64_t)gridDim.x * THREADS)
+        dst[i] = src[i];
+}
+
 __global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
     __shared__ uint8_t sec[192];
     __shared__ uint8_t cs[WARPS][192];
@@ -107,7 +118,7 @@ __global__ void __launch_bounds__(THREADS) dk_pre(dk_batch_t b) {
             if (sumw_xxh3((const uint8_t *)ch->region, bytes, sec, t) != ch->base_sum) code = DK_RAW_BASE;
             else if (sumw_xxh3((const uint8_t *)ch->payload, bytes, sec, t) != ch->next_sum) code = DK_RAW_DATA;
         }
-        if (t == 0) b.status[c] = code;
+        if (t == 0) b.status[c] = code, b.applied[c] = 0; /* before this chunk's write pass, on any stream */
     }
 }
 
@@ -666,6 +677,14 @@ extern "C" cudaError_t dk_init(void) {
     for (uint32_t k = 0; k < DK_PLACE_KINDS && e == cudaSuccess; k++)
         e = cudaFuncSetAttribute(place_kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e;
+}
+
+extern "C" cudaError_t dk_pull_enqueue(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+    const uint64_t words = bytes / 4, blocks = (words + THREADS - 1) / THREADS;
+    if (words)
+        dk_pull<<<blocks < 128 ? (unsigned)blocks : 128u, THREADS, 0, stream>>>((uint32_t *)dst, (const uint32_t *)src,
+                                                                               words);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream) {

@@ -21,14 +21,18 @@ _Static_assert((int)DK_UNCHANGED_CHUNK == (int)CHUNK_UNCHANGED && (int)DK_SPARSE
                    (int)DK_RAW_CHUNK == (int)CHUNK_RAW,
                "chunk modes");
 
-/* A batch of format 2 frames is applied in groups of consecutive items,
-   one per GROUP_MIN bytes of frames, up to GROUPS_MAX and up to one per
-   item. (Format 1
-   is not: its decode is bound by its longest class stream, however few
-   the classes, so each group would pay it again.) */
+/* A batch of format 2 frames is checked and decoded in groups of
+   consecutive items, one per GROUP_MIN bytes of frames, up to GROUPS_MAX
+   and up to one per item, each group's passes starting once its bytes are
+   on the device. (Format 1 is not: its decode is bound by its longest
+   class stream, however few the classes, so each group would pay it
+   again.) H200, lr 1e-6, 16 frames of 4.3 MiB (session 18): 4 groups
+   0.0084 s, 8 groups 0.0086 s, 16 groups 0.0088 s; each group costs the
+   CPU its enqueues, and the last one's decode is the GPU's to wait for. */
 #define GROUPS_MAX 8u
-#define GROUP_MIN ((size_t)4 << 20)
-#define NEV (1 + 4 * GROUPS_MAX)
+#define GROUP_MIN ((size_t)16 << 20)
+#define DECS 2u /* streams the groups' check and decode passes take in turn */
+#define NEV (1 + 3 * GROUPS_MAX + 2)
 
 struct ferry_delta_cuda {
     int device;
@@ -67,23 +71,18 @@ struct ferry_delta_cuda {
     size_t cap_chunk_item;
     /* Streams of the object's own, non-blocking (they neither wait on
        nor hold up the legacy default stream; events order them against
-       the caller's stream): the frames and tables are copied on `copy`,
-       so that a group's passes run while the next group's bytes travel;
-       with groups, each group's pre and decode passes run on `dec`, so
-       that they wait only for their own group's bytes, not for the write
-       pass of the group before on the caller's stream (H200, lr 1e-6,
-       2026-11-28: 12.5 ms in one group, 12.0 in 4 groups with every pass
-       on one stream, 10.7 with the decode on its own). They hardly run
-       beside that write pass, which takes every register of an SM: what
-       the groups hide is the copy-in (docs/benchmarks.md, session 15).
-       copied[g]: group g's bytes are on the device; decoded[g]: its
-       decode is done. */
-    cudaStream_t copy, dec;
+       the caller's stream): the frames are copied on `copy`, all queued
+       at once; with groups, each group's pull, pre and decode passes run
+       on dec[g % DECS] (the highest priority), so that they wait only for
+       their own group's bytes and may overlap the group before's; the
+       write pass runs on the caller's stream once every group is decoded.
+       copied[g]: group g's bytes are on the device. */
+    cudaStream_t copy, dec[DECS];
     size_t group_min; /* 0: GROUP_MIN */
     cudaEvent_t copied[GROUPS_MAX];
-    cudaEvent_t decoded[GROUPS_MAX];
-    /* the last batch, timed: the start, then per group before pre, decode
-       and write, and after write */
+    /* the last batch, timed: the start, then per group before its pre
+       pass, before its decode and after it, then before and after the
+       write pass */
     cudaEvent_t ev[NEV];
     ferry_delta_cuda_times_t times;
 };
@@ -105,12 +104,11 @@ static void leave(const ferry_delta_cuda_t *d, int prev) {
 static void destroy_sync(ferry_delta_cuda_t *d) {
     for (unsigned i = 0; i < NEV; i++)
         if (d->ev[i]) cudaEventDestroy(d->ev[i]);
-    for (unsigned i = 0; i < GROUPS_MAX; i++) {
+    for (unsigned i = 0; i < GROUPS_MAX; i++)
         if (d->copied[i]) cudaEventDestroy(d->copied[i]);
-        if (d->decoded[i]) cudaEventDestroy(d->decoded[i]);
-    }
     if (d->copy) cudaStreamDestroy(d->copy);
-    if (d->dec) cudaStreamDestroy(d->dec);
+    for (unsigned i = 0; i < DECS; i++)
+        if (d->dec[i]) cudaStreamDestroy(d->dec[i]);
 }
 
 ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, ferry_errbuf_t *err) {
@@ -126,6 +124,12 @@ ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, fer
         return ferry_fail(err, FERRY_ERR_INVALID_ARGUMENT, "delta apply: no GPU %d (this host has %d)", device, count);
     e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return cuda_fail(err, e, "delta apply: asking the GPU's size");
+    int uva = 0; /* the kernels read the tables from pinned host memory at their host addresses (dk_pull) */
+    e = cudaDeviceGetAttribute(&uva, cudaDevAttrUnifiedAddressing, device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "delta apply: asking the GPU for unified addressing");
+    if (!uva)
+        return ferry_fail(err, FERRY_ERR_UNSUPPORTED, "delta apply: GPU %d has no unified addressing with the host",
+                          device);
     ferry_delta_cuda_t *d = calloc(1, sizeof *d);
     if (!d) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
     d->device = device;
@@ -136,12 +140,13 @@ ferry_status_t ferry_delta_cuda_create(int device, ferry_delta_cuda_t **out, fer
         return st;
     }
     e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&d->dec, cudaStreamNonBlocking);
+    int least = 0, greatest = 0; /* the decode streams first where blocks wait for room (the write pass's) */
+    if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    for (unsigned i = 0; i < DECS && e == cudaSuccess; i++)
+        e = cudaStreamCreateWithPriority(&d->dec[i], cudaStreamNonBlocking, greatest);
     for (unsigned i = 0; i < NEV && e == cudaSuccess; i++) e = cudaEventCreate(&d->ev[i]);
     for (unsigned i = 0; i < GROUPS_MAX && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&d->copied[i], cudaEventDisableTiming);
-    for (unsigned i = 0; i < GROUPS_MAX && e == cudaSuccess; i++)
-        e = cudaEventCreateWithFlags(&d->decoded[i], cudaEventDisableTiming);
     const cudaError_t ek = e == cudaSuccess ? dk_init() : cudaSuccess;
     if (e != cudaSuccess || ek != cudaSuccess) destroy_sync(d);
     leave(d, prev);
@@ -236,43 +241,6 @@ static ferry_status_t grow_bufs(bool host, void **ptrs[], const size_t *sizes, s
     return FERRY_OK;
 }
 
-/* Room for a batch of this size. */
-static ferry_status_t grow(ferry_delta_cuda_t *d, size_t frames, size_t chunks, size_t classes, size_t subs,
-                           size_t changes, size_t save, ferry_errbuf_t *err) {
-    void **frame_p[] = {(void **)&d->d_frames}, **save_p[] = {(void **)&d->d_save};
-    void **chunk_p[] = {(void **)&d->d_chunks, (void **)&d->d_status, (void **)&d->d_applied, (void **)&d->d_hashes,
-                        (void **)&d->d_lists};
-    void **class_p[] = {(void **)&d->d_classes, (void **)&d->d_cls_sum}, **sub_p[] = {(void **)&d->d_subs};
-    void **change_p[] = {(void **)&d->d_rank, (void **)&d->d_delta};
-    void **hchunk_p[] = {(void **)&d->h_chunks, (void **)&d->h_status, (void **)&d->h_hashes, (void **)&d->h_lists};
-    void **hclass_p[] = {(void **)&d->h_classes};
-    const size_t one[] = {1}, chunk_s[] = {sizeof(dk_chunk_t), 4, 1, 8, 3 * 4}, class_s[] = {sizeof(dk_class_t), 2 * 4},
-                 sub_s[] = {sizeof(dk_sub_t)}, change_s[] = {4, 8}, hchunk_s[] = {sizeof(dk_chunk_t), 4, 8, 3 * 4},
-                 hclass_s[] = {sizeof(dk_class_t)};
-    ferry_status_t st;
-    if ((st = grow_bufs(false, frame_p, one, 1, &d->cap_frames, frames, "delta apply: cudaMalloc (frames)", err)) ||
-        (st = grow_bufs(false, chunk_p, chunk_s, 5, &d->cap_chunks, chunks, "delta apply: cudaMalloc (chunks)", err)) ||
-        (st = grow_bufs(false, class_p, class_s, 2, &d->cap_classes, classes, "delta apply: cudaMalloc (classes)",
-                        err)) ||
-        (st = grow_bufs(false, sub_p, sub_s, 1, &d->cap_subs, subs, "delta apply: cudaMalloc (sub-streams)", err)) ||
-        (st = grow_bufs(false, change_p, change_s, 2, &d->cap_changes, changes, "delta apply: cudaMalloc (changes)",
-                        err)) ||
-        (st = grow_bufs(false, save_p, one, 1, &d->cap_save, save, "delta apply: cudaMalloc (raw chunks' contents)",
-                        err)) ||
-        (st = grow_bufs(true, hchunk_p, hchunk_s, 4, &d->hcap_chunks, chunks, "delta apply: cudaMallocHost (chunks)",
-                        err)) ||
-        (st = grow_bufs(true, hclass_p, hclass_s, 1, &d->hcap_classes, classes,
-                        "delta apply: cudaMallocHost (classes)", err)))
-        return st;
-    if (chunks > d->cap_chunk_item) {
-        size_t *p = realloc(d->chunk_item, chunks * sizeof *p);
-        if (!p) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: out of memory");
-        d->chunk_item = p;
-        d->cap_chunk_item = chunks;
-    }
-    return FERRY_OK;
-}
-
 /* A format 2 class's sub-streams (0 in format 1, and for a class without
    changes, whose sub-streams are all empty). */
 static uint32_t class_subs(const delta_chunk_t *h, const delta_class_t *q) {
@@ -294,11 +262,54 @@ static size_t class_slots(const delta_chunk_t *h, const delta_class_t *q) {
     return (s + 3 * (size_t)class_subs(h, q) + 3) & ~(size_t)3;
 }
 
-/* The device tables' sizes that a batch's items need. */
+/* The device tables' sizes that a part of a batch needs (frames apart:
+   their capacity is settled before any table is). */
 typedef struct sizes {
-    size_t classes, subs, slots, save;
-    bool fmt1; /* a format 1 sparse chunk: one group */
+    size_t chunks, classes, subs, slots, save;
 } sizes_t;
+
+static bool sizes_fit(const ferry_delta_cuda_t *d, const sizes_t *z) {
+    return z->chunks <= d->cap_chunks && z->chunks <= d->hcap_chunks && z->chunks <= d->cap_chunk_item &&
+           z->classes <= d->cap_classes && z->classes <= d->hcap_classes && z->subs <= d->cap_subs &&
+           z->slots <= d->cap_changes && z->save <= d->cap_save;
+}
+
+/* Room for tables of these sizes (the old contents dropped: nothing may
+   be in flight that uses them). */
+static ferry_status_t grow(ferry_delta_cuda_t *d, const sizes_t *z, ferry_errbuf_t *err) {
+    void **save_p[] = {(void **)&d->d_save};
+    void **chunk_p[] = {(void **)&d->d_chunks, (void **)&d->d_status, (void **)&d->d_applied, (void **)&d->d_hashes,
+                        (void **)&d->d_lists};
+    void **class_p[] = {(void **)&d->d_classes, (void **)&d->d_cls_sum}, **sub_p[] = {(void **)&d->d_subs};
+    void **change_p[] = {(void **)&d->d_rank, (void **)&d->d_delta};
+    void **hchunk_p[] = {(void **)&d->h_chunks, (void **)&d->h_status, (void **)&d->h_hashes, (void **)&d->h_lists};
+    void **hclass_p[] = {(void **)&d->h_classes};
+    const size_t one[] = {1}, chunk_s[] = {sizeof(dk_chunk_t), 4, 1, 8, 3 * 4}, class_s[] = {sizeof(dk_class_t), 2 * 4},
+                 sub_s[] = {sizeof(dk_sub_t)}, change_s[] = {4, 8}, hchunk_s[] = {sizeof(dk_chunk_t), 4, 8, 3 * 4},
+                 hclass_s[] = {sizeof(dk_class_t)};
+    ferry_status_t st;
+    if ((st = grow_bufs(false, chunk_p, chunk_s, 5, &d->cap_chunks, z->chunks, "delta apply: cudaMalloc (chunks)",
+                        err)) ||
+        (st = grow_bufs(false, class_p, class_s, 2, &d->cap_classes, z->classes, "delta apply: cudaMalloc (classes)",
+                        err)) ||
+        (st = grow_bufs(false, sub_p, sub_s, 1, &d->cap_subs, z->subs, "delta apply: cudaMalloc (sub-streams)", err)) ||
+        (st = grow_bufs(false, change_p, change_s, 2, &d->cap_changes, z->slots, "delta apply: cudaMalloc (changes)",
+                        err)) ||
+        (st = grow_bufs(false, save_p, one, 1, &d->cap_save, z->save, "delta apply: cudaMalloc (raw chunks' contents)",
+                        err)) ||
+        (st = grow_bufs(true, hchunk_p, hchunk_s, 4, &d->hcap_chunks, z->chunks,
+                        "delta apply: cudaMallocHost (chunks)", err)) ||
+        (st = grow_bufs(true, hclass_p, hclass_s, 1, &d->hcap_classes, z->classes,
+                        "delta apply: cudaMallocHost (classes)", err)))
+        return st;
+    if (z->chunks > d->cap_chunk_item) {
+        size_t *p = realloc(d->chunk_item, z->chunks * sizeof *p);
+        if (!p) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: out of memory");
+        d->chunk_item = p;
+        d->cap_chunk_item = z->chunks;
+    }
+    return FERRY_OK;
+}
 
 /* One checked record's share of the sizes (delta_peek_each's callback:
    counted as the records are checked, not in a second walk of them). */
@@ -306,7 +317,6 @@ static void count_chunk(void *ctx, const delta_chunk_t *h) {
     sizes_t *z = ctx;
     if (h->mode == CHUNK_RAW) z->save += (size_t)h->elems * h->width;
     if (h->mode != CHUNK_SPARSE) return;
-    z->fmt1 |= !h->sub_log2;
     z->classes += h->classes;
     z->slots += 3; /* its first slot rounded up to 4 (class_slots) */
     for (uint32_t k = 0; k < h->classes; k++) {
@@ -315,8 +325,8 @@ static void count_chunk(void *ctx, const delta_chunk_t *h) {
     }
 }
 
-/* An item's own checks before anything is copied: its frame peeks well
-   and is for this region; *z gets its sizes when it is good. */
+/* An item's own checks before its tables are filled: its frame peeks
+   well and is for this region; *z gets its sizes when it is good. */
 static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, ferry_delta_info_t *info,
                                  sizes_t *z, char *why, size_t why_len) {
     if (!it->delta || !it->len) {
@@ -349,8 +359,8 @@ static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_i
         snprintf(why, why_len, "region %p is NULL or not aligned to its %u-byte elements", it->region, w);
         return FERRY_ERR_INVALID_ARGUMENT;
     }
-    z->classes += mine.classes, z->subs += mine.subs, z->slots += mine.slots, z->save += mine.save;
-    z->fmt1 |= mine.fmt1;
+    z->chunks += info->chunks, z->classes += mine.classes, z->subs += mine.subs, z->slots += mine.slots;
+    z->save += mine.save;
     return FERRY_OK;
 }
 
@@ -396,25 +406,27 @@ static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint3
    the next call fills them. */
 static void drain(ferry_delta_cuda_t *d, cudaStream_t stream) {
     cudaStreamSynchronize(d->copy);
-    cudaStreamSynchronize(d->dec);
+    for (unsigned i = 0; i < DECS; i++) cudaStreamSynchronize(d->dec[i]);
     cudaStreamSynchronize(stream); /* earlier groups' write passes */
 }
 static ferry_status_t fail_drained(ferry_delta_cuda_t *d, cudaStream_t stream, ferry_errbuf_t *err, cudaError_t e,
                                    const char *what) {
     drain(d, stream);
-    return cuda_fail(err, e, what);
+    return ferry_cuda_fail(err, FERRY_ERR_IO, e, what); /* passes may have run: the regions are unknown */
 }
 
-/* Items [from, to)'s frames (those that passed item_check) to the device
-   from *foff on, on the copy stream. */
-static cudaError_t copy_frames(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *items, size_t from, size_t to,
-                               size_t *foff) {
+/* Items [from, to)'s frames to the device from *foff on, on the copy
+   stream: every item with a frame (bytes[i] > 0, its place rounded up to
+   16), checked or not, so that a group's bytes travel while the CPU checks
+   them; a frame that fails its checks is never read there. */
+static cudaError_t copy_frames(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *items, const size_t *bytes,
+                               size_t from, size_t to, size_t *foff) {
     for (size_t i = from; i < to; i++) {
-        if (items[i].status != FERRY_OK) continue;
+        if (!bytes[i]) continue;
         cudaError_t e = cudaMemcpyAsync(d->d_frames + *foff, items[i].delta, items[i].len, cudaMemcpyHostToDevice,
                                         d->copy);
         if (e != cudaSuccess) return e;
-        *foff += (items[i].len + 15) & ~(size_t)15;
+        *foff += bytes[i];
     }
     return cudaSuccess;
 }
@@ -491,135 +503,186 @@ static ferry_status_t fill_item(ferry_delta_cuda_t *d, const ferry_delta_cuda_it
     return FERRY_OK;
 }
 
-static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n, cudaStream_t stream,
-                          ferry_errbuf_t *err, size_t *first_bad, char *why, size_t why_len) {
-    /* 1. each item's frame checked; the batch's sizes counted */
-    const double t0 = ferry_mono_s();
-    size_t frames = 0, chunks = 0;
-    sizes_t z = {0};
-    ferry_delta_info_t info;
-    for (size_t i = 0; i < n; i++) {
-        ferry_delta_cuda_item_t *it = &items[i];
-        char w[FERRY_ERR_TEXT];
-        it->status = item_check(d, it, &info, &z, w, sizeof w);
-        if (it->status != FERRY_OK) {
-            if (*first_bad == SIZE_MAX) *first_bad = i, snprintf(why, why_len, "%s", w);
-            continue;
-        }
-        frames += (it->len + 15) & ~(size_t)15;
-        chunks += info.chunks;
-    }
-    ferry_status_t st = grow(d, frames, chunks, z.classes, z.subs, z.slots, z.save, err);
-    if (st != FERRY_OK) return st;
+/* The write pass for the batch's ns sparse and nr raw chunks (the lists),
+   on stream between events ev[0] and ev[1]: the sparse ones by kernel
+   (dk_place_kind); both lists pulled to the device (dk_pull), as the
+   group tables are. */
+static cudaError_t write_enqueue(ferry_delta_cuda_t *d, const dk_batch_t *b, size_t ns, size_t nr, cudaStream_t stream,
+                                 cudaEvent_t *ev) {
+    const uint32_t *sparse = d->h_lists, *raw = d->h_lists + d->hcap_chunks;
+    uint32_t *tmp = d->h_lists + 2 * d->hcap_chunks, *d_sparse = d->d_lists, *d_raw = d->d_lists + d->cap_chunks;
+    uint32_t nsp[DK_PLACE_KINDS] = {0};
+    size_t k = 0;
+    for (uint32_t kind = 0; kind < DK_PLACE_KINDS; kind++)
+        for (size_t j = 0; j < ns; j++)
+            if (dk_place_kind(d->h_chunks[sparse[j]].width, d->h_chunks[sparse[j]].sub_log2) == kind)
+                tmp[k++] = sparse[j], nsp[kind]++;
+    cudaError_t e;
+    if ((e = dk_pull_enqueue(d_sparse, tmp, ns * 4, stream)) || (e = dk_pull_enqueue(d_raw, raw, nr * 4, stream)) ||
+        (e = cudaEventRecord(ev[0], stream)) ||
+        (e = dk_write_enqueue(b, d_sparse, nsp, d_raw, (uint32_t)nr, stream)) || (e = cudaEventRecord(ev[1], stream)))
+        return e;
+    return cudaSuccess;
+}
 
-    /* 2. the groups (delta_groups.h) */
-    size_t gfirst[GROUPS_MAX + 1], nok = 0;
-    for (size_t i = 0; i < n; i++) nok += items[i].status == FERRY_OK;
-    if (!nok) { /* nothing to copy or run */
-        d->times = (ferry_delta_cuda_times_t){.host_s = ferry_mono_s() - t0};
-        return FERRY_OK;
+/* The sizes that a group's tables need on top of `at`'s. */
+static sizes_t sizes_after(const fill_t *at, const sizes_t *g) {
+    return (sizes_t){.chunks = at->nc + g->chunks, .classes = at->ncls + g->classes, .subs = at->nsub + g->subs,
+                     .slots = at->nch + g->slots, .save = at->nsave + g->save};
+}
+
+/* A part of a batch: items [from, n), or [from, *to) where the tables
+   would have to grow after a group's passes are enqueued (the rest is the
+   next part, applied once this one is done: growing drops the tables'
+   contents, which the undo at the end still needs). Every group's frames
+   are queued for the copy engine first; then per group, in order, its
+   items checked on the CPU while the groups before are decoded on the GPU,
+   its tables filled and pulled to the device, its check and decode passes
+   enqueued; then one write pass for every group. Then the outcome read
+   back, failed items restored and blamed. */
+static ferry_status_t part(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t from, size_t n,
+                           cudaStream_t stream, ferry_errbuf_t *err, size_t *to, size_t *first_bad, char *why,
+                           size_t why_len, size_t *bytes, bool *bad) {
+    /* 1. the groups (delta_groups.h), from the frames' sizes alone; the
+       format from the first frame's header (format 1 goes in one group),
+       checked with the rest later: a wrong guess costs time, not results */
+    const size_t m = n - from;
+    ferry_delta_cuda_item_t *const its = items + from;
+    const double t0 = ferry_mono_s();
+    *to = n;
+    size_t frames = 0, nframes = 0;
+    int format = 0;
+    for (size_t i = 0; i < m; i++) {
+        bytes[i] = its[i].delta && its[i].len ? (its[i].len + 15) & ~(size_t)15 : 0;
+        frames += bytes[i], nframes += bytes[i] > 0;
+        if (!format && its[i].len >= 6 && its[i].delta) {
+            const uint8_t *f = its[i].delta;
+            format = f[4] | f[5] << 8;
+        }
     }
-    size_t G = z.fmt1 ? 1 : frames / (d->group_min ? d->group_min : GROUP_MIN);
-    G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G > nok ? nok : G; /* shares of the items that apply */
-    if (G > 1) {
-        size_t *bytes = malloc(n * sizeof *bytes);
-        if (!bytes) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
-        for (size_t i = 0; i < n; i++) bytes[i] = items[i].status == FERRY_OK ? (items[i].len + 15) & ~(size_t)15 : 0;
-        G = delta_groups(bytes, n, G, frames, gfirst);
-        free(bytes);
-    } else {
-        gfirst[0] = 0, gfirst[1] = n;
+    size_t gfirst[GROUPS_MAX + 1], G = 1;
+    gfirst[0] = 0, gfirst[1] = m;
+    if (format != 1 && nframes > 1) {
+        G = frames / (d->group_min ? d->group_min : GROUP_MIN);
+        G = G < 1 ? 1 : G > GROUPS_MAX ? GROUPS_MAX : G;
+        if (G > 1) G = delta_groups(bytes, m, G, frames, gfirst);
     }
     const bool groups = G > 1;
+    ferry_status_t st = FERRY_OK;
+    void **frame_p[] = {(void **)&d->d_frames};
+    const size_t one[] = {1};
+    if (frames && (st = grow_bufs(false, frame_p, one, 1, &d->cap_frames, frames, "delta apply: cudaMalloc (frames)",
+                                  err)) != FERRY_OK)
+        return st;
 
-    /* 3. per group: its frames to the device (the next group's queued
-       behind them), its tables filled and copied, its passes enqueued */
+    /* 2. per group: checks, tables, check and decode passes */
     size_t foff = 0, cfoff = 0;
     fill_t at = {0};
-    uint32_t *sparse = d->h_lists, *raw = d->h_lists + d->hcap_chunks, *tmp = d->h_lists + 2 * d->hcap_chunks;
-    uint32_t *d_sparse = d->d_lists, *d_raw = d->d_lists + d->cap_chunks, *d_undo = d->d_lists + 2 * d->cap_chunks;
-    dk_batch_t b = {.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status, .applied = d->d_applied,
-                    .rank = d->d_rank, .delta = d->d_delta, .save = d->d_save, .hashes = d->d_hashes,
-                    .subs = d->d_subs, .cls_sum = d->d_cls_sum};
+    dk_batch_t b = {0};
     cudaError_t e;
-    const double host_s = ferry_mono_s() - t0;
-    if ((e = cudaMemsetAsync(d->d_applied, 0, chunks, stream)) ||
-        (z.subs && (e = cudaMemsetAsync(d->d_cls_sum, 0, z.classes * 2 * sizeof(uint32_t), stream))) ||
-        (e = cudaEventRecord(d->ev[0], stream)) || (e = cudaStreamWaitEvent(d->copy, d->ev[0], 0)) ||
-        (groups && (e = cudaStreamWaitEvent(d->dec, d->ev[0], 0))))
-        return cuda_fail(err, e, "delta apply: starting");
-    for (size_t g = 0; g < G; g++) {
-        /* group g's frames were queued behind the last group's tables (group 0's here) */
-        if (g == 0 && (e = copy_frames(d, items, gfirst[0], gfirst[1], &cfoff)))
+    double host_s = 0;
+    /* every group's frames queued at once, before any is checked: the copy
+       engine then runs at its own pace, not the CPU's */
+    if ((e = cudaEventRecord(d->ev[0], stream)) || (e = cudaStreamWaitEvent(d->copy, d->ev[0], 0)))
+        return fail_drained(d, stream, err, e, "delta apply: starting");
+    for (unsigned i = 0; i < DECS && groups; i++)
+        if ((e = cudaStreamWaitEvent(d->dec[i], d->ev[0], 0)))
+            return fail_drained(d, stream, err, e, "delta apply: starting");
+    for (size_t g = 0; g < G; g++)
+        if ((e = copy_frames(d, its, bytes, gfirst[g], gfirst[g + 1], &cfoff)) ||
+            (e = cudaEventRecord(d->copied[g], d->copy)))
             return fail_drained(d, stream, err, e, "delta apply: copying the deltas to the GPU");
-        const size_t c0 = at.nc, k0 = at.ncls, s0 = at.nsub, sp0 = at.nsparse, r0 = at.nraw;
+    for (size_t g = 0; g < G; g++) {
+        sizes_t zg = {0};
         for (size_t i = gfirst[g]; i < gfirst[g + 1]; i++) {
-            ferry_delta_cuda_item_t *it = &items[i];
-            if (it->status != FERRY_OK) continue;
-            if (fill_item(d, it, i, d->d_frames + foff, &at, err) != FERRY_OK) { /* cannot happen: peek parsed it */
-                drain(d, stream);
+            ferry_delta_cuda_item_t *it = &its[i];
+            ferry_delta_info_t info;
+            char w[FERRY_ERR_TEXT];
+            it->status = item_check(d, it, &info, &zg, w, sizeof w);
+            if (it->status != FERRY_OK && *first_bad == SIZE_MAX) *first_bad = from + i, snprintf(why, why_len, "%s", w);
+        }
+        const sizes_t need = sizes_after(&at, &zg);
+        if (!sizes_fit(d, &need)) {
+            if (g) { /* the rest is the next part */
+                *to = from + gfirst[g];
+                G = g;
+                break;
+            }
+            /* nothing of this part uses the tables yet: grown for the whole
+               part at this group's rate (so that a first call is not cut
+               into parts), or, where that much cannot be had, for the group */
+            size_t gb = 0;
+            for (size_t i = gfirst[0]; i < gfirst[1]; i++) gb += its[i].status == FERRY_OK ? bytes[i] : 0;
+            const double scale = gb ? (double)frames / (double)gb : 1.0;
+            const sizes_t est = {(size_t)((double)need.chunks * scale) + 1, (size_t)((double)need.classes * scale) + 1,
+                                 (size_t)((double)need.subs * scale) + 1, (size_t)((double)need.slots * scale) + 1,
+                                 (size_t)((double)need.save * scale) + 1};
+            ferry_errbuf_t ignored;
+            if (scale <= 1.0 || grow(d, &est, &ignored) != FERRY_OK) st = grow(d, &need, err);
+            if (st != FERRY_OK) {
+                drain(d, stream); /* the frames' copy reads the caller's memory */
+                return st;
+            }
+        }
+        if (g == 0) {
+            b = (dk_batch_t){.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status,
+                             .applied = d->d_applied, .rank = d->d_rank, .delta = d->d_delta, .save = d->d_save,
+                             .hashes = d->d_hashes, .subs = d->d_subs, .cls_sum = d->d_cls_sum};
+        }
+        const size_t c0 = at.nc, k0 = at.ncls, s0 = at.nsub;
+        for (size_t i = gfirst[g]; i < gfirst[g + 1]; i++) {
+            ferry_delta_cuda_item_t *it = &its[i];
+            if (it->status == FERRY_OK && fill_item(d, it, from + i, d->d_frames + foff, &at, err) != FERRY_OK) {
+                drain(d, stream); /* cannot happen: peek parsed it */
                 return FERRY_ERR_CORRUPT;
             }
-            foff += (it->len + 15) & ~(size_t)15;
+            foff += bytes[i];
         }
-        /* the group's sparse chunks by write kernel (dk_place_kind) */
-        uint32_t nsp[DK_PLACE_KINDS] = {0};
-        size_t to = sp0;
-        for (uint32_t kind = 0; kind < DK_PLACE_KINDS; kind++)
-            for (size_t j = sp0; j < at.nsparse; j++) {
-                const dk_chunk_t *ch = &d->h_chunks[sparse[j]];
-                if (dk_place_kind(ch->width, ch->sub_log2) == kind) tmp[to++] = sparse[j], nsp[kind]++;
-            }
-        memcpy(sparse + sp0, tmp + sp0, (at.nsparse - sp0) * sizeof *sparse);
-        if ((at.nc > c0 && (e = cudaMemcpyAsync(d->d_chunks + c0, d->h_chunks + c0, (at.nc - c0) * sizeof(dk_chunk_t),
-                                             cudaMemcpyHostToDevice, d->copy))) ||
-            (at.ncls > k0 && (e = cudaMemcpyAsync(d->d_classes + k0, d->h_classes + k0, (at.ncls - k0) * sizeof(dk_class_t),
-                                               cudaMemcpyHostToDevice, d->copy))) ||
-            (at.nsparse > sp0 && (e = cudaMemcpyAsync(d_sparse + sp0, sparse + sp0, (at.nsparse - sp0) * 4,
-                                                   cudaMemcpyHostToDevice, d->copy))) ||
-            (at.nraw > r0 &&
-             (e = cudaMemcpyAsync(d_raw + r0, raw + r0, (at.nraw - r0) * 4, cudaMemcpyHostToDevice, d->copy))) ||
-            (e = cudaEventRecord(d->copied[g], d->copy)))
-            return fail_drained(d, stream, err, e, "delta apply: copying the tables to the GPU");
-        if (g + 1 < G && (e = copy_frames(d, items, gfirst[g + 1], gfirst[g + 2], &cfoff)))
-            return fail_drained(d, stream, err, e, "delta apply: copying the deltas to the GPU");
         b.chunk0 = (uint32_t)c0, b.nchunks = (uint32_t)(at.nc - c0), b.class0 = (uint32_t)k0;
         b.nclasses = (uint32_t)(at.ncls - k0), b.sub0 = (uint32_t)s0, b.nsubs = (uint32_t)(at.nsub - s0);
-        cudaStream_t ds = groups ? d->dec : stream; /* pre and decode */
-        cudaEvent_t *ev = d->ev + 1 + 4 * g;
-        if ((e = cudaStreamWaitEvent(ds, d->copied[g], 0)) || (e = cudaEventRecord(ev[0], ds)) ||
-            (e = dk_pre_enqueue(&b, d->sms, ds)) || (e = cudaEventRecord(ev[1], ds)) ||
-            (e = dk_decode_enqueue(&b, d->sms, ds)) ||
-            (groups && ((e = cudaEventRecord(d->decoded[g], ds)) ||
-                         (e = cudaStreamWaitEvent(stream, d->decoded[g], 0)))) ||
-            (e = cudaEventRecord(ev[2], stream)) ||
-            (e = dk_write_enqueue(&b, d_sparse + sp0, nsp, d_raw + r0, (uint32_t)(at.nraw - r0), stream)) ||
-            (e = cudaEventRecord(ev[3], stream)))
+        cudaStream_t ds = groups ? d->dec[g % DECS] : stream; /* pre and decode */
+        cudaEvent_t *ev = d->ev + 1 + 3 * g;
+        if (g == 0) host_s = ferry_mono_s() - t0; /* the CPU's share before the GPU has work */
+        if ((e = dk_pull_enqueue(d->d_chunks + c0, d->h_chunks + c0, (at.nc - c0) * sizeof(dk_chunk_t), ds)) ||
+            (e = dk_pull_enqueue(d->d_classes + k0, d->h_classes + k0, (at.ncls - k0) * sizeof(dk_class_t), ds)) ||
+            (e = cudaStreamWaitEvent(ds, d->copied[g], 0)) ||
+            (at.nsub > s0 &&
+             (e = cudaMemsetAsync(d->d_cls_sum + 2 * k0, 0, (at.ncls - k0) * 2 * sizeof(uint32_t), ds))) ||
+            (e = cudaEventRecord(ev[0], ds)) || (e = dk_pre_enqueue(&b, d->sms, ds)) ||
+            (e = cudaEventRecord(ev[1], ds)) || (e = dk_decode_enqueue(&b, d->sms, ds)) ||
+            (e = cudaEventRecord(ev[2], ds)) || (groups && (e = cudaStreamWaitEvent(stream, ev[2], 0))))
             return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
     }
-    if ((e = cudaMemcpyAsync(d->h_status, d->d_status, at.nc * 4, cudaMemcpyDeviceToHost, stream)) ||
-        (e = cudaStreamSynchronize(stream)))
-        return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
+
+    /* 3. one write pass for every group, once all are decoded. A pass per
+       group, each after its decode, had been a wave of blocks that ended
+       together, with the next group's passes squeezed beside it: 1.02 ms a
+       group on the H200 where the whole batch's pass takes 0.75 ms an
+       eighth (docs/benchmarks.md, session 18) */
     b.chunk0 = 0, b.nchunks = (uint32_t)at.nc, b.class0 = 0, b.nclasses = (uint32_t)at.ncls, b.sub0 = 0;
     b.nsubs = (uint32_t)at.nsub;
+    cudaEvent_t *wev = d->ev + 1 + 3 * GROUPS_MAX;
+    if ((e = write_enqueue(d, &b, at.nsparse, at.nraw, stream, wev)) ||
+        (at.nc && (e = cudaMemcpyAsync(d->h_status, d->d_status, at.nc * 4, cudaMemcpyDeviceToHost, stream))) ||
+        (e = cudaStreamSynchronize(stream)) || (e = cudaStreamSynchronize(d->copy)))
+        return fail_drained(d, stream, err, e, "delta apply: the GPU's passes");
+    /* the copy stream synchronized too: a part cut short left the next group's frames queued */
     d->times = (ferry_delta_cuda_times_t){.groups = (uint32_t)G, .host_s = host_s};
+    float ms = 0;
     for (size_t g = 0; g < G; g++) {
-        float ms[4] = {0};
-        const cudaEvent_t *ev = d->ev + 1 + 4 * g;
-        if (g == 0 && cudaEventElapsedTime(&ms[0], d->ev[0], ev[0]) == cudaSuccess) d->times.copy_s = ms[0] / 1e3;
-        for (int i = 1; i < 4; i++)
-            if (cudaEventElapsedTime(&ms[i], ev[i - 1], ev[i]) != cudaSuccess) ms[i] = 0;
-        d->times.check_s += ms[1] / 1e3, d->times.decode_s += ms[2] / 1e3, d->times.write_s += ms[3] / 1e3;
+        const cudaEvent_t *ev = d->ev + 1 + 3 * g;
+        if (g == 0 && cudaEventElapsedTime(&ms, d->ev[0], ev[0]) == cudaSuccess) d->times.copy_s = ms / 1e3;
+        if (cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess) d->times.check_s += ms / 1e3;
+        if (cudaEventElapsedTime(&ms, ev[1], ev[2]) == cudaSuccess) d->times.decode_s += ms / 1e3;
     }
-    float all = 0;
-    if (cudaEventElapsedTime(&all, d->ev[0], d->ev[4 * G]) == cudaSuccess) d->times.total_s = all / 1e3;
+    if (cudaEventElapsedTime(&ms, wev[0], wev[1]) == cudaSuccess) d->times.write_s = ms / 1e3;
+    if (cudaEventElapsedTime(&ms, d->ev[0], wev[1]) == cudaSuccess) d->times.total_s = ms / 1e3;
+    (void)cudaGetLastError(); /* a timing read that failed must not be taken for the next launch's error */
     if (!at.nc) return FERRY_OK;
 
     /* 4. items with a failed chunk restored, then their failed chunks blamed */
-    uint32_t *undo = d->h_lists + 2 * d->hcap_chunks;
+    uint32_t *undo = d->h_lists + 2 * d->hcap_chunks, *d_undo = d->d_lists + 2 * d->cap_chunks;
     size_t nundo = 0;
-    bool *bad = calloc(n, sizeof *bad);
-    if (!bad) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "out of memory");
     for (size_t c = 0; c < at.nc; c++)
         if (d->h_status[c] != DK_OK) bad[d->chunk_item[c]] = true;
     for (size_t c = 0; c < at.nc; c++)
@@ -629,8 +692,7 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             (e = dk_undo_enqueue(&b, d_undo, (uint32_t)nundo, stream)) ||
             (e = cudaMemcpyAsync(d->h_hashes, d->d_hashes, at.nc * 8, cudaMemcpyDeviceToHost, stream)) ||
             (e = cudaStreamSynchronize(stream))) {
-            free(bad);
-            return cuda_fail(err, e, "delta apply: restoring the regions that failed");
+            return ferry_cuda_fail(err, FERRY_ERR_IO, e, "delta apply: restoring the regions that failed");
         }
     }
     /* per failed item, the chunk it is blamed on: a damaged record first
@@ -646,8 +708,23 @@ static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items,
             items[i].status = chunk_blame(d, (uint32_t)c, (uint32_t)(c - first), w, sizeof w);
             if (*first_bad == SIZE_MAX || i < *first_bad) *first_bad = i, snprintf(why, why_len, "%s", w);
         }
-    free(bad);
     return FERRY_OK;
+}
+
+/* A part of a batch (part()), with its scratch on the host: bytes per
+   item of the part, bad per item of the batch (allocated before anything
+   is enqueued: no failure of the host's memory after a pass ran). */
+static ferry_status_t run(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t from, size_t n,
+                          cudaStream_t stream, ferry_errbuf_t *err, size_t *to, size_t *first_bad, char *why,
+                          size_t why_len) {
+    *to = n;
+    size_t *bytes = malloc((n - from) * sizeof *bytes);
+    bool *bad = calloc(n, sizeof *bad);
+    ferry_status_t st = bytes && bad ? part(d, items, from, n, stream, err, to, first_bad, why, why_len, bytes, bad)
+                                     : ferry_fail(err, FERRY_ERR_NO_MEMORY, "delta apply: out of memory");
+    free(bytes);
+    free(bad);
+    return st;
 }
 
 ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n,
@@ -658,12 +735,16 @@ ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_it
     if (st != FERRY_OK) return st;
     size_t first_bad = SIZE_MAX;
     char why[FERRY_ERR_TEXT] = "";
-    st = run(d, items, n, stream, err, &first_bad, why, sizeof why);
-    leave(d, prev);
-    if (st != FERRY_OK) {
-        for (size_t i = 0; i < n; i++) items[i].status = st;
-        return st;
+    d->times = (ferry_delta_cuda_times_t){0};
+    for (size_t from = 0, to; from < n && st == FERRY_OK; from = to) {
+        st = run(d, items, from, n, stream, err, &to, &first_bad, why, sizeof why);
+        /* a CUDA failure leaves every region unknown; scratch that cannot be
+           had, the part's items and those after it as they were */
+        if (st != FERRY_OK)
+            for (size_t i = st == FERRY_ERR_IO ? 0 : from; i < n; i++) items[i].status = st;
     }
+    leave(d, prev);
+    if (st != FERRY_OK) return st;
     if (first_bad == SIZE_MAX) return FERRY_OK;
     return ferry_fail(err, items[first_bad].status, "delta %zu of %zu: %s", first_bad, n, why);
 }

@@ -14,12 +14,15 @@
  *
  * Formats 1 and 2 both apply; format 2 (class streams cut at sub-blocks)
  * decodes far more of its streams at once, and a batch of it is applied in
- * groups of its items, each group's passes starting once its own frames
- * are on the device (ferry_delta_cuda_times_t says more). The object has
- * two streams of its own besides the caller's, non-blocking: one copies
- * the frames and tables, one runs each group's check and decode passes;
- * events order them after what the caller's stream holds and the write
- * passes on the caller's stream after them.
+ * groups of its items, each group's check and decode passes starting once
+ * its own frames are on the device (ferry_delta_cuda_times_t says more).
+ * The object has three streams of its own besides the caller's,
+ * non-blocking: one copies the frames, two take the groups' check and
+ * decode passes in turn (at the device's highest stream priority); events
+ * order them after what the caller's stream holds, and the write pass on
+ * the caller's stream after them. It needs a device with unified
+ * addressing (every 64-bit CUDA platform): kernels read its tables from
+ * pinned host memory.
  *
  * Device memory it holds (grow-only, ferry_delta_cuda_device_bytes): the
  * batch's frames, 12 bytes per changed element (the decoded changes, then
@@ -75,34 +78,44 @@ typedef struct ferry_delta_cuda_item {
  * FERRY_ERR_UNSUPPORTED (a delta format this ferry does not read),
  * FERRY_ERR_INVALID_ARGUMENT (no delta, a region that is NULL or not
  * aligned). For the whole batch: FERRY_ERR_INVALID_ARGUMENT (items NULL with
- * n > 0), FERRY_ERR_NO_MEMORY (scratch), FERRY_ERR_IO (a CUDA call failed,
- * e.g. a region the device cannot write: every item then says FERRY_ERR_IO
- * and the regions' contents are unknown). The calling thread's current
+ * n > 0), FERRY_ERR_NO_MEMORY (scratch: a batch that outgrows the object's
+ * tables once started is applied in parts, each growing them first; the
+ * items of the part that could not have them and those after it say
+ * FERRY_ERR_NO_MEMORY and are as they were, earlier parts' items say what
+ * became of them), FERRY_ERR_IO (a CUDA call failed, e.g. a region the
+ * device cannot write: every item then says FERRY_ERR_IO and the regions'
+ * contents are unknown). The frames are read (copied) before they are
+ * checked, so each must have its len bytes. The calling thread's current
  * device is unchanged on return. */
 ferry_status_t ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n,
                                       cudaStream_t stream, ferry_errbuf_t *err);
 
 /* Where the last batch's time went, from CUDA events (a restore after a
- * failure is not in it). A batch of format 2 frames of 8 MiB or more is
- * applied in groups of its items (one per 4 MiB of frames, up to 8):
- * each group's passes start once its frames are on the device, while the
- * next group's are copied, and its decode overlaps the write pass of the
- * group before. The passes' times are added up over the groups, so with
- * groups they add up to more than total_s. */
+ * failure is not in it). Every frame is queued for the device at once. A
+ * batch of format 2 frames of 32 MiB or more is checked and decoded in
+ * groups of its items (one per 16 MiB of frames, up to 8): each group's
+ * frames are checked on the CPU while the groups before are decoded on
+ * the GPU, and its passes start once its own bytes are there; one write
+ * pass then takes every group. The check and decode times are added up
+ * over the groups, which may overlap. A batch too big for the object's
+ * tables when it has started is applied in parts (each first grows the
+ * tables); the times are then the last part's. */
 typedef struct ferry_delta_cuda_times {
-    uint32_t groups; /* the groups the batch was applied in */
-    double host_s;   /* the frames checked and counted on the CPU, before anything is copied */
-    double total_s;  /* the batch on the GPU: from its first copy to its last pass */
-    double copy_s;   /* from the start to the first group's passes: its deltas and tables copied */
+    uint32_t groups; /* the groups the batch (its last part) was applied in */
+    double host_s;   /* the CPU's work before the GPU had any: the first group's frames checked, its tables
+                        filled */
+    double total_s;  /* the batch on the GPU: from its first copy to the end of the write pass */
+    double copy_s;   /* from the start to the first group's passes: its deltas copied (while the CPU checked
+                        them) and its tables pulled */
     double check_s;  /* record checksums; unchanged and raw chunks checked (the groups' times added up) */
     double decode_s; /* class streams decoded (added up) */
     double write_s;  /* changes written in place and the results hashed against their checksums, raw chunks
-                        copied (added up) */
+                        copied */
 } ferry_delta_cuda_times_t;
 void ferry_delta_cuda_last_times(const ferry_delta_cuda_t *d, ferry_delta_cuda_times_t *out);
 
 /* For tests and benchmarks: the least bytes of frames a group takes
- * (default 4 MiB; 0 restores it). */
+ * (default 16 MiB; 0 restores it). */
 void ferry_delta_cuda_set_group_min(ferry_delta_cuda_t *d, size_t bytes);
 
 /* Device memory the object holds, in bytes. */

@@ -131,6 +131,12 @@ static inline uint32_t dk_place_kind(uint32_t width, uint32_t sub_log2) {
  *      (`raw` lists nraw).
  * sms: the device's multiprocessor count (grid sizes). */
 cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
+
+/* Copies bytes (a multiple of 4; both 4-aligned) from pinned host memory
+ * (src: its device address) to device memory with a kernel, on stream:
+ * a group's tables, which a copy engine would queue behind the frames
+ * before them. */
+cudaError_t dk_pull_enqueue(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
 cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[DK_PLACE_KINDS],
                              const uint32_t *raw, uint32_t nraw, cudaStream_t stream);

@@ -6,7 +6,8 @@
  * refused, each beside regions that apply in the same batch: a damaged
  * record, a damaged stream resealed with a good checksum, a wrong base
  * (sparse, raw and unchanged chunks), another version, dtype or size;
- * every refused region is left byte for byte as it was.
+ * every refused region is left byte for byte as it was. A batch that
+ * outgrows the object's tables mid-way is applied in parts.
  *
  *   gpu_test_delta_cuda          the test (exit 77 without a usable GPU)
  *   gpu_test_delta_cuda --bench [LR]
@@ -15,7 +16,8 @@
  *       Qwen3-8B) beside a same-GPU copy of the same bytes, medians of 5;
  *       format 2 also in one group (ferry_delta_cuda_set_group_min) beside
  *       its default groups; first the floor (a read of every region,
- *       tests/gpu/floor.h) */
+ *       tests/gpu/floor.h); BENCH_GROUP_MIN=8,16 (MiB, a list): format 2
+ *       also in groups of at least that many bytes of frames */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -416,6 +418,50 @@ static void test_big_undo(void) {
     tcase_free(t[1]);
 }
 
+/* A batch that outgrows a fresh object's tables after its first group
+   (format 2, a group per item): a region of raw chunks first (no changes
+   to decode, so the tables are sized for none), then sparse regions, one
+   of them on a wrong base. The batch is applied in parts, each part's
+   failures restored before the next part grows the tables. */
+static void test_parts(void) {
+    ferry_errbuf_t err = {{0}};
+    ferry_delta_cuda_t *fresh = NULL;
+    CHECK_OK(ferry_delta_cuda_create(0, &fresh, &err), err.text);
+    ferry_delta_cuda_set_group_min(fresh, 1);
+    const uint32_t saved = g_format;
+    g_format = 2;
+    tcase_t *t[4];
+    for (int i = 0; i < 4; i++) {
+        t[i] = tcase_new(i == 0 ? "raw chunks" : i == 2 ? "wrong base" : "sparse", FERRY_DTYPE_BF16,
+                         i == 0 ? 2 * 4096 : 5 * 4096 + 100);
+        make_random(t[i], 0.02, 900 + (uint64_t)i);
+        if (i == 0) {
+            uint64_t s = 9;
+            for (uint64_t x = 0; x < t[i]->n; x++) elem_put(t[i]->next, 2, x, (uint32_t)rng(&s) & 0xFFFF);
+        }
+        tcase_encode(t[i], 4096, 0, 0);
+    }
+    CHECK(chunk_of_mode(t[0]->delta, 1) == UINT32_MAX && chunk_of_mode(t[0]->delta, 0) == UINT32_MAX);
+    ferry_delta_cuda_item_t items[4];
+    for (int i = 0; i < 4; i++) items[i] = item_of(t[i]);
+    spoil_base_sparse(t[2], &items[2]);
+    CHECK(ferry_delta_cuda_apply(fresh, items, 4, g_stream, &err) == FERRY_ERR_MISMATCH);
+    CHECK_STR_HAS(err.text, "delta 2 of 4");
+    CHECK(items[0].status == FERRY_OK && items[1].status == FERRY_OK && items[2].status == FERRY_ERR_MISMATCH &&
+          items[3].status == FERRY_OK);
+    ferry_delta_cuda_times_t tm;
+    ferry_delta_cuda_last_times(fresh, &tm);
+    CHECK(tm.groups >= 1 && tm.groups <= 3); /* the last part's: the first item was a part of its own */
+    for (int i = 0; i < 4; i++)
+        CHECK(i == 2 ? region_is(t[i], t[i]->base, "region before the call") : region_is(t[i], t[i]->next, "next version"));
+    printf("format 2, a batch that outgrew a fresh object's tables after its first group: applied in parts (the last "
+           "of %u group(s)), the wrong base refused (%s), the other three applied\n",
+           tm.groups, err.text);
+    for (int i = 0; i < 4; i++) tcase_free(t[i]);
+    g_format = saved;
+    ferry_delta_cuda_destroy(fresh);
+}
+
 static void test_edges(void) {
     ferry_errbuf_t err = {{0}};
     CHECK_OK(ferry_delta_cuda_apply(g_gpu, NULL, 0, g_stream, &err), err.text);
@@ -555,6 +601,15 @@ static int bench(double only_lr) {
                 ferry_delta_cuda_set_group_min(g_gpu, 0);
             }
             bench_one(fmt, lrs[l], n, R, REPS, b0, b1, pristine, reg, e0, e1);
+            const char *more = fmt == 2 ? getenv("BENCH_GROUP_MIN") : NULL; /* other group sizes, MiB */
+            for (char *e = (char *)more; e && *e; e += *e == ',') {
+                const unsigned long mib = strtoul(e, &e, 10);
+                if (!mib) break;
+                printf("format 2 in groups of at least %lu MiB of frames:\n", mib);
+                ferry_delta_cuda_set_group_min(g_gpu, (size_t)mib << 20);
+                bench_one(fmt, lrs[l], n, R, REPS, b0, b1, pristine, reg, e0, e1);
+                ferry_delta_cuda_set_group_min(g_gpu, 0);
+            }
         }
     }
     for (int r = 0; r < R; r++) cudaFree(reg[r]);
@@ -598,6 +653,7 @@ int main(int argc, char **argv) {
             test_refusal("damaged frame header", spoil_header, FERRY_ERR_CORRUPT, "");
             test_big_undo();
         }
+        test_parts();
         g_format = 1;
         test_edges();
         printf("delta apply on the GPU: all cases passed, formats 1 and 2\n");
