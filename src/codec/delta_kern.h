@@ -120,7 +120,8 @@ static inline uint32_t dk_place_kind(uint32_t width, uint32_t sub_log2) {
 /* The passes of an apply, enqueued on stream for b's part of its batch, in
  * this order:
  * pre: record checksums; unchanged chunks' contents; raw chunks' base and
- *      contents (a warp per chunk);
+ *      contents (a warp per chunk); each chunk's status set and its
+ *      applied flag cleared;
  * decode: every format 1 class stream into (rank, delta) (a thread per
  *      class); format 2: the sub-stream table from each class's length
  *      table (a thread per class), then every sub-stream (a thread each);
@@ -131,15 +132,15 @@ static inline uint32_t dk_place_kind(uint32_t width, uint32_t sub_log2) {
  *      (`raw` lists nraw).
  * sms: the device's multiprocessor count (grid sizes). */
 cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
-
-/* Copies bytes (a multiple of 4; both 4-aligned) from pinned host memory
- * (src: its device address) to device memory with a kernel, on stream:
- * a group's tables, which a copy engine would queue behind the frames
- * before them. */
-cudaError_t dk_pull_enqueue(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream);
 cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[DK_PLACE_KINDS],
                              const uint32_t *raw, uint32_t nraw, cudaStream_t stream);
+
+/* Copies bytes (a multiple of 4; both 4-aligned) from pinned host memory
+ * (src as the host addresses it: unified addressing) to device memory
+ * with a kernel, on stream: a group's tables, which a copy engine would
+ * queue behind the frames before them. */
+cudaError_t dk_pull_enqueue(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 
 /* Kernel attributes that the write pass needs on the current device (its
  * shared memory, over the default 48 KB): once per device, before the
