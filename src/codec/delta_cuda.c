@@ -234,8 +234,12 @@ static ferry_status_t grow_bufs(bool host, void **ptrs[], const size_t *sizes, s
     }
     *cap = 0;
     for (size_t i = 0; i < nptr; i++) {
+        if (c > SIZE_MAX / sizes[i]) return ferry_fail(err, FERRY_ERR_NO_MEMORY, "%s: %zu entries", what, c);
         cudaError_t e = host ? cudaMallocHost(ptrs[i], c * sizes[i]) : cudaMalloc(ptrs[i], c * sizes[i]);
-        if (e != cudaSuccess) return cuda_fail(err, e, what);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* not sticky: else the next launch's check would report it */
+            return cuda_fail(err, e, what);
+        }
     }
     *cap = c;
     return FERRY_OK;
@@ -400,14 +404,13 @@ static ferry_status_t chunk_blame(const ferry_delta_cuda_t *d, uint32_t c, uint3
     return FERRY_ERR_CORRUPT;
 }
 
-/* A CUDA failure while a batch's groups are enqueued: the streams drained
-   first (the object's and the caller's, where earlier groups' write passes
-   may still run), so that nothing in flight reads the object's tables once
-   the next call fills them. */
+/* A CUDA failure once work is enqueued: the streams drained first (the
+   object's and the caller's), so that nothing in flight reads the
+   caller's frames or the object's tables once the call returns. */
 static void drain(ferry_delta_cuda_t *d, cudaStream_t stream) {
     cudaStreamSynchronize(d->copy);
     for (unsigned i = 0; i < DECS; i++) cudaStreamSynchronize(d->dec[i]);
-    cudaStreamSynchronize(stream); /* earlier groups' write passes */
+    cudaStreamSynchronize(stream); /* the write pass, the undo */
 }
 static ferry_status_t fail_drained(ferry_delta_cuda_t *d, cudaStream_t stream, ferry_errbuf_t *err, cudaError_t e,
                                    const char *what) {
@@ -525,6 +528,12 @@ static cudaError_t write_enqueue(ferry_delta_cuda_t *d, const dk_batch_t *b, siz
     return cudaSuccess;
 }
 
+/* x * k, rounded up, within what an allocation could hold. */
+static size_t scaled(size_t x, double k) {
+    const double v = (double)x * k + 1;
+    return v < (double)(SIZE_MAX / 1024) ? (size_t)v : SIZE_MAX / 1024;
+}
+
 /* The sizes that a group's tables need on top of `at`'s. */
 static sizes_t sizes_after(const fill_t *at, const sizes_t *g) {
     return (sizes_t){.chunks = at->nc + g->chunks, .classes = at->ncls + g->classes, .subs = at->nsub + g->subs,
@@ -602,27 +611,31 @@ static ferry_status_t part(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items
             if (it->status != FERRY_OK && *first_bad == SIZE_MAX) *first_bad = from + i, snprintf(why, why_len, "%s", w);
         }
         const sizes_t need = sizes_after(&at, &zg);
-        if (!sizes_fit(d, &need)) {
-            if (g) { /* the rest is the next part */
-                *to = from + gfirst[g];
-                G = g;
-                break;
-            }
+        if (g == 0) {
             /* nothing of this part uses the tables yet: grown for the whole
-               part at this group's rate (so that a first call is not cut
-               into parts), or, where that much cannot be had, for the group */
-            size_t gb = 0;
-            for (size_t i = gfirst[0]; i < gfirst[1]; i++) gb += its[i].status == FERRY_OK ? bytes[i] : 0;
-            const double scale = gb ? (double)frames / (double)gb : 1.0;
-            const sizes_t est = {(size_t)((double)need.chunks * scale) + 1, (size_t)((double)need.classes * scale) + 1,
-                                 (size_t)((double)need.subs * scale) + 1, (size_t)((double)need.slots * scale) + 1,
-                                 (size_t)((double)need.save * scale) + 1};
+               part at this group's rate (so that neither a first call nor
+               a batch larger than the last is cut into parts), or, where
+               that much cannot be had, for the group */
+            sizes_t est = need;
+            if (G > 1) {
+                size_t good = 0, refused = 0;
+                for (size_t i = gfirst[0]; i < gfirst[1]; i++)
+                    *(its[i].status == FERRY_OK ? &good : &refused) += bytes[i];
+                const double scale = good ? (double)(frames - refused) / (double)good : 1.0;
+                est = (sizes_t){scaled(need.chunks, scale), scaled(need.classes, scale), scaled(need.subs, scale),
+                                scaled(need.slots, scale), scaled(need.save, scale)};
+            }
             ferry_errbuf_t ignored;
-            if (scale <= 1.0 || grow(d, &est, &ignored) != FERRY_OK) st = grow(d, &need, err);
+            if (!sizes_fit(d, &est) && grow(d, &est, &ignored) != FERRY_OK && !sizes_fit(d, &need))
+                st = grow(d, &need, err);
             if (st != FERRY_OK) {
-                drain(d, stream); /* the frames' copy reads the caller's memory */
+                drain(d, stream); /* the frames' copies read the caller's memory */
                 return st;
             }
+        } else if (!sizes_fit(d, &need)) { /* the rest is the next part */
+            *to = from + gfirst[g];
+            G = g;
+            break;
         }
         if (g == 0) {
             b = (dk_batch_t){.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status,
@@ -692,7 +705,7 @@ static ferry_status_t part(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items
             (e = dk_undo_enqueue(&b, d_undo, (uint32_t)nundo, stream)) ||
             (e = cudaMemcpyAsync(d->h_hashes, d->d_hashes, at.nc * 8, cudaMemcpyDeviceToHost, stream)) ||
             (e = cudaStreamSynchronize(stream))) {
-            return ferry_cuda_fail(err, FERRY_ERR_IO, e, "delta apply: restoring the regions that failed");
+            return fail_drained(d, stream, err, e, "delta apply: restoring the regions that failed");
         }
     }
     /* per failed item, the chunk it is blamed on: a damaged record first

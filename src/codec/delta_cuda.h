@@ -4,13 +4,15 @@
  * results are those of ferry_delta_apply, byte for byte, and deltas encoded
  * on the CPU apply here unchanged.
  *
- * The frames are in host memory; the object parses and checks their
- * headers on the CPU (ferry_delta_peek), copies them to the GPU, and runs
- * every check and every write there (codec/delta.cu says how): record
- * checksums, the class streams, the changes written in place, each chunk's
- * result against its checksum. A region that fails is restored on the GPU
- * from the changes it logged, then hashed once more to tell a wrong base
- * (FERRY_ERR_MISMATCH) from damaged data (FERRY_ERR_CORRUPT).
+ * The frames are in host memory; the object copies them to the GPU,
+ * parses and checks their headers on the CPU meanwhile (ferry_delta_peek;
+ * the copy and the checks overlap where the frames are in pinned memory),
+ * and runs every other check and every write there (codec/delta.cu says
+ * how): record checksums, the class streams, the changes written in place,
+ * each chunk's result against its checksum. A region that fails is
+ * restored on the GPU from the changes it logged, then hashed once more to
+ * tell a wrong base (FERRY_ERR_MISMATCH) from damaged data
+ * (FERRY_ERR_CORRUPT).
  *
  * Formats 1 and 2 both apply; format 2 (class streams cut at sub-blocks)
  * decodes far more of its streams at once, and a batch of it is applied in
@@ -28,7 +30,9 @@
  * batch's frames, 12 bytes per changed element (the decoded changes, then
  * the undo log; format 2 reserves the most its streams' bits can hold,
  * 1.25x to 1.8x as many), 32 bytes per format 2 sub-stream, the raw chunks'
- * old contents and about 100 bytes per chunk. Callers bound it by the
+ * old contents and about 100 bytes per chunk; the chunk and class tables
+ * again in pinned host memory. A batch in groups sizes them from its
+ * first group, scaled to all of its frames. Callers bound it by the
  * batches they pass.
  *
  * Thread-safety: one object per thread (or serialized calls); objects are

@@ -1,7 +1,8 @@
 /* The tables the delta apply kernels (delta.cu) read, and their launchers:
  * the interface between the host side in C (delta_cuda.c), which parses
  * frames, and the kernels. Plain structs of fixed layout, filled in pinned
- * host memory and copied to the device once per batch. */
+ * host memory and pulled to the device a group of the batch at a time
+ * (dk_pull_enqueue). */
 #ifndef FERRY_CODEC_DELTA_KERN_H
 #define FERRY_CODEC_DELTA_KERN_H
 
