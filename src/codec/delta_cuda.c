@@ -523,9 +523,9 @@ static cudaError_t write_enqueue(ferry_delta_cuda_t *d, const dk_batch_t *b, siz
     cudaError_t e;
     if ((e = dk_pull_enqueue(d_sparse, tmp, ns * 4, stream)) || (e = dk_pull_enqueue(d_raw, raw, nr * 4, stream)) ||
         (e = cudaEventRecord(ev[0], stream)) ||
-        (e = dk_write_enqueue(b, d_sparse, nsp, d_raw, (uint32_t)nr, stream)) || (e = cudaEventRecord(ev[1], stream)))
+        (e = dk_write_enqueue(b, d_sparse, nsp, d_raw, (uint32_t)nr, stream)))
         return e;
-    return cudaSuccess;
+    return cudaEventRecord(ev[1], stream);
 }
 
 /* x * k, rounded up, within what an allocation could hold. */
@@ -632,15 +632,13 @@ static ferry_status_t part(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items
                 drain(d, stream); /* the frames' copies read the caller's memory */
                 return st;
             }
+            b = (dk_batch_t){.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status,
+                             .applied = d->d_applied, .rank = d->d_rank, .delta = d->d_delta, .save = d->d_save,
+                             .hashes = d->d_hashes, .subs = d->d_subs, .cls_sum = d->d_cls_sum};
         } else if (!sizes_fit(d, &need)) { /* the rest is the next part */
             *to = from + gfirst[g];
             G = g;
             break;
-        }
-        if (g == 0) {
-            b = (dk_batch_t){.chunks = d->d_chunks, .classes = d->d_classes, .status = d->d_status,
-                             .applied = d->d_applied, .rank = d->d_rank, .delta = d->d_delta, .save = d->d_save,
-                             .hashes = d->d_hashes, .subs = d->d_subs, .cls_sum = d->d_cls_sum};
         }
         const size_t c0 = at.nc, k0 = at.ncls, s0 = at.nsub;
         for (size_t i = gfirst[g]; i < gfirst[g + 1]; i++) {
