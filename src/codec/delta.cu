@@ -692,23 +692,39 @@ extern "C" cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStr
     return cudaGetLastError();
 }
 
+/* Each launch checked before the next: a pass launched after one that
+   failed to launch would read tables that pass never wrote (dk_decode2
+   the sub-stream table of dk_subs: its class index, then anything). */
 extern "C" cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream) {
-    if (b->nclasses) dk_decode<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
+    cudaError_t e = cudaSuccess;
+    if (b->nclasses) {
+        dk_decode<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
     if (b->nsubs) {
         dk_subs<<<grid_for(b->nclasses, THREADS, sms), THREADS, 0, stream>>>(*b);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
         dk_decode2<<<grid_for(b->nsubs, THREADS, sms), THREADS, 0, stream>>>(*b);
+        e = cudaGetLastError();
     }
-    return cudaGetLastError();
+    return e;
 }
 
 extern "C" cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse,
                                         const uint32_t nsparse[DK_PLACE_KINDS], const uint32_t *raw, uint32_t nraw,
                                         cudaStream_t stream) {
     const size_t smem = sizeof(place_smem_t);
+    cudaError_t e = cudaSuccess;
     for (uint32_t k = 0, from = 0; k < DK_PLACE_KINDS; from += nsparse[k++])
-        if (nsparse[k]) place_kernels[k]<<<nsparse[k], THREADS, smem, stream>>>(*b, sparse + from);
-    if (nraw) dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
-    return cudaGetLastError();
+        if (nsparse[k]) {
+            place_kernels[k]<<<nsparse[k], THREADS, smem, stream>>>(*b, sparse + from);
+            if ((e = cudaGetLastError()) != cudaSuccess) return e; /* (as dk_decode_enqueue) */
+        }
+    if (nraw) {
+        dk_raw<<<nraw, THREADS, 0, stream>>>(*b, raw);
+        e = cudaGetLastError();
+    }
+    return e;
 }
 
 extern "C" cudaError_t dk_undo_enqueue(const dk_batch_t *b, const uint32_t *idx, uint32_t n, cudaStream_t stream) {
