@@ -1,0 +1,146 @@
+/* The GPU delta apply's host code (codec/delta_cuda.c) on the CPU, in CI:
+ * against the model of the CUDA runtime in fake_cuda.c and the CPU passes
+ * of dk_cpu.c. (The kernels themselves run on a GPU host only:
+ * tests/gpu/test_delta_cuda.c; their stream readers are checked on the CPU
+ * by test_delta_dev.c.)
+ *
+ * 1. tests/gpu/test_delta_cuda.c itself, every case, once per order the
+ *    model runs queued work in: lazily (only what is waited for), eagerly
+ *    (as enqueued) and at random. A missing wait between streams, or host
+ *    memory a queued copy or pull reads changed before it runs, fails here.
+ * 2. Failures injected into a batch that is applied in parts (a fresh
+ *    object, a group per item, a first region of raw chunks only), with
+ *    regions refused in each part: each allocation in turn fails (once: the
+ *    call may fall back and succeed; from there on: NO_MEMORY), then each
+ *    enqueued operation in turn (IO). Every time: nothing is left queued
+ *    on return, an item reported NO_MEMORY holds what it held before the
+ *    call, the others hold what a call without failures gives them, and
+ *    the object applies the same batch correctly right after. */
+#include "fake_cuda.h"
+
+int gpu_test_main(int argc, char **argv); /* the GPU test's main */
+#define main gpu_test_main
+#include "../gpu/test_delta_cuda.c"
+#undef main
+
+enum { N = 5 };
+
+/* test_parts' batch: the raw region first, wrong base; another version;
+   a wrong base; two good ones. pre[i]: each region before the call. */
+static void inj_batch(tcase_t **t, ferry_delta_cuda_item_t *items, uint8_t **pre) {
+    for (int i = 0; i < N; i++) {
+        t[i] = tcase_new("injected", FERRY_DTYPE_BF16, i == 0 ? 2 * 4096 : 5 * 4096 + 100);
+        make_random(t[i], 0.02, 900 + (uint64_t)i);
+        if (i == 0) {
+            uint64_t s = 9;
+            for (uint64_t x = 0; x < t[i]->n; x++) elem_put(t[i]->next, 2, x, (uint32_t)rng(&s) & 0xFFFF);
+        }
+        tcase_encode(t[i], 4096, 0, 0);
+        items[i] = item_of(t[i]);
+    }
+    spoil_base_raw(t[0], &items[0]);
+    spoil_version(t[2], &items[2]);
+    spoil_base_sparse(t[3], &items[3]);
+    for (int i = 0; i < N; i++) pre[i] = t[i]->base; /* the spoilers wrote the regions from base */
+}
+
+static void inj_restore(tcase_t **t, uint8_t **pre) {
+    for (int i = 0; i < N; i++) CUDA_OK(cudaMemcpy(t[i]->dev, pre[i], t[i]->n * 2, cudaMemcpyHostToDevice));
+}
+
+static const ferry_status_t want_clean[N] = {FERRY_ERR_MISMATCH, FERRY_OK, FERRY_ERR_MISMATCH, FERRY_ERR_MISMATCH,
+                                             FERRY_OK};
+
+/* The outcome of a call with failures injected (st: what it returned). */
+static void inj_check(tcase_t **t, ferry_delta_cuda_item_t *items, uint8_t **pre, ferry_status_t st,
+                      const char *what, long nth) {
+    if (fake_cuda_pending()) {
+        fprintf(stderr, "%s %ld: %zu operations still queued after the call returned\n", what, nth, fake_cuda_pending());
+        exit(1);
+    }
+    for (int i = 0; i < N; i++) {
+        const ferry_status_t s = items[i].status;
+        bool ok;
+        if (st == FERRY_ERR_IO) ok = s == FERRY_ERR_IO; /* every region unknown */
+        else if (s == FERRY_ERR_NO_MEMORY) ok = st == FERRY_ERR_NO_MEMORY && region_is(t[i], pre[i], "region before");
+        else ok = s == want_clean[i] && region_is(t[i], s == FERRY_OK ? t[i]->next : pre[i], "expected region");
+        if (!ok) {
+            fprintf(stderr, "%s %ld: the call returned %s, item %d %s (a call without failures: %s)\n", what, nth,
+                    ferry_status_name(st), i, ferry_status_name(s), ferry_status_name(want_clean[i]));
+            exit(1);
+        }
+    }
+}
+
+/* The batch applied on a fresh object with allocation nth failing (op
+   false) or enqueued operation nth failing (op true); -1: none. Returns
+   what the call returned; *count: the allocations or operations it made. */
+static ferry_status_t inj_run(uint64_t seed, bool op, long nth, long *count) {
+    ferry_errbuf_t err = {{0}};
+    tcase_t *t[N];
+    ferry_delta_cuda_item_t items[N];
+    uint8_t *pre[N];
+    g_format = 2;
+    inj_batch(t, items, pre);
+    ferry_delta_cuda_t *fresh = NULL;
+    CHECK_OK(ferry_delta_cuda_create(0, &fresh, &err), err.text);
+    ferry_delta_cuda_set_group_min(fresh, 1);
+    fake_cuda_reset(seed);
+    const long a0 = fake_cuda_allocs(), o0 = fake_cuda_ops();
+    if (op) fake_cuda_fail_op(nth);
+    else fake_cuda_fail_alloc(nth, seed % 2 == 1); /* once, or from there on */
+    const ferry_status_t st = ferry_delta_cuda_apply(fresh, items, N, g_stream, &err);
+    *count = op ? fake_cuda_ops() - o0 : fake_cuda_allocs() - a0;
+    inj_check(t, items, pre, st, op ? "operation" : "allocation", nth);
+    if (nth < 0) CHECK(st == FERRY_ERR_MISMATCH);
+    else CHECK(st == FERRY_ERR_MISMATCH || st == (op ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY));
+    /* the same object, the same batch, no failure: as a call without them */
+    fake_cuda_reset(seed);
+    inj_restore(t, pre);
+    for (int i = 0; i < N; i++) items[i] = item_of(t[i]), items[i].base_version = i == 2 ? 6 : t[i]->version;
+    CHECK(ferry_delta_cuda_apply(fresh, items, N, g_stream, &err) == FERRY_ERR_MISMATCH);
+    inj_check(t, items, pre, FERRY_ERR_MISMATCH, op ? "after operation" : "after allocation", nth);
+    ferry_delta_cuda_destroy(fresh);
+    for (int i = 0; i < N; i++) tcase_free(t[i]);
+    return st;
+}
+
+static void test_injected(uint64_t seed) {
+    long allocs = 0, ops = 0, n;
+    inj_run(seed, false, -1, &allocs);
+    inj_run(seed, true, -1, &ops);
+    CHECK(allocs > 0 && ops > 0);
+    unsigned fell_back = 0, io = 0, nomem = 0;
+    for (long i = 0; i < allocs; i++) {
+        ferry_status_t st = inj_run(seed, false, i, &n);
+        fell_back += st != FERRY_ERR_NO_MEMORY, nomem += st == FERRY_ERR_NO_MEMORY;
+    }
+    for (long i = 0; i < ops; i++) io += inj_run(seed, true, i, &n) == FERRY_ERR_IO;
+    CHECK(io == (unsigned)ops && nomem > 0);
+    printf("order %llu: each of %ld allocations failed in turn (%s): %u calls NO_MEMORY with their regions as "
+           "they were, %u went on; each of %ld operations failed in turn: IO, nothing left queued, the object "
+           "sound after\n",
+           (unsigned long long)seed % 3, allocs, seed % 2 ? "and every one after" : "once", nomem, fell_back, ops);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const bool only_injected = argc > 1 && !strcmp(argv[1], "--injected"); /* part 2 alone */
+    for (uint64_t seed = 0; seed < 3 && !only_injected; seed++) { /* lazily, eagerly, at random */
+        fake_cuda_reset(seed);
+        printf("-- tests/gpu/test_delta_cuda.c, queued work run %s --\n",
+               seed == 0 ? "only when waited for" : seed == 1 ? "as enqueued" : "in a random order");
+        if (gpu_test_main(1, argv) != 0) return 1; /* argv[0] alone: the test, not the benchmark */
+    }
+    char detail[256];
+    CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);
+    CHECK(ferry_delta_codec_create(g_ctx, &g_codec) == FERRY_OK);
+    CUDA_OK(cudaStreamCreate(&g_stream));
+    for (uint64_t seed = 3; seed < 6; seed++) test_injected(seed);
+    cudaStreamDestroy(g_stream);
+    ferry_delta_codec_destroy(g_codec);
+    ferry_ctx_destroy(g_ctx);
+    CHECK(fake_cuda_live_bytes() == 0);
+    printf("the GPU apply's host code on the model of CUDA: all cases passed\n");
+    return 0;
+}
