@@ -69,7 +69,11 @@ struct ferry_delta_cuda_enc {
     ferry_delta_cuda_enc_times_t times;
 };
 
+/* A CUDA failure, reported; cleared as the last error too (none here is
+   sticky): a failed allocation would otherwise be taken for the next
+   launch's error, in this call or the next one. */
 static ferry_status_t cuda_fail(ferry_errbuf_t *err, cudaError_t e, const char *what) {
+    (void)cudaGetLastError();
     return ferry_cuda_fail(err, e == cudaErrorMemoryAllocation ? FERRY_ERR_NO_MEMORY : FERRY_ERR_IO, e, what);
 }
 
@@ -205,7 +209,9 @@ static ferry_status_t check_item(const ferry_delta_cuda_enc_item_t *it, uint32_t
 
 static double ms_between(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0;
-    return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? ms / 1e3 : 0;
+    if (cudaEventElapsedTime(&ms, a, b) == cudaSuccess) return ms / 1e3;
+    (void)cudaGetLastError(); /* a timing that failed must not be taken for the next launch's error */
+    return 0;
 }
 
 /* Item i's records of the last batch, from the device to dst's frame (after
@@ -388,8 +394,10 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
         (tab && (e = cudaMemsetAsync(d->d_hist, 0, nchunks * HIST_WORDS * 4, stream)) != cudaSuccess) ||
         (e = ek_scan_enqueue(&b, stream)) != cudaSuccess ||
         (tab && (e = cudaMemcpyAsync(d->h_chunks, d->d_chunks, tab, cudaMemcpyDeviceToHost, stream)) != cudaSuccess) ||
-        (e = cudaEventRecord(d->ev[1], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+        (e = cudaEventRecord(d->ev[1], stream)) != cudaSuccess || (e = cudaStreamSynchronize(stream)) != cudaSuccess) {
+        cudaStreamSynchronize(stream); /* nothing queued reads the caller's regions once the call returns */
         return cuda_fail(err, e, "delta encode: scan");
+    }
 
     /* rounds 2 and 3, a slice of the chunks with changes at a time (enc_slices.h) */
     uint32_t *counts = malloc((2 * nchunks + 1) * sizeof *counts); /* per busy chunk: changes, then sub-blocks */
@@ -470,12 +478,16 @@ static ferry_status_t run(ferry_delta_cuda_enc_t *d, ferry_delta_cuda_enc_item_t
             it->len = 0;
             continue;
         }
-        if ((e = copy_records(d, i, it->dst, stream)) != cudaSuccess)
+        if ((e = copy_records(d, i, it->dst, stream)) != cudaSuccess) {
+            cudaStreamSynchronize(stream); /* no copy queued before it may write into a caller's frame later */
             return cuda_fail(err, e, "delta encode: copying a frame to the host");
+        }
     }
     if ((e = cudaEventRecord(d->ev[6], stream)) != cudaSuccess ||
-        (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+        (e = cudaStreamSynchronize(stream)) != cudaSuccess) {
+        cudaStreamSynchronize(stream); /* (as above) */
         return cuda_fail(err, e, "delta encode: writing the records");
+    }
     for (size_t i = 0; i < n; i++)
         if (items[i].dst && items[i].status == FERRY_OK) put_frame_head(d, i, items[i].dst);
     d->nframes = n;

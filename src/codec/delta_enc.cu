@@ -655,9 +655,19 @@ __global__ void __launch_bounds__(THREADS) ek_seal_k(ek_batch_t b) {
 
 static unsigned blocks(uint64_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
+/* Each launch is checked before the next: a pass launched after one that
+   failed to launch would read what that pass never wrote (counts, ranks,
+   lengths) and could write past the tables. */
+#define LAUNCHED()                                              \
+    do {                                                        \
+        const cudaError_t e_ = cudaGetLastError();              \
+        if (e_ != cudaSuccess) return e_;                       \
+    } while (0)
+
 extern "C" cudaError_t ek_scan_enqueue(const ek_batch_t *b, cudaStream_t stream) {
     if (!b->nchunks) return cudaSuccess;
     ek_scan<<<b->nchunks, THREADS, 0, stream>>>(*b);
+    LAUNCHED();
     ek_hash<<<blocks(2ull * b->nchunks, WARPS), THREADS, 0, stream>>>(*b);
     return cudaGetLastError();
 }
@@ -671,16 +681,30 @@ extern "C" cudaError_t ek_classes_enqueue(const ek_batch_t *b, cudaStream_t stre
 extern "C" cudaError_t ek_plan_enqueue(const ek_batch_t *b, cudaStream_t stream) {
     if (!b->nbusy) return cudaSuccess;
     ek_rank<<<b->nbusy, THREADS, 0, stream>>>(*b);
+    LAUNCHED();
     ek_totals_k<<<blocks(b->nbusy, THREADS), THREADS, 0, stream>>>(*b);
-    if (b->nblks) ek_part_k<<<blocks(b->nblks, WARPS), THREADS, 0, stream>>>(*b);
+    LAUNCHED();
+    if (b->nblks) {
+        ek_part_k<<<blocks(b->nblks, WARPS), THREADS, 0, stream>>>(*b);
+        LAUNCHED();
+    }
     ek_choose_k<<<blocks(b->nbusy, WARPS), THREADS, 0, stream>>>(*b);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t ek_write_enqueue(const ek_batch_t *b, cudaStream_t stream) {
-    if (b->nsparse_blks) ek_write_k<<<blocks(b->nsparse_blks, WARPS), THREADS, 0, stream>>>(*b);
-    if (b->nchunks) ek_head_k<<<blocks(b->nchunks, THREADS), THREADS, 0, stream>>>(*b);
-    if (b->nraw) ek_raw_k<<<b->nraw, THREADS, 0, stream>>>(*b);
+    if (b->nsparse_blks) {
+        ek_write_k<<<blocks(b->nsparse_blks, WARPS), THREADS, 0, stream>>>(*b);
+        LAUNCHED();
+    }
+    if (b->nchunks) {
+        ek_head_k<<<blocks(b->nchunks, THREADS), THREADS, 0, stream>>>(*b);
+        LAUNCHED();
+    }
+    if (b->nraw) {
+        ek_raw_k<<<b->nraw, THREADS, 0, stream>>>(*b);
+        LAUNCHED();
+    }
     if (b->nchunks) ek_seal_k<<<blocks(b->nchunks, WARPS), THREADS, 0, stream>>>(*b);
     return cudaGetLastError();
 }
