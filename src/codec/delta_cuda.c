@@ -87,7 +87,11 @@ struct ferry_delta_cuda {
     ferry_delta_cuda_times_t times;
 };
 
+/* A CUDA failure, reported; cleared as the last error too (none here is
+   sticky): a failed copy, event or allocation would otherwise be taken for
+   the next launch's error, in this call or the next one. */
 static ferry_status_t cuda_fail(ferry_errbuf_t *err, cudaError_t e, const char *what) {
+    (void)cudaGetLastError();
     return ferry_cuda_fail(err, e == cudaErrorMemoryAllocation ? FERRY_ERR_NO_MEMORY : FERRY_ERR_IO, e, what);
 }
 
@@ -415,6 +419,7 @@ static void drain(ferry_delta_cuda_t *d, cudaStream_t stream) {
 static ferry_status_t fail_drained(ferry_delta_cuda_t *d, cudaStream_t stream, ferry_errbuf_t *err, cudaError_t e,
                                    const char *what) {
     drain(d, stream);
+    (void)cudaGetLastError(); /* (as cuda_fail) */
     return ferry_cuda_fail(err, FERRY_ERR_IO, e, what); /* passes may have run: the regions are unknown */
 }
 

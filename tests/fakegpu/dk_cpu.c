@@ -23,6 +23,22 @@ static void fail_chunk(uint32_t *status, uint32_t code) { /* the first failure s
     if (*status == DK_OK) *status = code;
 }
 
+/* An address from the tables, n bytes from it: device memory, or the
+   process stops (a kernel given a host address would fault on a GPU). */
+static void *dev(uint64_t addr, uint64_t n, const char *what, uint64_t c) {
+    FAKE_REQUIRE(fake_cuda_kind((const void *)(uintptr_t)addr, n) == 'd',
+                 "%s of chunk or class %llu: %llu bytes at %#llx, not inside device memory", what,
+                 (unsigned long long)c, (unsigned long long)n, (unsigned long long)addr);
+    return (void *)(uintptr_t)addr;
+}
+
+/* The batch's arrays: device memory, or NULL. */
+static void dev_batch(const dk_batch_t *b) {
+    const void *p[] = {b->chunks, b->classes, b->status, b->applied, b->rank, b->delta, b->hashes, b->subs, b->cls_sum};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) /* (NULL: none allocated yet, of no entries) */
+        if (p[i]) dev((uint64_t)(uintptr_t)p[i], 0, "a batch array", i);
+}
+
 /* ---- pull -------------------------------------------------------------------------- */
 
 typedef struct pull_args {
@@ -54,18 +70,20 @@ cudaError_t dk_init(void) { return cudaSuccess; }
 
 static void pre_run(const void *a) {
     const dk_batch_t *b = a;
+    dev_batch(b);
     for (uint64_t c = b->chunk0; c < (uint64_t)b->chunk0 + b->nchunks; c++) {
         const dk_chunk_t *ch = &b->chunks[c];
         const uint64_t bytes = (uint64_t)ch->elems * ch->width;
-        const void *reg = (const void *)(uintptr_t)ch->region;
+        const void *reg = dev(ch->region, bytes, "the region", c);
         uint32_t code = DK_OK;
-        if (XXH3_64bits_withSeed((const void *)(uintptr_t)ch->rec, ch->rec_len, ch->rec_seed) != ch->rec_sum)
+        if (XXH3_64bits_withSeed(dev(ch->rec, ch->rec_len, "the record", c), ch->rec_len, ch->rec_seed) != ch->rec_sum)
             code = DK_REC_SUM;
         else if (ch->mode == DK_UNCHANGED_CHUNK) {
             if (XXH3_64bits(reg, bytes) != ch->next_sum) code = DK_UNCHANGED;
         } else if (ch->mode == DK_RAW_CHUNK) {
             if (XXH3_64bits(reg, bytes) != ch->base_sum) code = DK_RAW_BASE;
-            else if (XXH3_64bits((const void *)(uintptr_t)ch->payload, bytes) != ch->next_sum) code = DK_RAW_DATA;
+            else if (XXH3_64bits(dev(ch->payload, bytes, "the raw payload", c), bytes) != ch->next_sum)
+                code = DK_RAW_DATA;
         }
         b->status[c] = code, b->applied[c] = 0;
     }
@@ -81,9 +99,11 @@ cudaError_t dk_pre_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t strea
 
 static void decode_run(const void *a) { /* format 1: a class each */
     const dk_batch_t *b = a;
+    dev_batch(b);
     for (uint64_t i = b->class0; i < (uint64_t)b->class0 + b->nclasses; i++) {
         const dk_class_t *e = &b->classes[i];
         if (e->nsub || b->status[e->chunk] != DK_OK) continue;
+        dev(e->stream, e->len, "the class stream", i);
         FAKE_REQUIRE(e->change0 % 4 == 0 && (uintptr_t)(b->rank + e->change0) % 16 == 0 &&
                          (uintptr_t)(b->delta + e->change0) % 16 == 0,
                      "class %llu's slots at %llu: decode_class stores 16 bytes at a time", (unsigned long long)i,
@@ -94,9 +114,11 @@ static void decode_run(const void *a) { /* format 1: a class each */
 
 static void subs_run(const void *a) { /* format 2: each class's sub-stream table */
     const dk_batch_t *b = a;
+    dev_batch(b);
     for (uint64_t i = b->class0; i < (uint64_t)b->class0 + b->nclasses; i++) {
         const dk_class_t *e = &b->classes[i];
         if (!e->nsub) continue;
+        dev(e->stream, e->len, "the class stream", i);
         const bool ok = b->status[e->chunk] == DK_OK;
         uint64_t slot = 0, end = 0;
         if (!dk_table(e, (uint32_t)i, ok, b->subs + e->sub0, &slot, &end)) fail_chunk(&b->status[e->chunk], DK_STREAM);
@@ -107,6 +129,7 @@ static void subs_run(const void *a) { /* format 2: each class's sub-stream table
 
 static void decode2_run(const void *a) { /* format 2: a sub-stream each */
     const dk_batch_t *b = a;
+    dev_batch(b);
     for (uint64_t i = b->sub0; i < (uint64_t)b->sub0 + b->nsubs; i++) {
         dk_sub_t *sb = &b->subs[i];
         const uint32_t cls = sb->cls;
@@ -126,14 +149,19 @@ static void decode2_run(const void *a) { /* format 2: a sub-stream each */
 }
 
 cudaError_t dk_decode_enqueue(const dk_batch_t *b, unsigned sms, cudaStream_t stream) {
-    (void)sms;
+    (void)sms; /* (as delta.cu's, line for line) */
     cudaError_t e = cudaSuccess;
-    if (b->nclasses && (e = fake_cuda_launch(stream, decode_run, b, sizeof *b, "dk_decode")) != cudaSuccess)
-        return cudaGetLastError();
-    if (b->nsubs && ((e = fake_cuda_launch(stream, subs_run, b, sizeof *b, "dk_subs")) != cudaSuccess ||
-                     (e = fake_cuda_launch(stream, decode2_run, b, sizeof *b, "dk_decode2")) != cudaSuccess))
-        return cudaGetLastError();
-    return cudaGetLastError();
+    if (b->nclasses) {
+        fake_cuda_launch(stream, decode_run, b, sizeof *b, "dk_decode");
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    if (b->nsubs) {
+        fake_cuda_launch(stream, subs_run, b, sizeof *b, "dk_subs");
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        fake_cuda_launch(stream, decode2_run, b, sizeof *b, "dk_decode2");
+        e = cudaGetLastError();
+    }
+    return e;
 }
 
 /* ---- write ------------------------------------------------------------------------------ */
@@ -166,7 +194,7 @@ static void place_one(const dk_batch_t *b, uint32_t c, uint32_t kind) {
     }
     if (!go) return;
     b->applied[c] = 1;
-    uint8_t *reg = (uint8_t *)(uintptr_t)ch->region;
+    uint8_t *reg = dev(ch->region, (uint64_t)elems * w, "the region", c);
     const uint32_t shift = delta_bucket_shift(w);
     const dk_class_t *e[CLASSES_MAX];
     uint32_t lower[CLASSES_MAX], cend[CLASSES_MAX] = {0}, ci[CLASSES_MAX] = {0}, before[CLASSES_MAX] = {0};
@@ -184,6 +212,8 @@ static void place_one(const dk_batch_t *b, uint32_t c, uint32_t kind) {
                 placed_before[k] += ci[k];
                 seen[k] += before[k];
                 if (e[k]->nsub) {
+                    FAKE_REQUIRE((i >> S) < e[k]->nsub, "chunk %u, class %u: sub-block %u of %u", c, k, i >> S,
+                                 e[k]->nsub);
                     const dk_sub_t *sb = &b->subs[e[k]->sub0 + (i >> S)];
                     run0[k] = sb->slot, cend[k] = sb->count;
                 } else {
@@ -232,37 +262,42 @@ static void place_one(const dk_batch_t *b, uint32_t c, uint32_t kind) {
 
 static void place_run(const void *a) {
     const place_args_t *p = a;
+    dev_batch(&p->b);
+    dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the write pass's list", 0);
     for (uint32_t j = 0; j < p->n; j++) place_one(&p->b, p->list[j], p->kind);
 }
 
 static void raw_run(const void *a) {
     const place_args_t *p = a;
+    dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the raw list", 0);
     for (uint32_t j = 0; j < p->n; j++) {
         const uint32_t c = p->list[j];
         const dk_chunk_t *ch = &p->b.chunks[c];
         FAKE_REQUIRE(ch->mode == DK_RAW_CHUNK, "chunk %u (mode %u) in the raw list", c, ch->mode);
         if (p->b.status[c] != DK_OK) continue;
         const size_t bytes = (size_t)ch->elems * ch->width;
-        uint8_t *reg = (uint8_t *)(uintptr_t)ch->region;
+        uint8_t *reg = dev(ch->region, bytes, "the region", c);
         p->b.applied[c] = 1;
-        memcpy(p->b.save + ch->save, reg, bytes);
-        memcpy(reg, (const void *)(uintptr_t)ch->payload, bytes);
+        memcpy(dev((uint64_t)(uintptr_t)(p->b.save + ch->save), bytes, "the saved contents", c), reg, bytes);
+        memcpy(reg, dev(ch->payload, bytes, "the raw payload", c), bytes);
     }
 }
 
 cudaError_t dk_write_enqueue(const dk_batch_t *b, const uint32_t *sparse, const uint32_t nsparse[DK_PLACE_KINDS],
                              const uint32_t *raw, uint32_t nraw, cudaStream_t stream) {
+    cudaError_t e = cudaSuccess; /* (as delta.cu's, line for line) */
     for (uint32_t k = 0, from = 0; k < DK_PLACE_KINDS; from += nsparse[k++])
         if (nsparse[k]) {
             const place_args_t p = {*b, sparse + from, nsparse[k], k};
-            if (fake_cuda_launch(stream, place_run, &p, sizeof p, "dk_place") != cudaSuccess)
-                return cudaGetLastError(); /* (delta.cu's launchers stop at a failed launch) */
+            fake_cuda_launch(stream, place_run, &p, sizeof p, "dk_place");
+            if ((e = cudaGetLastError()) != cudaSuccess) return e;
         }
     if (nraw) {
         const place_args_t p = {*b, raw, nraw, 0};
         fake_cuda_launch(stream, raw_run, &p, sizeof p, "dk_raw");
+        e = cudaGetLastError();
     }
-    return cudaGetLastError();
+    return e;
 }
 
 /* ---- undo -------------------------------------------------------------------------------- */
@@ -277,12 +312,14 @@ static void undo_one(uint8_t *reg, uint32_t w, uint32_t at, int64_t d, uint32_t 
 static void undo_run(const void *a) {
     const place_args_t *p = a;
     const dk_batch_t *b = &p->b;
+    dev_batch(b);
+    dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the undo list", 0);
     for (uint32_t j = 0; j < p->n; j++) {
         const uint32_t c = p->list[j];
         const dk_chunk_t *ch = &b->chunks[c];
-        uint8_t *reg = (uint8_t *)(uintptr_t)ch->region;
         const uint32_t w = ch->width;
         const size_t bytes = (size_t)ch->elems * w;
+        uint8_t *reg = dev(ch->region, bytes, "the region", c);
         if (b->applied[c]) {
             if (ch->mode == DK_SPARSE_CHUNK && !ch->sub_log2) {
                 for (uint64_t i = ch->change0; i < ch->change0 + ch->changed; i++)
@@ -299,7 +336,7 @@ static void undo_run(const void *a) {
                     }
                 }
             } else if (ch->mode == DK_RAW_CHUNK) {
-                memcpy(reg, b->save + ch->save, bytes);
+                memcpy(reg, dev((uint64_t)(uintptr_t)(b->save + ch->save), bytes, "the saved contents", c), bytes);
             }
         }
         b->hashes[c] = XXH3_64bits(reg, bytes);

@@ -13,6 +13,7 @@
 
 #define ARGS_MAX 256
 #define STREAMS_MAX 64
+#define DEPTH_MAX 64 /* waits a lazy run follows back before it calls it a deadlock */
 
 enum op_kind { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT };
 
@@ -26,7 +27,7 @@ typedef struct op {
     int value;
     struct CUevent_st *ev;
     uint64_t gen; /* record: its generation; wait: the one it waits for */
-    _Alignas(16) unsigned char args[ARGS_MAX];
+    void *args;   /* a kernel's, copied at launch (malloc'd: read as the kernel's own struct) */
 } op_t;
 
 struct CUstream_st {
@@ -54,7 +55,8 @@ static size_t g_nallocs, g_capallocs;
 static cudaError_t g_last = cudaSuccess;
 static uint64_t g_rng = 1;
 static unsigned g_mode = 2;
-static long g_alloc_count, g_fail_alloc = -1, g_op_count, g_fail_op = -1;
+static long g_alloc_count, g_fail_alloc = -1, g_op_count, g_fail_op = -1, g_timing_count, g_fail_timing = -1;
+static long g_injected;
 static bool g_fail_sticky;
 static double g_clock_ms;
 static int g_device;
@@ -98,8 +100,10 @@ static cudaError_t alloc(void **p, size_t n, char kind) {
     if (!p) return fail(cudaErrorInvalidValue);
     *p = NULL;
     const long nth = g_alloc_count++;
-    if (g_fail_alloc >= 0 && (nth == g_fail_alloc || (g_fail_sticky && nth > g_fail_alloc)))
+    if (g_fail_alloc >= 0 && (nth == g_fail_alloc || (g_fail_sticky && nth > g_fail_alloc))) {
+        g_injected++;
         return fail(cudaErrorMemoryAllocation);
+    }
     if (!n) return cudaSuccess;
     void *m = NULL;
     if (posix_memalign(&m, 256, n)) return fail(cudaErrorMemoryAllocation); /* 256-aligned as cudaMalloc's */
@@ -162,6 +166,7 @@ static void exec(struct CUstream_st *s) {
     switch (o->kind) {
     case OP_KERNEL:
         o->fn(o->args);
+        free(o->args);
         g_clock_ms += 0.01;
         break;
     case OP_COPY: memmove(o->dst, o->src, o->n), g_clock_ms += 0.001; break;
@@ -196,15 +201,49 @@ static void deadlock(const char *what) {
                     "that is never recorded)", fake_cuda_pending());
 }
 
+/* Lazily (mode 0): only what is waited for runs, and what that waits for.
+   The first n operations of s, each wait first satisfied by running the
+   stream that holds the record it waits for, up to that record. */
+static void satisfy(const struct CUevent_st *e, uint64_t gen, unsigned depth);
+static void run_through(struct CUstream_st *s, size_t n, unsigned depth) {
+    for (size_t k = 0; k < n; k++) {
+        const op_t *o = &s->q[s->head];
+        if (o->kind == OP_WAIT && o->ev->done < o->gen) satisfy(o->ev, o->gen, depth + 1);
+        exec(s);
+    }
+}
+static void satisfy(const struct CUevent_st *e, uint64_t gen, unsigned depth) {
+    if (depth > DEPTH_MAX) deadlock("satisfy");
+    for (size_t i = 0; i < g_nstreams; i++) {
+        struct CUstream_st *t = g_streams[i];
+        for (size_t j = t->head; j < t->len; j++)
+            if (t->q[j].kind == OP_RECORD && t->q[j].ev == e && t->q[j].gen >= gen) {
+                run_through(t, j - t->head + 1, depth);
+                return;
+            }
+    }
+    deadlock("satisfy");
+}
+
+static void run_stream(struct CUstream_st *s) {
+    if (g_mode == 0) run_through(s, s->len - s->head, 0);
+    while (s->head != s->len)
+        if (!step()) deadlock("run_stream");
+}
+
 static void run_all(void) {
+    for (size_t i = 0; g_mode == 0 && i < g_nstreams; i++) run_stream(g_streams[i]);
     while (step()) {
     }
     if (fake_cuda_pending()) deadlock("run_all");
 }
 
-static void run_stream(struct CUstream_st *s) {
-    while (s->head != s->len)
-        if (!step()) deadlock("run_stream");
+/* An injected failure of the nth operation (enqueued or a synchronisation). */
+static bool injected_op(void) {
+    const long nth = g_op_count++;
+    if (g_fail_op < 0 || nth != g_fail_op) return false;
+    g_injected++;
+    return true;
 }
 
 /* After an enqueue: per the mode, nothing, everything runnable, or a few. */
@@ -219,10 +258,12 @@ static void maybe_run(void) {
 }
 
 /* Enqueues o on s, or fails it as injected. */
-static cudaError_t push(cudaStream_t sh, const op_t *o, cudaError_t injected) {
+static cudaError_t push(cudaStream_t sh, op_t *o, cudaError_t injected) {
     struct CUstream_st *s = stream_of(sh);
-    const long nth = g_op_count++;
-    if (g_fail_op >= 0 && nth == g_fail_op) return fail(injected);
+    if (injected_op()) {
+        free(o->args);
+        return fail(injected);
+    }
     if (s->len == s->cap) {
         size_t c = s->cap ? 2 * s->cap : 32;
         op_t *q = realloc(s->q, c * sizeof *q);
@@ -236,9 +277,10 @@ static cudaError_t push(cudaStream_t sh, const op_t *o, cudaError_t injected) {
 
 cudaError_t fake_cuda_launch(cudaStream_t s, fake_kernel_fn fn, const void *args, size_t size, const char *name) {
     FAKE_REQUIRE(size <= ARGS_MAX, "%s: %zu bytes of arguments", name, size);
-    op_t o = {.kind = OP_KERNEL, .fn = fn, .name = name};
+    op_t o = {.kind = OP_KERNEL, .fn = fn, .name = name, .args = malloc(size ? size : 1)};
+    FAKE_REQUIRE(o.args, "out of host memory");
     memcpy(o.args, args, size);
-    return push(s, &o, cudaErrorLaunchFailure);
+    return push(s, &o, cudaErrorLaunchOutOfResources); /* a launch's own failure: not sticky */
 }
 
 static void check_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
@@ -312,14 +354,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
+/* A synchronisation that fails (injected) still waits for the work: the
+   error is the work's, reported when it is waited for. */
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     run_stream(stream_of(s));
-    return cudaSuccess;
+    return injected_op() ? fail(cudaErrorLaunchOutOfResources) : cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
     run_all();
-    return cudaSuccess;
+    return injected_op() ? fail(cudaErrorLaunchOutOfResources) : cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
@@ -351,12 +395,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (g_mode == 0 && e->done < e->recorded) satisfy(e, e->recorded, 0);
     while (e->done < e->recorded)
         if (!step()) deadlock("cudaEventSynchronize");
-    return cudaSuccess;
+    return injected_op() ? fail(cudaErrorLaunchOutOfResources) : cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    const long nth = g_timing_count++;
+    if (g_fail_timing >= 0 && nth == g_fail_timing) {
+        g_injected++;
+        return fail(cudaErrorNotReady);
+    }
     if ((a->flags | b->flags) & cudaEventDisableTiming || !a->recorded || !b->recorded)
         return fail(cudaErrorInvalidResourceHandle);
     if (a->done < a->recorded || b->done < b->recorded) return fail(cudaErrorNotReady);
@@ -430,7 +480,7 @@ void fake_cuda_reset(uint64_t seed) {
     run_all();
     g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
     g_mode = (unsigned)(seed % 3);
-    g_fail_alloc = g_fail_op = -1;
+    g_fail_alloc = g_fail_op = g_fail_timing = -1;
     g_fail_sticky = false;
     g_last = cudaSuccess;
 }
@@ -440,5 +490,8 @@ void fake_cuda_fail_alloc(long nth, bool sticky) {
     g_fail_sticky = sticky;
 }
 void fake_cuda_fail_op(long nth) { g_fail_op = nth < 0 ? -1 : g_op_count + nth; }
+void fake_cuda_fail_timing(long nth) { g_fail_timing = nth < 0 ? -1 : g_timing_count + nth; }
 long fake_cuda_allocs(void) { return g_alloc_count; }
 long fake_cuda_ops(void) { return g_op_count; }
+long fake_cuda_timings(void) { return g_timing_count; }
+long fake_cuda_injected(void) { return g_injected; }

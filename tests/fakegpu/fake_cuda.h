@@ -7,9 +7,10 @@
  *
  * What the model holds the host code to, beyond what a GPU would check:
  *  - Work is deferred. Each stream is a queue; an operation runs when the
- *    model chooses, in a random order that keeps each stream's order and
- *    its event waits (seeded: fake_cuda_reset), and at the latest when
- *    something waits for it. Copies read their source and kernels their
+ *    model chooses, in an order that keeps each stream's order and its
+ *    event waits (fake_cuda_reset picks: lazily, only what is waited for
+ *    and what that waits for; eagerly, as enqueued; or a seeded random
+ *    mix), and at the latest when something waits for it. Copies read their source and kernels their
  *    tables when they run, not when enqueued, so a missing event wait, or
  *    host memory changed while a copy or pull of it is queued, gives wrong
  *    results here as it can on a GPU.
@@ -18,13 +19,19 @@
  *    with 0xA5 bytes (device memory comes uninitialized); copies and sets
  *    are checked to lie inside an allocation of the right kind; a kernel's
  *    pull (dk_pull) must read pinned memory.
- *  - Failures on demand: the nth allocation, or the nth enqueued operation
- *    (copy, set, event record or wait, launch), fails as CUDA reports it:
- *    returned and left as the last error, which cudaGetLastError clears.
+ *  - Failures on demand: the nth allocation, the nth operation (copy, set,
+ *    event record or wait, launch, or synchronisation) or the nth timing
+ *    read fails as CUDA reports it: returned and left as the last error,
+ *    which cudaGetLastError clears.
  *  - cudaFree and cudaFreeHost wait for all work (as CUDA's do).
  * Not modelled: several devices (one, ordinal 0), the legacy default
  * stream's implicit synchronisation (stream 0 is a stream of its own; the
- * code under test uses non-blocking streams), sticky errors. */
+ * code under test uses non-blocking streams), sticky errors (an injected
+ * failure of a synchronisation is not sticky here, as a failed launch's
+ * is not on a GPU), a wait captured before an event is recorded again on
+ * another stream (it is released by the later record's completion too),
+ * and the kernels' GPU-only code: the CPU passes compile delta_dev.h's
+ * host branches, and repeat delta.cu's launchers rather than run them. */
 #ifndef FERRY_TESTS_FAKE_CUDA_H
 #define FERRY_TESTS_FAKE_CUDA_H
 
@@ -164,7 +171,8 @@ typedef void (*fake_kernel_fn)(const void *args);
 
 /* Enqueues fn on s with a copy of args (size bytes, at most 256), as a
  * launch passes its parameters by value; cudaSuccess, or the injected
- * failure (left as the last error, nothing enqueued). name: for messages. */
+ * failure (cudaErrorLaunchOutOfResources, left as the last error, nothing
+ * enqueued). name: for messages. */
 cudaError_t fake_cuda_launch(cudaStream_t s, fake_kernel_fn fn, const void *args, size_t size, const char *name);
 
 /* Clears every injection and the last error, and seeds the order in which
@@ -178,13 +186,21 @@ void fake_cuda_reset(uint64_t seed);
  * sticky. -1: none. */
 void fake_cuda_fail_alloc(long nth, bool sticky);
 
-/* The nth enqueued operation from now fails (cudaErrorLaunchFailure for a
- * launch, cudaErrorInvalidValue otherwise), counting from 0. -1: none. */
+/* The nth operation from now fails, counting from 0: an enqueue (a launch
+ * with cudaErrorLaunchOutOfResources, others cudaErrorInvalidValue), or a
+ * synchronisation (cudaErrorLaunchOutOfResources, once its work has run).
+ * -1: none. */
 void fake_cuda_fail_op(long nth);
 
-/* Allocations and enqueued operations so far (to pick the nth above). */
+/* The nth cudaEventElapsedTime from now fails with cudaErrorNotReady. */
+void fake_cuda_fail_timing(long nth);
+
+/* Allocations, operations and timing reads so far (to pick the nth above),
+ * and the injected failures that have happened. */
 long fake_cuda_allocs(void);
 long fake_cuda_ops(void);
+long fake_cuda_timings(void);
+long fake_cuda_injected(void);
 
 /* Operations enqueued and not yet run, on every stream. */
 size_t fake_cuda_pending(void);

@@ -18,10 +18,34 @@
  *    the object applies the same batch correctly right after. */
 #include "fake_cuda.h"
 
+#include <stdio.h>
+
+/* Every apply of the GPU test's cases: nothing left queued when it
+   returns, nothing left as the last CUDA error. */
+#undef ferry_delta_cuda_apply
+#define ferry_delta_cuda_apply checked_apply
+#include "codec/delta_cuda.h" /* declares checked_apply */
+
 int gpu_test_main(int argc, char **argv); /* the GPU test's main */
 #define main gpu_test_main
+#define setvbuf(f, b, m, n) ((void)0) /* set once, by this main, before any output */
 #include "../gpu/test_delta_cuda.c"
+#undef setvbuf
 #undef main
+#undef ferry_delta_cuda_apply
+
+ferry_status_t fake_ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n,
+                                          cudaStream_t stream, ferry_errbuf_t *err);
+ferry_status_t checked_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n, cudaStream_t stream,
+                             ferry_errbuf_t *err) {
+    const ferry_status_t st = fake_ferry_delta_cuda_apply(d, items, n, stream, err);
+    if (fake_cuda_pending() || cudaPeekAtLastError() != cudaSuccess) {
+        fprintf(stderr, "an apply returned %s with %zu operations queued and the CUDA error %s behind\n",
+                ferry_status_name(st), fake_cuda_pending(), cudaGetErrorName(cudaPeekAtLastError()));
+        exit(1);
+    }
+    return st;
+}
 
 enum { N = 5 };
 
@@ -72,10 +96,14 @@ static void inj_check(tcase_t **t, ferry_delta_cuda_item_t *items, uint8_t **pre
     }
 }
 
-/* The batch applied on a fresh object with allocation nth failing (op
-   false) or enqueued operation nth failing (op true); -1: none. Returns
-   what the call returned; *count: the allocations or operations it made. */
-static ferry_status_t inj_run(uint64_t seed, bool op, long nth, long *count) {
+enum inj_kind { INJ_ALLOC, INJ_OP, INJ_TIMING };
+static const char *const inj_names[] = {"allocation", "operation", "timing read"};
+
+/* The batch applied on a fresh object with the nth allocation, operation
+   or timing read failing (-1: none; allocations once, or from there on
+   when sticky). Returns what the call returned; *count: the allocations,
+   operations or timing reads it made. */
+static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, long nth, long *count) {
     ferry_errbuf_t err = {{0}};
     tcase_t *t[N];
     ferry_delta_cuda_item_t items[N];
@@ -83,44 +111,56 @@ static ferry_status_t inj_run(uint64_t seed, bool op, long nth, long *count) {
     g_format = 2;
     inj_batch(t, items, pre);
     ferry_delta_cuda_t *fresh = NULL;
-    CHECK_OK(ferry_delta_cuda_create(0, &fresh, &err), err.text);
-    ferry_delta_cuda_set_group_min(fresh, 1);
+    CHECK_OK(fake_ferry_delta_cuda_create(0, &fresh, &err), err.text);
+    fake_ferry_delta_cuda_set_group_min(fresh, 1);
     fake_cuda_reset(seed);
-    const long a0 = fake_cuda_allocs(), o0 = fake_cuda_ops();
-    if (op) fake_cuda_fail_op(nth);
-    else fake_cuda_fail_alloc(nth, seed % 2 == 1); /* once, or from there on */
-    const ferry_status_t st = ferry_delta_cuda_apply(fresh, items, N, g_stream, &err);
-    *count = op ? fake_cuda_ops() - o0 : fake_cuda_allocs() - a0;
-    inj_check(t, items, pre, st, op ? "operation" : "allocation", nth);
-    if (nth < 0) CHECK(st == FERRY_ERR_MISMATCH);
-    else CHECK(st == FERRY_ERR_MISMATCH || st == (op ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY));
+    const long before = kind == INJ_ALLOC ? fake_cuda_allocs() : kind == INJ_OP ? fake_cuda_ops() : fake_cuda_timings();
+    const long fired = fake_cuda_injected();
+    if (kind == INJ_ALLOC) fake_cuda_fail_alloc(nth, sticky);
+    else if (kind == INJ_OP) fake_cuda_fail_op(nth);
+    else fake_cuda_fail_timing(nth);
+    const ferry_status_t st = fake_ferry_delta_cuda_apply(fresh, items, N, g_stream, &err);
+    *count = (kind == INJ_ALLOC ? fake_cuda_allocs() : kind == INJ_OP ? fake_cuda_ops() : fake_cuda_timings()) - before;
+    const long got = fake_cuda_injected() - fired; /* the failure asked for happened, in the call */
+    CHECK(nth < 0 ? got == 0 : sticky && kind == INJ_ALLOC ? got >= 1 : got == 1);
+    /* nothing the call did is left for the caller's next launch to report */
+    if (cudaPeekAtLastError() != cudaSuccess) {
+        fprintf(stderr, "%s %ld: the call returned %s and left the CUDA error %s behind\n", inj_names[kind], nth,
+                ferry_status_name(st), cudaGetErrorName(cudaPeekAtLastError()));
+        exit(1);
+    }
+    inj_check(t, items, pre, st, inj_names[kind], nth);
+    if (nth < 0 || kind == INJ_TIMING) CHECK(st == FERRY_ERR_MISMATCH); /* a timing that fails is no failure */
+    else CHECK(st == FERRY_ERR_MISMATCH || st == (kind == INJ_OP ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY));
     /* the same object, the same batch, no failure: as a call without them */
     fake_cuda_reset(seed);
     inj_restore(t, pre);
     for (int i = 0; i < N; i++) items[i] = item_of(t[i]), items[i].base_version = i == 2 ? 6 : t[i]->version;
-    CHECK(ferry_delta_cuda_apply(fresh, items, N, g_stream, &err) == FERRY_ERR_MISMATCH);
-    inj_check(t, items, pre, FERRY_ERR_MISMATCH, op ? "after operation" : "after allocation", nth);
-    ferry_delta_cuda_destroy(fresh);
+    CHECK(fake_ferry_delta_cuda_apply(fresh, items, N, g_stream, &err) == FERRY_ERR_MISMATCH);
+    inj_check(t, items, pre, FERRY_ERR_MISMATCH, "after", nth);
+    fake_ferry_delta_cuda_destroy(fresh);
     for (int i = 0; i < N; i++) tcase_free(t[i]);
     return st;
 }
 
-static void test_injected(uint64_t seed) {
-    long allocs = 0, ops = 0, n;
-    inj_run(seed, false, -1, &allocs);
-    inj_run(seed, true, -1, &ops);
-    CHECK(allocs > 0 && ops > 0);
+static void test_injected(uint64_t seed, bool sticky) {
+    long allocs = 0, ops = 0, timings = 0, n;
+    inj_run(seed, INJ_ALLOC, sticky, -1, &allocs);
+    inj_run(seed, INJ_OP, sticky, -1, &ops);
+    inj_run(seed, INJ_TIMING, sticky, -1, &timings);
     unsigned fell_back = 0, io = 0, nomem = 0;
     for (long i = 0; i < allocs; i++) {
-        ferry_status_t st = inj_run(seed, false, i, &n);
+        ferry_status_t st = inj_run(seed, INJ_ALLOC, sticky, i, &n);
         fell_back += st != FERRY_ERR_NO_MEMORY, nomem += st == FERRY_ERR_NO_MEMORY;
     }
-    for (long i = 0; i < ops; i++) io += inj_run(seed, true, i, &n) == FERRY_ERR_IO;
-    CHECK(io == (unsigned)ops && nomem > 0);
-    printf("order %llu: each of %ld allocations failed in turn (%s): %u calls NO_MEMORY with their regions as "
-           "they were, %u went on; each of %ld operations failed in turn: IO, nothing left queued, the object "
-           "sound after\n",
-           (unsigned long long)seed % 3, allocs, seed % 2 ? "and every one after" : "once", nomem, fell_back, ops);
+    for (long i = 0; i < ops; i++) io += inj_run(seed, INJ_OP, sticky, i, &n) == FERRY_ERR_IO;
+    for (long i = 0; i < timings; i++) inj_run(seed, INJ_TIMING, sticky, i, &n);
+    CHECK(io == (unsigned)ops && nomem > 0 && timings > 0);
+    printf("queued work run %s: each of %ld allocations failed in turn (%s): %u calls NO_MEMORY with their regions "
+           "as they were, %u went on; each of %ld operations failed in turn: IO; each of %ld timing reads: no "
+           "failure; nothing left queued or as the last error, the object sound after\n",
+           seed % 3 == 0 ? "lazily" : seed % 3 == 1 ? "eagerly" : "at random", allocs,
+           sticky ? "and every one after" : "once", nomem, fell_back, ops, timings);
 }
 
 int main(int argc, char **argv) {
@@ -136,7 +176,7 @@ int main(int argc, char **argv) {
     CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);
     CHECK(ferry_delta_codec_create(g_ctx, &g_codec) == FERRY_OK);
     CUDA_OK(cudaStreamCreate(&g_stream));
-    for (uint64_t seed = 3; seed < 6; seed++) test_injected(seed);
+    for (uint64_t seed = 3; seed < 9; seed++) test_injected(seed, seed >= 6); /* each order, once and sticky */
     cudaStreamDestroy(g_stream);
     ferry_delta_codec_destroy(g_codec);
     ferry_ctx_destroy(g_ctx);
