@@ -1,9 +1,10 @@
 /* A model of the CUDA runtime on the CPU, for the host code of the GPU
- * delta apply (codec/delta_cuda.c) to run in CI, where no GPU is: included
- * first by every file of the fakegpu tests, it renames the CUDA calls that
- * code makes (and the launchers of delta.cu, and ferry_cuda_init) to the
- * model's, which fake_cuda.c defines. The kernels are dk_cpu.c's, plain C
- * that does what delta.cu's passes do, table for table.
+ * delta apply and encoder (codec/delta_cuda.c, codec/delta_cuda_enc.c) to
+ * run in CI, where no GPU is: included first by every file of the fakegpu
+ * tests, it renames the CUDA calls that code makes (and the launchers of
+ * delta.cu and delta_enc.cu, and ferry_cuda_init) to the model's, which
+ * fake_cuda.c defines. The kernels are dk_cpu.c's and ek_cpu.c's, plain C
+ * that does what the passes do, table for table.
  *
  * What the model holds the host code to, beyond what a GPU would check:
  *  - Work is deferred. Each stream is a queue; an operation runs when the
@@ -101,9 +102,9 @@
 #define cudaStreamSynchronize fake_cudaStreamSynchronize
 #undef cudaStreamWaitEvent
 #define cudaStreamWaitEvent fake_cudaStreamWaitEvent
-/* delta.cu's launchers (dk_cpu.c), the library's CUDA start-up and error
-   text, and the object under test, renamed so that none can meet the
-   library's own in the link */
+/* delta.cu's and delta_enc.cu's launchers (dk_cpu.c, ek_cpu.c), the
+   library's CUDA start-up and error text, and the objects under test,
+   renamed so that none can meet the library's own in the link */
 #undef dk_init
 #define dk_init fake_dk_init
 #undef dk_pre_enqueue
@@ -132,6 +133,28 @@
 #define ferry_delta_cuda_last_times fake_ferry_delta_cuda_last_times
 #undef ferry_delta_cuda_device_bytes
 #define ferry_delta_cuda_device_bytes fake_ferry_delta_cuda_device_bytes
+#undef ek_scan_enqueue
+#define ek_scan_enqueue fake_ek_scan_enqueue
+#undef ek_classes_enqueue
+#define ek_classes_enqueue fake_ek_classes_enqueue
+#undef ek_plan_enqueue
+#define ek_plan_enqueue fake_ek_plan_enqueue
+#undef ek_write_enqueue
+#define ek_write_enqueue fake_ek_write_enqueue
+#undef ferry_delta_cuda_enc_create
+#define ferry_delta_cuda_enc_create fake_ferry_delta_cuda_enc_create
+#undef ferry_delta_cuda_enc_destroy
+#define ferry_delta_cuda_enc_destroy fake_ferry_delta_cuda_enc_destroy
+#undef ferry_delta_cuda_encode
+#define ferry_delta_cuda_encode fake_ferry_delta_cuda_encode
+#undef ferry_delta_cuda_enc_copy
+#define ferry_delta_cuda_enc_copy fake_ferry_delta_cuda_enc_copy
+#undef ferry_delta_cuda_enc_last_times
+#define ferry_delta_cuda_enc_last_times fake_ferry_delta_cuda_enc_last_times
+#undef ferry_delta_cuda_enc_set_slice_max
+#define ferry_delta_cuda_enc_set_slice_max fake_ferry_delta_cuda_enc_set_slice_max
+#undef ferry_delta_cuda_enc_device_bytes
+#define ferry_delta_cuda_enc_device_bytes fake_ferry_delta_cuda_enc_device_bytes
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
