@@ -31,6 +31,7 @@ int gpu_test_main(int argc, char **argv); /* the GPU test's main */
 #define main gpu_test_main
 #define setvbuf(f, b, m, n) ((void)0) /* set once, by this main, before any output */
 #include "../gpu/test_delta_cuda_enc.c"
+#include "fake_test.h"
 #undef setvbuf
 #undef main
 #undef ferry_delta_cuda_encode
@@ -38,26 +39,16 @@ int gpu_test_main(int argc, char **argv); /* the GPU test's main */
 ferry_status_t fake_ferry_delta_cuda_encode(ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_item_t *items, size_t n,
                                             cudaStream_t stream, ferry_errbuf_t *err);
 
-static void check_quiet(const char *what, ferry_status_t st) {
-    if (fake_cuda_pending() || cudaPeekAtLastError() != cudaSuccess) {
-        fprintf(stderr, "%s returned %s with %zu operations queued and the CUDA error %s behind\n", what,
-                ferry_status_name(st), fake_cuda_pending(), cudaGetErrorName(cudaPeekAtLastError()));
-        exit(1);
-    }
-}
-
 ferry_status_t checked_encode(ferry_delta_cuda_enc_t *e, ferry_delta_cuda_enc_item_t *items, size_t n,
                               cudaStream_t stream, ferry_errbuf_t *err) {
     const ferry_status_t st = fake_ferry_delta_cuda_encode(e, items, n, stream, err);
-    check_quiet("an encode", st);
+    fake_check_quiet("an encode", -1, st);
     return st;
 }
 
 /* ---- failures injected ----------------------------------------------------------- */
 
 enum { N = 5 };
-enum inj_kind { INJ_ALLOC, INJ_OP, INJ_TIMING };
-static const char *const inj_names[] = {"allocation", "operation", "timing read"};
 
 static void inj_batch(tcase_t **t) {
     t[0] = tcase_new("bf16 random 3%", FERRY_DTYPE_BF16, 40000, 4096, 0);
@@ -92,7 +83,7 @@ static void inj_frames_right(tcase_t **t, const ferry_delta_cuda_enc_item_t *ite
    timing reads it made. */
 static tcase_t *g_inj[N]; /* made once (the encoder only reads the regions) */
 
-static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, long nth, long *count) {
+static ferry_status_t inj_run(uint64_t seed, enum fake_inj kind, bool sticky, long nth, long *count) {
     ferry_errbuf_t err = {{0}};
     tcase_t **t = g_inj;
     ferry_delta_cuda_enc_item_t items[N];
@@ -101,23 +92,19 @@ static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, lo
     fake_ferry_delta_cuda_enc_set_slice_max(enc, 1500, 16);
     for (int i = 0; i < N; i++) items[i] = item_of(t[i]), memset(t[i]->gpu, 0, t[i]->cap);
     fake_cuda_reset(seed);
-    const long before = kind == INJ_ALLOC ? fake_cuda_allocs() : kind == INJ_OP ? fake_cuda_ops() : fake_cuda_timings();
-    const long fired = fake_cuda_injected();
-    if (kind == INJ_ALLOC) fake_cuda_fail_alloc(nth, sticky);
-    else if (kind == INJ_OP) fake_cuda_fail_op(nth);
-    else fake_cuda_fail_timing(nth);
+    const long before = fake_inj_count(kind), fired = fake_cuda_injected();
+    fake_inj_arm(kind, sticky, nth);
     const ferry_status_t st = fake_ferry_delta_cuda_encode(enc, items, N, g_stream, &err);
-    *count = (kind == INJ_ALLOC ? fake_cuda_allocs() : kind == INJ_OP ? fake_cuda_ops() : fake_cuda_timings()) - before;
-    const long got = fake_cuda_injected() - fired; /* the failure asked for happened, in the call */
-    CHECK(nth < 0 ? got == 0 : sticky && kind == INJ_ALLOC ? got >= 1 : got == 1);
-    check_quiet(inj_names[kind], st);
-    if (nth < 0 || kind == INJ_TIMING || st == FERRY_OK) {
+    *count = fake_inj_count(kind) - before;
+    fake_inj_fired(fired, kind, sticky, nth);
+    fake_check_quiet(fake_inj_names[kind], nth, st);
+    if (nth < 0 || kind == FAKE_INJ_TIMING || st == FERRY_OK) {
         CHECK(st == FERRY_OK);
-        inj_frames_right(t, items, inj_names[kind], nth);
+        inj_frames_right(t, items, fake_inj_names[kind], nth);
     } else {
-        const ferry_status_t want = kind == INJ_OP ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY;
+        const ferry_status_t want = kind == FAKE_INJ_OP ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY;
         if (st != want) {
-            fprintf(stderr, "%s %ld failed: the call returned %s (%s), not %s\n", inj_names[kind], nth,
+            fprintf(stderr, "%s %ld failed: the call returned %s (%s), not %s\n", fake_inj_names[kind], nth,
                     ferry_status_name(st), err.text, ferry_status_name(want));
             exit(1);
         }
@@ -127,7 +114,7 @@ static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, lo
     fake_cuda_reset(seed);
     for (int i = 0; i < N; i++) items[i] = item_of(t[i]), memset(t[i]->gpu, 0, t[i]->cap);
     CHECK_OK(fake_ferry_delta_cuda_encode(enc, items, N, g_stream, &err), err.text);
-    check_quiet("after", FERRY_OK);
+    fake_check_quiet("after", nth, FERRY_OK);
     inj_frames_right(t, items, "after", nth);
     fake_ferry_delta_cuda_enc_destroy(enc);
     return st;
@@ -135,33 +122,25 @@ static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, lo
 
 static void test_injected(uint64_t seed, bool sticky) {
     long allocs = 0, ops = 0, timings = 0, n;
-    inj_run(seed, INJ_ALLOC, sticky, -1, &allocs);
-    inj_run(seed, INJ_OP, sticky, -1, &ops);
-    inj_run(seed, INJ_TIMING, sticky, -1, &timings);
+    inj_run(seed, FAKE_INJ_ALLOC, sticky, -1, &allocs);
+    inj_run(seed, FAKE_INJ_OP, sticky, -1, &ops);
+    inj_run(seed, FAKE_INJ_TIMING, sticky, -1, &timings);
     unsigned nomem = 0, io = 0;
-    for (long i = 0; i < allocs; i++) nomem += inj_run(seed, INJ_ALLOC, sticky, i, &n) == FERRY_ERR_NO_MEMORY;
-    for (long i = 0; i < ops; i++) io += inj_run(seed, INJ_OP, sticky, i, &n) == FERRY_ERR_IO;
-    for (long i = 0; i < timings; i++) inj_run(seed, INJ_TIMING, sticky, i, &n);
+    for (long i = 0; i < allocs; i++) nomem += inj_run(seed, FAKE_INJ_ALLOC, sticky, i, &n) == FERRY_ERR_NO_MEMORY;
+    for (long i = 0; i < ops; i++) io += inj_run(seed, FAKE_INJ_OP, sticky, i, &n) == FERRY_ERR_IO;
+    for (long i = 0; i < timings; i++) inj_run(seed, FAKE_INJ_TIMING, sticky, i, &n);
     CHECK(allocs > 0 && nomem == (unsigned)allocs && io == (unsigned)ops && timings > 0);
     printf("queued work run %s: each of %ld allocations failed in turn (%s): NO_MEMORY; each of %ld operations: "
            "IO; each of %ld timing reads: no failure, the frames right; nothing left queued or as the last error, "
            "the object's frames right after\n",
-           seed % 3 == 0 ? "lazily" : seed % 3 == 1 ? "eagerly" : "at random", allocs,
+           fake_order(seed), allocs,
            sticky ? "and every one after" : "once", ops, timings);
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const bool only_injected = argc > 1 && !strcmp(argv[1], "--injected"); /* part 2 alone */
-    for (uint64_t seed = 0; seed < 3 && !only_injected; seed++) { /* lazily, eagerly, at random */
-#ifdef __SANITIZE_ADDRESS__
-        if (seed == 1) continue; /* (CI's time: eagerly is nearly how a GPU runs it; the release build runs it) */
-#endif
-        fake_cuda_reset(seed);
-        printf("-- tests/gpu/test_delta_cuda_enc.c, queued work run %s --\n",
-               seed == 0 ? "only when waited for" : seed == 1 ? "as enqueued" : "in a random order");
-        if (gpu_test_main(1, argv) != 0) return 1; /* argv[0] alone: the test, not the benchmark */
-    }
+    if (!only_injected && fake_gpu_cases(gpu_test_main, argv, "tests/gpu/test_delta_cuda_enc.c")) return 1;
     char detail[256];
     CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);
     CHECK(ferry_delta_codec_create(g_ctx, &g_codec) == FERRY_OK);

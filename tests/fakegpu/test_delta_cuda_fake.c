@@ -30,6 +30,7 @@ int gpu_test_main(int argc, char **argv); /* the GPU test's main */
 #define main gpu_test_main
 #define setvbuf(f, b, m, n) ((void)0) /* set once, by this main, before any output */
 #include "../gpu/test_delta_cuda.c"
+#include "fake_test.h"
 #undef setvbuf
 #undef main
 #undef ferry_delta_cuda_apply
@@ -39,11 +40,7 @@ ferry_status_t fake_ferry_delta_cuda_apply(ferry_delta_cuda_t *d, ferry_delta_cu
 ferry_status_t checked_apply(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items, size_t n, cudaStream_t stream,
                              ferry_errbuf_t *err) {
     const ferry_status_t st = fake_ferry_delta_cuda_apply(d, items, n, stream, err);
-    if (fake_cuda_pending() || cudaPeekAtLastError() != cudaSuccess) {
-        fprintf(stderr, "an apply returned %s with %zu operations queued and the CUDA error %s behind\n",
-                ferry_status_name(st), fake_cuda_pending(), cudaGetErrorName(cudaPeekAtLastError()));
-        exit(1);
-    }
+    fake_check_quiet("an apply", -1, st);
     return st;
 }
 
@@ -78,10 +75,7 @@ static const ferry_status_t want_clean[N] = {FERRY_ERR_MISMATCH, FERRY_OK, FERRY
 /* The outcome of a call with failures injected (st: what it returned). */
 static void inj_check(tcase_t **t, ferry_delta_cuda_item_t *items, uint8_t **pre, ferry_status_t st,
                       const char *what, long nth) {
-    if (fake_cuda_pending()) {
-        fprintf(stderr, "%s %ld: %zu operations still queued after the call returned\n", what, nth, fake_cuda_pending());
-        exit(1);
-    }
+    fake_check_quiet(what, nth, st);
     for (int i = 0; i < N; i++) {
         const ferry_status_t s = items[i].status;
         bool ok;
@@ -96,14 +90,11 @@ static void inj_check(tcase_t **t, ferry_delta_cuda_item_t *items, uint8_t **pre
     }
 }
 
-enum inj_kind { INJ_ALLOC, INJ_OP, INJ_TIMING };
-static const char *const inj_names[] = {"allocation", "operation", "timing read"};
-
 /* The batch applied on a fresh object with the nth allocation, operation
    or timing read failing (-1: none; allocations once, or from there on
    when sticky). Returns what the call returned; *count: the allocations,
    operations or timing reads it made. */
-static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, long nth, long *count) {
+static ferry_status_t inj_run(uint64_t seed, enum fake_inj kind, bool sticky, long nth, long *count) {
     ferry_errbuf_t err = {{0}};
     tcase_t *t[N];
     ferry_delta_cuda_item_t items[N];
@@ -114,24 +105,14 @@ static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, lo
     CHECK_OK(fake_ferry_delta_cuda_create(0, &fresh, &err), err.text);
     fake_ferry_delta_cuda_set_group_min(fresh, 1);
     fake_cuda_reset(seed);
-    const long before = kind == INJ_ALLOC ? fake_cuda_allocs() : kind == INJ_OP ? fake_cuda_ops() : fake_cuda_timings();
-    const long fired = fake_cuda_injected();
-    if (kind == INJ_ALLOC) fake_cuda_fail_alloc(nth, sticky);
-    else if (kind == INJ_OP) fake_cuda_fail_op(nth);
-    else fake_cuda_fail_timing(nth);
+    const long before = fake_inj_count(kind), fired = fake_cuda_injected();
+    fake_inj_arm(kind, sticky, nth);
     const ferry_status_t st = fake_ferry_delta_cuda_apply(fresh, items, N, g_stream, &err);
-    *count = (kind == INJ_ALLOC ? fake_cuda_allocs() : kind == INJ_OP ? fake_cuda_ops() : fake_cuda_timings()) - before;
-    const long got = fake_cuda_injected() - fired; /* the failure asked for happened, in the call */
-    CHECK(nth < 0 ? got == 0 : sticky && kind == INJ_ALLOC ? got >= 1 : got == 1);
-    /* nothing the call did is left for the caller's next launch to report */
-    if (cudaPeekAtLastError() != cudaSuccess) {
-        fprintf(stderr, "%s %ld: the call returned %s and left the CUDA error %s behind\n", inj_names[kind], nth,
-                ferry_status_name(st), cudaGetErrorName(cudaPeekAtLastError()));
-        exit(1);
-    }
-    inj_check(t, items, pre, st, inj_names[kind], nth);
-    if (nth < 0 || kind == INJ_TIMING) CHECK(st == FERRY_ERR_MISMATCH); /* a timing that fails is no failure */
-    else CHECK(st == FERRY_ERR_MISMATCH || st == (kind == INJ_OP ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY));
+    *count = fake_inj_count(kind) - before;
+    fake_inj_fired(fired, kind, sticky, nth);
+    inj_check(t, items, pre, st, fake_inj_names[kind], nth);
+    if (nth < 0 || kind == FAKE_INJ_TIMING) CHECK(st == FERRY_ERR_MISMATCH); /* a timing that fails is no failure */
+    else CHECK(st == FERRY_ERR_MISMATCH || st == (kind == FAKE_INJ_OP ? FERRY_ERR_IO : FERRY_ERR_NO_MEMORY));
     /* the same object, the same batch, no failure: as a call without them */
     fake_cuda_reset(seed);
     inj_restore(t, pre);
@@ -145,36 +126,28 @@ static ferry_status_t inj_run(uint64_t seed, enum inj_kind kind, bool sticky, lo
 
 static void test_injected(uint64_t seed, bool sticky) {
     long allocs = 0, ops = 0, timings = 0, n;
-    inj_run(seed, INJ_ALLOC, sticky, -1, &allocs);
-    inj_run(seed, INJ_OP, sticky, -1, &ops);
-    inj_run(seed, INJ_TIMING, sticky, -1, &timings);
+    inj_run(seed, FAKE_INJ_ALLOC, sticky, -1, &allocs);
+    inj_run(seed, FAKE_INJ_OP, sticky, -1, &ops);
+    inj_run(seed, FAKE_INJ_TIMING, sticky, -1, &timings);
     unsigned fell_back = 0, io = 0, nomem = 0;
     for (long i = 0; i < allocs; i++) {
-        ferry_status_t st = inj_run(seed, INJ_ALLOC, sticky, i, &n);
+        ferry_status_t st = inj_run(seed, FAKE_INJ_ALLOC, sticky, i, &n);
         fell_back += st != FERRY_ERR_NO_MEMORY, nomem += st == FERRY_ERR_NO_MEMORY;
     }
-    for (long i = 0; i < ops; i++) io += inj_run(seed, INJ_OP, sticky, i, &n) == FERRY_ERR_IO;
-    for (long i = 0; i < timings; i++) inj_run(seed, INJ_TIMING, sticky, i, &n);
+    for (long i = 0; i < ops; i++) io += inj_run(seed, FAKE_INJ_OP, sticky, i, &n) == FERRY_ERR_IO;
+    for (long i = 0; i < timings; i++) inj_run(seed, FAKE_INJ_TIMING, sticky, i, &n);
     CHECK(io == (unsigned)ops && nomem > 0 && timings > 0);
     printf("queued work run %s: each of %ld allocations failed in turn (%s): %u calls NO_MEMORY with their regions "
            "as they were, %u went on; each of %ld operations failed in turn: IO; each of %ld timing reads: no "
            "failure; nothing left queued or as the last error, the object sound after\n",
-           seed % 3 == 0 ? "lazily" : seed % 3 == 1 ? "eagerly" : "at random", allocs,
+           fake_order(seed), allocs,
            sticky ? "and every one after" : "once", nomem, fell_back, ops, timings);
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const bool only_injected = argc > 1 && !strcmp(argv[1], "--injected"); /* part 2 alone */
-    for (uint64_t seed = 0; seed < 3 && !only_injected; seed++) { /* lazily, eagerly, at random */
-#ifdef __SANITIZE_ADDRESS__
-        if (seed == 1) continue; /* (CI's time: eagerly is nearly how a GPU runs it; the release build runs it) */
-#endif
-        fake_cuda_reset(seed);
-        printf("-- tests/gpu/test_delta_cuda.c, queued work run %s --\n",
-               seed == 0 ? "only when waited for" : seed == 1 ? "as enqueued" : "in a random order");
-        if (gpu_test_main(1, argv) != 0) return 1; /* argv[0] alone: the test, not the benchmark */
-    }
+    if (!only_injected && fake_gpu_cases(gpu_test_main, argv, "tests/gpu/test_delta_cuda.c")) return 1;
     char detail[256];
     CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);
     CHECK(ferry_delta_codec_create(g_ctx, &g_codec) == FERRY_OK);
