@@ -96,11 +96,13 @@ uint32_t delta_width(ferry_dtype_t dtype);
 ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, bool verify, delta_chunk_t *out,
                                  ferry_errbuf_t *err);
 
-/* ferry_delta_peek, calling each(ctx, h) with every chunk record it has
- * checked, in order, so that a caller that needs the records' headers too
- * (the GPU apply's sizes) walks the frame once. On failure each may have
- * been called for the chunks before the bad one. */
-typedef void (*delta_each_fn)(void *ctx, const delta_chunk_t *h);
+/* ferry_delta_peek, calling each(ctx, i, rec, len, h) with every chunk
+ * record it has checked, in order (chunk i, its len bytes at rec, its
+ * header h, where info's header fields are already set), so that a caller
+ * that needs the records too (the GPU apply's sizes and tables) walks the
+ * frame once. On failure each may have been called for the chunks before
+ * the bad one. */
+typedef void (*delta_each_fn)(void *ctx, uint32_t i, const uint8_t *rec, size_t len, const delta_chunk_t *h);
 ferry_status_t delta_peek_each(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info,
                                delta_each_fn each, void *ctx);
 

@@ -321,7 +321,7 @@ static ferry_status_t inspect(ferry_delta_codec_t *c, const void *delta, size_t 
             }
         }
         if (h.mode == CHUNK_SPARSE) info->chunks_sparse++;
-        if (each) each(ctx, &h);
+        if (each) each(ctx, i, d + off, rl, &h);
         off += rl;
     }
     if (fold_end(&fb) != info->base_sum || fold_end(&fn) != info->next_sum)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/cuda.h"
 #include "common/internal.h"
@@ -60,6 +61,19 @@ static long g_injected;
 static bool g_fail_sticky;
 static double g_clock_ms;
 static int g_device;
+static double g_mark_s = -1, g_mark_sync_s = -1; /* fake_cuda_mark */
+static bool g_skip_kernels;
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The first wait for work since fake_cuda_mark: timed. */
+static void waited(void) {
+    if (g_mark_s >= 0 && g_mark_sync_s < 0) g_mark_sync_s = mono_s() - g_mark_s;
+}
 
 void fake_cuda_abort(const char *file, int line, const char *cond, const char *fmt, ...) {
     fprintf(stderr, "%s:%d: fake CUDA: %s: ", file, line, cond);
@@ -165,7 +179,7 @@ static void exec(struct CUstream_st *s) {
     op_t *o = &s->q[s->head];
     switch (o->kind) {
     case OP_KERNEL:
-        o->fn(o->args);
+        if (!g_skip_kernels) o->fn(o->args);
         free(o->args);
         g_clock_ms += 0.01;
         break;
@@ -226,12 +240,14 @@ static void satisfy(const struct CUevent_st *e, uint64_t gen, unsigned depth) {
 }
 
 static void run_stream(struct CUstream_st *s) {
+    waited();
     if (g_mode == 0) run_through(s, s->len - s->head, 0);
     while (s->head != s->len)
         if (!step()) deadlock("run_stream");
 }
 
 static void run_all(void) {
+    waited();
     for (size_t i = 0; g_mode == 0 && i < g_nstreams; i++) run_stream(g_streams[i]);
     while (step()) {
     }
@@ -395,6 +411,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    waited();
     if (g_mode == 0 && e->done < e->recorded) satisfy(e, e->recorded, 0);
     while (e->done < e->recorded)
         if (!step()) deadlock("cudaEventSynchronize");
@@ -495,3 +512,7 @@ long fake_cuda_allocs(void) { return g_alloc_count; }
 long fake_cuda_ops(void) { return g_op_count; }
 long fake_cuda_timings(void) { return g_timing_count; }
 long fake_cuda_injected(void) { return g_injected; }
+
+void fake_cuda_mark(void) { g_mark_s = mono_s(), g_mark_sync_s = -1; }
+double fake_cuda_mark_to_wait_s(void) { return g_mark_sync_s; }
+void fake_cuda_skip_kernels(bool skip) { g_skip_kernels = skip; }

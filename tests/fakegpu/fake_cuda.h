@@ -228,6 +228,19 @@ long fake_cuda_injected(void);
 /* Operations enqueued and not yet run, on every stream. */
 size_t fake_cuda_pending(void);
 
+/* The host's own time: fake_cuda_mark starts a clock that the first wait
+ * for queued work after it (a synchronisation, or a free) stops;
+ * fake_cuda_mark_to_wait_s gives its seconds (-1: no wait yet). In the
+ * lazy order nothing runs before that wait, so this is the time the code
+ * under test spends on the CPU before it first needs the GPU. */
+void fake_cuda_mark(void);
+double fake_cuda_mark_to_wait_s(void);
+
+/* Kernels enqueued from now are taken off their queues without running
+ * (skip true): for timing the host's own work many times over, whatever
+ * the results. */
+void fake_cuda_skip_kernels(bool skip);
+
 /* Bytes allocated and not freed (device and pinned host). */
 size_t fake_cuda_live_bytes(void);
 

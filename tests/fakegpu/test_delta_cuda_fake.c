@@ -144,8 +144,76 @@ static void test_injected(uint64_t seed, bool sticky) {
            sticky ? "and every one after" : "once", nomem, fell_back, ops, timings);
 }
 
+/* ---- the host's own time ------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --host-bench: the CPU time ferry_delta_cuda_apply takes before it first
+   waits for the GPU (checks, tables, enqueues: what decides how soon each
+   group's passes can start on a GPU), per chunk record, on a warm object:
+   4 bf16 regions of 2^24 elements, synthetic Adam at lr 1e-6, format 2,
+   chunks of 2^16 (1024 records), in the model's lazy order (nothing runs
+   before that wait), the kernels skipped after a first call that runs
+   them (the calls' results then do not count). Median of 201 and the
+   quartiles. Not a GPU figure: this machine's CPU, for comparing builds
+   of delta_cuda.c. */
+static int host_bench(void) {
+    enum { R = 4, REPS = 201 };
+    const uint64_t n = 1u << 24;
+    tcase_t *t[R];
+    ferry_delta_cuda_item_t items[R];
+    g_format = 2;
+    size_t records = 0;
+    for (int i = 0; i < R; i++) {
+        t[i] = tcase_new("bench", FERRY_DTYPE_BF16, n);
+        make_synth(t[i], 1e-6, 3, 40 + (uint64_t)i);
+        tcase_encode(t[i], 1u << 16, 0, 0);
+        items[i] = item_of(t[i]);
+        records += get_u32(t[i]->delta + 20);
+    }
+    ferry_errbuf_t err = {{0}};
+    double host[REPS], first[REPS];
+    for (int r = -1; r < REPS; r++) { /* the first call grows the object's tables, and applies */
+        fake_cuda_reset(0);
+        fake_cuda_mark();
+        const ferry_status_t st = fake_ferry_delta_cuda_apply(g_gpu, items, R, g_stream, &err);
+        if (r < 0) CHECK_OK(st, err.text);
+        fake_cuda_skip_kernels(true);
+        ferry_delta_cuda_times_t tm;
+        fake_ferry_delta_cuda_last_times(g_gpu, &tm);
+        if (r >= 0) host[r] = fake_cuda_mark_to_wait_s(), first[r] = tm.host_s;
+    }
+    qsort(host, REPS, sizeof host[0], cmp_double);
+    qsort(first, REPS, sizeof first[0], cmp_double);
+    fake_cuda_skip_kernels(false);
+    printf("host time before the first wait: %.3f ms (quartiles %.3f-%.3f) for %zu records: %.3f us a record; the "
+           "first group's checks and tables (times.host_s): %.3f ms (%.3f-%.3f)\n",
+           1e3 * host[REPS / 2], 1e3 * host[REPS / 4], 1e3 * host[3 * REPS / 4], records,
+           1e6 * host[REPS / 2] / (double)records, 1e3 * first[REPS / 2], 1e3 * first[REPS / 4],
+           1e3 * first[3 * REPS / 4]);
+    for (int i = 0; i < R; i++) tcase_free(t[i]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && !strcmp(argv[1], "--host-bench")) {
+        char detail[256];
+        ferry_errbuf_t err = {{0}};
+        CHECK(ferry_ctx_create(NULL, &g_ctx, detail, sizeof detail) == FERRY_OK);
+        CHECK(ferry_delta_codec_create(g_ctx, &g_codec) == FERRY_OK);
+        CHECK_OK(fake_ferry_delta_cuda_create(0, &g_gpu, &err), err.text);
+        CUDA_OK(cudaStreamCreate(&g_stream));
+        const int rc = host_bench();
+        fake_ferry_delta_cuda_destroy(g_gpu);
+        cudaStreamDestroy(g_stream);
+        ferry_delta_codec_destroy(g_codec);
+        ferry_ctx_destroy(g_ctx);
+        return rc;
+    }
     const bool only_injected = argc > 1 && !strcmp(argv[1], "--injected"); /* part 2 alone */
     if (!only_injected && fake_gpu_cases(gpu_test_main, argv, "tests/gpu/test_delta_cuda.c")) return 1;
     char detail[256];

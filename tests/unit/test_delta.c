@@ -377,8 +377,9 @@ typedef struct seen {
     uint32_t n, sparse, raw;
     uint64_t changed;
 } seen_t;
-static void note_chunk(void *arg, const delta_chunk_t *h) {
+static void note_chunk(void *arg, uint32_t i, const uint8_t *rec, size_t len, const delta_chunk_t *h) {
     seen_t *z = arg;
+    CHECK(i == z->n && rec[0] == h->mode && len >= CHUNK_HEADER && h->payload > rec && h->payload <= rec + len);
     z->n++;
     z->sparse += h->mode == CHUNK_SPARSE;
     z->raw += h->mode == CHUNK_RAW;
