@@ -100,8 +100,8 @@ ferry_status_t delta_chunk_parse(const void *rec, size_t len, uint32_t width, bo
  * record it has checked, in order (chunk i, its len bytes at rec, its
  * header h, where info's header fields are already set), so that a caller
  * that needs the records too (the GPU apply's sizes and tables) walks the
- * frame once. On failure each may have been called for the chunks before
- * the bad one. */
+ * frame once. On failure each may have been called for any of them, every
+ * one included (the region sums are checked after the last record). */
 typedef void (*delta_each_fn)(void *ctx, uint32_t i, const uint8_t *rec, size_t len, const delta_chunk_t *h);
 ferry_status_t delta_peek_each(ferry_delta_codec_t *c, const void *delta, size_t len, ferry_delta_info_t *info,
                                delta_each_fn each, void *ctx);

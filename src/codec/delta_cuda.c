@@ -326,8 +326,8 @@ typedef struct fill {
     size_t nc, ncls, nch, nsub, nsave, nsparse, nraw;
 } fill_t;
 
-/* Chunk c of item i (record rec, len bytes, header h; its frame f on the
-   host, at `dev` on the device once copied) into the host tables at *at. */
+/* Chunk c of item i (record rec, len bytes inside it->delta, header h;
+   the frame at `dev` on the device once copied) into the host tables at *at. */
 static void fill_chunk(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, size_t i, uint64_t dev,
                        uint32_t chunk_elems, uint32_t c, const uint8_t *rec, size_t len, const delta_chunk_t *h,
                        fill_t *at) {
@@ -400,13 +400,14 @@ static ferry_status_t fill_item(ferry_delta_cuda_t *d, const ferry_delta_cuda_it
     return FERRY_OK;
 }
 
-/* One record's share of the sizes (count_chunk's; class_slots). */
+/* One record's share of the sizes (class_slots; need's 3 slots per sparse
+   chunk are slack: class_slots keeps every class's slots a multiple of 4). */
 static sizes_t chunk_sizes(const delta_chunk_t *h) {
     sizes_t z = {.chunks = 1};
     if (h->mode == CHUNK_RAW) z.save = (size_t)h->elems * h->width;
     if (h->mode != CHUNK_SPARSE) return z;
     z.classes = h->classes;
-    z.slots = 3; /* its first slot rounded up to 4 (class_slots) */
+    z.slots = 3; /* (slack, above) */
     for (uint32_t k = 0; k < h->classes; k++) {
         z.slots += class_slots(h, &h->cls[k]);
         z.subs += class_subs(h, &h->cls[k]);
@@ -451,8 +452,10 @@ static void walk_chunk(void *ctx, uint32_t c, const uint8_t *rec, size_t len, co
 
 /* An item's own checks: its frame peeks well and is for this region; *z
    gets its sizes when it is good. Its records go into the tables at *at
-   as they are checked while they have room (at NULL: none); *full says
-   whether one found none. On failure *at is as it was. */
+   as they are checked while they have room (at NULL: none); when a record
+   of a good item found none, *full is set (the item's entries before it
+   stay: the caller walks the group again). On failure *at is as it was
+   and *full unchanged. */
 static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, size_t i,
                                  const uint8_t *frame, ferry_delta_info_t *info, sizes_t *z, fill_t *at, bool *full,
                                  char *why, size_t why_len) {
@@ -463,7 +466,7 @@ static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_i
     const fill_t before = at ? *at : (fill_t){0};
     walk_t k = {.d = d, .it = it, .info = info, .i = i, .dev = (uint64_t)(uintptr_t)frame, .at = at};
     ferry_status_t st = delta_peek_each(d->codec, it->delta, it->len, info, walk_chunk, &k);
-    uint32_t w = delta_width(info->dtype);
+    const uint32_t w = st == FERRY_OK ? delta_width(info->dtype) : 0;
     if (st != FERRY_OK) {
         snprintf(why, why_len, "%s", ferry_delta_codec_detail(d->codec));
     } else if (info->dtype != it->dtype) {
@@ -704,7 +707,7 @@ static ferry_status_t part(ferry_delta_cuda_t *d, ferry_delta_cuda_item_t *items
             G = g;
             break;
         }
-        if (!filled) { /* a second walk, now that the tables have room */
+        if (!filled) { /* a second walk: group 0 grew the tables (for a later group, no room means a cut) */
             at = at0;
             for (size_t i = gfirst[g], o = foff; i < gfirst[g + 1]; o += bytes[i++]) {
                 ferry_delta_cuda_item_t *it = &its[i];

@@ -5,7 +5,8 @@
  * addresses that are not 16-aligned, all in one batch. Then what must be
  * refused, each beside regions that apply in the same batch: a damaged
  * record, a damaged stream resealed with a good checksum, a wrong base
- * (sparse, raw and unchanged chunks), another version, dtype or size;
+ * (sparse, raw and unchanged chunks), another version, dtype or size, a
+ * record header damaged after good ones;
  * every refused region is left byte for byte as it was. A batch that
  * outgrows the object's tables mid-way is applied in parts.
  *
@@ -374,6 +375,11 @@ static void spoil_size(tcase_t *t, ferry_delta_cuda_item_t *it) {
     (void)t;
     it->elems--;
 }
+static void spoil_later_header(tcase_t *t, ferry_delta_cuda_item_t *it) { /* chunk 4's mode: refused mid-walk */
+    (void)it;
+    size_t len;
+    record_of(t->delta, 4, &len)[0] ^= 0xFF;
+}
 static void spoil_header(tcase_t *t, ferry_delta_cuda_item_t *it) {
     (void)it;
     t->delta[30] ^= 1; /* the base version, under the header checksum */
@@ -686,6 +692,9 @@ int main(int argc, char **argv) {
             test_refusal("another dtype", spoil_dtype, FERRY_ERR_MISMATCH, "F16");
             test_refusal("another size", spoil_size, FERRY_ERR_MISMATCH, "elements");
             test_refusal("damaged frame header", spoil_header, FERRY_ERR_CORRUPT, "");
+            /* its first records already in the tables (the check's walk fills them): taken back */
+            test_refusal("damaged record header after four good ones", spoil_later_header, FERRY_ERR_CORRUPT,
+                         "chunk 4");
             test_big_undo();
         }
         test_parts();

@@ -376,10 +376,16 @@ static void test_peek_reads_headers(void) {
 typedef struct seen {
     uint32_t n, sparse, raw;
     uint64_t changed;
+    const uint8_t *d;  /* the frame */
+    const uint8_t *at; /* where the next record must be */
 } seen_t;
 static void note_chunk(void *arg, uint32_t i, const uint8_t *rec, size_t len, const delta_chunk_t *h) {
     seen_t *z = arg;
-    CHECK(i == z->n && rec[0] == h->mode && len >= CHUNK_HEADER && h->payload > rec && h->payload <= rec + len);
+    if (!z->at) z->at = z->d + DELTA_FRAME_HEADER + 4 * (size_t)get_u32(z->d + 20); /* after the chunk table */
+    /* chunk i's record, as the chunk table places it */
+    CHECK(i == z->n && rec == z->at && len == get_u32(z->d + DELTA_FRAME_HEADER + 4 * (size_t)i) &&
+          rec[0] == h->mode && h->payload > rec && h->payload <= rec + len);
+    z->at += len;
     z->n++;
     z->sparse += h->mode == CHUNK_SPARSE;
     z->raw += h->mode == CHUNK_RAW;
@@ -398,8 +404,9 @@ static void test_peek_each(void) {
     CHECK(d);
     CHECK_OK(ferry_delta_encode(codec, &p, base, next, N, d, cap, &len), ferry_delta_codec_detail(codec));
     ferry_delta_info_t info, pk;
-    seen_t z = {0};
+    seen_t z = {.d = d};
     CHECK_OK(delta_peek_each(codec, d, len, &info, note_chunk, &z), ferry_delta_codec_detail(codec));
+    CHECK(z.at == d + len); /* every record, to the frame's end */
     CHECK_OK(ferry_delta_peek(codec, d, len, &pk), ferry_delta_codec_detail(codec));
     CHECK(z.n == info.chunks && z.n == 4 && z.sparse == info.chunks_sparse && z.raw == info.chunks_raw &&
           z.changed == info.changed && info.changed == pk.changed && z.sparse == 1 && z.raw == 1);
@@ -408,6 +415,7 @@ static void test_peek_each(void) {
     for (uint32_t c = 0; c < 2; c++) off += get_u32(d + DELTA_FRAME_HEADER + 4 * (size_t)c);
     d[off] ^= 0xFF; /* the mode byte */
     memset(&z, 0, sizeof z);
+    z.d = d;
     ferry_status_t st = delta_peek_each(codec, d, len, &info, note_chunk, &z);
     CHECK(st == FERRY_ERR_CORRUPT && ferry_delta_peek(codec, d, len, &pk) == st && z.n == 2);
     free(d);
