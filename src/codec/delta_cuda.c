@@ -326,6 +326,16 @@ typedef struct fill {
     size_t nc, ncls, nch, nsub, nsave, nsparse, nraw;
 } fill_t;
 
+/* The sizes that a group's tables need on top of `at`'s. */
+static sizes_t sizes_after(const fill_t *at, const sizes_t *g) {
+    return (sizes_t){.chunks = at->nc + g->chunks, .classes = at->ncls + g->classes, .subs = at->nsub + g->subs,
+                     .slots = at->nch + g->slots, .save = at->nsave + g->save};
+}
+
+static void sizes_add(sizes_t *a, const sizes_t *b) {
+    a->chunks += b->chunks, a->classes += b->classes, a->subs += b->subs, a->slots += b->slots, a->save += b->save;
+}
+
 /* Chunk c of item i (record rec, len bytes inside it->delta, header h;
    the frame at `dev` on the device once copied) into the host tables at *at. */
 static void fill_chunk(ferry_delta_cuda_t *d, const ferry_delta_cuda_item_t *it, size_t i, uint64_t dev,
@@ -435,15 +445,10 @@ typedef struct walk {
 static void walk_chunk(void *ctx, uint32_t c, const uint8_t *rec, size_t len, const delta_chunk_t *h) {
     walk_t *k = ctx;
     const sizes_t z = chunk_sizes(h);
-    k->mine.classes += z.classes, k->mine.subs += z.subs, k->mine.slots += z.slots, k->mine.save += z.save;
+    sizes_add(&k->mine, &z);
     if (!k->at || k->full) return;
-    const ferry_delta_cuda_t *d = k->d;
-    const fill_t *at = k->at;
-    /* room for it as fill_chunk places it (the slots from a multiple of 4) */
-    const size_t nc = at->nc + 1, ncls = at->ncls + z.classes, nsub = at->nsub + z.subs, nsave = at->nsave + z.save;
-    const size_t nch = ((at->nch + 3) & ~(size_t)3) + (z.slots ? z.slots - 3 : 0);
-    if (nc > d->cap_chunks || nc > d->hcap_chunks || nc > d->cap_chunk_item || ncls > d->cap_classes ||
-        ncls > d->hcap_classes || nsub > d->cap_subs || nch > d->cap_changes || nsave > d->cap_save) {
+    const sizes_t after = sizes_after(k->at, &z); /* as `need` counts it: then no room here means a cut */
+    if (!sizes_fit(k->d, &after)) {
         k->full = true;
         return;
     }
@@ -490,8 +495,7 @@ static ferry_status_t item_check(ferry_delta_cuda_t *d, const ferry_delta_cuda_i
         return st;
     }
     *full |= k.full;
-    z->chunks += info->chunks, z->classes += k.mine.classes, z->subs += k.mine.subs, z->slots += k.mine.slots;
-    z->save += k.mine.save;
+    sizes_add(z, &k.mine); /* (its chunks: info->chunks, one a record) */
     return FERRY_OK;
 }
 
@@ -588,12 +592,6 @@ static cudaError_t write_enqueue(ferry_delta_cuda_t *d, const dk_batch_t *b, siz
 static size_t scaled(size_t x, double k) {
     const double v = (double)x * k + 1;
     return v < (double)(SIZE_MAX / 1024) ? (size_t)v : SIZE_MAX / 1024;
-}
-
-/* The sizes that a group's tables need on top of `at`'s. */
-static sizes_t sizes_after(const fill_t *at, const sizes_t *g) {
-    return (sizes_t){.chunks = at->nc + g->chunks, .classes = at->ncls + g->classes, .subs = at->nsub + g->subs,
-                     .slots = at->nch + g->slots, .save = at->nsave + g->save};
 }
 
 /* A part of a batch: items [from, n), or [from, *to) where the tables

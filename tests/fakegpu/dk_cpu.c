@@ -23,20 +23,12 @@ static void fail_chunk(uint32_t *status, uint32_t code) { /* the first failure s
     if (*status == DK_OK) *status = code;
 }
 
-/* An address from the tables, n bytes from it: device memory, or the
-   process stops (a kernel given a host address would fault on a GPU). */
-static void *dev(uint64_t addr, uint64_t n, const char *what, uint64_t c) {
-    FAKE_REQUIRE(fake_cuda_kind((const void *)(uintptr_t)addr, n) == 'd',
-                 "%s of chunk or class %llu: %llu bytes at %#llx, not inside device memory", what,
-                 (unsigned long long)c, (unsigned long long)n, (unsigned long long)addr);
-    return (void *)(uintptr_t)addr;
-}
 
 /* The batch's arrays: device memory, or NULL. */
 static void dev_batch(const dk_batch_t *b) {
     const void *p[] = {b->chunks, b->classes, b->status, b->applied, b->rank, b->delta, b->hashes, b->subs, b->cls_sum};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) /* (NULL: none allocated yet, of no entries) */
-        if (p[i]) dev((uint64_t)(uintptr_t)p[i], 0, "a batch array", i);
+        if (p[i]) fake_cuda_dev((uint64_t)(uintptr_t)p[i], 0, "a batch array", i);
 }
 
 /* ---- pull -------------------------------------------------------------------------- */
@@ -74,15 +66,16 @@ static void pre_run(const void *a) {
     for (uint64_t c = b->chunk0; c < (uint64_t)b->chunk0 + b->nchunks; c++) {
         const dk_chunk_t *ch = &b->chunks[c];
         const uint64_t bytes = (uint64_t)ch->elems * ch->width;
-        const void *reg = dev(ch->region, bytes, "the region", c);
+        const void *reg = fake_cuda_dev(ch->region, bytes, "the region", c);
         uint32_t code = DK_OK;
-        if (XXH3_64bits_withSeed(dev(ch->rec, ch->rec_len, "the record", c), ch->rec_len, ch->rec_seed) != ch->rec_sum)
+        const void *rec = fake_cuda_dev(ch->rec, ch->rec_len, "the record", c);
+        if (XXH3_64bits_withSeed(rec, ch->rec_len, ch->rec_seed) != ch->rec_sum)
             code = DK_REC_SUM;
         else if (ch->mode == DK_UNCHANGED_CHUNK) {
             if (XXH3_64bits(reg, bytes) != ch->next_sum) code = DK_UNCHANGED;
         } else if (ch->mode == DK_RAW_CHUNK) {
             if (XXH3_64bits(reg, bytes) != ch->base_sum) code = DK_RAW_BASE;
-            else if (XXH3_64bits(dev(ch->payload, bytes, "the raw payload", c), bytes) != ch->next_sum)
+            else if (XXH3_64bits(fake_cuda_dev(ch->payload, bytes, "the raw payload", c), bytes) != ch->next_sum)
                 code = DK_RAW_DATA;
         }
         b->status[c] = code, b->applied[c] = 0;
@@ -103,7 +96,7 @@ static void decode_run(const void *a) { /* format 1: a class each */
     for (uint64_t i = b->class0; i < (uint64_t)b->class0 + b->nclasses; i++) {
         const dk_class_t *e = &b->classes[i];
         if (e->nsub || b->status[e->chunk] != DK_OK) continue;
-        dev(e->stream, e->len, "the class stream", i);
+        fake_cuda_dev(e->stream, e->len, "the class stream", i);
         FAKE_REQUIRE(e->change0 % 4 == 0 && (uintptr_t)(b->rank + e->change0) % 16 == 0 &&
                          (uintptr_t)(b->delta + e->change0) % 16 == 0,
                      "class %llu's slots at %llu: decode_class stores 16 bytes at a time", (unsigned long long)i,
@@ -118,7 +111,7 @@ static void subs_run(const void *a) { /* format 2: each class's sub-stream table
     for (uint64_t i = b->class0; i < (uint64_t)b->class0 + b->nclasses; i++) {
         const dk_class_t *e = &b->classes[i];
         if (!e->nsub) continue;
-        dev(e->stream, e->len, "the class stream", i);
+        fake_cuda_dev(e->stream, e->len, "the class stream", i);
         const bool ok = b->status[e->chunk] == DK_OK;
         uint64_t slot = 0, end = 0;
         if (!dk_table(e, (uint32_t)i, ok, b->subs + e->sub0, &slot, &end)) fail_chunk(&b->status[e->chunk], DK_STREAM);
@@ -194,7 +187,7 @@ static void place_one(const dk_batch_t *b, uint32_t c, uint32_t kind) {
     }
     if (!go) return;
     b->applied[c] = 1;
-    uint8_t *reg = dev(ch->region, (uint64_t)elems * w, "the region", c);
+    uint8_t *reg = fake_cuda_dev(ch->region, (uint64_t)elems * w, "the region", c);
     const uint32_t shift = delta_bucket_shift(w);
     const dk_class_t *e[CLASSES_MAX];
     uint32_t lower[CLASSES_MAX], cend[CLASSES_MAX] = {0}, ci[CLASSES_MAX] = {0}, before[CLASSES_MAX] = {0};
@@ -263,23 +256,23 @@ static void place_one(const dk_batch_t *b, uint32_t c, uint32_t kind) {
 static void place_run(const void *a) {
     const place_args_t *p = a;
     dev_batch(&p->b);
-    dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the write pass's list", 0);
+    fake_cuda_dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the write pass's list", 0);
     for (uint32_t j = 0; j < p->n; j++) place_one(&p->b, p->list[j], p->kind);
 }
 
 static void raw_run(const void *a) {
     const place_args_t *p = a;
-    dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the raw list", 0);
+    fake_cuda_dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the raw list", 0);
     for (uint32_t j = 0; j < p->n; j++) {
         const uint32_t c = p->list[j];
         const dk_chunk_t *ch = &p->b.chunks[c];
         FAKE_REQUIRE(ch->mode == DK_RAW_CHUNK, "chunk %u (mode %u) in the raw list", c, ch->mode);
         if (p->b.status[c] != DK_OK) continue;
         const size_t bytes = (size_t)ch->elems * ch->width;
-        uint8_t *reg = dev(ch->region, bytes, "the region", c);
+        uint8_t *reg = fake_cuda_dev(ch->region, bytes, "the region", c);
         p->b.applied[c] = 1;
-        memcpy(dev((uint64_t)(uintptr_t)(p->b.save + ch->save), bytes, "the saved contents", c), reg, bytes);
-        memcpy(reg, dev(ch->payload, bytes, "the raw payload", c), bytes);
+        memcpy(fake_cuda_dev((uint64_t)(uintptr_t)(p->b.save + ch->save), bytes, "the saved contents", c), reg, bytes);
+        memcpy(reg, fake_cuda_dev(ch->payload, bytes, "the raw payload", c), bytes);
     }
 }
 
@@ -313,13 +306,13 @@ static void undo_run(const void *a) {
     const place_args_t *p = a;
     const dk_batch_t *b = &p->b;
     dev_batch(b);
-    dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the undo list", 0);
+    fake_cuda_dev((uint64_t)(uintptr_t)p->list, 4ull * p->n, "the undo list", 0);
     for (uint32_t j = 0; j < p->n; j++) {
         const uint32_t c = p->list[j];
         const dk_chunk_t *ch = &b->chunks[c];
         const uint32_t w = ch->width;
         const size_t bytes = (size_t)ch->elems * w;
-        uint8_t *reg = dev(ch->region, bytes, "the region", c);
+        uint8_t *reg = fake_cuda_dev(ch->region, bytes, "the region", c);
         if (b->applied[c]) {
             if (ch->mode == DK_SPARSE_CHUNK && !ch->sub_log2) {
                 for (uint64_t i = ch->change0; i < ch->change0 + ch->changed; i++)
@@ -336,7 +329,8 @@ static void undo_run(const void *a) {
                     }
                 }
             } else if (ch->mode == DK_RAW_CHUNK) {
-                memcpy(reg, dev((uint64_t)(uintptr_t)(b->save + ch->save), bytes, "the saved contents", c), bytes);
+                const uint64_t saved = (uint64_t)(uintptr_t)(b->save + ch->save);
+                memcpy(reg, fake_cuda_dev(saved, bytes, "the saved contents", c), bytes);
             }
         }
         b->hashes[c] = XXH3_64bits(reg, bytes);

@@ -15,18 +15,11 @@
 #include "common/hash.h"
 #include "common/sum_xxh3.h"
 
-/* An address from the tables, n bytes from it: device memory. */
-static void *dev(uint64_t addr, uint64_t n, const char *what, uint64_t c) {
-    FAKE_REQUIRE(fake_cuda_kind((const void *)(uintptr_t)addr, n) == 'd',
-                 "%s of chunk %llu: %llu bytes at %#llx, not inside device memory", what, (unsigned long long)c,
-                 (unsigned long long)n, (unsigned long long)addr);
-    return (void *)(uintptr_t)addr;
-}
 
 static void dev_batch(const ek_batch_t *b) {
     const void *p[] = {b->chunks, b->hist, b->busy, b->blks, b->subs, b->list, b->runs, b->out, b->raw, b->sparse_blks};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) /* (NULL: none allocated yet, of no entries) */
-        if (p[i]) dev((uint64_t)(uintptr_t)p[i], 0, "a batch array", i);
+        if (p[i]) fake_cuda_dev((uint64_t)(uintptr_t)p[i], 0, "a batch array", i);
 }
 
 /* ek_scan's choice: base and next 16-aligned and longer than xxh3's short
@@ -43,8 +36,8 @@ static void scan_run(const void *a) {
     for (uint32_t x = 0; x < b->nchunks; x++) {
         ek_chunk_t *c = &b->chunks[x];
         const uint32_t w = c->width, elems = c->elems, stride = elems >= (1u << 16) ? 64 : 1;
-        const uint8_t *base = dev(c->base, (uint64_t)elems * w, "base", x);
-        const uint8_t *next = dev(c->next, (uint64_t)elems * w, "next", x);
+        const uint8_t *base = fake_cuda_dev(c->base, (uint64_t)elems * w, "base", x);
+        const uint8_t *next = fake_cuda_dev(c->next, (uint64_t)elems * w, "next", x);
         uint32_t *hist = b->hist + (uint64_t)x * 512, changed = 0;
         memset(hist, 0, 512 * sizeof *hist); /* every entry written, as the kernel's */
         for (uint32_t i = 0; i < elems; i++) {
@@ -66,8 +59,8 @@ static void hash_run(const void *a) {
         ek_chunk_t *c = &b->chunks[x];
         if (hashed_by_scan(c)) continue;
         const size_t n = (size_t)c->elems * c->width;
-        c->next_sum = XXH3_64bits(dev(c->next, n, "next", x), n);
-        if (c->changed && !c->given) c->base_sum = XXH3_64bits(dev(c->base, n, "base", x), n);
+        c->next_sum = XXH3_64bits(fake_cuda_dev(c->next, n, "next", x), n);
+        if (c->changed && !c->given) c->base_sum = XXH3_64bits(fake_cuda_dev(c->base, n, "base", x), n);
     }
 }
 
@@ -107,8 +100,8 @@ static void rank_run(const void *a) {
     for (uint32_t x = 0; x < b->nbusy; x++) {
         const ek_chunk_t *c = &b->chunks[b->busy[x]];
         const uint32_t w = c->width, elems = c->elems, S = c->sub_log2;
-        const uint8_t *base = dev(c->base, (uint64_t)elems * w, "base", b->busy[x]);
-        const uint8_t *next = dev(c->next, (uint64_t)elems * w, "next", b->busy[x]);
+        const uint8_t *base = fake_cuda_dev(c->base, (uint64_t)elems * w, "base", b->busy[x]);
+        const uint8_t *next = fake_cuda_dev(c->next, (uint64_t)elems * w, "next", b->busy[x]);
         FAKE_REQUIRE(S >= 12 && S <= 24 && c->nsub == ((elems + (1u << S) - 1) >> S), "chunk %u: sub_log2 %u, nsub %u",
                      b->busy[x], S, c->nsub);
         uint8_t class_of[256];
@@ -131,7 +124,8 @@ static void rank_run(const void *a) {
                 }
                 cnt[cl]++;
             }
-            for (uint32_t cl = 0; cl < EK_CLASSES; cl++) subs[cl].count = cnt[cl], subs[cl].m = sm[cl], subs[cl].nu = snu[cl];
+            for (uint32_t cl = 0; cl < EK_CLASSES; cl++)
+                subs[cl].count = cnt[cl], subs[cl].m = sm[cl], subs[cl].nu = snu[cl];
             k->first = first;
             k->m = m - first;
         }
@@ -185,7 +179,7 @@ static void write_run(const void *a) {
         const ek_subblk_t blk = b->blks[b->sparse_blks[x]];
         const ek_chunk_t *c = &b->chunks[blk.chunk];
         FAKE_REQUIRE(c->mode == EK_SPARSE, "sub-block %u of a chunk of mode %u in the sparse list", x, c->mode);
-        dev(c->rec, c->rec_len + 8, "the record", blk.chunk);
+        fake_cuda_dev(c->rec, c->rec_len + 8, "the record", blk.chunk);
         const uint64_t rec_at = c->rec - (uint64_t)(uintptr_t)b->out, at = c->list0 + blk.first;
         for (uint32_t k = 0; k < c->classes; k++) {
             const ek_sub_t *s = &b->subs[((uint64_t)c->sub0 + blk.b) * EK_CLASSES + k];
@@ -202,7 +196,7 @@ static void head_run(const void *a) {
     const ek_batch_t *b = a;
     for (uint32_t x = 0; x < b->nchunks; x++) {
         const ek_chunk_t *c = &b->chunks[b->chunk0 + x];
-        ek_head(c, dev(c->rec, EK_HEADER, "the record", b->chunk0 + x));
+        ek_head(c, fake_cuda_dev(c->rec, EK_HEADER, "the record", b->chunk0 + x));
     }
 }
 
@@ -212,8 +206,8 @@ static void raw_run(const void *a) {
         const ek_chunk_t *c = &b->chunks[b->raw[x]];
         FAKE_REQUIRE(c->mode == EK_RAW, "chunk %u of mode %u in the raw list", b->raw[x], c->mode);
         const size_t n = (size_t)c->elems * c->width;
-        memcpy((uint8_t *)dev(c->rec, EK_HEADER + n, "the record", b->raw[x]) + EK_HEADER,
-               dev(c->next, n, "next", b->raw[x]), n);
+        memcpy((uint8_t *)fake_cuda_dev(c->rec, EK_HEADER + n, "the record", b->raw[x]) + EK_HEADER,
+               fake_cuda_dev(c->next, n, "next", b->raw[x]), n);
     }
 }
 
@@ -221,7 +215,7 @@ static void seal_run(const void *a) {
     const ek_batch_t *b = a;
     for (uint32_t x = 0; x < b->nchunks; x++) {
         const ek_chunk_t *c = &b->chunks[b->chunk0 + x];
-        uint8_t *rec = dev(c->rec, c->rec_len, "the record", b->chunk0 + x);
+        uint8_t *rec = fake_cuda_dev(c->rec, c->rec_len, "the record", b->chunk0 + x);
         ek_put64(rec + 32, delta_record_sum(rec, c->rec_len));
     }
 }

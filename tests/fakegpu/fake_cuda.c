@@ -100,7 +100,8 @@ static cudaError_t fail(cudaError_t e) {
 static alloc_t *find(const void *p, size_t n) {
     const char *c = p;
     for (size_t i = 0; i < g_nallocs; i++)
-        if (c >= g_allocs[i].p && c <= g_allocs[i].p + g_allocs[i].n && n <= (size_t)(g_allocs[i].p + g_allocs[i].n - c))
+        if (c >= g_allocs[i].p && c <= g_allocs[i].p + g_allocs[i].n &&
+            n <= (size_t)(g_allocs[i].p + g_allocs[i].n - c))
             return &g_allocs[i];
     return NULL;
 }
@@ -146,6 +147,13 @@ static cudaError_t release(void *p, char kind) {
             return cudaSuccess;
         }
     return fail(cudaErrorInvalidValue);
+}
+
+void *fake_cuda_dev(uint64_t addr, uint64_t n, const char *what, uint64_t idx) {
+    FAKE_REQUIRE(fake_cuda_kind((const void *)(uintptr_t)addr, n) == 'd',
+                 "%s of entry %llu: %llu bytes at %#llx, not inside device memory", what, (unsigned long long)idx,
+                 (unsigned long long)n, (unsigned long long)addr);
+    return (void *)(uintptr_t)addr;
 }
 
 size_t fake_cuda_live_bytes(void) {

@@ -248,7 +248,13 @@ size_t fake_cuda_live_bytes(void);
  * allocation holding [p, p + n)), 0 neither (with n > 0). */
 char fake_cuda_kind(const void *p, size_t n);
 
-/* The kernels (dk_cpu.c) stop the process with a message where they would
+/* For the kernels (dk_cpu.c, ek_cpu.c): an address from their tables, n
+ * bytes from it, as a pointer; it must lie in device memory, or the
+ * process stops naming what (of table entry idx) it was: a kernel given a
+ * host address would fault on a GPU. */
+void *fake_cuda_dev(uint64_t addr, uint64_t n, const char *what, uint64_t idx);
+
+/* The kernels (dk_cpu.c, ek_cpu.c) stop the process with a message where they would
  * read or write past what their tables allow. */
 #define FAKE_REQUIRE(cond, ...)                                                  \
     do {                                                                         \

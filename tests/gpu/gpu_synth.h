@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "synth.h"
@@ -34,6 +35,50 @@ static inline void synth_par(delta_synth_t *s, uint16_t *out) {
     }
     for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
     if (!out) delta_synth_next(s);
+}
+
+/* bf16 snapshots of synthetic Adam masters (n elements, lr, seed) after
+ * `steps` steps (base) and one more (next), on one thread. Each result is
+ * kept to the end of the process and copied again when asked for again:
+ * the tests make the same cases for every format, and
+ * tests/fakegpu runs them once per order of its model's queues, where the
+ * steps on the CPU were most of the run's time. */
+static inline void synth_bf16_pair(uint64_t n, double lr, uint32_t steps, uint64_t seed, void *base, void *next) {
+    typedef struct {
+        uint64_t n, seed;
+        double lr;
+        uint32_t steps;
+        uint16_t *base, *next;
+    } kept_t;
+    static kept_t kept[8];
+    enum { KEPT = sizeof kept / sizeof kept[0] };
+    size_t i = 0;
+    for (; i < KEPT && kept[i].base; i++)
+        if (kept[i].n == n && kept[i].seed == seed && kept[i].lr == lr && kept[i].steps == steps) {
+            memcpy(base, kept[i].base, n * 2);
+            memcpy(next, kept[i].next, n * 2);
+            return;
+        }
+    float *a = malloc(4 * n * sizeof(float));
+    CHECK(a);
+    delta_synth_t s;
+    delta_synth_init(&s, n, false, lr, seed, a, a + n, a + 2 * n, a + 3 * n);
+    for (uint32_t k = 0; k < steps; k++) {
+        delta_synth_step_range(&s, 0, n);
+        delta_synth_next(&s);
+    }
+    delta_synth_bf16(&s, base, 0, n);
+    delta_synth_step_range(&s, 0, n);
+    delta_synth_next(&s);
+    delta_synth_bf16(&s, next, 0, n);
+    free(a);
+    if (i < KEPT) {
+        kept_t k = {n, seed, lr, steps, malloc(n * 2), malloc(n * 2)};
+        CHECK(k.base && k.next);
+        memcpy(k.base, base, n * 2);
+        memcpy(k.next, next, n * 2);
+        kept[i] = k;
+    }
 }
 
 /* The median of v[0..n), which it sorts. */

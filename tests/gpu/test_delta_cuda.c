@@ -94,46 +94,8 @@ static void make_random(tcase_t *t, double p, uint64_t seed) {
 }
 
 /* bf16 of synthetic Adam masters at steps `step` and step + 1. */
-/* make_synth's results so far: each case is made again for every format
-   (and, in test_delta_cuda_fake, every order of the model's queues), and
-   the Adam steps on the CPU were most of the run's time there. */
-typedef struct synth_memo {
-    uint64_t n, seed;
-    double lr;
-    uint32_t step;
-    uint8_t *base, *next;
-} synth_memo_t;
-static synth_memo_t g_memo[8];
-
 static void make_synth(tcase_t *t, double lr, uint32_t step, uint64_t seed) {
-    for (size_t i = 0; i < sizeof g_memo / sizeof g_memo[0] && g_memo[i].base; i++)
-        if (g_memo[i].n == t->n && g_memo[i].seed == seed && g_memo[i].lr == lr && g_memo[i].step == step) {
-            memcpy(t->base, g_memo[i].base, t->n * 2);
-            memcpy(t->next, g_memo[i].next, t->n * 2);
-            return;
-        }
-    float *a = malloc(4 * t->n * sizeof(float));
-    CHECK(a);
-    delta_synth_t s;
-    delta_synth_init(&s, t->n, false, lr, seed, a, a + t->n, a + 2 * t->n, a + 3 * t->n);
-    for (uint32_t i = 0; i < step; i++) {
-        delta_synth_step_range(&s, 0, t->n);
-        delta_synth_next(&s);
-    }
-    delta_synth_bf16(&s, (uint16_t *)t->base, 0, t->n);
-    delta_synth_step_range(&s, 0, t->n);
-    delta_synth_next(&s);
-    delta_synth_bf16(&s, (uint16_t *)t->next, 0, t->n);
-    free(a);
-    for (size_t i = 0; i < sizeof g_memo / sizeof g_memo[0]; i++)
-        if (!g_memo[i].base) { /* kept to the end of the process */
-            synth_memo_t m = {t->n, seed, lr, step, malloc(t->n * 2), malloc(t->n * 2)};
-            CHECK(m.base && m.next);
-            memcpy(m.base, t->base, t->n * 2);
-            memcpy(m.next, t->next, t->n * 2);
-            g_memo[i] = m;
-            break;
-        }
+    synth_bf16_pair(t->n, lr, step, seed, t->base, t->next);
 }
 
 static tcase_t *tcase_new(const char *what, ferry_dtype_t dtype, uint64_t n) {

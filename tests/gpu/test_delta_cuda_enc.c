@@ -73,42 +73,9 @@ static void make_random(tcase_t *t, double p, uint32_t big, uint64_t seed) {
     delta_make_random(t->base, t->next, t->w, t->n, p, big, seed);
 }
 
-/* make_synth's results so far: test_delta_cuda_enc_fake runs the cases
-   once per order of its model's queues, and the Adam steps on the CPU
-   were most of its time. */
-typedef struct synth_memo {
-    uint64_t n, seed;
-    double lr;
-    uint8_t *base, *next;
-} synth_memo_t;
-static synth_memo_t g_memo[4];
-
+/* bf16 of synthetic Adam masters at steps 3 and 4. */
 static void make_synth(tcase_t *t, double lr, uint64_t seed) {
-    for (size_t i = 0; i < sizeof g_memo / sizeof g_memo[0] && g_memo[i].base; i++)
-        if (g_memo[i].n == t->n && g_memo[i].seed == seed && g_memo[i].lr == lr) {
-            memcpy(t->base, g_memo[i].base, t->n * 2);
-            memcpy(t->next, g_memo[i].next, t->n * 2);
-            return;
-        }
-    float *a = malloc(4 * t->n * sizeof(float));
-    CHECK(a);
-    delta_synth_t s;
-    delta_synth_init(&s, t->n, false, lr, seed, a, a + t->n, a + 2 * t->n, a + 3 * t->n);
-    for (int st = 0; st < 3; st++) delta_synth_step_range(&s, 0, t->n), delta_synth_next(&s);
-    delta_synth_bf16(&s, (uint16_t *)t->base, 0, t->n);
-    delta_synth_step_range(&s, 0, t->n);
-    delta_synth_next(&s);
-    delta_synth_bf16(&s, (uint16_t *)t->next, 0, t->n);
-    free(a);
-    for (size_t i = 0; i < sizeof g_memo / sizeof g_memo[0]; i++)
-        if (!g_memo[i].base) { /* kept to the end of the process */
-            synth_memo_t m = {t->n, seed, lr, malloc(t->n * 2), malloc(t->n * 2)};
-            CHECK(m.base && m.next);
-            memcpy(m.base, t->base, t->n * 2);
-            memcpy(m.next, t->next, t->n * 2);
-            g_memo[i] = m;
-            break;
-        }
+    synth_bf16_pair(t->n, lr, 3, seed, t->base, t->next);
 }
 
 static tcase_t *tcase_new(const char *what, ferry_dtype_t dtype, uint64_t n, uint32_t chunk, size_t off) {
